@@ -1,0 +1,70 @@
+"""The store's error hierarchy.
+
+Every error names what failed (file, object id, offset) so that a job record
+carries a reason an operator can act on. Wrap lower-level errors with the step
+that failed: ``raise PackFormatError(...) from err``.
+"""
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base of every error raised by ``store``.
+
+    ``path``, ``oid`` (hex) and ``offset`` are set when known; ``str(err)``
+    always includes them.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, oid: str | bytes | None = None,
+                 offset: int | None = None) -> None:
+        if isinstance(oid, (bytes, bytearray)) and len(oid) == 20:
+            oid = bytes(oid).hex()
+        elif isinstance(oid, (bytes, bytearray)):
+            oid = bytes(oid).decode("ascii", "replace")
+        self.path = str(path) if path is not None else None
+        self.oid = oid
+        self.offset = offset
+        parts = [message]
+        if oid is not None:
+            parts.append(f"object {oid}")
+        if path is not None:
+            parts.append(f"file {self.path}")
+        if offset is not None:
+            parts.append(f"offset {offset}")
+        super().__init__(parts[0] + (" (" + ", ".join(parts[1:]) + ")" if len(parts) > 1 else ""))
+        self.message = message
+
+
+class NotARepositoryError(StoreError):
+    """The path does not exist or is not a bare (or .git) repository."""
+
+
+class ObjectMissingError(StoreError):
+    """An object is absent after the pack directory was re-listed once."""
+
+
+class CorruptObjectError(StoreError):
+    """An object's bytes do not decompress, do not parse, or do not hash to its name."""
+
+
+class PackFormatError(CorruptObjectError):
+    """A pack, idx or rev file is malformed (header, checksum, entry, delta)."""
+
+
+class CollisionError(StoreError):
+    """An incoming object has the id of an existing object but different content."""
+
+
+class RefUpdateError(StoreError):
+    """A ref compare-and-swap failed (the ref moved) or the ref name is invalid."""
+
+
+class LockLostError(StoreError):
+    """A lock or lease was lost (expired or taken over) while work was in progress."""
+
+
+class LimitExceededError(StoreError):
+    """Input exceeds a configured limit (pack size, object size)."""
+
+
+class InvalidInputError(StoreError):
+    """Caller-supplied input is unacceptable (bad path, bad name, bad object type)."""

@@ -1,0 +1,79 @@
+"""Fault-injection points between durability steps.
+
+Code calls ``fault_point("bulk.after_renames")`` between steps. Normally this is
+a dictionary lookup that does nothing. Tests arm a point through the
+environment (so it reaches worker and child processes too)::
+
+    PACKYARD_FAULT=bulk.after_renames            # SIGKILL this process there
+    PACKYARD_FAULT=bulk.after_renames:raise      # raise InjectedFault instead
+    PACKYARD_FAULT=bulk.write_object:kill@37     # kill on the 37th time it is reached
+
+or in-process with :func:`arm` / :func:`disarm`.
+"""
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+
+
+class InjectedFault(RuntimeError):
+    """Raised by an armed fault point in ``raise`` mode."""
+
+
+@dataclass
+class _Armed:
+    name: str
+    mode: str = "kill"
+    at: int = 1
+    hits: int = 0
+
+
+_armed: dict[str, _Armed] = {}
+_env_loaded_from: str | None = None
+
+
+def _parse(spec: str) -> dict[str, _Armed]:
+    out: dict[str, _Armed] = {}
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, rest = item.partition(":")
+        mode, _, at = (rest or "kill").partition("@")
+        out[name] = _Armed(name=name, mode=mode or "kill", at=int(at) if at else 1)
+    return out
+
+
+def _load_env() -> None:
+    global _env_loaded_from, _armed
+    spec = os.environ.get("PACKYARD_FAULT", "")
+    if spec != _env_loaded_from:
+        _env_loaded_from = spec
+        _armed = {**_parse(spec), **{k: v for k, v in _armed.items() if v.mode.startswith("local-")}}
+
+
+def arm(name: str, mode: str = "raise", at: int = 1) -> None:
+    """Arm a point in this process only (``mode`` is ``raise`` or ``kill``)."""
+    _load_env()
+    _armed[name] = _Armed(name=name, mode="local-" + mode, at=at)
+
+
+def disarm(name: str | None = None) -> None:
+    if name is None:
+        for key in [k for k, v in _armed.items() if v.mode.startswith("local-")]:
+            del _armed[key]
+    else:
+        _armed.pop(name, None)
+
+
+def fault_point(name: str) -> None:
+    """Crash or raise here if a test armed this point; otherwise do nothing."""
+    _load_env()
+    armed = _armed.get(name)
+    if armed is None:
+        return
+    armed.hits += 1
+    if armed.hits < armed.at:
+        return
+    mode = armed.mode.removeprefix("local-")
+    if mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise InjectedFault(f"injected fault at {name}")

@@ -1,0 +1,87 @@
+"""Real git as the oracle: helpers to build repositories with git and read them back with git."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = Path(os.environ.get("PACKYARD_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_COMMITTER_NAME": "Test Committer", "GIT_COMMITTER_EMAIL": "committer@example.com",
+    "GIT_AUTHOR_DATE": "1700000000 +0000", "GIT_COMMITTER_DATE": "1700000000 +0000",
+    "GIT_CONFIG_NOSYSTEM": "1", "HOME": "/nonexistent",
+}
+
+
+def git(*args: str, cwd: str | Path | None = None, input: bytes | None = None,
+        git_dir: str | Path | None = None, check: bool = True) -> bytes:
+    env = {**os.environ, **GIT_ENV}
+    cmd = ["git"]
+    if git_dir is not None:
+        cmd += ["--git-dir", str(git_dir)]
+    proc = subprocess.run(cmd + list(args), cwd=cwd, input=input, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.decode()}")
+    return proc.stdout
+
+
+def make_worktree_repo(base: Path, commits: int = 3, files_per_commit: int = 5) -> Path:
+    """A bare repository with a few commits of text files, all objects loose."""
+    work = base / "work"
+    work.mkdir(parents=True)
+    git("init", "-q", "-b", "main", str(work))
+    for c in range(commits):
+        sub = work / f"dir{c % 2}"
+        sub.mkdir(exist_ok=True)
+        for f in range(files_per_commit):
+            (sub / f"file{f}.txt").write_text(f"commit {c} file {f}\n" * (f + 1))
+        (work / "README").write_text(f"revision {c}\n")
+        git("add", "-A", cwd=work)
+        git("commit", "-q", "-m", f"commit {c}", cwd=work)
+    git("tag", "-a", "-m", "a tag", "v1", cwd=work)
+    bare = base / "repo.git"
+    git("clone", "-q", "--bare", "--no-local", str(work), str(bare))
+    git("unpack-objects", "-q", cwd=bare, input=_all_as_pack(bare))
+    for p in (bare / "objects" / "pack").glob("pack-*"):
+        p.unlink()
+    shutil.rmtree(work)
+    return bare
+
+
+def _all_as_pack(bare: Path) -> bytes:
+    revs = git("rev-list", "--objects", "--all", git_dir=bare)
+    ids = b"\n".join(line.split(b" ")[0] for line in revs.splitlines()) + b"\n"
+    return git("pack-objects", "-q", "--stdout", git_dir=bare, input=ids)
+
+
+def repo_from_corpus(base: Path, name: str = "git-v1.0.0") -> Path:
+    """A bare repository holding one corpus pack (indexed by git) and its ref."""
+    bare = base / f"{name}.git"
+    git("init", "-q", "--bare", str(bare))
+    dest = bare / "objects" / "pack" / "pack-corpus.pack"
+    shutil.copyfile(CORPUS / f"{name}.pack", dest)
+    git("index-pack", str(dest))
+    sha = (CORPUS / f"{name}.refs").read_text().split()[0]
+    git("update-ref", "refs/heads/main", sha, git_dir=bare)
+    git("symbolic-ref", "HEAD", "refs/heads/main", git_dir=bare)
+    return bare
+
+
+def batch_check_all(bare: Path) -> dict[str, tuple[str, int]]:
+    """{hex oid: (type, size)} for every object in the repository, per git."""
+    out = git("cat-file", "--batch-check", "--batch-all-objects", git_dir=bare)
+    result: dict[str, tuple[str, int]] = {}
+    for line in out.decode().splitlines():
+        oid, typ, size = line.split()
+        result[oid] = (typ, int(size))
+    return result
+
+
+def snapshot_tree(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` with its bytes: compare before/after to prove nothing changed."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
