@@ -68,3 +68,14 @@ class LimitExceededError(StoreError):
 
 class InvalidInputError(StoreError):
     """Caller-supplied input is unacceptable (bad path, bad name, bad object type)."""
+
+
+class WriteFailedError(StoreError):
+    """Writing to the repository's filesystem failed (disk full, file too large, I/O error).
+
+    ``errno`` is the underlying OSError's errno. Nothing was published: temp files were removed.
+    """
+
+    def __init__(self, message: str, *, errno: int | None = None, **kw) -> None:
+        super().__init__(message, **kw)
+        self.errno = errno

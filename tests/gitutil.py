@@ -46,9 +46,12 @@ def make_worktree_repo(base: Path, commits: int = 3, files_per_commit: int = 5) 
     git("tag", "-a", "-m", "a tag", "v1", cwd=work)
     bare = base / "repo.git"
     git("clone", "-q", "--bare", "--no-local", str(work), str(bare))
-    git("unpack-objects", "-q", cwd=bare, input=_all_as_pack(bare))
+    # Explode the clone's pack into loose objects: unpack-objects skips objects
+    # the repository already has, so move the pack out of the way first.
+    pack_data = _all_as_pack(bare)
     for p in (bare / "objects" / "pack").glob("pack-*"):
         p.unlink()
+    git("unpack-objects", "-q", cwd=bare, input=pack_data)
     shutil.rmtree(work)
     return bare
 

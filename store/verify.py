@@ -1,0 +1,191 @@
+"""verify_repository: every object checked (hash, parse), then connectivity from the refs.
+
+Packs are walked delta-chain by delta-chain so each object is inflated once
+(as ``git index-pack --verify`` does), rather than resolving chains per object.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from dulwich.pack import UnpackedObjectIterator
+
+from .errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
+from .objects import ObjectType
+from .parse import object_links
+from .repo import Repository
+
+Progress = Callable[[str, int, "int | None"], None]
+
+
+@dataclass
+class VerifyReport:
+    objects: int = 0          # reachable objects
+    commits: int = 0
+    trees: int = 0
+    blobs: int = 0
+    tags: int = 0
+    bytes: int = 0            # total inflated size of reachable objects
+    refs: int = 0
+    packs: int = 0
+    packed_objects: int = 0   # objects checked in packs (reachable or not)
+    loose_objects: int = 0    # loose objects checked
+    unreachable: int = 0
+    pack_rescans: int = 0
+
+    def as_counters(self) -> dict[str, int]:
+        return asdict(self)
+
+
+_TYPE_FIELD = {ObjectType.COMMIT: "commits", ObjectType.TREE: "trees",
+               ObjectType.BLOB: "blobs", ObjectType.TAG: "tags"}
+
+
+class _Tick:
+    """Calls progress at most ~200 times per phase."""
+
+    def __init__(self, progress: Progress | None, phase: str, total: int | None) -> None:
+        self.progress, self.phase, self.total = progress, phase, total
+        self.step = max(1, (total or 0) // 200) if total else 1000
+        self.done = 0
+        if progress:
+            progress(phase, 0, total)
+
+    def add(self, n: int = 1) -> None:
+        self.done += n
+        if self.progress and (self.done % self.step == 0 or self.done == self.total):
+            self.progress(self.phase, self.done, self.total)
+
+    def finish(self) -> None:
+        if self.progress:
+            self.progress(self.phase, self.done, self.total)
+
+
+def verify_repository(path: str | os.PathLike[str], progress: Progress | None = None) -> VerifyReport:
+    """Check every object and that everything reachable from the refs is present.
+
+    Raises the first problem found (NotARepositoryError, CorruptObjectError,
+    PackFormatError, ObjectMissingError) with the partial report attached as
+    ``err.report``. Reads only; never writes to the repository.
+    """
+    report = VerifyReport()
+    try:
+        return _verify(Repository.open(path), report, progress)
+    except StoreError as err:
+        err.report = report  # type: ignore[attr-defined]
+        raise
+
+
+def _verify(repo: Repository, report: VerifyReport, progress: Progress | None) -> VerifyReport:
+    refs = repo.refs.as_dict()
+    head = repo.refs.resolve("HEAD")
+    report.refs = len(refs)
+    snap = repo.objects.snapshot()
+    report.packs = len(snap.packs)
+    # oid -> (type, size, links as bytes: 20-byte oid + 1 type byte per link)
+    known: dict[bytes, tuple[int, int, bytes]] = {}
+
+    total_packed = sum(len(p) for p in snap.packs)
+    tick = _Tick(progress, "checking packed objects", total_packed)
+    for pack in snap.packs:
+        _verify_pack(pack, known, report, tick)
+    tick.finish()
+
+    loose_ids = [oid for oid in snap.loose_ids if oid not in known]
+    tick = _Tick(progress, "checking loose objects", len(loose_ids))
+    for oid in loose_ids:
+        obj_type, data = repo.objects.loose.read(oid, verify=True)
+        known[oid] = (int(obj_type), len(data), _pack_links(obj_type, data, oid, repo.objects.loose.path_for(oid)))
+        report.loose_objects += 1
+        tick.add()
+    tick.finish()
+
+    tips = list(refs.items())
+    if head is not None:
+        tips.append(("HEAD", head))
+    _connectivity(repo, known, tips, report, progress)
+    report.unreachable = len(known) - report.objects
+    report.pack_rescans = repo.objects.packs.rescans
+    return report
+
+
+def _pack_links(obj_type, data: bytes, oid: bytes, where) -> bytes:
+    try:
+        links = object_links(obj_type, data, oid)
+    except CorruptObjectError as err:
+        raise CorruptObjectError(f"object does not parse: {err.message}", oid=oid, path=where) from err
+    return b"".join(link + bytes((int(t),)) for link, t in links)
+
+
+def _verify_pack(pack, known: dict, report: VerifyReport, tick: _Tick) -> None:
+    pack.verify_checksums()
+    names = {offset: oid for oid, offset in pack.iter_entries()}
+    try:
+        walker = UnpackedObjectIterator.for_pack_data(pack.data)
+        for unpacked in walker:
+            offset = unpacked.offset
+            obj_type = unpacked.obj_type_num
+            h = hashlib.sha1(ObjectType(obj_type).label + b" %d\0" % sum(map(len, unpacked.obj_chunks)))
+            for chunk in unpacked.obj_chunks:
+                h.update(chunk)
+            oid = h.digest()
+            expected = names.pop(offset, None)
+            if expected is None:
+                raise PackFormatError("pack holds an entry the idx does not list", path=pack.pack_path,
+                                      offset=offset)
+            if expected != oid:
+                raise CorruptObjectError(f"packed object hashes to {oid.hex()}, idx names it {expected.hex()}",
+                                         oid=expected, path=pack.pack_path, offset=offset)
+            data = b"".join(unpacked.obj_chunks)
+            known[oid] = (obj_type, len(data), _pack_links(obj_type, data, oid, pack.pack_path))
+            report.packed_objects += 1
+            tick.add()
+    except StoreError:
+        raise
+    except Exception as err:  # dulwich: zlib.error, ApplyDeltaError, UnresolvedDeltas, AssertionError
+        raise PackFormatError(f"pack does not parse: {type(err).__name__}: {err}", path=pack.pack_path) from err
+    if names:
+        offset, oid = next(iter(names.items()))
+        raise PackFormatError(f"idx lists {len(names)} objects the pack does not resolve", oid=oid,
+                              path=pack.idx_path, offset=offset)
+
+
+def _connectivity(repo: Repository, known: dict, tips, report: VerifyReport, progress: Progress | None) -> None:
+    tick = _Tick(progress, "checking connectivity", len(known))
+    seen: set[bytes] = set()
+    queue: deque[tuple[bytes, int | None, str]] = deque((oid, None, name) for name, oid in tips)
+    while queue:
+        oid, want_type, referrer = queue.popleft()
+        if oid in seen:
+            continue
+        info = known.get(oid)
+        if info is None:
+            # Not in our snapshot: a concurrent write may have added it. The normal
+            # read path re-lists the pack directory once before declaring it missing.
+            try:
+                obj_type, data = repo.objects.read(oid, verify=True)
+            except ObjectMissingError as err:
+                raise ObjectMissingError(f"reachable object is missing (referenced by {referrer})",
+                                         oid=oid, path=repo.path) from err
+            info = (int(obj_type), len(data), _pack_links(obj_type, data, oid, repo.path))
+            known[oid] = info
+        obj_type, size, links = info
+        if want_type is not None and obj_type != want_type:
+            raise CorruptObjectError(f"object is a {ObjectType(obj_type).label.decode()} but {referrer} "
+                                     f"refers to it as a {ObjectType(want_type).label.decode()}",
+                                     oid=oid, path=repo.path)
+        seen.add(oid)
+        report.objects += 1
+        report.bytes += size
+        setattr(report, _TYPE_FIELD[ObjectType(obj_type)], getattr(report, _TYPE_FIELD[ObjectType(obj_type)]) + 1)
+        for i in range(0, len(links), 21):
+            child = links[i:i + 20]
+            if child not in seen:
+                queue.append((child, links[i + 20], oid.hex()))
+        tick.add()
+    tick.finish()
+
+
