@@ -142,8 +142,23 @@ class ObjectDirectory:
 
     # -- bulk --------------------------------------------------------------
     def snapshot(self) -> ObjectSnapshot:
-        """List objects/pack once and every loose fan-out directory once."""
-        return ObjectSnapshot(packs=self.packs.reprepare(), loose_ids=self.loose.list_ids(), loose=self.loose)
+        """List objects/pack once and every loose fan-out directory once.
+
+        Every listed pack's idx is opened (mmapped) now, so later lookups in the
+        snapshot make no filesystem calls and survive a concurrent repack
+        deleting the files.
+        """
+        packs = self.packs.reprepare()
+        opened = []
+        for pack in packs:
+            try:
+                pack.index
+            except FileNotFoundError:
+                continue  # deleted between the listing and the open: it is not part of this snapshot
+            opened.append(pack)
+        if len(opened) != len(packs):
+            packs = PackList(tuple(opened))
+        return ObjectSnapshot(packs=packs, loose_ids=self.loose.list_ids(), loose=self.loose)
 
     def iter_ids(self) -> Iterator[bytes]:
         """Every object id (duplicates across packs/loose removed)."""

@@ -84,6 +84,7 @@ class PackFile:
         self._index = None
         self._data: PackData | None = None
         self._cache = _BaseCache(DELTA_BASE_CACHE_BYTES)
+        self._types: dict[int, int] = {}  # offset -> base object type, for header_at
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -201,26 +202,86 @@ class PackFile:
             self._cache.put(off, type_num, data)
         return ObjectType(type_num), data
 
+    def _raw_header(self, offset: int) -> tuple[int, int, int | bytes | None, int]:
+        """Parse an entry's header without inflating it: (pack type, size, delta base, data offset)."""
+        buf = self.data._buffer()
+        end = len(buf) - 20
+        pos = offset
+        if pos < 12 or pos >= end:
+            raise PackFormatError("entry offset outside the pack", path=self.pack_path, offset=offset)
+        byte = buf[pos]
+        pos += 1
+        ptype = (byte >> 4) & 7
+        size = byte & 0x0F
+        shift = 4
+        while byte & 0x80:
+            if pos >= end or shift > 70:
+                raise PackFormatError("entry header runs past the pack", path=self.pack_path, offset=offset)
+            byte = buf[pos]
+            pos += 1
+            size |= (byte & 0x7F) << shift
+            shift += 7
+        base: int | bytes | None = None
+        if ptype == OFS_DELTA:
+            byte = buf[pos]
+            pos += 1
+            rel = byte & 0x7F
+            while byte & 0x80:
+                if pos >= end:
+                    raise PackFormatError("OFS_DELTA offset runs past the pack", path=self.pack_path, offset=offset)
+                byte = buf[pos]
+                pos += 1
+                rel = ((rel + 1) << 7) | (byte & 0x7F)
+            base = offset - rel
+            if base < 12:
+                raise PackFormatError("OFS_DELTA base offset out of range", path=self.pack_path, offset=offset)
+        elif ptype == REF_DELTA:
+            base = bytes(buf[pos:pos + 20])
+            pos += 20
+        elif ptype not in (1, 2, 3, 4):
+            raise PackFormatError(f"invalid pack entry type {ptype}", path=self.pack_path, offset=offset)
+        return ptype, size, base, pos
+
     def header_at(self, offset: int) -> tuple[ObjectType, int]:
-        """Type and size without resolving the chain (size comes from the delta header)."""
-        unpacked = self._entry_at(offset)
-        ptype = unpacked.pack_type_num
-        if ptype in (1, 2, 3, 4):
-            return ObjectType(ptype), unpacked.decomp_len
-        size = _delta_result_size(b"".join(unpacked.decomp_chunks))
+        """Type and size without resolving the chain.
+
+        The size of a delta's result is in the delta's own header, so only the
+        first bytes of the delta are inflated; the type is the chain's base type,
+        found by walking entry headers (memoised per offset: types never change).
+        """
+        ptype, size, base, pos = self._raw_header(offset)
+        if base is None:
+            return ObjectType(ptype), size
+        buf = self.data._buffer()
+        try:
+            head = zlib.decompressobj().decompress(bytes(buf[pos:pos + 256]), 32)
+            size = _delta_result_size(head)
+        except (zlib.error, ValueError) as err:
+            raise PackFormatError(f"delta header unreadable: {err}", path=self.pack_path, offset=offset) from err
+        return self._base_type(offset, ptype, base), size
+
+    def _base_type(self, offset: int, ptype: int, base: int | bytes | None) -> ObjectType:
+        visited = []
         cur = offset
-        for _ in range(MAX_DELTA_CHAIN):
-            if unpacked.pack_type_num == OFS_DELTA:
-                cur = cur - unpacked.delta_base
-            elif unpacked.pack_type_num == REF_DELTA:
-                nxt = self.find_offset(unpacked.delta_base)
+        while base is not None:
+            known = self._types.get(cur)
+            if known is not None:
+                ptype = known
+                break
+            visited.append(cur)
+            if len(visited) > MAX_DELTA_CHAIN:
+                raise PackFormatError("delta chain too long (cycle?)", path=self.pack_path, offset=offset)
+            if isinstance(base, bytes):
+                nxt = self.find_offset(base)
                 if nxt is None:
                     raise PackFormatError("REF_DELTA base not in pack", path=self.pack_path, offset=cur)
                 cur = nxt
             else:
-                return ObjectType(unpacked.pack_type_num), size
-            unpacked = self._entry_at(cur)
-        raise PackFormatError("delta chain too long (cycle?)", path=self.pack_path, offset=offset)
+                cur = base
+            ptype, _size, base, _pos = self._raw_header(cur)
+        for off in visited:
+            self._types[off] = ptype
+        return ObjectType(ptype)
 
     def read(self, oid: bytes, *, verify: bool = False) -> tuple[ObjectType, bytes]:
         offset = self.find_offset(oid)
