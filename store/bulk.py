@@ -1,0 +1,662 @@
+"""Bulk loose-object writes: one durable flush per batch, all renames at the end, refs last.
+
+This is "METHOD FOUR" from seed 001_b60f0a0927ea1ee2.txt, plus the directory
+fsync that git's batch mode leaves out::
+
+    batch = begin_batch(repo)                 # ONE snapshot of what exists; stale tmp cleanup
+    batch.add(BLOB, data)   ...               # compress -> objects/xx/tmp_obj_<pid>_<batch>_<n>,
+                                              #   start write-out (no wait); existing objects are
+                                              #   skipped from the snapshot and freshened
+    batch.commit(ref_updates=[RefUpdate(...)])
+        writeout_each    start write-out of any tmp file not started yet
+        barrier_flush    ONE durable flush of every tmp file's data and inode
+        publish_renames  rename tmp -> final name, never replacing an existing object
+        fsync_dirs       make the renames themselves durable
+        update_refs      compare-and-swap of the refs (RefStore.update)
+    # only now is success reported
+
+Crash at any point leaves: objects under their final names that are complete
+(their bytes were durable before the rename was issued), stale tmp files (removed
+later by name + age + dead pid), and the ref either old or pointing to a commit
+whose objects are all durable and named.
+
+**Which flush is honest on Linux.** git's ``core.fsyncMethod=batch`` issues
+``sync_file_range(SYNC_FILE_RANGE_WRITE)`` per object and then one ``fsync`` of
+a cookie file. sync_file_range writes no metadata (sizes, block maps) and does
+not wait; fsync of the cookie only commits *the cookie's* inode. That happens to
+carry everything on ext4's single journal in data=ordered mode, but not on
+btrfs (per-inode log tree) and not for XFS data whose I/O had not completed
+(the on-disk size is logged at I/O completion). git documents batch mode as
+durable only on macOS (HFS+/APFS) and Windows (NTFS/ReFS), not on Linux.
+So on Linux the barrier here is ``syncfs(2)`` on a descriptor of the objects
+directory, opened when the batch begins: the kernel writes back and waits for
+every dirty page *and inode* of that filesystem, then commits the journal and
+flushes the device cache -- on every filesystem, one syscall. Since Linux 5.8
+it also reports writeback errors (EIO, ENOSPC at writeback time) that happened
+since the descriptor was opened, which is why it is opened first. Its honest
+cost: it also flushes other writers' dirty data on the same filesystem.
+The per-object ``sync_file_range`` start is kept as an optimisation only (it
+lets device I/O overlap the compression of later objects); correctness comes
+from the barrier. Where syncfs does not exist the barrier is an ``fsync`` of
+every tmp file (FlushMethod.FSYNC_EACH: correct, N flushes). After the renames
+``fsync_dirs`` either fsyncs each touched fan-out directory (portable, one call
+per directory) or issues one more syncfs (DirSync.SYNCFS, the default with the
+syncfs barrier: one device flush for all directories).
+"""
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import re
+import secrets
+import socket
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from . import durable
+from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
+from .faults import fault_point
+from .objdir import Location
+from .objects import ObjectType, hash_object, object_header
+from .refs import RefUpdate
+
+Progress = Callable[[str, int, "int | None"], None]
+
+TMP_PREFIX = "tmp_obj_"
+_HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
+# tmp_obj_<pid>_<host tag 4 hex>-<random 8 hex>_<n>; git's own temp files are tmp_obj_XXXXXX.
+_TMP_RE = re.compile(r"^tmp_obj_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})_(\d+)$")
+_MARKER_RE = re.compile(r"^(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+_HEX = frozenset("0123456789abcdef")
+
+#: A dead process's tmp files are removed once they are this old (seconds).
+STALE_AFTER = 600.0
+#: Temp files we cannot attribute (other host, git's own) are removed at git's prune expiry.
+FOREIGN_STALE_AFTER = 14 * 24 * 3600.0
+LOOSE_COMPRESSION = 1  # git's core.looseCompression default (Z_BEST_SPEED)
+
+
+class WriteResult(enum.Enum):
+    """What ``LooseBatch.add`` did with an object."""
+
+    QUEUED = "queued"                        # tmp file written; renamed into place on commit
+    EXISTS_LOOSE = "exists_loose"            # in the snapshot as a loose file (freshened)
+    EXISTS_PACKED = "exists_packed"          # in the snapshot in a pack (pack freshened)
+    DUPLICATE_IN_BATCH = "duplicate_in_batch"  # added earlier in this batch
+
+
+class FlushMethod(enum.Enum):
+    SYNCFS = "syncfs"          # start write-out per file, one syncfs(2) barrier (Linux)
+    FSYNC_EACH = "fsync_each"  # fsync every tmp file (portable fallback, N flushes)
+
+
+class DirSync(enum.Enum):
+    EACH = "each"      # fsync every touched fan-out directory (+ objects/ if a fan-out dir was created)
+    SYNCFS = "syncfs"  # one syncfs(2) covers every directory entry
+
+
+class BatchState(enum.Enum):
+    OPEN = "open"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+    FAILED = "failed"
+
+
+def default_flush_method() -> FlushMethod:
+    return FlushMethod.SYNCFS if durable.HAVE_SYNCFS else FlushMethod.FSYNC_EACH
+
+
+@dataclass
+class BatchCounters:
+    """Counters for the job record; pass the same instance to several batches to sum them."""
+
+    objects_written: int = 0
+    objects_skipped: int = 0       # existed already (loose or packed) -- freshened, not written
+    skipped_loose: int = 0
+    skipped_packed: int = 0
+    duplicates: int = 0            # same object added twice in one batch
+    exists_at_rename: int = 0      # appeared between snapshot and rename (another writer)
+    bytes_in: int = 0              # uncompressed object bytes offered
+    bytes_written: int = 0         # compressed bytes written to tmp files
+    freshened_packs: int = 0
+    stale_tmp_removed: int = 0
+    durable: durable.DurabilityCounters = field(default_factory=durable.DurabilityCounters)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    def add_time(self, phase: str, seconds: float) -> None:
+        self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + seconds
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in (
+            "objects_written", "objects_skipped", "skipped_loose", "skipped_packed", "duplicates",
+            "exists_at_rename", "bytes_in", "bytes_written", "freshened_packs", "stale_tmp_removed")}
+        d.update(self.durable.as_dict())
+        d["elapsed"] = {k: round(v, 6) for k, v in self.phase_seconds.items()}
+        return d
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    batch_id: str
+    written: int
+    skipped: int
+    duplicates: int
+    refs: tuple[RefUpdate, ...]
+    counters: dict
+
+
+@dataclass
+class _Pending:
+    oid: bytes
+    tmp: str
+    final: str
+    fanout: str
+    writeout_started: bool
+
+
+class LooseBatch:
+    """A batch-write transaction; see the module docstring for the ordering. Single-threaded."""
+
+    def __init__(self, repo, *, counters: BatchCounters | None = None,
+                 flush_method: FlushMethod | None = None, dir_sync: DirSync | None = None,
+                 writeout: bool = True, progress: Progress | None = None, expected: int | None = None,
+                 stale_after: float = STALE_AFTER) -> None:
+        self.repo = repo
+        self.counters = counters if counters is not None else BatchCounters()
+        self.flush_method = flush_method or default_flush_method()
+        if self.flush_method is FlushMethod.SYNCFS and not durable.HAVE_SYNCFS:
+            raise InvalidInputError("syncfs is not available on this platform")
+        self.dir_sync = dir_sync or (DirSync.SYNCFS if self.flush_method is FlushMethod.SYNCFS else DirSync.EACH)
+        self.writeout = writeout
+        self.progress = progress
+        self.expected = expected
+        self.batch_id = f"{_HOST_TAG}-{secrets.token_hex(4)}"
+        self.state = BatchState.OPEN
+        self._objects_dir = str(repo.objects.path)
+        self._pending: list[_Pending] = []
+        self._seen: dict[bytes, WriteResult] = {}
+        self._fanouts_ready: set[str] = set()
+        self._created_fanouts: set[str] = set()
+        self._freshened_packs: set[str] = set()
+        self._published = 0
+        self._n = 0
+        self._last_report = 0
+        self._pid = os.getpid()
+        t0 = time.monotonic()
+        # Opened before any write so syncfs reports writeback errors of this batch's files.
+        self._fs_fd = os.open(self._objects_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            self._marker = _create_marker(repo, self._pid, self.batch_id)
+            self.counters.stale_tmp_removed += cleanup_stale_tmp_if_needed(repo, stale_after=stale_after)
+            # ONE snapshot: existence answers for the whole batch come from memory.
+            self.snapshot = repo.objects.snapshot()
+        except BaseException:
+            os.close(self._fs_fd)
+            _remove_marker(getattr(self, "_marker", None))
+            raise
+        self.counters.add_time("snapshot", time.monotonic() - t0)
+
+    # -- context manager: abort on exception --------------------------------
+    def __enter__(self) -> "LooseBatch":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self.state is BatchState.OPEN or self.state is BatchState.FAILED:
+            self.abort()
+
+    # -- collecting objects ------------------------------------------------
+    def add(self, obj_type: ObjectType | int, data: bytes) -> tuple[bytes, WriteResult]:
+        """Queue one object; returns its id and what happened to it."""
+        if self.state is not BatchState.OPEN:
+            raise StoreError(f"batch {self.batch_id} is {self.state.value}; cannot add objects")
+        t0 = time.monotonic()
+        obj_type = ObjectType(obj_type)
+        oid = hash_object(obj_type, data)
+        c = self.counters
+        c.bytes_in += len(data)
+        prev = self._seen.get(oid)
+        if prev is not None:
+            c.duplicates += 1
+            c.add_time("write", time.monotonic() - t0)
+            return oid, WriteResult.DUPLICATE_IN_BATCH
+        result = self._skip_if_exists(oid)
+        if result is WriteResult.QUEUED:
+            self._write_tmp(oid, obj_type, data)
+            c.objects_written += 1
+        else:
+            c.objects_skipped += 1
+        self._seen[oid] = result
+        c.add_time("write", time.monotonic() - t0)
+        self._report("write")
+        return oid, result
+
+    def add_many(self, objects: Iterable[tuple[ObjectType | int, bytes]]) -> list[tuple[bytes, WriteResult]]:
+        return [self.add(t, d) for t, d in objects]
+
+    def _skip_if_exists(self, oid: bytes) -> WriteResult:
+        """git's check-and-freshen, answered from the batch-start snapshot.
+
+        An object the snapshot knows is not written, but its file (or pack) gets
+        mtime=now so a concurrent prune's grace period keeps it. If the touch finds
+        the file gone (pruned or repacked since the snapshot), look once more
+        (ObjectDirectory.freshen re-lists packs) and write it if it is really gone.
+        """
+        where = self.snapshot.locate(oid)
+        if where is Location.MISSING:
+            return WriteResult.QUEUED
+        if where is Location.LOOSE:
+            if self.repo.objects.loose.freshen(oid):
+                self.counters.skipped_loose += 1
+                return WriteResult.EXISTS_LOOSE
+        else:
+            pack, _ = self.snapshot.packs.find(oid)
+            if pack.name in self._freshened_packs:
+                self.counters.skipped_packed += 1
+                return WriteResult.EXISTS_PACKED
+            if pack.freshen():
+                self._freshened_packs.add(pack.name)
+                self.counters.freshened_packs += 1
+                self.counters.skipped_packed += 1
+                return WriteResult.EXISTS_PACKED
+        again = self.repo.objects.freshen(oid)
+        if again is Location.LOOSE:
+            self.counters.skipped_loose += 1
+            return WriteResult.EXISTS_LOOSE
+        if again is Location.PACKED:
+            self.counters.skipped_packed += 1
+            return WriteResult.EXISTS_PACKED
+        return WriteResult.QUEUED
+
+    def _fanout_dir(self, hexid: str) -> str:
+        fanout = os.path.join(self._objects_dir, hexid[:2])
+        if fanout not in self._fanouts_ready:
+            try:
+                os.mkdir(fanout, 0o755)
+                self._created_fanouts.add(fanout)
+            except FileExistsError:
+                pass
+            except OSError as err:
+                raise WriteFailedError(f"cannot create object directory: {err.strerror}",
+                                       errno=err.errno, path=fanout) from err
+            self._fanouts_ready.add(fanout)
+        return fanout
+
+    def _write_tmp(self, oid: bytes, obj_type: ObjectType, data: bytes) -> None:
+        """Compress into a tmp file in the object's own fan-out dir, then start its write-out."""
+        hexid = oid.hex()
+        fanout = self._fanout_dir(hexid)
+        self._n += 1
+        tmp = os.path.join(fanout, f"{TMP_PREFIX}{self._pid}_{self.batch_id}_{self._n}")
+        comp = zlib.compressobj(LOOSE_COMPRESSION)
+        payload = comp.compress(object_header(obj_type, len(data))) + comp.compress(data) + comp.flush()
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o444)
+        except OSError as err:
+            raise WriteFailedError(f"cannot create temp file: {err.strerror}", errno=err.errno,
+                                   path=tmp, oid=oid) from err
+        started = False
+        try:
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+                fault_point("bulk.write_object")
+                # writeout_each (early): start write-out now so device I/O overlaps later compression.
+                if self.writeout and self.flush_method is FlushMethod.SYNCFS:
+                    started = durable.start_writeout(fd, self.counters.durable)
+            finally:
+                os.close(fd)
+        except OSError as err:
+            _unlink_quiet(tmp)
+            raise WriteFailedError(f"writing temp file failed: {err.strerror}", errno=err.errno,
+                                   path=tmp, oid=oid) from err
+        except BaseException:
+            _unlink_quiet(tmp)
+            raise
+        self.counters.bytes_written += len(payload)
+        self._pending.append(_Pending(oid, tmp, os.path.join(fanout, hexid[2:]), fanout, started))
+
+    # -- commit: the durability order ----------------------------------------
+    def commit(self, ref_updates: Sequence[RefUpdate] = ()) -> BatchResult:
+        """Make every queued object durable and visible, then move the refs; report success last."""
+        if self.state is not BatchState.OPEN:
+            raise StoreError(f"batch {self.batch_id} is {self.state.value}; cannot commit")
+        ref_updates = tuple(ref_updates)
+        try:
+            self._check_ref_targets(ref_updates)
+            self._step("writeout", self.writeout_each)
+            fault_point("bulk.after_writeout")
+            self._step("barrier_flush", self.barrier_flush)
+            fault_point("bulk.after_barrier")
+            self._step("publish_renames", self.publish_renames)
+            fault_point("bulk.after_renames")
+            self._step("fsync_dirs", self.fsync_dirs)
+            fault_point("bulk.after_fsync_dirs")
+            self._step("update_refs", lambda: self.update_refs(ref_updates))
+            fault_point("bulk.after_update_refs")
+        except BaseException:
+            self.state = BatchState.FAILED
+            self.abort()
+            raise
+        self.state = BatchState.COMMITTED
+        self._close()
+        c = self.counters
+        return BatchResult(batch_id=self.batch_id, written=len(self._pending), skipped=c.objects_skipped,
+                           duplicates=c.duplicates, refs=ref_updates, counters=c.as_dict())
+
+    def _step(self, name: str, fn: Callable[[], None]) -> None:
+        t0 = time.monotonic()
+        try:
+            fn()
+        finally:
+            self.counters.add_time(name, time.monotonic() - t0)
+
+    def _check_ref_targets(self, ref_updates: Sequence[RefUpdate]) -> None:
+        # A ref must only ever name an object this batch wrote or that already exists.
+        for u in ref_updates:
+            if u.new in self._seen:
+                continue
+            if u.new not in self.snapshot and not self.repo.objects.has(u.new):
+                raise ObjectMissingError(f"ref {u.name} would point to an object that does not exist",
+                                         oid=u.new)
+
+    def writeout_each(self) -> None:
+        """Start write-out of tmp files not started at add() (why: lets the barrier wait on I/O already in flight)."""
+        if not self.writeout or self.flush_method is not FlushMethod.SYNCFS:
+            return
+        for p in self._pending:
+            if not p.writeout_started:
+                fd = os.open(p.tmp, os.O_RDONLY)
+                try:
+                    p.writeout_started = durable.start_writeout(fd, self.counters.durable)
+                finally:
+                    os.close(fd)
+
+    def barrier_flush(self) -> None:
+        """ONE durable flush of every tmp file (why: a rename must never publish bytes that could vanish)."""
+        if not self._pending:
+            return
+        try:
+            if self.flush_method is FlushMethod.SYNCFS:
+                durable.sync_filesystem(self._fs_fd, self.counters.durable)
+            else:
+                for p in self._pending:
+                    fd = os.open(p.tmp, os.O_RDONLY)
+                    try:
+                        durable.flush_file(fd, self.counters.durable)
+                    finally:
+                        os.close(fd)
+        except OSError as err:
+            raise WriteFailedError(f"flushing the batch to disk failed: {err.strerror}", errno=err.errno,
+                                   path=self._objects_dir) from err
+
+    def publish_renames(self) -> None:
+        """Rename every tmp file to its object name, never replacing one (why: objects appear only complete)."""
+        total = len(self._pending)
+        for i, p in enumerate(self._pending):
+            fault_point("bulk.publish_rename")
+            try:
+                placed = durable.rename_noreplace(p.tmp, p.final, self.counters.durable)
+            except OSError as err:
+                raise WriteFailedError(f"renaming temp file into place failed: {err.strerror}",
+                                       errno=err.errno, path=p.tmp, oid=p.oid) from err
+            if not placed:
+                # Another writer installed the same object meanwhile: same bytes by definition.
+                _unlink_quiet(p.tmp)
+                self.counters.exists_at_rename += 1
+            self._published = i + 1
+            if self.progress is not None and (i + 1) % 1000 == 0:
+                self.progress("publish", i + 1, total)
+
+    def fsync_dirs(self) -> None:
+        """Make the renames durable (why: a ref must not name an object whose directory entry a crash can lose)."""
+        if not self._pending:
+            return
+        if self.dir_sync is DirSync.SYNCFS:
+            try:
+                durable.sync_filesystem(self._fs_fd, self.counters.durable)
+            except OSError as err:
+                raise WriteFailedError(f"syncfs after renames failed: {err.strerror}", errno=err.errno,
+                                       path=self._objects_dir) from err
+            return
+        for fanout in sorted({p.fanout for p in self._pending}):
+            durable.fsync_dir(fanout, self.counters.durable)
+        if self._created_fanouts:
+            durable.fsync_dir(self._objects_dir, self.counters.durable)
+
+    def update_refs(self, ref_updates: Sequence[RefUpdate]) -> None:
+        """Compare-and-swap the refs (why: last, so a ref never names a non-durable object)."""
+        if ref_updates:
+            self.repo.refs.update(ref_updates, counters=self.counters.durable)
+
+    # -- abort ---------------------------------------------------------------
+    def abort(self) -> None:
+        """Remove every tmp file not yet renamed; nothing further is published."""
+        if self.state is BatchState.COMMITTED or self.state is BatchState.ABORTED:
+            return
+        for p in self._pending[self._published:]:
+            _unlink_quiet(p.tmp)
+        self.state = BatchState.ABORTED
+        self._close()
+
+    def _close(self) -> None:
+        if self._fs_fd >= 0:
+            os.close(self._fs_fd)
+            self._fs_fd = -1
+        _remove_marker(self._marker)
+        self._marker = None
+
+    def _report(self, phase: str) -> None:
+        if self.progress is None:
+            return
+        done = len(self._seen)
+        step = max(1000, (self.expected or 0) // 100) if self.expected else 1000
+        if done - self._last_report >= step or (self.expected and done == self.expected):
+            self._last_report = done
+            self.progress(phase, done, self.expected)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)
+
+
+def begin_batch(repo, *, counters: BatchCounters | None = None, progress: Progress | None = None,
+                expected: int | None = None, **options) -> LooseBatch:
+    """Start a batch (takes the snapshot, removes stale tmp files of crashed batches)."""
+    return LooseBatch(repo, counters=counters, progress=progress, expected=expected, **options)
+
+
+# -- stale tmp files --------------------------------------------------------------
+
+def _unlink_quiet(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _marker_dir(repo) -> Path:
+    return Path(repo.path) / "packyard" / "batches"
+
+
+def _create_marker(repo, pid: int, batch_id: str) -> Path:
+    """An empty file naming a live batch, so the next batch learns cheaply that one crashed."""
+    d = _marker_dir(repo)
+    path = d / f"{pid}_{batch_id}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileNotFoundError:
+        d.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as err:
+        raise WriteFailedError(f"cannot create batch marker: {err.strerror}", errno=err.errno,
+                               path=path) from err
+    os.close(fd)
+    return path
+
+
+def _remove_marker(path: Path | None) -> None:
+    if path is not None:
+        _unlink_quiet(str(path))
+
+
+def pid_alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (killed child not yet reaped) is not a live writer.
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        return state not in (b"Z", b"X")
+    except (FileNotFoundError, IndexError):
+        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
+
+
+def should_remove_tmp(name: str, age: float, *, stale_after: float = STALE_AFTER,
+                      foreign_after: float = FOREIGN_STALE_AFTER, alive: Callable[[int], bool] = pid_alive,
+                      live_batch_ids: frozenset[str] = frozenset()) -> bool:
+    """Pure question: is this temp file left over by a dead writer?
+
+    Ours (``tmp_obj_<pid>_<host>-<rand>_<n>``) from this host: dead pid and older than
+    ``stale_after``. Anything else named ``tmp_obj_*`` (another host, git's own): only
+    after ``foreign_after`` (git's default prune expiry), as ``git prune`` does.
+    """
+    if not name.startswith(TMP_PREFIX):
+        return False
+    m = _TMP_RE.match(name)
+    if m is None or m.group(2) != _HOST_TAG:
+        return age >= foreign_after
+    if f"{m.group(2)}-{m.group(3)}" in live_batch_ids:
+        return False
+    return age >= stale_after and not alive(int(m.group(1)))
+
+
+def _fanout_dirs(objects_dir: str) -> list[str]:
+    try:
+        with os.scandir(objects_dir) as it:
+            return sorted(e.path for e in it if len(e.name) == 2 and set(e.name) <= _HEX)
+    except FileNotFoundError:
+        return []
+
+
+def cleanup_stale_tmp(repo, *, stale_after: float = STALE_AFTER, foreign_after: float = FOREIGN_STALE_AFTER,
+                      only_batches: Iterable[str] | None = None, now: float | None = None) -> int:
+    """Remove stale tmp files from every fan-out directory (``packyard gc``); returns how many.
+
+    ``only_batches`` limits removal to those batch ids (used by the marker-driven cleanup).
+    """
+    now = time.time() if now is None else now
+    only = None if only_batches is None else frozenset(only_batches)
+    removed = 0
+    for fanout in _fanout_dirs(str(repo.objects.path)):
+        try:
+            it = os.scandir(fanout)
+        except FileNotFoundError:
+            continue
+        with it:
+            for entry in it:
+                if not entry.name.startswith(TMP_PREFIX):
+                    continue
+                if only is not None:
+                    m = _TMP_RE.match(entry.name)
+                    if m is None or f"{m.group(2)}-{m.group(3)}" not in only:
+                        continue
+                try:
+                    age = now - entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue
+                if should_remove_tmp(entry.name, age, stale_after=stale_after, foreign_after=foreign_after):
+                    try:
+                        os.unlink(entry.path)
+                        removed += 1
+                    except FileNotFoundError:
+                        pass
+    return removed
+
+
+def cleanup_stale_tmp_if_needed(repo, *, stale_after: float = STALE_AFTER, now: float | None = None) -> int:
+    """One listing of the batch markers; scan the fan-out dirs only if a dead batch left one."""
+    now = time.time() if now is None else now
+    d = _marker_dir(repo)
+    try:
+        names = os.listdir(d)
+    except FileNotFoundError:
+        return 0
+    dead: list[tuple[str, str]] = []
+    for name in names:
+        m = _MARKER_RE.match(name)
+        if m is None or m.group(2) != _HOST_TAG:
+            continue
+        try:
+            age = now - os.stat(d / name).st_mtime
+        except FileNotFoundError:
+            continue
+        if age >= stale_after and not pid_alive(int(m.group(1))):
+            dead.append((name, f"{m.group(2)}-{m.group(3)}"))
+    if not dead:
+        return 0
+    # The marker proves the whole batch is dead: its files go whatever their own age.
+    removed = cleanup_stale_tmp(repo, stale_after=0.0, only_batches=[b for _, b in dead], now=now)
+    for name, _ in dead:
+        _unlink_quiet(str(d / name))
+    return removed
+
+
+def gc_stale_tmp(repo, *, stale_after: float = STALE_AFTER, foreign_after: float = FOREIGN_STALE_AFTER) -> dict:
+    """What ``packyard gc`` runs: full scan of tmp files plus dead batch markers."""
+    removed = cleanup_stale_tmp(repo, stale_after=stale_after, foreign_after=foreign_after)
+    markers = 0
+    d = _marker_dir(repo)
+    now = time.time()
+    for name in (os.listdir(d) if d.is_dir() else []):
+        m = _MARKER_RE.match(name)
+        if m is None:
+            continue
+        try:
+            age = now - os.stat(d / name).st_mtime
+        except FileNotFoundError:
+            continue
+        if (m.group(2) == _HOST_TAG and age >= stale_after and not pid_alive(int(m.group(1)))) \
+                or age >= foreign_after:
+            _unlink_quiet(str(d / name))
+            markers += 1
+    return {"stale_tmp_removed": removed, "stale_markers_removed": markers}
+
+
+# -- write a list of raw objects (frontend API) -------------------------------------
+
+def validate_object(obj_type: ObjectType, data: bytes, index: int) -> None:
+    """Structural check of a caller-supplied object, so nothing git fsck would reject is written."""
+    from .parse import object_links  # local: parse is only needed for caller-supplied objects
+    from .errors import CorruptObjectError
+    try:
+        object_links(obj_type, data, hash_object(obj_type, data))
+    except CorruptObjectError as err:
+        raise InvalidInputError(f"object #{index} is not a well-formed {obj_type.label.decode()}: "
+                                f"{err.message}", oid=err.oid) from err
+
+
+def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]], *,
+                  ref_updates: Sequence[RefUpdate] = (), counters: BatchCounters | None = None,
+                  progress: Progress | None = None, **batch_options) -> tuple[list[tuple[bytes, WriteResult]],
+                                                                             BatchResult]:
+    """Validate every object first, then write them in one batch and apply ``ref_updates``."""
+    typed: list[tuple[ObjectType, bytes]] = []
+    for i, (t, data) in enumerate(objects):
+        obj_type = ObjectType.from_label(t) if isinstance(t, (str, bytes)) else ObjectType(t)
+        validate_object(obj_type, data, i)
+        typed.append((obj_type, data))
+    with begin_batch(repo, counters=counters, progress=progress, expected=len(typed), **batch_options) as batch:
+        results = batch.add_many(typed)
+        result = batch.commit(ref_updates)
+    return results, result

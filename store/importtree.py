@@ -1,0 +1,323 @@
+"""Import a directory or a tar archive as one commit: blobs, trees, commit, then the ref (CAS).
+
+The "tar -xf; git add .; git commit" case from seed 001_b60f0a0927ea1ee2.txt,
+written through one :class:`store.bulk.LooseBatch` (one durable flush, renames
+at the end, ref last).
+
+Everything is validated before the first object is written: names git cannot
+store (empty, NUL, '/', '.', '..', '.git' in any case), paths escaping the root
+(absolute or '..' in a tar, symlinks whose target leaves the root), special
+files. A file that cannot be read aborts the batch (tmp files removed, ref
+untouched).
+"""
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from .bulk import BatchCounters, begin_batch
+from .errors import InvalidInputError, StoreError
+from .objects import ObjectType
+from .refs import RefUpdate, check_ref_name
+
+Progress = Callable[[str, int, "int | None"], None]
+
+MODE_FILE = b"100644"
+MODE_EXEC = b"100755"
+MODE_LINK = b"120000"
+MODE_TREE = b"40000"   # as stored in tree objects (git ls-tree shows 040000)
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str = "packyard"
+    email: str = "packyard@localhost"
+    when: int | None = None       # seconds since epoch; None = now
+    tz: str = "+0000"
+
+    def line(self, now: int) -> bytes:
+        for part in (self.name, self.email):
+            if any(c in part for c in "<>\n\0"):
+                raise InvalidInputError(f"identity contains a forbidden character: {part!r}")
+        when = self.when if self.when is not None else now
+        return f"{self.name} <{self.email}> {when} {self.tz}".encode()
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    commit: bytes
+    tree: bytes
+    parent: bytes | None
+    ref: str
+    files: int
+    trees: int
+    counters: dict
+
+
+@dataclass
+class _File:
+    mode: bytes
+    read: Callable[[], bytes]
+    where: str
+
+
+@dataclass
+class _Dir:
+    entries: dict[bytes, "_Dir | _File"] = field(default_factory=dict)
+
+
+def check_entry_name(name: bytes, where: str) -> None:
+    """Reject names git cannot store in a tree (or that git fsck flags)."""
+    if not name:
+        raise InvalidInputError("empty file name", path=where)
+    if b"\0" in name or b"/" in name:
+        raise InvalidInputError(f"file name {name!r} contains NUL or '/'", path=where)
+    if name in (b".", b".."):
+        raise InvalidInputError(f"file name {name!r} is not storable", path=where)
+    if name.lower() == b".git":
+        raise InvalidInputError("a '.git' entry cannot be stored in a git tree", path=where)
+
+
+def _check_link_target(target: bytes, link_rel: str, where: str) -> None:
+    """A symlink must stay inside the import root (judged lexically from its own directory)."""
+    if not target:
+        raise InvalidInputError("symlink with an empty target", path=where)
+    if target.startswith(b"/"):
+        raise InvalidInputError(f"symlink points outside the import root (absolute target {target!r})",
+                                path=where)
+    base = posixpath.dirname(link_rel.encode("utf-8", "surrogateescape"))
+    resolved = posixpath.normpath(posixpath.join(base, target)) if base else posixpath.normpath(target)
+    if resolved == b".." or resolved.startswith(b"../"):
+        raise InvalidInputError(f"symlink points outside the import root ({target!r})", path=where)
+
+
+# -- sources ---------------------------------------------------------------------
+
+def _scan_directory(root: Path) -> tuple[_Dir, int]:
+    """Walk without following symlinks; the root itself may be a symlink to a directory."""
+    root = root.resolve()
+    count = 0
+
+    def walk(path: Path, rel: str) -> _Dir:
+        nonlocal count
+        node = _Dir()
+        try:
+            it = os.scandir(path)
+        except OSError as err:
+            raise InvalidInputError(f"cannot list directory: {err.strerror}", path=str(path)) from err
+        with it:
+            entries = sorted(it, key=lambda e: e.name)
+        for e in entries:
+            name = os.fsencode(e.name)
+            erel = f"{rel}/{e.name}" if rel else e.name
+            check_entry_name(name, e.path)
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError as err:
+                raise InvalidInputError(f"cannot stat: {err.strerror}", path=e.path) from err
+            if stat.S_ISDIR(st.st_mode):
+                sub = walk(Path(e.path), erel)
+                if sub.entries:
+                    node.entries[name] = sub
+            elif stat.S_ISLNK(st.st_mode):
+                target = os.fsencode(os.readlink(e.path))
+                _check_link_target(target, erel, e.path)
+                node.entries[name] = _File(MODE_LINK, (lambda t=target: t), e.path)
+                count += 1
+            elif stat.S_ISREG(st.st_mode):
+                mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
+                node.entries[name] = _File(mode, (lambda p=e.path: _read_file(p)), e.path)
+                count += 1
+            else:
+                raise InvalidInputError("not a regular file, directory or symlink; git cannot store it",
+                                        path=e.path)
+        return node
+
+    return walk(root, ""), count
+
+
+def _read_file(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as err:
+        raise InvalidInputError(f"cannot read file: {err.strerror}", path=path) from err
+
+
+def _scan_tar(path: Path) -> tuple[_Dir, int, tarfile.TarFile]:
+    try:
+        tar = tarfile.open(path, "r:*")
+    except (tarfile.TarError, OSError) as err:
+        raise InvalidInputError(f"cannot open tar archive: {err}", path=str(path)) from err
+    root = _Dir()
+    files: dict[str, _File] = {}
+    count = 0
+    try:
+        members = tar.getmembers()
+    except (tarfile.TarError, OSError, EOFError) as err:
+        tar.close()
+        raise InvalidInputError(f"corrupt tar archive: {err}", path=str(path)) from err
+
+    def parent_of(parts: list[bytes], where: str) -> _Dir:
+        node = root
+        for part in parts:
+            child = node.entries.get(part)
+            if child is None:
+                child = node.entries[part] = _Dir()
+            elif isinstance(child, _File):
+                raise InvalidInputError("tar member is both a file and a directory", path=where)
+            node = child
+        return node
+
+    for m in members:
+        where = f"{path}:{m.name}"
+        raw = m.name.encode("utf-8", "surrogateescape")
+        if raw.startswith(b"/"):
+            raise InvalidInputError("tar member has an absolute path", path=where)
+        parts = [p for p in raw.split(b"/") if p not in (b"", b".")]
+        if not parts:
+            if m.isdir():
+                continue
+            raise InvalidInputError("tar member has an empty name", path=where)
+        for p in parts:
+            if p == b"..":
+                raise InvalidInputError("tar member path escapes the archive root ('..')", path=where)
+            check_entry_name(p, where)
+        rel = "/".join(p.decode("utf-8", "surrogateescape") for p in parts)
+        if m.isdir():
+            node = parent_of(parts, where)
+            continue
+        parent = parent_of(parts[:-1], where)
+        if isinstance(parent.entries.get(parts[-1]), _Dir):
+            raise InvalidInputError("tar member is both a file and a directory", path=where)
+        if m.issym():
+            target = m.linkname.encode("utf-8", "surrogateescape")
+            _check_link_target(target, rel, where)
+            f = _File(MODE_LINK, (lambda t=target: t), where)
+        elif m.isfile() or m.islnk():
+            if m.islnk():
+                target = posixpath.normpath(m.linkname)
+                if target not in files:
+                    raise InvalidInputError(f"tar hard link to {m.linkname!r}, which is not an earlier file",
+                                            path=where)
+                f = _File(files[target].mode, files[target].read, where)
+            else:
+                mode = MODE_EXEC if m.mode & stat.S_IXUSR else MODE_FILE
+                f = _File(mode, (lambda mm=m, w=where: _read_member(tar, mm, w)), where)
+        else:
+            raise InvalidInputError("tar member is not a file, directory or symlink; git cannot store it",
+                                    path=where)
+        if parts[-1] not in parent.entries:
+            count += 1
+        parent.entries[parts[-1]] = f   # a later member replaces an earlier one, as tar -x does
+        files[rel] = f
+    _prune_empty(root)
+    return root, count, tar
+
+
+def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> bytes:
+    try:
+        fobj = tar.extractfile(member)
+        if fobj is None:
+            raise InvalidInputError("tar member has no data", path=where)
+        return fobj.read()
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise InvalidInputError(f"cannot read tar member: {err}", path=where) from err
+
+
+def _prune_empty(node: _Dir) -> bool:
+    for name in list(node.entries):
+        child = node.entries[name]
+        if isinstance(child, _Dir) and not _prune_empty(child):
+            del node.entries[name]
+    return bool(node.entries)
+
+
+# -- trees and commit -----------------------------------------------------------
+
+def tree_sort_key(name: bytes, is_tree: bool) -> bytes:
+    """git's tree order: byte order, with directory names compared as if followed by '/'."""
+    return name + b"/" if is_tree else name
+
+
+def encode_tree(entries: list[tuple[bytes, bytes, bytes]]) -> bytes:
+    """entries: (mode, name, oid); sorted here in git's order."""
+    ordered = sorted(entries, key=lambda e: tree_sort_key(e[1], e[0] == MODE_TREE))
+    return b"".join(mode + b" " + name + b"\0" + oid for mode, name, oid in ordered)
+
+
+def encode_commit(tree: bytes, parents: list[bytes], author: bytes, committer: bytes, message: str) -> bytes:
+    msg = message.encode()
+    if not msg.endswith(b"\n"):
+        msg += b"\n"
+    lines = [b"tree " + tree.hex().encode()]
+    lines += [b"parent " + p.hex().encode() for p in parents]
+    lines += [b"author " + author, b"committer " + committer]
+    return b"\n".join(lines) + b"\n\n" + msg
+
+
+def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str = "Import",
+                author: Identity = Identity(), committer: Identity | None = None,
+                counters: BatchCounters | None = None, progress: Progress | None = None,
+                **batch_options) -> ImportResult:
+    """Write ``source`` (directory or tar) as blobs + trees + a commit whose parent is ``ref``'s
+    current value, then move ``ref`` by compare-and-swap. Raises InvalidInputError for bad input
+    (nothing written), RefUpdateError if the ref moved meanwhile (objects stay unreferenced)."""
+    check_ref_name(ref)
+    src = Path(source)
+    if not src.exists():
+        raise InvalidInputError("import source does not exist", path=str(src))
+    t0 = time.monotonic()
+    tar = None
+    if src.is_dir():
+        root, nfiles = _scan_directory(src)
+    else:
+        root, nfiles, tar = _scan_tar(src)
+    counters = counters if counters is not None else BatchCounters()
+    counters.add_time("scan", time.monotonic() - t0)
+    parent = repo.refs.read(ref)
+    ntrees = 0
+    done = 0
+    step = max(1, nfiles // 100)
+    try:
+        with begin_batch(repo, counters=counters, progress=None, **batch_options) as batch:
+            def write(node: _Dir) -> bytes:
+                nonlocal ntrees, done
+                entries = []
+                for name, child in node.entries.items():
+                    if isinstance(child, _Dir):
+                        entries.append((MODE_TREE, name, write(child)))
+                    else:
+                        oid, _ = batch.add(ObjectType.BLOB, child.read())
+                        entries.append((child.mode, name, oid))
+                        done += 1
+                        if progress is not None and (done % step == 0 or done == nfiles):
+                            progress("import", done, nfiles)
+                ntrees += 1
+                return batch.add(ObjectType.TREE, encode_tree(entries))[0]
+
+            tree = write(root)
+            now = int(time.time())
+            commit_data = encode_commit(tree, [parent] if parent else [], author.line(now),
+                                        (committer or author).line(now), message)
+            commit, _ = batch.add(ObjectType.COMMIT, commit_data)
+            if progress is not None:
+                progress("commit", 0, None)
+            result = batch.commit([RefUpdate(ref, parent, commit)])
+    finally:
+        if tar is not None:
+            tar.close()
+    if progress is not None:
+        progress("done", nfiles, nfiles)
+    return ImportResult(commit=commit, tree=tree, parent=parent, ref=ref, files=nfiles, trees=ntrees,
+                        counters=result.counters)
+
+
+__all__ = ["Identity", "ImportResult", "import_tree", "encode_tree", "encode_commit", "check_entry_name",
+           "StoreError"]
