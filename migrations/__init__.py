@@ -1,0 +1,1 @@
+"""Alembic migrations of the packyard job records (run them with ``packyard migrate``)."""

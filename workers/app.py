@@ -1,0 +1,66 @@
+"""The Celery app, configured from :class:`workers.settings.Settings`.
+
+``celery -A workers.app worker`` (what ``packyard worker`` execs) finds ``app`` here.
+Broker and result backend are the same Redis; the pool is prefork; task events are
+on (Flower shows every task and its PROGRESS state); storage tasks ack late and are
+re-queued if their worker process dies (set on PackyardTask).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery
+from celery.schedules import crontab
+
+from workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
+from workers.settings import Settings, get_settings
+
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Nightly jobs. Today: verify_repo for each PACKYARD_NIGHTLY_REPOS entry (repack joins in a later issue)."""
+    schedule: dict[str, dict[str, Any]] = {}
+    for repo in settings.nightly_repos:
+        schedule[f"nightly-verify:{repo}"] = {
+            "task": "packyard.verify_repo",
+            "schedule": crontab(hour=settings.nightly_hour, minute=0),
+            "kwargs": {"repo": repo},
+        }
+    return schedule
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    return dict(
+        broker_url=settings.broker_url,
+        result_backend=settings.broker_url,
+        broker_connection_retry_on_startup=True,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        result_accept_content=["json"],
+        result_extended=True,            # task name/args in the backend, for dashboards
+        result_expires=7 * 24 * 3600,
+        timezone="UTC",
+        enable_utc=True,
+        worker_pool="prefork",
+        worker_concurrency=settings.worker_concurrency,
+        worker_prefetch_multiplier=1,    # long storage jobs: do not hoard messages in one process
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        task_track_started=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_hijack_root_logger=False,
+        beat_schedule=beat_schedule(settings),
+        beat_schedule_filename=str(settings.state_dir / "celerybeat-schedule"),
+        imports=("workers.tasks",),
+    )
+
+
+def create_app(settings: Settings | None = None) -> Celery:
+    settings = settings or get_settings()
+    celery_app = Celery("packyard")
+    celery_app.config_from_object(celery_config(settings))
+    return celery_app
+
+
+app = create_app()

@@ -1,0 +1,51 @@
+"""The ``packyard`` command line. One module per command, each with ``register(subparsers)``.
+
+A command module::
+
+    def register(subparsers) -> None:
+        p = subparsers.add_parser("name", help="one line", description="more")
+        common.add_repo_arg(p)            # every command acting on a repository: --repo PATH
+        p.set_defaults(func=run)
+
+    def run(args) -> int: ...            # exit status
+
+Add the module to COMMANDS below. Benchmarks go under ``workers/cli/bench/`` the same way.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = (
+    "init", "worker", "beat", "flower", "migrate", "up", "submit", "status", "verify", "demo", "bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="packyard",
+        description="Git object-storage maintenance service: Celery workers over bare repositories. "
+                    "Configuration comes from PACKYARD_* environment variables (see workers/settings.py); "
+                    "with none set, an embedded Redis and a SQLite file under ./.state are used.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in COMMANDS:
+        importlib.import_module(f"workers.cli.{name}").register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workers import logging as plog
+    from workers.settings import get_settings
+
+    args = build_parser().parse_args(argv)
+    plog.configure_from_settings(get_settings())
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

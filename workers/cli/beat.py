@@ -1,0 +1,33 @@
+"""packyard beat: exec `celery beat` with the nightly schedule."""
+from __future__ import annotations
+
+import argparse
+import os
+
+from workers.cli import common
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser(
+        "beat", help="run the scheduler (nightly jobs)",
+        description="Exec `celery -A workers.app beat`. Nightly: verify_repo for every repository in "
+                    "PACKYARD_NIGHTLY_REPOS at PACKYARD_NIGHTLY_HOUR (UTC).")
+    p.add_argument("--show-schedule", action="store_true", help="print the schedule and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    s = common.settings()
+    if args.show_schedule:
+        from workers.app import beat_schedule
+
+        entries = beat_schedule(s)
+        if not entries:
+            print("no scheduled jobs (set PACKYARD_NIGHTLY_REPOS)")
+        for name, entry in entries.items():
+            print(f"{name}: {entry['task']} {entry['kwargs']} at {entry['schedule']}")
+        return 0
+    common.prepare_embedded(s)
+    argv = common.beat_argv(s)
+    os.execve(argv[0], argv, common.child_env(s))
+    return 0

@@ -1,0 +1,135 @@
+"""Helpers shared by the CLI commands: the --repo convention, settings, child processes."""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Sequence
+
+from workers.settings import Settings, get_settings
+
+
+def add_repo_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--repo", metavar="PATH", required=required,
+                        help="repository path (bare repository, or a work tree with .git)")
+
+
+def settings() -> Settings:
+    return get_settings()
+
+
+def is_default_sqlite(s: Settings) -> bool:
+    return s.database_url == f"sqlite:///{s.state_dir / 'packyard.db'}"
+
+
+def prepare_embedded(s: Settings, migrate: bool = True):  # type: ignore[no-untyped-def]
+    """Start/reuse the embedded Redis (if configured) and migrate the embedded SQLite database."""
+    from workers.embedded import ensure_redis
+    from workers.records import upgrade_database
+
+    s.state_dir.mkdir(parents=True, exist_ok=True)
+    server = ensure_redis(s)
+    if migrate and is_default_sqlite(s):
+        upgrade_database(s)
+    return server
+
+
+def child_env(s: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(s.as_env())
+    root = str(Path(__file__).resolve().parent.parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if extra:
+        env.update(extra)
+    return env
+
+
+def celery_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "celery", "-A", "workers.app", *args]
+
+
+def worker_argv(s: Settings, name: str = "packyard@%h", concurrency: int | None = None,
+                loglevel: str | None = None) -> list[str]:
+    return celery_argv("worker", "--pool=prefork", f"--concurrency={concurrency or s.worker_concurrency}",
+                       "--task-events", f"--hostname={name}", f"--loglevel={loglevel or s.log_level}")
+
+
+def beat_argv(s: Settings) -> list[str]:
+    return celery_argv("beat", f"--schedule={s.state_dir / 'celerybeat-schedule'}",
+                       f"--pidfile={s.state_dir / 'celerybeat.pid'}", f"--loglevel={s.log_level}")
+
+
+def flower_argv(port: int, address: str) -> list[str]:
+    return celery_argv("flower", f"--port={port}", f"--address={address}")
+
+
+class Child:
+    """A child process in its own process group, stopped with the whole group."""
+
+    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], stdout: IO[bytes] | int | None = None,
+                 cwd: str | None = None) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(list(argv), env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
+                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM the group (Celery: warm shutdown), then SIGKILL it after ``timeout``."""
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                pass
+        # Whatever is left of the group (prefork children) goes too.
+        self._signal_group(signal.SIGKILL)
+        try:
+            return self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            return -9
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
+def ping_workers(timeout: float = 1.0) -> list[str]:
+    """Names of the Celery workers answering a broadcast ping."""
+    from workers.app import app
+
+    replies = app.control.ping(timeout=timeout) or []
+    return [name for reply in replies for name in reply]
+
+
+def normalize_task_name(name: str) -> str:
+    """``verify-repo`` / ``verify_repo`` / ``packyard.verify_repo`` → ``packyard.verify_repo``."""
+    base = name.removeprefix("packyard.").replace("-", "_")
+    return f"packyard.{base}"
+
+
+def known_tasks() -> list[str]:
+    import workers.tasks  # noqa: F401  (registers every task module)
+    from workers.app import app
+
+    return sorted(n for n in app.tasks if n.startswith("packyard."))

@@ -1,0 +1,83 @@
+"""packyard submit <task> --repo R: queue a job by task name, as a hosting frontend would."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from workers.cli import common
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser(
+        "submit", help="queue a job (by task name)",
+        description="Publish a task by name (app.send_task, like a frontend). The queued job row is recorded. "
+                    "Task names: verify_repo (or verify-repo, packyard.verify_repo), …")
+    p.add_argument("task", help="task name, e.g. verify_repo")
+    common.add_repo_arg(p)
+    p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra task parameter (VALUE parsed as JSON when it is JSON, else a string)")
+    p.add_argument("--wait", action="store_true", help="wait for the result and print it")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait with --wait (default 600)")
+    p.set_defaults(func=run)
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"packyard submit: bad parameter {item!r} (want KEY=VALUE)")
+        try:
+            params[key] = json.loads(raw)
+        except ValueError:
+            params[key] = raw
+    return params
+
+
+def run(args: argparse.Namespace) -> int:
+    name = common.normalize_task_name(args.task)
+    known = common.known_tasks()
+    if name not in known:
+        print(f"packyard submit: unknown task {args.task!r}; known: "
+              f"{', '.join(k.removeprefix('packyard.') for k in known)}", file=sys.stderr)
+        return 2
+    s = common.settings()
+    common.prepare_embedded(s)
+    from workers.app import app
+
+    kwargs = {"repo": str(Path(args.repo).expanduser().resolve()), **parse_params(args.param)}
+    result = app.send_task(name, kwargs=kwargs)
+    print(f"queued {name} {result.id} repo={kwargs['repo']}", flush=True)
+    if not args.wait:
+        return 0
+    return wait_and_print(s, result, args.timeout)
+
+
+def wait_and_print(s, result, timeout: float) -> int:  # type: ignore[no-untyped-def]
+    from celery.exceptions import TimeoutError as CeleryTimeout
+
+    try:
+        value = result.get(timeout=timeout, propagate=False)
+    except CeleryTimeout:
+        print(f"{result.id}: still {result.state} after {timeout}s", file=sys.stderr)
+        return 3
+    job = job_row(s, result.id)
+    if result.successful():
+        print(json.dumps({"task_id": result.id, "state": result.state, "result": value,
+                          "duration_ms": job.duration_ms if job else None}, indent=2, default=str))
+        return 0
+    print(json.dumps({"task_id": result.id, "state": result.state,
+                      "error": job.error if job and job.error else str(value)}, indent=2, default=str))
+    return 1
+
+
+def job_row(s, task_id: str):  # type: ignore[no-untyped-def]
+    from sqlalchemy import select
+
+    from workers.records import Job, session_scope
+
+    with session_scope(s) as session:
+        return session.scalar(select(Job).where(Job.task_id == task_id))

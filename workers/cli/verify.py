@@ -1,0 +1,66 @@
+"""packyard verify --repo PATH: verify a repository in-process (no queue), with a progress bar on a TTY."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from workers.cli import common
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser("verify", help="verify a repository in-process",
+                              description="Check every object (hash, parse) and reachability from the refs, "
+                                          "in this process (no Redis, no worker). Exit 1 on the first bad object.")
+    common.add_repo_arg(p)
+    p.add_argument("--json", action="store_true", help="print counters as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
+    p.set_defaults(func=run)
+
+
+class TqdmProgress:
+    """A progress callable that drives one tqdm bar per phase."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.bar: Any = None
+        self.phase: str | None = None
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        from tqdm import tqdm
+
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            self.bar = tqdm(total=total, desc=phase, unit="obj", file=self.stream, leave=True, dynamic_ncols=True)
+        if self.bar.total != total and total is not None:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def run(args: argparse.Namespace) -> int:
+    from store.errors import StoreError
+    from workers.commands.verify import verify_repo
+
+    progress = TqdmProgress() if sys.stderr.isatty() and not args.no_progress else None
+    try:
+        result = verify_repo(args.repo, progress=progress)
+    except StoreError as err:
+        if progress:
+            progress.close()
+        print(f"packyard verify: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    if progress:
+        progress.close()
+    counters = result["counters"]
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"ok {result['repo']}: " + " ".join(f"{k}={v}" for k, v in counters.items()))
+    return 0

@@ -1,0 +1,15 @@
+"""verify_repo as a plain function: the engine's verify_repository, with counters for the job row."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from store.verify import verify_repository
+
+Progress = Callable[[str, int, "int | None"], None]
+
+
+def verify_repo(repo: str | Path, *, progress: Progress | None = None) -> dict[str, Any]:
+    """Verify ``repo`` (read-only). Raises the store's typed error for the first bad object."""
+    report = verify_repository(Path(repo), progress=progress)
+    return {"repo": str(Path(repo).resolve()), "counters": report.as_counters()}

@@ -1,0 +1,207 @@
+"""Redis lease lock per repository, with fencing tokens.
+
+A lease is the Redis key ``packyard:lock:<repo>`` holding ``<token>:<owner>``,
+with a TTL. Acquisition is one Lua script: if the key is free, INCR the per-repo
+counter ``packyard:fence:<repo>`` (so tokens only ever grow, across holders and
+across expiries) and SET the key with that token and the TTL. Renewal is a Lua
+compare-and-extend and release a Lua compare-and-delete, so a holder whose lease
+expired can never extend or delete its successor's lease.
+
+A lease can be lost (the process stalled past the TTL, Redis restarted):
+:meth:`Lease.check` raises :class:`store.errors.LockLostError` when the key no
+longer holds our value, and every write that must be fenced carries ``lease.token``
+(a later holder has a larger token, so storage can refuse stale writers).
+
+    with repo_lock(redis_client(settings), repo_path, ttl=60, job_id=task_id) as lease:
+        ...  # lease.check() before each publishing step; lease.renew() on long work
+"""
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import redis
+
+from store.errors import LockLostError
+from workers.records.models import LockEventKind
+from workers.settings import Settings
+
+KEY_PREFIX = "packyard:lock:"
+FENCE_PREFIX = "packyard:fence:"
+
+_ACQUIRE = """
+if redis.call('exists', KEYS[1]) == 1 then return false end
+local token = redis.call('incr', KEYS[2])
+redis.call('set', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
+return token
+"""
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+class LockTimeout(TimeoutError):
+    """The lease stayed taken for longer than the caller was willing to wait."""
+
+
+@dataclass(frozen=True)
+class LockEvent:
+    repo: str
+    lock_name: str
+    job_id: str | None
+    event: LockEventKind
+    token: int | None
+
+
+OnEvent = Callable[[LockEvent], None]
+
+
+def lock_name_for(repo: str | Path) -> str:
+    return str(Path(repo).expanduser().resolve())
+
+
+def redis_client(settings: Settings) -> redis.Redis:
+    return redis.Redis.from_url(settings.redis_py_url, socket_timeout=10, socket_connect_timeout=10)
+
+
+def db_event_recorder(settings: Settings) -> OnEvent:
+    """An ``on_event`` that writes lock_events rows."""
+    from workers.records.recorder import record_lock_event
+
+    def record(ev: LockEvent) -> None:
+        record_lock_event(settings, repo=ev.repo, job_id=ev.job_id, lock_name=ev.lock_name, event=ev.event,
+                          token=ev.token)
+
+    return record
+
+
+class Lease:
+    """A held repository lease. ``token`` is the fencing token (strictly increasing per repository)."""
+
+    def __init__(self, client: redis.Redis, repo: str, token: int, owner: str, ttl: float,
+                 job_id: str | None, on_event: OnEvent | None) -> None:
+        self.client, self.repo, self.token, self.owner = client, repo, token, owner
+        self.ttl, self.job_id, self.on_event = ttl, job_id, on_event
+        self.key = KEY_PREFIX + repo
+        self.value = f"{token}:{owner}"
+        self.released = False
+        self.lost = False
+
+    def _emit(self, kind: LockEventKind) -> None:
+        if self.on_event is not None:
+            self.on_event(LockEvent(self.repo, self.key, self.job_id, kind, self.token))
+
+    def _why_lost(self) -> LockEventKind:
+        return LockEventKind.EXPIRED if self.client.get(self.key) is None else LockEventKind.LOST
+
+    def _lost(self, doing: str) -> LockLostError:
+        kind = self._why_lost()
+        if not self.lost:
+            self.lost = True
+            self._emit(kind)
+        holder = "nobody holds it" if kind is LockEventKind.EXPIRED else "another holder has it"
+        return LockLostError(f"repository lease {kind.value} while {doing} (token {self.token}; {holder})",
+                             path=self.repo)
+
+    def is_held(self) -> bool:
+        """Whether Redis still holds our value (a pure question; records nothing)."""
+        return self.client.get(self.key) == self.value.encode()
+
+    def check(self) -> None:
+        """Raise LockLostError unless the lease is still ours. Call before every step that publishes."""
+        if self.lost or not self.is_held():
+            raise self._lost("checking")
+
+    def renew(self, ttl: float | None = None) -> None:
+        """Extend the lease by ``ttl`` (default: the original TTL) if it is still ours, else LockLostError."""
+        ms = int((ttl or self.ttl) * 1000)
+        if self.lost or not self.client.eval(_RENEW, 1, self.key, self.value, ms):
+            raise self._lost("renewing")
+        self._emit(LockEventKind.RENEWED)
+
+    def release(self) -> bool:
+        """Delete the lease if it is still ours. False (and a lost/expired event) if it was not."""
+        if self.released:
+            return True
+        self.released = True
+        if self.client.eval(_RELEASE, 1, self.key, self.value):
+            self._emit(LockEventKind.RELEASED)
+            return True
+        if not self.lost:
+            self.lost = True
+            self._emit(self._why_lost())
+        return False
+
+
+def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
+                on_event: OnEvent | None = None) -> Lease | None:
+    """One attempt: a Lease, or None if someone else holds it."""
+    name = lock_name_for(repo)
+    owner = f"{job_id or '-'}:{uuid.uuid4().hex}"
+    token = client.eval(_ACQUIRE, 2, KEY_PREFIX + name, FENCE_PREFIX + name, owner, int(ttl * 1000))
+    if token is None:
+        return None
+    lease = Lease(client, name, int(token), owner, ttl, job_id, on_event)
+    lease._emit(LockEventKind.ACQUIRED)
+    return lease
+
+
+def acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
+            on_event: OnEvent | None = None, wait: float = 30.0, poll: float = 0.05) -> Lease:
+    deadline = time.monotonic() + wait
+    while True:
+        lease = try_acquire(client, repo, ttl, job_id, on_event)
+        if lease is not None:
+            return lease
+        if time.monotonic() >= deadline:
+            raise LockTimeout(f"repository {lock_name_for(repo)} stayed locked for {wait}s")
+        time.sleep(poll)
+
+
+class _Heartbeat(threading.Thread):
+    """Renews a lease every ttl/3 until stopped; a failed renewal marks the lease lost (check() then raises)."""
+
+    def __init__(self, lease: Lease) -> None:
+        super().__init__(name=f"lease-heartbeat-{lease.token}", daemon=True)
+        self.lease = lease
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.lease.ttl / 3):
+            try:
+                self.lease.renew()
+            except LockLostError:
+                return
+            except redis.RedisError:
+                continue  # a later renewal (or check()) decides
+
+
+@contextmanager
+def repo_lock(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
+              on_event: OnEvent | None = None, wait: float = 30.0, auto_renew: bool = False) -> Iterator[Lease]:
+    """Hold the repository lease for the block; released (compare-and-delete) on exit.
+
+    ``auto_renew`` renews in a background thread every ttl/3; the block must still call
+    ``lease.check()`` before publishing, because renewal can fail (stalls, Redis restarts).
+    """
+    lease = acquire(client, repo, ttl, job_id, on_event, wait)
+    beat = _Heartbeat(lease) if auto_renew else None
+    if beat is not None:
+        beat.start()
+    try:
+        yield lease
+    finally:
+        if beat is not None:
+            beat.stopped.set()
+            beat.join()
+        lease.release()

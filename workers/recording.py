@@ -1,0 +1,122 @@
+"""The one place where task runs become job rows.
+
+* queued:   ``before_task_publish`` signal, in whatever process publishes
+            (``packyard submit``, beat, a frontend using ``app.send_task``);
+* started / success / failure / retry: :meth:`workers.tasks.base.PackyardTask.__call__`,
+            which calls :func:`job_started` / :func:`job_finished` / :func:`job_retrying`
+            around the task body — before Celery stores the result, so a client that sees
+            the result in the backend also finds the finished job row.
+
+No task repeats any of this: a task is ``@app.task(base=PackyardTask)`` and returns
+``{"counters": {...}}``.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery.signals import before_task_publish, setup_logging, worker_process_init
+
+from workers import logging as plog
+from workers.records import JobState, recorder
+from workers.settings import get_settings
+
+log = plog.get_logger("packyard.jobs")
+
+TASK_PREFIX = "packyard."
+
+
+def repo_from_call(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str | None:
+    """The repository a task acts on: ``repo=`` keyword, else the first positional argument."""
+    if "repo" in kwargs:
+        return str(kwargs["repo"])
+    if args and isinstance(args[0], str):
+        return args[0]
+    return None
+
+
+def params_from_call(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+    params = {k: v for k, v in kwargs.items() if k != "repo"}
+    if args:
+        params["args"] = list(args)
+    return params
+
+
+def counters_of(value: Any) -> dict[str, Any] | None:
+    """Counters from a task's returned dict, or from an exception's partial report/counters."""
+    if isinstance(value, dict):
+        c = value.get("counters")
+        return dict(c) if isinstance(c, dict) else None
+    report = getattr(value, "report", None)
+    if report is not None and hasattr(report, "as_counters"):
+        return dict(report.as_counters())
+    c = getattr(value, "counters", None)
+    return dict(c) if isinstance(c, dict) else None
+
+
+@before_task_publish.connect
+def _on_publish(sender: str | None = None, headers: dict[str, Any] | None = None, body: Any = None,
+                **_: Any) -> None:
+    headers = headers or {}
+    name = sender or headers.get("task")
+    if not name or not name.startswith(TASK_PREFIX) or headers.get("retries"):
+        return
+    args: Any = ()
+    kwargs: dict[str, Any] = {}
+    if isinstance(body, (tuple, list)) and len(body) >= 2:
+        args, kwargs = body[0] or (), body[1] or {}
+    repo = repo_from_call(args, kwargs)
+    try:
+        recorder.record_queued(get_settings(), task_id=headers["id"], kind=name, repo=repo,
+                               params=params_from_call(args, kwargs))
+    except Exception as err:  # the job is still queued; the worker creates the row when it starts
+        log.warning("job.queued_record_failed", task_id=headers.get("id"), task=name, error=str(err))
+        return
+    log.info("job.queued", job_id=headers["id"], task=name, repo=repo)
+
+
+def job_started(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+                hostname: str | None) -> float:
+    repo = repo_from_call(args, kwargs)
+    plog.bind_job(job_id=task_id, task=name, repo=repo)
+    recorder.record_started(get_settings(), task_id=task_id, kind=name, repo=repo,
+                            params=params_from_call(args, kwargs), hostname=hostname, pid=os.getpid())
+    log.info("job.started", worker=hostname, pid=os.getpid())
+    return time.monotonic()
+
+
+def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], started: float,
+                 result: Any = None, exc: BaseException | None = None) -> None:
+    """Record SUCCESS (counters from the result) or FAILURE (str(exc)); log the one summary event."""
+    repo = repo_from_call(args, kwargs)
+    state = JobState.FAILURE if exc is not None else JobState.SUCCESS
+    counters = counters_of(exc if exc is not None else result)
+    recorder.record_finished(get_settings(), task_id=task_id, kind=name, repo=repo, state=state,
+                             counters=counters, error=str(exc) if exc is not None else None,
+                             error_type=type(exc).__name__ if exc is not None else None)
+    event = dict(state=state.value, duration_ms=int((time.monotonic() - started) * 1000), counters=counters)
+    if exc is not None:
+        log.error("job.finished", error=str(exc), error_type=type(exc).__name__, **event)
+    else:
+        log.info("job.finished", **event)
+
+
+def job_retrying(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> None:
+    recorder.record_retry(get_settings(), task_id=task_id, kind=name, repo=repo_from_call(args, kwargs),
+                          reason=reason)
+    log.warning("job.retry", reason=reason)
+
+
+@setup_logging.connect
+def _setup_logging(**_: Any) -> None:
+    # Having a receiver here stops Celery from installing its own handlers: every line goes through structlog.
+    plog.configure_from_settings(get_settings())
+
+
+@worker_process_init.connect
+def _child_init(**_: Any) -> None:
+    # Pools created before the fork belong to the parent.
+    from workers.records.db import dispose_all
+
+    dispose_all()

@@ -1,0 +1,104 @@
+"""Engine and sessions for the job records, one engine per (URL, process).
+
+A prefork worker forks its children after the app is imported; a SQLAlchemy pool
+must never cross a fork, so the engine is keyed by pid and created lazily.
+SQLite gets WAL mode and a busy timeout so that several worker processes can
+write job rows at once.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+from workers.settings import Settings
+
+_lock = threading.Lock()
+_engines: dict[tuple[str, int], Engine] = {}
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent.parent / "migrations"
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:  # type: ignore[no-untyped-def]
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        path = url.split("///", 1)[1] if "///" in url else ""
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
+    return create_engine(url, pool_pre_ping=True)
+
+
+def get_engine(url: str) -> Engine:
+    key = (url, os.getpid())
+    with _lock:
+        engine = _engines.get(key)
+        if engine is None:
+            engine = _engines[key] = make_engine(url)
+        return engine
+
+
+def dispose_all() -> None:
+    """Forget every engine (after a fork the parent's pools must not be used)."""
+    with _lock:
+        for (_, pid), engine in list(_engines.items()):
+            if pid == os.getpid():
+                engine.dispose()
+            else:
+                engine.dispose(close=False)
+        _engines.clear()
+
+
+@contextmanager
+def session_scope(settings: Settings | str) -> Iterator[Session]:
+    """A session that commits on success and rolls back on error."""
+    url = settings if isinstance(settings, str) else settings.database_url
+    factory = sessionmaker(get_engine(url), expire_on_commit=False)
+    with factory() as session:
+        try:
+            yield session
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+
+
+def alembic_config(settings: Settings | str):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    url = settings if isinstance(settings, str) else settings.database_url
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
+    cfg.set_main_option("path_separator", "os")
+    # env.py reads this attribute first, so tests and the CLI can target any database.
+    cfg.attributes["database_url"] = url
+    return cfg
+
+
+def upgrade_database(settings: Settings | str, revision: str = "head") -> None:
+    """Bring the records database to ``revision`` (used by ``packyard up``/``demo``/``migrate`` and tests)."""
+    from alembic import command
+
+    command.upgrade(alembic_config(settings), revision)
+
+
+def downgrade_database(settings: Settings | str, revision: str = "base") -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(settings), revision)

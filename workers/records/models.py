@@ -1,0 +1,119 @@
+"""SQLAlchemy 2.0 typed models of the job records.
+
+``repositories`` — every repository packyard has worked on; ``jobs`` — one row per
+task run (queued → started → success/failure, counters, error); ``lock_events`` —
+every acquire/renew/release/loss of a repository lease with its fencing token;
+``race_events`` — races the workers observed (a pack vanished under a lookup, a
+ref moved under a compare-and-swap, …), filled by later issues.
+
+The migration ``migrations/versions/0001_initial.py`` spells the same tables out
+statically; ``tests/test_migrations.py`` checks that they agree.
+"""
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class JobState(str, enum.Enum):
+    QUEUED = "QUEUED"
+    STARTED = "STARTED"
+    RETRY = "RETRY"
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+
+    @property
+    def finished(self) -> bool:
+        return self in (JobState.SUCCESS, JobState.FAILURE)
+
+
+class LockEventKind(str, enum.Enum):
+    ACQUIRED = "acquired"
+    RENEWED = "renewed"
+    RELEASED = "released"
+    LOST = "lost"        # another holder owns the lease now
+    EXPIRED = "expired"  # the lease ran out and nobody holds it
+
+
+def _enum(cls: type[enum.Enum], name: str) -> Enum:
+    # Stored as plain strings (no native ENUM type): adding a value later is a no-op migration.
+    return Enum(cls, name=name, native_enum=False, create_constraint=False, length=16,
+                values_callable=lambda e: [m.value for m in e])
+
+
+class Repository(Base):
+    __tablename__ = "repositories"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    path: Mapped[str] = mapped_column(String(4096), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_job_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    jobs: Mapped[list["Job"]] = relationship(back_populates="repository")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(64), unique=True)
+    kind: Mapped[str] = mapped_column(String(64), index=True)
+    repo_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"), index=True)
+    state: Mapped[JobState] = mapped_column(_enum(JobState, "job_state"), index=True)
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    duration_ms: Mapped[int | None] = mapped_column(BigInteger)
+    counters: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    error_type: Mapped[str | None] = mapped_column(String(128))
+    retries: Mapped[int] = mapped_column(Integer, default=0)
+    worker_hostname: Mapped[str | None] = mapped_column(String(255))
+    worker_pid: Mapped[int | None] = mapped_column(Integer)
+
+    repository: Mapped[Repository | None] = relationship(back_populates="jobs")
+
+
+class LockEvent(Base):
+    __tablename__ = "lock_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"), index=True)
+    job_id: Mapped[str | None] = mapped_column(String(64), index=True)  # the task id of the holder
+    lock_name: Mapped[str] = mapped_column(String(255))
+    event: Mapped[LockEventKind] = mapped_column(_enum(LockEventKind, "lock_event_kind"))
+    fencing_token: Mapped[int | None] = mapped_column(BigInteger)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RaceEvent(Base):
+    __tablename__ = "race_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"), index=True)
+    job_id: Mapped[str | None] = mapped_column(String(64), index=True)
+    kind: Mapped[str] = mapped_column(String(64), index=True)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

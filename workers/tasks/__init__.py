@@ -1,0 +1,44 @@
+"""packyard tasks, and the contract every task module follows.
+
+Layers
+------
+* ``workers/commands/<name>.py`` — the plain work function. It takes ids, paths and
+  parameters plus ``progress: Callable[[str, int, int | None], None] | None`` and returns
+  a JSON-able dict with ``"counters": {name: int, ...}``. No Celery in it; tests call it
+  directly. It raises ``store.errors.StoreError`` subclasses for bad input.
+* ``workers/tasks/<name>.py`` — the Celery task, about 15 lines::
+
+      from workers.app import app
+      from workers.commands import index_pack as command
+      from workers.tasks.base import PackyardTask
+
+
+      @app.task(name="packyard.index_pack", bind=True, base=PackyardTask)
+      def index_pack(self: PackyardTask, repo: str, pack_path: str) -> dict:
+          \"\"\"One line: what the job does.\"\"\"
+          self.bind_log(pack=pack_path)                 # extra log context, if any
+          with self.repo_lock(repo) as lease:          # storage tasks that write: the repo lease
+              return self.call(command.run, repo, pack_path, lease=lease)
+
+  - The repository is the parameter named ``repo`` (keyword or first positional): the job
+    row's repository and the ``repo`` log field come from it.
+  - ``PackyardTask`` (``workers.tasks.base``) records the job row (STARTED, then SUCCESS with
+    the returned counters or FAILURE with ``str(err)``), binds ``job_id``/``task``/``repo`` to
+    every log line, logs one ``job.finished`` summary, acks late and re-queues when the worker
+    process dies. The queued row is written when the task is published (any publisher).
+  - ``self.call(fn, *args, **kw)`` passes ``progress=self.progress`` and maps errors:
+    StoreError → the job fails (no retry); LockLostError and Redis connection/timeouts →
+    retry with exponential backoff (PACKYARD_TASK_MAX_RETRIES, then the job fails).
+  - ``self.progress(phase, done, total)`` → ``update_state("PROGRESS", {phase, done, total})``
+    at most every 0.5 s per phase, which Flower and dashboards show.
+  - ``self.repo_lock(repo)`` → :func:`workers.locks.repo_lock` with the configured TTL; events
+    go to ``lock_events``; ``lease.token`` is the fencing token, ``lease.check()`` raises
+    LockLostError.
+* Register the module below (one import line), add the CLI command in ``workers/cli/``
+  and, for benchmarks, a module in ``workers/cli/bench/``.
+
+Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dashes.
+"""
+from workers.tasks import verify_repo  # noqa: F401
+
+TASK_MODULES = ("verify_repo",)
