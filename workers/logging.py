@@ -63,7 +63,7 @@ def configure(fmt: str = "auto", level: str = "INFO", stream: TextIO | None = No
     root = logging.getLogger()
     root.handlers = [handler]
     root.setLevel(level.upper())
-    for noisy in ("sqlalchemy.engine", "alembic.runtime.migration"):
+    for noisy in ("sqlalchemy.engine", "alembic"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
     _configured = ("json" if as_json else "console", level)
 

@@ -78,12 +78,13 @@ def _on_publish(sender: str | None = None, headers: dict[str, Any] | None = None
 
 def job_started(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
                 hostname: str | None) -> float:
+    started = time.monotonic()
     repo = repo_from_call(args, kwargs)
     plog.bind_job(job_id=task_id, task=name, repo=repo)
     recorder.record_started(get_settings(), task_id=task_id, kind=name, repo=repo,
                             params=params_from_call(args, kwargs), hostname=hostname, pid=os.getpid())
     log.info("job.started", worker=hostname, pid=os.getpid())
-    return time.monotonic()
+    return started
 
 
 def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], started: float,

@@ -63,18 +63,29 @@ def beat_argv(s: Settings) -> list[str]:
                        f"--pidfile={s.state_dir / 'celerybeat.pid'}", f"--loglevel={s.log_level}")
 
 
-def flower_argv(port: int, address: str) -> list[str]:
-    return celery_argv("flower", f"--port={port}", f"--address={address}")
+def flower_argv(port: int, address: str, basic_auth: str | None = None) -> list[str]:
+    extra = [f"--basic-auth={basic_auth}"] if basic_auth else []
+    return celery_argv("flower", f"--port={port}", f"--address={address}", *extra)
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the parent dies, so a killed supervisor leaves no orphans."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 class Child:
     """A child process in its own process group, stopped with the whole group."""
 
     def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], stdout: IO[bytes] | int | None = None,
-                 cwd: str | None = None) -> None:
+                 cwd: str | None = None, die_with_parent: bool = True) -> None:
         self.name = name
         self.proc = subprocess.Popen(list(argv), env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
-                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd)
+                                     stdin=subprocess.DEVNULL, start_new_session=True, cwd=cwd,
+                                     preexec_fn=_die_with_parent if die_with_parent else None)
 
     @property
     def pid(self) -> int:

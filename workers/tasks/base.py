@@ -31,6 +31,7 @@ class PackyardTask(Task):
     acks_late = True
     reject_on_worker_lost = True
     track_started = True
+    throws = (StoreError,)      # expected failures: logged by Celery without a traceback
     progress_interval = 0.5     # seconds between PROGRESS updates within one phase
     retry_backoff_base = 2.0    # seconds; doubled per retry
     retry_backoff_cap = 300.0

