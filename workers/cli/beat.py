@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
         if not entries:
             print("no scheduled jobs (set PACKYARD_NIGHTLY_REPOS)")
         for name, entry in entries.items():
-            print(f"{name}: {entry['task']} {entry['kwargs']} at {entry['schedule']}")
+            print(f"{name}: {entry['task']} {entry['kwargs']} daily at {s.nightly_hour:02d}:00 UTC "
+                  f"({entry['schedule']!r})")
         return 0
     common.prepare_embedded(s)
     argv = common.beat_argv(s)
