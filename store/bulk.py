@@ -164,8 +164,10 @@ class LooseBatch:
     def __init__(self, repo, *, counters: BatchCounters | None = None,
                  flush_method: FlushMethod | None = None, dir_sync: DirSync | None = None,
                  writeout: bool = True, progress: Progress | None = None, expected: int | None = None,
-                 stale_after: float = STALE_AFTER) -> None:
+                 stale_after: float = STALE_AFTER, fence: Callable[[], None] | None = None) -> None:
         self.repo = repo
+        # Called before publishing and before the ref update (e.g. a lease check raising LockLostError).
+        self.fence = fence
         self.counters = counters if counters is not None else BatchCounters()
         self.flush_method = flush_method or default_flush_method()
         if self.flush_method is FlushMethod.SYNCFS and not durable.HAVE_SYNCFS:
@@ -332,10 +334,14 @@ class LooseBatch:
             fault_point("bulk.after_writeout")
             self._step("barrier_flush", self.barrier_flush)
             fault_point("bulk.after_barrier")
+            if self.fence is not None:
+                self.fence()
             self._step("publish_renames", self.publish_renames)
             fault_point("bulk.after_renames")
             self._step("fsync_dirs", self.fsync_dirs)
             fault_point("bulk.after_fsync_dirs")
+            if self.fence is not None and ref_updates:
+                self.fence()
             self._step("update_refs", lambda: self.update_refs(ref_updates))
             fault_point("bulk.after_update_refs")
         except BaseException:

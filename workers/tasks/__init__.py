@@ -40,5 +40,6 @@ Layers
 Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dashes.
 """
 from workers.tasks import verify_repo  # noqa: F401
+from workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
 
-TASK_MODULES = ("verify_repo",)
+TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects")

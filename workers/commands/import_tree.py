@@ -1,0 +1,26 @@
+"""import_tree as a plain function: a directory or tar archive -> blobs, trees, a commit, then the ref (CAS)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from store.importtree import Identity, import_tree as store_import_tree
+from store.repo import Repository
+from workers.commands._bulk import fence_for, flat_counters
+
+Progress = Callable[[str, int, "int | None"], None]
+
+
+def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str = "Import",
+                author_name: str = "packyard", author_email: str = "packyard@localhost",
+                author_time: int | None = None, progress: Progress | None = None,
+                lease: Any = None) -> dict[str, Any]:
+    """Commit ``source`` on top of ``ref`` and move ``ref``. Raises StoreError subclasses for bad input
+    (InvalidInputError: nothing written), RefUpdateError if the ref moved meanwhile."""
+    r = Repository.open(repo)
+    res = store_import_tree(r, ref, source, message=message,
+                            author=Identity(author_name, author_email, author_time),
+                            progress=progress, fence=fence_for(lease))
+    return {"repo": str(r.path), "ref": ref, "commit": res.commit.hex(), "tree": res.tree.hex(),
+            "parent": res.parent.hex() if res.parent else None,
+            "counters": {"files": res.files, "trees": res.trees, **flat_counters(res.counters)}}
