@@ -131,14 +131,19 @@ def postgres_url() -> Iterator[str]:
 class WorkerProcess:
     """A real `celery -A workers.app worker --pool=prefork -c 2` in its own process group."""
 
-    def __init__(self, settings: Any, name: str, log_path: Path) -> None:
+    def __init__(self, settings: Any, name: str, log_path: Path, queues: tuple[str, ...] = ()) -> None:
         from workers.cli import common
 
         self.name = name
         self.log_path = log_path
         self._log = open(log_path, "ab")
-        argv = common.worker_argv(settings, name=name, concurrency=2, loglevel="INFO")
-        self.child = common.Child(name, argv, common.child_env(settings), stdout=self._log, cwd=str(ROOT))
+        # Test-only tasks (workers_testtasks.py) are loaded into the test worker with --include;
+        # the production app never imports them.
+        argv = common.worker_argv(settings, name=name, concurrency=2, loglevel="INFO", queues=queues,
+                                  include=("workers_testtasks",))
+        env = common.child_env(settings)
+        env["PYTHONPATH"] = f"{ROOT / 'tests'}{os.pathsep}{env['PYTHONPATH']}"
+        self.child = common.Child(name, argv, env, stdout=self._log, cwd=str(ROOT))
 
     def log_lines(self) -> list[dict[str, Any]]:
         """The worker's JSON log lines (non-JSON lines, e.g. Celery's banner, are skipped)."""
@@ -187,6 +192,7 @@ def celery_worker(redis_server: Any, migrated_db: str, settings: Any) -> Iterato
 
 @pytest.fixture(scope="session")
 def celery_app(redis_server: Any) -> Any:
+    import workers_testtasks  # noqa: F401  (so the test process can publish the test-only tasks by object)
     from workers.app import app
 
     assert app.conf.broker_url == f"redis+socket://{SESSION_DIR / 'redis.sock'}", app.conf.broker_url
@@ -226,6 +232,7 @@ def pk(settings: Any) -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(
+        WorkerProcess=WorkerProcess,
         session_dir=SESSION_DIR, root=ROOT, free_port=free_port, wait_until=wait_until, cli_env=cli_env,
         job_row=lambda task_id: job_row(settings, task_id),
         wait_job=lambda task_id, timeout=60.0: wait_job(settings, task_id, timeout),

@@ -117,3 +117,34 @@ def test_verify_repo_not_a_repository(tmp_path, celery_worker, celery_app, pk, k
     assert job.error_type == "NotARepositoryError"
     assert str(target) in job.error
     assert snapshot_tree(tmp_path) == before
+
+
+def test_worker_records_jobs_in_postgres(tmp_path, postgres_url, redis_server, settings, celery_app, pk,
+                                         monkeypatch):
+    """Same as the SQLite path, with the worker process (and the publisher) writing to PostgreSQL."""
+    import dataclasses
+
+    from sqlalchemy import select
+
+    from workers.records import Job, session_scope, upgrade_database
+
+    upgrade_database(postgres_url)
+    monkeypatch.setenv("PACKYARD_DATABASE_URL", postgres_url)  # the publisher's queued row goes there too
+    pg_settings = dataclasses.replace(settings, database_url=postgres_url)
+    worker = pk.WorkerProcess(pg_settings, f"pg-{os.getpid()}@%h", tmp_path / "pg-worker.log", queues=("pgtest",))
+    try:
+        worker.wait_ready()
+        repo = make_worktree_repo(tmp_path)
+        ok = celery_app.send_task("packyard.verify_repo", kwargs={"repo": str(repo)}, queue="pgtest")
+        bad = celery_app.send_task("packyard.verify_repo", kwargs={"repo": str(tmp_path / "absent")}, queue="pgtest")
+        ok_value = ok.get(timeout=60)
+        bad.get(timeout=60, propagate=False)
+    finally:
+        worker.stop()
+    with session_scope(postgres_url) as s:
+        jobs = {j.task_id: j for j in s.scalars(select(Job))}
+    assert jobs[ok.id].state.value == "SUCCESS" and jobs[ok.id].counters == ok_value["counters"]
+    assert jobs[ok.id].counters["objects"] == len(batch_check_all(repo))
+    assert jobs[ok.id].queued_at <= jobs[ok.id].started_at <= jobs[ok.id].finished_at
+    assert jobs[ok.id].worker_hostname.startswith("pg-") and jobs[ok.id].duration_ms >= 0
+    assert jobs[bad.id].state.value == "FAILURE" and jobs[bad.id].error_type == "NotARepositoryError"

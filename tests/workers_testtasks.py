@@ -1,0 +1,59 @@
+"""Test-only tasks, loaded into the test worker with `celery worker --include workers_testtasks`.
+
+They follow the contract of workers/tasks/__init__.py exactly (command function + ~5-line task),
+and exercise what verify_repo cannot: retries on a lost lease, PROGRESS states, lease events.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from store.errors import CorruptObjectError, LockLostError
+from workers.app import app
+from workers.settings import get_settings
+from workers.tasks.base import PackyardTask
+
+Progress = Callable[[str, int, "int | None"], None]
+
+
+def flaky_command(repo: str, key: str, failures: int, *, progress: Progress | None = None) -> dict[str, Any]:
+    """Raises LockLostError for the first ``failures`` attempts (counted in Redis), then succeeds."""
+    from workers.locks import redis_client
+
+    attempts = int(redis_client(get_settings()).incr(key))
+    if attempts <= failures:
+        raise LockLostError(f"lease lost on attempt {attempts}", path=repo)
+    return {"counters": {"attempts": attempts}}
+
+
+def corrupt_command(repo: str, *, progress: Progress | None = None) -> dict[str, Any]:
+    raise CorruptObjectError("bad object for the test", path=repo, oid="ab" * 20)
+
+
+def slow_command(repo: str, steps: int, *, progress: Progress | None = None) -> dict[str, Any]:
+    for i in range(steps):
+        if progress:
+            progress("stepping", i, steps)
+        time.sleep(0.1)
+    if progress:
+        progress("stepping", steps, steps)
+    return {"counters": {"steps": steps}}
+
+
+@app.task(name="packyard.test_flaky", bind=True, base=PackyardTask, retry_backoff_base=0.05)
+def test_flaky(self: PackyardTask, repo: str, key: str, failures: int) -> dict[str, Any]:
+    return self.call(flaky_command, repo, key, failures)
+
+
+@app.task(name="packyard.test_corrupt", bind=True, base=PackyardTask, retry_backoff_base=0.05)
+def test_corrupt(self: PackyardTask, repo: str) -> dict[str, Any]:
+    return self.call(corrupt_command, repo)
+
+
+@app.task(name="packyard.test_slow", bind=True, base=PackyardTask, progress_interval=0.05)
+def test_slow(self: PackyardTask, repo: str, steps: int) -> dict[str, Any]:
+    with self.repo_lock(repo) as lease:
+        self.bind_log(step_count=steps)
+        result = self.call(slow_command, repo, steps)
+        lease.check()
+        return result
