@@ -510,12 +510,15 @@ def _remove_marker(path: Path | None) -> None:
         _unlink_quiet(str(path))
 
 
+_PID_MAX = 4_194_304  # Linux PID_MAX_LIMIT; a larger number in a name cannot be a live process
+
+
 def pid_alive(pid: int) -> bool:
-    if pid <= 0:
+    if pid <= 0 or pid > _PID_MAX:
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True
