@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from typing import Any
 
@@ -33,7 +34,8 @@ class TqdmProgress:
         if phase != self.phase:
             self.close()
             self.phase = phase
-            self.bar = tqdm(total=total, desc=phase, unit="obj", file=self.stream, leave=True, dynamic_ncols=True)
+            width = shutil.get_terminal_size((100, 24)).columns or 100
+            self.bar = tqdm(total=total, desc=phase, unit="obj", file=self.stream, leave=True, ncols=width)
         if self.bar.total != total and total is not None:
             self.bar.total = total
         self.bar.update(done - self.bar.n)
