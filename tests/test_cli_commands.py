@@ -1,14 +1,23 @@
 """The packyard CLI as a user runs it: --help everywhere, init, verify, submit, status, beat schedule."""
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 
 import pytest
 
 from gitutil import batch_check_all, git, make_worktree_repo, snapshot_tree
-from workers.cli import COMMANDS, build_parser
-from workers.cli.bench import BENCHMARKS
+from workers.cli import build_parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+# Command names as registered (a module's name need not be its command's name).
+COMMANDS = list(_subcommands(build_parser()))
+BENCHMARKS = list(_subcommands(_subcommands(build_parser())["bench"]))
 
 
 def run(pk, *args, timeout=120, **env):
@@ -36,6 +45,8 @@ def test_repo_convention_is_shared(capsys):
 def test_installed_entry_point_help(pk):
     out = run(pk, "--help")
     assert out.returncode == 0 and all(c in out.stdout for c in COMMANDS)
+    assert {"init", "worker", "beat", "flower", "migrate", "up", "submit", "status", "verify", "demo",
+            "bench"} <= set(COMMANDS)
 
 
 def test_init_creates_a_repository_git_accepts(pk, tmp_path):
