@@ -54,3 +54,18 @@ def test_progress_is_visible_and_lease_events_recorded(celery_worker, celery_app
         events = s.scalars(select(LockEvent).where(LockEvent.job_id == res.id).order_by(LockEvent.id)).all()
     assert [e.event for e in events] == [LockEventKind.ACQUIRED, LockEventKind.RELEASED]
     assert events[0].fencing_token == events[1].fencing_token and events[0].fencing_token >= 1
+
+
+def test_busy_repository_is_retried_until_the_lease_is_free(celery_worker, celery_app, pk, tmp_path, redis_client):
+    from workers.locks import try_acquire
+
+    repo = tmp_path / "busy.git"
+    held = try_acquire(redis_client, repo, ttl=30, job_id="someone-else")
+    res = celery_app.send_task("packyard.test_locked", kwargs={"repo": str(repo)})
+    pk.wait_until(lambda: (job := pk.job_row(res.id)) is not None and job.retries >= 1, 30,
+                  what="a retry while the repository is locked")
+    held.release()
+    value = res.get(timeout=60)
+    job = pk.job_row(res.id)
+    assert job.state.value == "SUCCESS" and job.retries >= 1
+    assert value["counters"]["token"] > held.token  # fencing: the later holder has the larger token

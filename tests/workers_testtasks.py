@@ -57,3 +57,10 @@ def test_slow(self: PackyardTask, repo: str, steps: int) -> dict[str, Any]:
         result = self.call(slow_command, repo, steps)
         lease.check()
         return result
+
+
+@app.task(name="packyard.test_locked", bind=True, base=PackyardTask, retry_backoff_base=0.2)
+def test_locked(self: PackyardTask, repo: str) -> dict[str, Any]:
+    with self.repo_lock(repo, wait=0.2) as lease:
+        lease.check()
+        return {"counters": {"token": lease.token}}

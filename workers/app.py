@@ -33,6 +33,8 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         broker_url=settings.broker_url,
         result_backend=settings.broker_url,
         broker_connection_retry_on_startup=True,
+        # acks_late: an unacknowledged job is redelivered after this long (its host died mid-job).
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
         task_serializer="json",
         result_serializer="json",
         accept_content=["json"],

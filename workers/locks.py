@@ -195,6 +195,13 @@ def repo_lock(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | N
     ``lease.check()`` before publishing, because renewal can fail (stalls, Redis restarts).
     """
     lease = acquire(client, repo, ttl, job_id, on_event, wait)
+    with hold(lease, auto_renew):
+        yield lease
+
+
+@contextmanager
+def hold(lease: Lease, auto_renew: bool = False) -> Iterator[Lease]:
+    """Keep an acquired lease for the block (renewing it if asked) and release it on exit."""
     beat = _Heartbeat(lease) if auto_renew else None
     if beat is not None:
         beat.start()

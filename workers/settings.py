@@ -19,6 +19,9 @@ PACKYARD_LOCK_TTL              repository lease lifetime in seconds         60
 PACKYARD_NIGHTLY_REPOS         os.pathsep-separated repos verified nightly  (none)
 PACKYARD_NIGHTLY_HOUR          UTC hour of the nightly jobs                 3
 PACKYARD_TASK_MAX_RETRIES      retries for transient failures               5
+PACKYARD_VISIBILITY_TIMEOUT    seconds before Redis redelivers an unacked   14400
+                               job (a host died mid-job); must exceed the
+                               longest job
 =============================  ===========================================  =========================
 """
 from __future__ import annotations
@@ -68,6 +71,7 @@ class Settings:
     nightly_repos: tuple[str, ...] = field(default_factory=tuple)
     nightly_hour: int = 3
     task_max_retries: int = 5
+    visibility_timeout: int = 14400
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -95,6 +99,7 @@ class Settings:
             nightly_repos=tuple(str(Path(p).expanduser().resolve()) for p in repos),
             nightly_hour=_int(env, "PACKYARD_NIGHTLY_HOUR", 3),
             task_max_retries=_int(env, "PACKYARD_TASK_MAX_RETRIES", 5),
+            visibility_timeout=_int(env, "PACKYARD_VISIBILITY_TIMEOUT", 14400),
         )
 
     @property
@@ -131,6 +136,7 @@ class Settings:
             "PACKYARD_NIGHTLY_REPOS": os.pathsep.join(self.nightly_repos),
             "PACKYARD_NIGHTLY_HOUR": str(self.nightly_hour),
             "PACKYARD_TASK_MAX_RETRIES": str(self.task_max_retries),
+            "PACKYARD_VISIBILITY_TIMEOUT": str(self.visibility_timeout),
         }
 
 

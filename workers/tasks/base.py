@@ -96,12 +96,22 @@ class PackyardTask(Task):
         return min(self.retry_backoff_cap, self.retry_backoff_base * (2 ** self.request.retries))
 
     @contextmanager
-    def repo_lock(self, repo: str, ttl: float | None = None) -> Iterator[Any]:
-        """The repository lease for this job (fencing token in ``lease.token``; events recorded)."""
-        from workers.locks import db_event_recorder, redis_client, repo_lock
+    def repo_lock(self, repo: str, ttl: float | None = None, wait: float = 30.0,
+                  auto_renew: bool = True) -> Iterator[Any]:
+        """The repository lease for this job (fencing token in ``lease.token``; events recorded).
+
+        Renewed every ttl/3 in the background while the block runs; ``lease.check()`` still
+        raises LockLostError if a renewal failed (stall, Redis restart). A repository that
+        stays locked for ``wait`` seconds retries the job later instead of failing it.
+        """
+        from workers.locks import LockTimeout, acquire, db_event_recorder, hold, redis_client
 
         settings = get_settings()
-        with repo_lock(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
-                       on_event=db_event_recorder(settings)) as lease:
+        try:
+            lease = acquire(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
+                            on_event=db_event_recorder(settings), wait=wait)
+        except LockTimeout as err:
+            raise self.retry(exc=err, countdown=self.backoff()) from err
+        with hold(lease, auto_renew=auto_renew):
             self.bind_log(fencing_token=lease.token)
             yield lease
