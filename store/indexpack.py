@@ -1,0 +1,1320 @@
+"""index-pack: turn an incoming packfile into an installed pack (+ idx + rev) in a repository.
+
+Pipeline (each phase timed in :attr:`IndexPackResult.elapsed`):
+
+1. **receive** — the source (path or stream) is read ONCE, in chunks, and
+   written into ``objects/incoming-<random>/tmp_pack_*`` while it is parsed:
+   header, object count, each entry's type/size header, the bounds of each
+   zlib stream (inflated to verify; non-delta objects are hashed), CRC32 per
+   entry, the trailing SHA-1. Nothing is allocated from a declared size: a
+   zlib stream is inflated with ``max_length = declared size + 1`` (large
+   objects in bounded chunks), so a 2^60-byte header costs nothing.
+2. **resolve** — OFS_DELTA and REF_DELTA children are resolved depth-first
+   from each base, holding only the current chain of inflated objects. The
+   bases are shared out to forked worker processes (one per core) which read
+   the quarantined pack with pread and write the object ids and types into a
+   shared anonymous mmap; they report collisions/strict links over a pipe.
+3. **thin** (``fix_thin``) — REF_DELTA bases missing from the pack are read
+   from the repository, appended as full objects (zlib level 1, in the order
+   ``git index-pack --fix-thin`` uses), the header count and trailer are
+   rewritten.
+4. **check** — collision check: an incoming object whose id already exists
+   must have the same content. Existence comes from ONE
+   :meth:`ObjectDirectory.snapshot` taken before the pack is read: no
+   per-object stat/open/readdir (seed 000_9777a3acf68a3210.txt). With
+   ``strict``, objects linked from incoming commits/trees/tags must exist.
+5. **index** — ``.idx`` v2 and ``.rev`` written, byte-identical to git's.
+6. **install** — see :meth:`IncomingPack.commit` for the durability order.
+7. **refs** — optional all-or-nothing compare-and-swap ref updates.
+
+Any failure before install raises a typed :class:`StoreError` naming the
+entry offset, removes the quarantine and leaves the repository unchanged.
+"""
+from __future__ import annotations
+
+import bisect
+import ctypes
+import enum
+import hashlib
+import mmap
+import os
+import pickle
+import resource
+import select
+import shutil
+import signal
+import struct
+import tempfile
+import time
+import zlib
+from array import array
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable, ContextManager, Sequence
+
+from dulwich._pack import apply_delta
+from dulwich.errors import ApplyDeltaError
+
+from . import durable
+from .errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
+                     ObjectMissingError, PackFormatError, StoreError)
+from .faults import fault_point
+from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
+from .objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
+from .packstrict import check_object
+from .refs import RefUpdate
+
+Progress = Callable[[str, int, "int | None"], None]
+
+PACK_SIGNATURE = b"PACK"
+READ_CHUNK = 1 << 20            # bytes read from the source per call
+LARGE_OBJECT = 16 << 20         # objects above this are inflated in bounded pieces
+INFLATE_PIECE = 4 << 20         # output piece size for large objects
+HEADER_ROOM = 64                # an entry header is at most 1+9+10 (OFS) or 1+9+20 (REF) bytes
+THIN_ZLIB_LEVEL = 1             # git's default core.compression for objects index-pack appends
+FORK_MIN_DELTAS = 2000          # below this, resolving in-process beats forking
+SMALL_PACK_IDS = 200_000        # existing packs up to this many ids in total are loaded into one set
+
+_TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
+
+
+class InstallOutcome(enum.Enum):
+    """What installing did: a result, not a boolean."""
+
+    INSTALLED = "installed"              # new pack-<checksum>.{pack,rev,idx} in objects/pack
+    ALREADY_PRESENT = "already-present"  # a pack with this checksum was already installed
+
+
+@dataclass(frozen=True)
+class IndexPackResult:
+    outcome: InstallOutcome
+    pack_name: str            # "pack-<hex checksum>"
+    checksum: str             # hex pack checksum (trailer)
+    pack_path: Path
+    idx_path: Path
+    rev_path: Path
+    keep_path: Path | None    # the .keep this call created (release with release_keep)
+    objects: int
+    deltas: int
+    bytes: int                # size of the installed pack file
+    received_bytes: int       # bytes read from the source
+    thin_bases_added: int
+    collisions_checked: int   # incoming objects that already existed (content compared)
+    large_offsets: int        # idx entries in the 64-bit offset table
+    workers: int              # resolver processes used (1 = in-process)
+    elapsed: dict[str, float] = field(default_factory=dict)
+    peak_rss: int = 0         # bytes: max over this process and its resolver processes
+    peak_rss_workers: int = 0
+    refs_updated: tuple[str, ...] = ()
+    durability: dict[str, int] = field(default_factory=dict)
+
+    def as_counters(self) -> dict[str, object]:
+        """Flat counters for a job record."""
+        out: dict[str, object] = {
+            "objects": self.objects, "deltas": self.deltas, "bytes": self.bytes,
+            "received_bytes": self.received_bytes, "thin_bases_added": self.thin_bases_added,
+            "collisions_checked": self.collisions_checked, "workers": self.workers,
+            "peak_rss": self.peak_rss, "peak_rss_workers": self.peak_rss_workers,
+            "outcome": self.outcome.value, "pack": self.pack_name,
+        }
+        for phase, secs in self.elapsed.items():
+            out[f"elapsed_{phase}"] = round(secs, 4)
+        for key, val in self.durability.items():
+            out[f"durability_{key}"] = val
+        return out
+
+
+def release_keep(keep: IndexPackResult | Path | str | None) -> bool:
+    """Remove the ``.keep`` an ingest created (after the refs naming the pack are updated).
+
+    Returns False when there was nothing to remove.
+    """
+    path = keep.keep_path if isinstance(keep, IndexPackResult) else keep
+    if path is None:
+        return False
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------
+# Existence: answered from one snapshot, in memory.
+
+
+class _ExistingIds:
+    """Membership of object ids in one :class:`ObjectSnapshot`, with no filesystem calls.
+
+    Loose ids come from the snapshot's listing. Ids of small packs are copied
+    into one set (cheaper than probing every idx per object); large packs are
+    probed through their already-mmapped idx.
+    """
+
+    def __init__(self, snapshot) -> None:
+        self.snapshot = snapshot
+        self.loose = snapshot.loose_ids
+        packs = list(snapshot.packs)
+        small: set[bytes] = set()
+        large = []
+        budget = SMALL_PACK_IDS
+        for pack in sorted(packs, key=len):
+            n = len(pack)
+            if n <= budget:
+                small.update(pack.iter_ids())
+                budget -= n
+            else:
+                large.append(pack)
+        self.small = small
+        self.large = tuple(large)
+        self.empty = not self.loose and not small and not large
+
+    def __contains__(self, oid: bytes) -> bool:
+        if self.empty:
+            return False
+        if oid in self.loose or oid in self.small:
+            return True
+        for pack in self.large:
+            if pack.find_offset(oid) is not None:
+                return True
+        return False
+
+
+# --------------------------------------------------------------------------------------
+# Parsed entries (pack order), compact: arrays, not per-object Python objects.
+
+
+class _Entries:
+    def __init__(self) -> None:
+        self.offsets = array("Q")        # entry start; one sentinel (trailer offset) appended at the end
+        self.types = bytearray()         # pack type 1-4, 6, 7
+        self.hdrlens = bytearray()       # bytes of entry header (zlib data starts at offset + hdrlen)
+        self.sizes = array("Q")          # declared (inflated) size of the entry's data
+        self.crcs = array("I")
+        self.oids = bytearray()          # 20 bytes per entry, zeros for deltas until resolved
+        self.first_child = array("i")    # OFS children of this entry (index), -1 = none
+        self.next_sibling = array("i")   # next child of the same base (OFS or REF), -1 = none
+        self.ref_first: dict[bytes, int] = {}   # REF base id -> first child index
+        self.deltas = 0
+        self.ref_deltas = 0
+
+    def __len__(self) -> int:
+        return len(self.types)
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.collisions: list[tuple[int, bytes]] = []   # (entry index, sha256 of incoming content)
+        self.links: set[bytes] = set()                  # --strict: ids linked from incoming objects
+
+
+def _err_tuple(err: StoreError) -> tuple:
+    return (type(err).__name__, err.message, err.path, err.oid, err.offset)
+
+
+_ERROR_TYPES = {cls.__name__: cls for cls in (PackFormatError, CorruptObjectError, CollisionError,
+                                             ObjectMissingError, LimitExceededError, InvalidInputError,
+                                             StoreError)}
+
+
+def _err_from_tuple(t: tuple) -> StoreError:
+    name, message, path, oid, offset = t
+    return _ERROR_TYPES.get(name, StoreError)(message, path=path, oid=oid, offset=offset)
+
+
+# --------------------------------------------------------------------------------------
+# Phase 1: receive.
+
+
+class _Receiver:
+    """Copies the source into the quarantined pack file while parsing it."""
+
+    def __init__(self, source: BinaryIO, fd: int, pack_path: Path, *, max_pack_bytes: int | None,
+                 existing: _ExistingIds, strict: bool, progress: Progress | None) -> None:
+        self.source = source
+        self.fd = fd
+        self.where = str(pack_path)
+        self.max_pack_bytes = max_pack_bytes
+        self.existing = existing
+        self.strict = strict
+        self.progress = progress
+        self.sha = hashlib.sha1()
+        self.buf = b""
+        self.mv = memoryview(b"")
+        self.bpos = 0        # parse position in buf
+        self.hpos = 0        # bytes of buf[0:hpos] already hashed
+        self.boff = 0        # pack offset of buf[0]
+        self.total = 0       # bytes read from the source
+        self.eof = False
+        self.stats = _Stats()
+
+    # -- source ------------------------------------------------------------
+    def _read_more(self) -> bool:
+        """Drop consumed bytes, append one chunk from the source; False at end of input."""
+        if self.eof:
+            return False
+        chunk = self.source.read(READ_CHUNK)
+        if not chunk:
+            self.eof = True
+            return False
+        self.total += len(chunk)
+        if self.max_pack_bytes is not None and self.total > self.max_pack_bytes:
+            raise LimitExceededError(f"pack is larger than the limit of {self.max_pack_bytes} bytes",
+                                     path=self.where, offset=self.max_pack_bytes)
+        view = memoryview(chunk)
+        while view:
+            n = os.write(self.fd, view)
+            view = view[n:]
+        if self.hpos < self.bpos:
+            self.sha.update(self.mv[self.hpos:self.bpos])
+        self.boff += self.bpos
+        rest = self.buf[self.bpos:]
+        self.buf = rest + chunk if rest else chunk
+        self.mv = memoryview(self.buf)
+        self.bpos = self.hpos = 0
+        return True
+
+    def _ensure(self, need: int) -> int:
+        """Make ``need`` unparsed bytes available if the source has them; return how many are."""
+        while len(self.buf) - self.bpos < need and self._read_more():
+            pass
+        return len(self.buf) - self.bpos
+
+    # -- parsing -----------------------------------------------------------
+    def run(self) -> tuple[_Entries, int, bytes]:
+        """Parse everything; returns (entries, trailer offset, pack checksum)."""
+        if self._ensure(12) < 12:
+            raise PackFormatError("pack truncated: no complete header", path=self.where, offset=0)
+        head = bytes(self.mv[0:12])
+        if head[:4] != PACK_SIGNATURE:
+            raise PackFormatError(f"not a pack: bad signature {head[:4]!r}", path=self.where, offset=0)
+        version, count = struct.unpack(">II", head[4:12])
+        if version not in (2, 3):
+            raise PackFormatError(f"unsupported pack version {version}", path=self.where, offset=4)
+        self.bpos = 12
+        entries = _Entries()
+        self._parse_entries(entries, count)
+        # Everything hashed so far is the pack minus its trailer.
+        if self.hpos < self.bpos:
+            self.sha.update(self.mv[self.hpos:self.bpos])
+            self.hpos = self.bpos
+        trailer_off = self.boff + self.bpos
+        checksum = self.sha.digest()
+        avail = self._ensure(21)
+        if avail < 20:
+            raise PackFormatError(f"pack truncated: {avail} of 20 trailer bytes", path=self.where,
+                                  offset=trailer_off)
+        trailer = bytes(self.mv[self.bpos:self.bpos + 20])
+        if avail > 20:
+            self._classify_extra(count, trailer_off)
+        if trailer != checksum:
+            raise PackFormatError(f"pack trailer checksum mismatch: trailer {trailer.hex()}, "
+                                  f"content hashes to {checksum.hex()}", path=self.where, offset=trailer_off)
+        entries.offsets.append(trailer_off)  # sentinel: end of the last entry
+        return entries, trailer_off, checksum
+
+    def _classify_extra(self, count: int, trailer_off: int) -> None:
+        """Data follows the declared objects: more objects than the header says, or junk."""
+        sha = self.sha.copy()
+        lag = b""
+        # Hash all remaining bytes but the last 20; if those 20 are the hash, objects were miscounted.
+        while True:
+            data = lag + bytes(self.mv[self.bpos:])
+            self.bpos = len(self.buf)
+            if len(data) > 20:
+                sha.update(data[:-20])
+                lag = data[-20:]
+            else:
+                lag = data
+            if not self._read_more():
+                break
+        if sha.digest() == lag:
+            raise PackFormatError(f"object count mismatch: header declares {count} objects but the pack "
+                                  f"holds more", path=self.where, offset=trailer_off)
+        raise PackFormatError("pack has junk after the trailer, or the trailer checksum is wrong",
+                              path=self.where, offset=trailer_off)
+
+    def _count_mismatch_if_trailer(self, count: int, parsed: int, offset: int) -> None:
+        """At an entry boundary with exactly 20 bytes left that hash-match: the header over-counted."""
+        if self._ensure(21) == 20:
+            sha = self.sha.copy()
+            sha.update(self.mv[self.hpos:self.bpos])
+            if sha.digest() == bytes(self.mv[self.bpos:self.bpos + 20]):
+                raise PackFormatError(f"object count mismatch: header declares {count} objects, pack ends "
+                                      f"after {parsed}", path=self.where, offset=offset)
+
+    def _parse_entries(self, e: _Entries, count: int) -> None:
+        where = self.where
+        offsets, types, hdrlens, sizes, crcs = e.offsets, e.types, e.hdrlens, e.sizes, e.crcs
+        oids, first_child, next_sibling, ref_first = e.oids, e.first_child, e.next_sibling, e.ref_first
+        existing = self.existing
+        check_existing = not existing.empty
+        strict = self.strict
+        stats = self.stats
+        crc32 = zlib.crc32
+        sha1 = hashlib.sha1
+        decompressobj = zlib.decompressobj
+        zero_oid = ZERO_OID
+        progress = self.progress
+        step = max(1, min(1000, count // 100))
+        i = 0
+        while i < count:
+            if len(self.buf) - self.bpos < HEADER_ROOM:
+                avail = self._ensure(HEADER_ROOM)
+                if avail == 0:
+                    raise PackFormatError(f"pack truncated: header declares {count} objects, input ends "
+                                          f"after {i}", path=where, offset=self.boff + self.bpos)
+                if avail == 20:
+                    self._count_mismatch_if_trailer(count, i, self.boff + self.bpos)
+            buf = self.buf
+            blen = len(buf)
+            bpos = self.bpos
+            start = self.boff + bpos
+            p = bpos
+            c = buf[p]
+            p += 1
+            typ = (c >> 4) & 7
+            size = c & 15
+            shift = 4
+            while c & 0x80:
+                if p >= blen:
+                    raise PackFormatError("pack truncated inside an entry header", path=where, offset=start)
+                if shift > 63:
+                    raise PackFormatError("entry size overflows 64 bits", path=where, offset=start)
+                c = buf[p]
+                p += 1
+                size |= (c & 0x7F) << shift
+                shift += 7
+            if typ == OFS_DELTA:
+                if p >= blen:
+                    raise PackFormatError("pack truncated inside an OFS_DELTA header", path=where, offset=start)
+                c = buf[p]
+                p += 1
+                rel = c & 0x7F
+                nbytes = 1
+                while c & 0x80:
+                    if p >= blen or nbytes >= 10:
+                        raise PackFormatError("OFS_DELTA offset overflows or is truncated", path=where,
+                                              offset=start)
+                    c = buf[p]
+                    p += 1
+                    nbytes += 1
+                    rel = ((rel + 1) << 7) | (c & 0x7F)
+                base_off = start - rel
+                if rel == 0:
+                    raise PackFormatError("delta cycle: OFS_DELTA names itself as its base", path=where,
+                                          offset=start)
+                if base_off < 12:
+                    raise PackFormatError(f"OFS_DELTA base offset {base_off} is out of bounds", path=where,
+                                          offset=start)
+                b = bisect.bisect_left(offsets, base_off)
+                if b >= i or offsets[b] != base_off:
+                    raise PackFormatError(f"OFS_DELTA base offset {base_off} does not start an entry",
+                                          path=where, offset=start)
+                next_sibling.append(first_child[b])
+                first_child[b] = i
+                e.deltas += 1
+            elif typ == REF_DELTA:
+                if p + 20 > blen:
+                    raise PackFormatError("pack truncated inside a REF_DELTA header", path=where, offset=start)
+                base = buf[p:p + 20]
+                p += 20
+                next_sibling.append(ref_first.get(base, -1))
+                ref_first[base] = i
+                e.deltas += 1
+                e.ref_deltas += 1
+            elif 1 <= typ <= 4:
+                next_sibling.append(-1)
+            else:
+                raise PackFormatError(f"invalid object type {typ} in pack entry", path=where, offset=start)
+            first_child.append(-1)
+            offsets.append(start)
+            types.append(typ)
+            hdrlens.append(p - bpos)
+            sizes.append(size)
+
+            # Inflate: fast path when the whole zlib stream is in the buffer.
+            done = False
+            if size <= LARGE_OBJECT:
+                fed_end = min(p + size + 64, blen)
+                d = decompressobj()
+                out = d.decompress(self.mv[p:fed_end], size + 1)
+                if d.eof:
+                    if len(out) != size:
+                        raise PackFormatError(f"entry inflates to {len(out)} bytes, header says {size}",
+                                              path=where, offset=start)
+                    end = fed_end - len(d.unused_data)
+                    crcs.append(crc32(self.mv[bpos:end]))
+                    if typ < 6:
+                        h = sha1(_TYPE_HEADER[typ])
+                        h.update(b"%d\0" % size)
+                        h.update(out)
+                        oid = h.digest()
+                        oids += oid
+                        if check_existing and oid in existing:
+                            stats.collisions.append((i, _strong_digest(typ, out)))
+                        if strict and typ != 3:
+                            stats.links.update(check_object(typ, out, oid=oid, path=where, offset=start))
+                    else:
+                        oids += zero_oid
+                    self.bpos = end
+                    done = True
+                elif len(out) > size:
+                    raise PackFormatError(f"entry inflates to more than the {size} bytes its header says",
+                                          path=where, offset=start)
+            if not done:
+                self.bpos = p
+                crc, oid, digest, body = self._inflate_slow(typ, size, start, bpos)
+                crcs.append(crc)
+                if typ < 6:
+                    oids += oid
+                    if check_existing and oid in existing:
+                        stats.collisions.append((i, digest))
+                    if strict and body is not None:
+                        stats.links.update(check_object(typ, body, oid=oid, path=where, offset=start))
+                else:
+                    oids += zero_oid
+            i += 1
+            if progress is not None and i % step == 0:
+                progress("receiving", i, count)
+        if progress is not None:
+            progress("receiving", count, count)
+
+    def _inflate_slow(self, typ: int, size: int, start: int, hdr_pos: int):
+        """Inflate an entry whose stream crosses buffer refills (or is large), in bounded pieces."""
+        where = self.where
+        crc = zlib.crc32(self.mv[hdr_pos:self.bpos])
+        h = h2 = None
+        pieces: list[bytes] | None = None
+        if typ < 6:
+            h = hashlib.sha1(_TYPE_HEADER[typ] + b"%d\0" % size)
+            h2 = hashlib.sha256(_TYPE_HEADER[typ] + b"%d\0" % size)
+            if self.strict and typ != 3:
+                pieces = []
+        d = zlib.decompressobj()
+        got = 0
+        seg = self.bpos
+        while True:
+            data = self.mv[seg:]
+            while True:
+                try:
+                    out = d.decompress(data, INFLATE_PIECE)
+                except zlib.error as err:
+                    raise PackFormatError(f"corrupt zlib stream: {err}", path=where, offset=start) from err
+                got += len(out)
+                if got > size:
+                    raise PackFormatError(f"entry inflates to more than the {size} bytes its header says",
+                                          path=where, offset=start)
+                if h is not None:
+                    h.update(out)
+                    h2.update(out)
+                    if pieces is not None:
+                        pieces.append(out)
+                if d.eof or not d.unconsumed_tail:
+                    break
+                data = d.unconsumed_tail
+            if d.eof:
+                end = len(self.buf) - len(d.unused_data)
+                crc = zlib.crc32(self.mv[seg:end], crc)
+                self.bpos = end
+                break
+            crc = zlib.crc32(self.mv[seg:], crc)
+            self.bpos = len(self.buf)
+            if not self._read_more():
+                raise PackFormatError("pack truncated inside a zlib stream", path=where, offset=start)
+            seg = self.bpos
+        if got != size:
+            raise PackFormatError(f"entry inflates to {got} bytes, header says {size}", path=where, offset=start)
+        if h is None:
+            return crc, None, None, None
+        return crc, h.digest(), h2.digest(), (b"".join(pieces) if pieces is not None else None)
+
+
+# --------------------------------------------------------------------------------------
+# Phase 2: resolve deltas (depth-first from each base; only the chain is held).
+
+
+def _delta_header(delta: bytes) -> tuple[int, int, int]:
+    """(source size, target size, header length) of a git delta."""
+    pos = 0
+    vals = []
+    for _ in range(2):
+        val = shift = 0
+        while True:
+            if pos >= len(delta) or shift > 63:
+                raise ValueError("delta header truncated or overflowing")
+            c = delta[pos]
+            pos += 1
+            val |= (c & 0x7F) << shift
+            shift += 7
+            if not c & 0x80:
+                break
+        vals.append(val)
+    return vals[0], vals[1], pos
+
+
+class _Resolver:
+    """Shared state for resolving; forked workers inherit it (copy-on-write + shared mmaps)."""
+
+    def __init__(self, e: _Entries, fd: int, where: str, existing: _ExistingIds, strict: bool,
+                 nslots: int) -> None:
+        self.e = e
+        self.fd = fd
+        self.where = where
+        self.existing = existing
+        self.strict = strict
+        n = len(e)
+        self.n = n
+        # Shared between processes: object ids, resolved types, per-worker progress, work counter.
+        self.shared_oids = mmap.mmap(-1, max(20 * n, 1))
+        self.shared_oids[:20 * n] = e.oids
+        self.rtypes = mmap.mmap(-1, max(n, 1))
+        rt = bytes(t if t < 6 else 0 for t in e.types)
+        self.rtypes[:n] = rt
+        self.ctl = mmap.mmap(-1, 8 * (nslots + 4))
+        self.nslots = nslots
+        self.progress: Progress | None = None   # in-process only; forked workers report via ctl
+        self.progress_base = 0
+        self.progress_total = e.deltas
+
+    def close(self) -> None:
+        for m in (self.shared_oids, self.rtypes, self.ctl):
+            m.close()
+
+    # -- control block: [0] next root index, [1] abort flag, [4+w] progress of worker w
+    def _ctl_get(self, k: int) -> int:
+        return struct.unpack_from("<q", self.ctl, 8 * k)[0]
+
+    def _ctl_set(self, k: int, v: int) -> None:
+        struct.pack_into("<q", self.ctl, 8 * k, v)
+
+    def resolved_count(self) -> int:
+        return sum(self._ctl_get(4 + w) for w in range(self.nslots))
+
+    def inflate(self, i: int) -> bytes:
+        e = self.e
+        start = e.offsets[i] + e.hdrlens[i]
+        end = e.offsets[i + 1]
+        raw = os.pread(self.fd, end - start, start)
+        try:
+            return zlib.decompress(raw, 15, max(e.sizes[i], 1))
+        except zlib.error as err:  # verified while receiving; the file changed under us
+            raise PackFormatError(f"entry no longer inflates: {err}", path=self.where, offset=e.offsets[i]) from err
+
+    def children(self, i: int, oid: bytes) -> list[int]:
+        e = self.e
+        kids = []
+        nxt = e.next_sibling
+        c = e.first_child[i]
+        while c >= 0:
+            kids.append(c)
+            c = nxt[c]
+        c = e.ref_first.get(oid, -1)
+        while c >= 0:
+            kids.append(c)
+            c = nxt[c]
+        return kids
+
+    def resolve_tree(self, root: int, base: bytes, rtype: int, oid: bytes, stats: _Stats, slot: int,
+                     counted: list[int]) -> None:
+        """Resolve every delta below ``root`` depth-first, keeping only the current chain in memory."""
+        e = self.e
+        where = self.where
+        offsets = e.offsets
+        rtypes = self.rtypes
+        shared = self.shared_oids
+        existing = self.existing
+        check_existing = not existing.empty
+        strict = self.strict
+        sha1 = hashlib.sha1
+        header = _TYPE_HEADER[rtype]
+        kids = self.children(root, oid)
+        stack: list[list] = [[base, kids, 0]] if kids else []
+        del base
+        while stack:
+            frame = stack[-1]
+            base, kids, k = frame
+            ch = kids[k]
+            if k + 1 == len(kids):
+                stack.pop()          # last child: the base is no longer needed after this one
+            else:
+                frame[2] = k + 1
+            if rtypes[ch]:
+                continue             # duplicate base object in the pack resolved it already
+            delta = self.inflate(ch)
+            try:
+                src_size, dst_size, _ = _delta_header(delta)
+            except ValueError as err:
+                raise PackFormatError(f"delta header unreadable: {err}", path=where, offset=offsets[ch]) from err
+            if src_size != len(base):
+                raise PackFormatError(f"delta expects a {src_size}-byte base, base has {len(base)} bytes",
+                                      path=where, offset=offsets[ch])
+            # Every delta opcode byte yields at most max(127, len(base)) bytes: refuse impossible sizes
+            # before the C code allocates them.
+            if dst_size > len(delta) * max(127, len(base)):
+                raise PackFormatError(f"delta result size {dst_size} is impossible for this delta",
+                                      path=where, offset=offsets[ch])
+            try:
+                chunks = apply_delta(base, delta)
+            except ApplyDeltaError as err:
+                raise PackFormatError(f"delta does not apply (result size mismatch or bad opcode): {err}",
+                                      path=where, offset=offsets[ch]) from err
+            del delta
+            obj = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            del chunks
+            if len(obj) != dst_size:
+                raise PackFormatError(f"delta result has {len(obj)} bytes, delta header says {dst_size}",
+                                      path=where, offset=offsets[ch])
+            h = sha1(header)
+            h.update(b"%d\0" % len(obj))
+            h.update(obj)
+            coid = h.digest()
+            shared[20 * ch:20 * ch + 20] = coid
+            rtypes[ch] = rtype
+            if check_existing and coid in existing:
+                stats.collisions.append((ch, _strong_digest(rtype, obj)))
+            if strict and rtype != 3:
+                stats.links.update(check_object(rtype, obj, oid=coid, path=where, offset=offsets[ch]))
+            counted[0] += 1
+            if counted[0] & 255 == 0:
+                self._ctl_set(4 + slot, counted[0])
+                if self.progress is not None:
+                    self.progress("resolving", self.progress_base + counted[0], self.progress_total)
+            ckids = self.children(ch, coid)
+            if ckids:
+                stack.append([obj, ckids, 0])
+            del obj
+        self._ctl_set(4 + slot, counted[0])
+
+    def resolve_roots(self, roots: Sequence[int], slot: int, batch: int, lock) -> _Stats:
+        """Take batches of roots from the shared counter until none are left (or another worker failed)."""
+        stats = _Stats()
+        counted = [0]
+        e = self.e
+        while True:
+            with lock if lock is not None else nullcontext():
+                start = self._ctl_get(0)
+                self._ctl_set(0, start + batch)
+            if start >= len(roots) or self._ctl_get(1):
+                break
+            for r in roots[start:start + batch]:
+                self.resolve_tree(r, self.inflate(r), e.types[r], bytes(self.shared_oids[20 * r:20 * r + 20]),
+                                  stats, slot, counted)
+        return stats
+
+
+def _set_pdeathsig() -> None:
+    """Let the kernel SIGKILL a resolver worker if its parent dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progress | None,
+                 total_deltas: int) -> tuple[list[_Stats], int]:
+    """Fork ``nproc`` workers over ``roots``; returns their stats and the max RSS among them (bytes)."""
+    import multiprocessing
+
+    lock = multiprocessing.get_context("fork").Lock()
+    batch = max(1, min(32, len(roots) // (nproc * 64) or 1))
+    children: dict[int, tuple[int, int]] = {}   # pid -> (read fd, slot)
+    results: dict[int, bytearray] = {}
+    peak = 0
+    try:
+        for slot in range(nproc):
+            rfd, wfd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # ---- child: never returns
+                code = 70
+                try:
+                    os.close(rfd)
+                    _set_pdeathsig()
+                    try:
+                        stats = res.resolve_roots(roots, slot, batch, lock)
+                        payload = pickle.dumps(("ok", stats.collisions, stats.links), protocol=5)
+                        code = 0
+                    except StoreError as err:
+                        res._ctl_set(1, 1)
+                        payload = pickle.dumps(("error", _err_tuple(err)), protocol=5)
+                        code = 1
+                    except BaseException as err:  # noqa: BLE001 - reported to the parent
+                        res._ctl_set(1, 1)
+                        payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
+                        code = 2
+                    view = memoryview(payload)
+                    while view:
+                        view = view[os.write(wfd, view):]
+                finally:
+                    os._exit(code)
+            os.close(wfd)
+            children[pid] = (rfd, slot)
+            results[pid] = bytearray()
+        open_fds = {rfd: pid for pid, (rfd, _slot) in children.items()}
+        last = 0.0
+        while open_fds:
+            ready, _, _ = select.select(list(open_fds), [], [], 0.1)
+            for rfd in ready:
+                chunk = os.read(rfd, 1 << 20)
+                if chunk:
+                    results[open_fds[rfd]] += chunk
+                else:
+                    os.close(rfd)
+                    del open_fds[rfd]
+            now = time.monotonic()
+            if progress is not None and now - last >= 0.1:
+                last = now
+                progress("resolving", res.resolved_count(), total_deltas)
+        outs: list[_Stats] = []
+        errors: list[StoreError] = []
+        crashes: list[str] = []
+        for pid in list(children):
+            _pid, status, rusage = os.wait4(pid, 0)
+            del children[pid]
+            peak = max(peak, rusage.ru_maxrss * 1024)
+            data = bytes(results[pid])
+            msg = pickle.loads(data) if data else ("crash", f"worker exited with status {status} and no report")
+            if msg[0] == "ok":
+                st = _Stats()
+                st.collisions, st.links = msg[1], msg[2]
+                outs.append(st)
+            elif msg[0] == "error":
+                errors.append(_err_from_tuple(msg[1]))
+            else:
+                crashes.append(msg[1])
+        if errors:
+            raise min(errors, key=lambda err: err.offset if err.offset is not None else 1 << 62)
+        if crashes:
+            raise StoreError(f"delta resolver process failed: {crashes[0]}", path=res.where)
+        return outs, peak
+    finally:
+        for pid, (rfd, _slot) in children.items():
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            try:
+                os.close(rfd)
+            except OSError:
+                pass
+
+
+# --------------------------------------------------------------------------------------
+# The incoming pack: begin (receive → index in quarantine), commit (install), abort.
+
+
+def _open_source(source) -> tuple[BinaryIO, bool]:
+    if isinstance(source, (str, os.PathLike)):
+        try:
+            return open(source, "rb", buffering=0), True
+        except OSError as err:
+            raise InvalidInputError(f"cannot open pack: {err.strerror}", path=str(source)) from err
+    if not hasattr(source, "read"):
+        raise InvalidInputError(f"pack source must be a path or a binary stream, not {type(source).__name__}")
+    return source, False
+
+
+class IncomingPack:
+    """A pack received, verified and indexed inside ``objects/incoming-*``, not yet installed.
+
+    ``begin`` does phases 1-5; :meth:`commit` installs (and updates refs);
+    :meth:`abort` removes the quarantine. Used as a context manager, leaving
+    the block without ``commit`` aborts.
+    """
+
+    def __init__(self) -> None:  # use begin()
+        self.repo = None
+        self.quarantine: Path | None = None
+        self.committed = False
+        self.result: IndexPackResult | None = None
+
+    # -------------------------------------------------------------------------------
+    @classmethod
+    def begin(cls, repo, source, *, fix_thin: bool = False, strict: bool = False,
+              keep_message: str | None = None, max_pack_bytes: int | None = None,
+              processes: int | None = None, progress: Progress | None = None,
+              off32_limit: int = DEFAULT_OFF32_LIMIT) -> "IncomingPack":
+        self = cls()
+        self.repo = repo
+        self.keep_message = keep_message
+        self.elapsed: dict[str, float] = {}
+        self.counters = durable.DurabilityCounters()
+        objects_dir = Path(repo.objects.path)
+        self.pack_dir = objects_dir / "pack"
+        t0 = time.monotonic()
+        # One snapshot of what exists, before the pack is read: every existence question is answered from it.
+        snapshot = repo.objects.snapshot()
+        existing = _ExistingIds(snapshot)
+        self.snapshot = snapshot
+        self.quarantine = Path(tempfile.mkdtemp(prefix="incoming-", dir=objects_dir))
+        try:
+            self._build(source, existing, fix_thin=fix_thin, strict=strict, max_pack_bytes=max_pack_bytes,
+                        processes=processes, progress=progress, off32_limit=off32_limit, t0=t0)
+        except BaseException:
+            self.abort()
+            raise
+        return self
+
+    def _build(self, source, existing: _ExistingIds, *, fix_thin, strict, max_pack_bytes, processes,
+               progress, off32_limit, t0) -> None:
+        q = self.quarantine
+        fd_pack, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=q)
+        self.tmp_pack = Path(tmp_pack)
+        self.fd_pack = fd_pack
+        stream, close_stream = _open_source(source)
+        try:
+            rx = _Receiver(stream, fd_pack, self.tmp_pack, max_pack_bytes=max_pack_bytes, existing=existing,
+                           strict=strict, progress=progress)
+            try:
+                entries, trailer_off, checksum = rx.run()
+            except zlib.error as err:
+                raise PackFormatError(f"corrupt zlib stream: {err}", path=str(self.tmp_pack),
+                                      offset=rx.boff + rx.bpos) from err
+        finally:
+            if close_stream:
+                stream.close()
+        self.received_bytes = rx.total
+        stats_all = [rx.stats]
+        t1 = time.monotonic()
+        self.elapsed["receive"] = t1 - t0
+
+        # ---- resolve
+        n = len(entries)
+        nproc = processes if processes is not None else len(os.sched_getaffinity(0))
+        nproc = max(1, nproc)
+        res = _Resolver(entries, fd_pack, str(self.tmp_pack), existing, strict, nslots=max(nproc, 1))
+        self.peak_rss_workers = 0
+        self.workers = 1
+        try:
+            if entries.deltas:
+                roots = [i for i in range(n) if entries.types[i] < 6 and
+                         (entries.first_child[i] >= 0 or bytes(entries.oids[20 * i:20 * i + 20]) in entries.ref_first)]
+                if nproc > 1 and entries.deltas >= FORK_MIN_DELTAS and len(roots) > 1:
+                    # Big trees first so the last batches are small ones.
+                    roots.sort(key=lambda r: -self._direct_children(entries, r))
+                    outs, self.peak_rss_workers = _run_workers(res, roots, nproc, progress, entries.deltas)
+                    stats_all.extend(outs)
+                    self.workers = nproc
+                else:
+                    res.progress = progress
+                    stats_all.append(res.resolve_roots(roots, 0, len(roots) or 1, None))
+                    res.progress = None
+            t2 = time.monotonic()
+            self.elapsed["resolve"] = t2 - t1
+
+            # ---- thin bases
+            oids = bytearray(res.shared_oids[:20 * n])
+            rtypes = bytearray(res.rtypes[:n])
+            unresolved = [i for i in range(n) if not rtypes[i]]
+            thin_added = 0
+            if unresolved:
+                thin_added = self._fix_unresolved(entries, res, oids, rtypes, unresolved, fix_thin, existing,
+                                                  stats_all, trailer_off, progress)
+            if progress is not None and entries.deltas:
+                progress("resolving", entries.deltas, entries.deltas)
+        finally:
+            res.close()
+        if thin_added:
+            checksum = self._rewrite_header_and_trailer(len(entries))
+        t3 = time.monotonic()
+        self.elapsed["thin"] = t3 - t2
+
+        # ---- checks: collisions and (strict) connectivity, against the snapshot
+        self.collisions_checked = self._check_collisions(stats_all, entries, oids, rtypes)
+        nobj = len(entries)
+        if strict:
+            self._check_links(stats_all, oids, nobj, existing)
+        t4 = time.monotonic()
+        self.elapsed["check"] = t4 - t3
+
+        # ---- index
+        offsets = entries.offsets[:nobj]
+        fd_idx, tmp_idx = tempfile.mkstemp(prefix="tmp_idx_", dir=self.quarantine)
+        fd_rev, tmp_rev = tempfile.mkstemp(prefix="tmp_rev_", dir=self.quarantine)
+        with open(fd_idx, "wb", buffering=1 << 16) as f_idx, open(fd_rev, "wb", buffering=1 << 16) as f_rev:
+            info = write_index(f_idx, f_rev, oids, offsets, entries.crcs, checksum, off32_limit=off32_limit)
+            os.fchmod(f_idx.fileno(), 0o444)
+            os.fchmod(f_rev.fileno(), 0o444)
+        self.tmp_idx, self.tmp_rev = Path(tmp_idx), Path(tmp_rev)
+        self.oids = oids
+        self.large_offsets = info.large_offsets
+        self.checksum = checksum
+        self.pack_name = f"pack-{checksum.hex()}"
+        self.tmp_keep = None
+        if self.keep_message is not None:
+            self.tmp_keep = self._write_tmp("tmp_keep_", (self.keep_message + "\n").encode()
+                                            if self.keep_message else b"", mode=0o644)
+        os.fchmod(self.fd_pack, 0o444)
+        self.objects = nobj
+        self.deltas = entries.deltas
+        self.thin_bases_added = thin_added
+        self.pack_bytes = os.fstat(self.fd_pack).st_size
+        self.elapsed["index"] = time.monotonic() - t4
+
+    @staticmethod
+    def _direct_children(e: _Entries, i: int) -> int:
+        k = 0
+        c = e.first_child[i]
+        while c >= 0:
+            k += 1
+            c = e.next_sibling[c]
+        c = e.ref_first.get(bytes(e.oids[20 * i:20 * i + 20]), -1)
+        while c >= 0:
+            k += 1
+            c = e.next_sibling[c]
+        return k
+
+    def _write_tmp(self, prefix: str, data: bytes, mode: int = 0o444) -> Path:
+        fd, path = tempfile.mkstemp(prefix=prefix, dir=self.quarantine)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
+        return Path(path)
+
+    # -- thin packs --------------------------------------------------------------
+    def _fix_unresolved(self, e: _Entries, res: _Resolver, oids: bytearray, rtypes: bytearray,
+                        unresolved: list[int], fix_thin: bool, existing: _ExistingIds, stats_all: list[_Stats],
+                        trailer_off: int, progress) -> int:
+        """Append missing REF_DELTA bases from the repository (git's fix_unresolved_deltas order)."""
+        where = str(self.tmp_pack)
+        unresolved_set = set(unresolved)
+        ref_base: dict[int, bytes] = {}
+        for base, first in e.ref_first.items():
+            c = first
+            while c >= 0:
+                if c in unresolved_set:
+                    ref_base[c] = bytes(base)
+                c = e.next_sibling[c]
+        candidates = sorted(ref_base)  # by position in the pack
+        if not candidates:
+            i = unresolved[0]
+            raise PackFormatError("delta could not be resolved (its base is an unresolvable delta)",
+                                  path=where, offset=e.offsets[i])
+        if not fix_thin:
+            i = candidates[0]
+            hint = " (the base exists in the repository: thin pack, use fix_thin)" if ref_base[i] in existing else ""
+            raise ObjectMissingError(f"delta base missing{hint}; {len(unresolved)} unresolved deltas",
+                                     oid=ref_base[i], path=where, offset=e.offsets[i])
+        # Drop the received trailer; bases are appended after the last entry.
+        os.ftruncate(self.fd_pack, trailer_off)
+        e.offsets.pop()  # sentinel
+        write_off = trailer_off
+        added = 0
+        stats = _Stats()
+        counted = [0]
+        res.progress = progress
+        res.progress_base = e.deltas - len(unresolved)
+        # Appended bases are roots: their id/type go into the local arrays; the deltas they resolve
+        # are written by the resolver into the shared maps and copied back below.
+        for i in candidates:
+            if res.rtypes[i]:
+                continue
+            base_oid = ref_base[i]
+            if base_oid not in existing:
+                continue
+            btype, data = self.snapshot.read(base_oid)
+            if hash_object(btype, data) != base_oid:
+                raise CorruptObjectError("local object is corrupt (does not hash to its name)", oid=base_oid)
+            entry = _encode_entry(int(btype), data)
+            view = memoryview(entry)
+            pos = write_off
+            while view:
+                k = os.pwrite(self.fd_pack, view, pos)
+                view = view[k:]
+                pos += k
+            e.offsets.append(write_off)
+            e.types.append(int(btype))
+            e.hdrlens.append(len(_entry_header(int(btype), len(data))))
+            e.sizes.append(len(data))
+            e.crcs.append(zlib.crc32(entry))
+            e.first_child.append(-1)
+            e.next_sibling.append(-1)
+            oids += base_oid
+            rtypes.append(int(btype))
+            write_off += len(entry)
+            added += 1
+            # Resolve everything hanging off this base now (may resolve later candidates too).
+            e.offsets.append(write_off)   # temporary sentinel so inflate() of earlier entries still works
+            res.resolve_tree(len(e.types) - 1, data, int(btype), base_oid, stats, 0, counted)
+            e.offsets.pop()
+        res.progress = None
+        e.offsets.append(write_off)  # sentinel back
+        stats_all.append(stats)
+        # Pull the ids/types the in-process resolution wrote into the shared maps.
+        for i in unresolved:
+            t = res.rtypes[i]
+            if t:
+                rtypes[i] = t
+                oids[20 * i:20 * i + 20] = res.shared_oids[20 * i:20 * i + 20]
+        still = [i for i in unresolved if not rtypes[i]]
+        if still:
+            i = still[0]
+            base = ref_base.get(i)
+            if base is not None:
+                raise ObjectMissingError(f"delta base missing from the pack and the repository; "
+                                         f"{len(still)} unresolved deltas", oid=base, path=where,
+                                         offset=e.offsets[i])
+            raise PackFormatError(f"delta could not be resolved; {len(still)} unresolved deltas", path=where,
+                                  offset=e.offsets[i])
+        return added
+
+    def _rewrite_header_and_trailer(self, count: int) -> bytes:
+        """New object count in the header, new SHA-1 trailer over the whole rewritten pack."""
+        fd = self.fd_pack
+        os.pwrite(fd, struct.pack(">I", count), 8)
+        size = os.fstat(fd).st_size
+        sha = hashlib.sha1()
+        pos = 0
+        while pos < size:
+            chunk = os.pread(fd, min(READ_CHUNK * 4, size - pos), pos)
+            if not chunk:
+                break
+            sha.update(chunk)
+            pos += len(chunk)
+        digest = sha.digest()
+        os.pwrite(fd, digest, size)
+        return digest
+
+    # -- checks ------------------------------------------------------------------
+    def _check_collisions(self, stats_all: list[_Stats], e: _Entries, oids: bytearray, rtypes: bytearray) -> int:
+        checked = 0
+        for st in stats_all:
+            for i, digest in st.collisions:
+                oid = bytes(oids[20 * i:20 * i + 20])
+                have_type, have = self._read_existing(oid)
+                if _strong_digest(int(have_type), have) != digest or rtypes[i] != int(have_type):
+                    raise CollisionError("incoming object has the id of an existing object but different "
+                                         "content (possible SHA-1 collision)", oid=oid, path=str(self.tmp_pack),
+                                         offset=e.offsets[i])
+                checked += 1
+        return checked
+
+    def _read_existing(self, oid: bytes) -> tuple[ObjectType, bytes]:
+        # Read what the repository stores under ``oid`` without checking it hashes to its name: a
+        # different content under the same name is exactly what the collision check must report.
+        snap = self.snapshot
+        found = snap.packs.find(oid)
+        if found is not None:
+            return found[0].read_at(found[1])
+        return snap.loose.read(oid, verify=False)
+
+    def _check_links(self, stats_all: list[_Stats], oids: bytearray, n: int, existing: _ExistingIds) -> None:
+        links: set[bytes] = set()
+        for st in stats_all:
+            links |= st.links
+        if not links:
+            return
+        ours = {bytes(oids[20 * i:20 * i + 20]) for i in range(n)}
+        for oid in sorted(links - ours):
+            if oid not in existing:
+                raise ObjectMissingError("--strict: did not receive expected object (linked from an incoming "
+                                         "object, absent from the pack and the repository)", oid=oid,
+                                         path=str(self.tmp_pack))
+
+    def contains(self, oid: bytes) -> bool:
+        """Is ``oid`` one of the incoming objects?"""
+        oids = self.oids
+        k = oids.find(oid)
+        while k >= 0:
+            if k % 20 == 0:
+                return True
+            k = oids.find(oid, k + 1)
+        return False
+
+    # -- install -----------------------------------------------------------------
+    def commit(self, ref_updates: Sequence[RefUpdate] = (), *, peak_rss_hint: int = 0) -> IndexPackResult:
+        """Install the pack, then update refs. Durability order, one step per function below."""
+        if self.committed:
+            raise InvalidInputError("incoming pack already committed")
+        ref_updates = list(ref_updates)
+        self._check_ref_targets(ref_updates)
+        t0 = time.monotonic()
+        final = {ext: self.pack_dir / f"{self.pack_name}.{ext}" for ext in ("pack", "rev", "idx", "keep")}
+        fds = [self.fd_pack] + [os.open(p, os.O_RDONLY) for p in (self.tmp_rev, self.tmp_idx)]
+        if self.tmp_keep is not None:
+            fds.append(os.open(self.tmp_keep, os.O_RDONLY))
+        try:
+            writeout_each(fds, self.counters)
+            fault_point("index_pack.after_writeout")
+            barrier_flush(fds, self.counters)
+            fault_point("index_pack.after_flush")
+        finally:
+            for fd in fds[1:]:
+                os.close(fd)
+        outcome = InstallOutcome.ALREADY_PRESENT if already_installed(final["idx"]) else InstallOutcome.INSTALLED
+        keep_path = publish_keep(self.tmp_keep, final["keep"]) if self.tmp_keep is not None else None
+        fault_point("index_pack.after_keep")
+        try:
+            if outcome is InstallOutcome.INSTALLED:
+                publish_renames([(self.tmp_pack, final["pack"]), (self.tmp_rev, final["rev"]),
+                                 (self.tmp_idx, final["idx"])], self.counters)
+                fault_point("index_pack.after_renames")
+            fsync_dirs([self.pack_dir], self.counters)
+            fault_point("index_pack.after_fsync_dirs")
+        except BaseException:
+            if keep_path is not None:
+                release_keep(keep_path)
+            raise
+        self.remove_quarantine()
+        fault_point("index_pack.after_quarantine_removed")
+        self.committed = True
+        t1 = time.monotonic()
+        self.elapsed["install"] = t1 - t0
+        update_refs(self.repo, ref_updates, self.counters)
+        fault_point("index_pack.after_refs")
+        self.elapsed["refs"] = time.monotonic() - t1
+        peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        self.result = IndexPackResult(
+            outcome=outcome, pack_name=self.pack_name, checksum=self.checksum.hex(),
+            pack_path=final["pack"], idx_path=final["idx"], rev_path=final["rev"], keep_path=keep_path,
+            objects=self.objects, deltas=self.deltas, bytes=self.pack_bytes, received_bytes=self.received_bytes,
+            thin_bases_added=self.thin_bases_added, collisions_checked=self.collisions_checked,
+            large_offsets=self.large_offsets, workers=self.workers, elapsed=dict(self.elapsed),
+            peak_rss=max(peak_self, self.peak_rss_workers, peak_rss_hint), peak_rss_workers=self.peak_rss_workers,
+            refs_updated=tuple(u.name for u in ref_updates), durability=self.counters.as_dict())
+        return self.result
+
+    def _check_ref_targets(self, updates: list[RefUpdate]) -> None:
+        """A ref may only name an object that is in this pack or already in the repository."""
+        for u in updates:
+            if not isinstance(u, RefUpdate):
+                raise InvalidInputError(f"ref update must be a RefUpdate, not {type(u).__name__}")
+            if len(u.new) != 20:
+                raise InvalidInputError(f"ref update for {u.name}: new value must be a 20-byte id")
+            if not self.contains(u.new) and u.new not in self.snapshot:
+                raise ObjectMissingError(f"ref update for {u.name} names an object that is neither in the pack "
+                                         f"nor in the repository", oid=u.new)
+
+    def remove_quarantine(self) -> None:
+        """Close the pack fd and delete objects/incoming-* with whatever is left in it."""
+        fd = getattr(self, "fd_pack", None)
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+            self.fd_pack = None
+        if self.quarantine is not None:
+            shutil.rmtree(self.quarantine, ignore_errors=True)
+            self.quarantine = None
+
+    def abort(self) -> None:
+        if not self.committed:
+            self.remove_quarantine()
+
+    def __enter__(self) -> "IncomingPack":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abort()
+
+
+# --------------------------------------------------------------------------------------
+# Install steps, in order. Each is one durability step.
+
+def writeout_each(fds: Sequence[int], counters: durable.DurabilityCounters) -> None:
+    # Start write-back of pack, rev, idx (and keep) together so the flushes below overlap.
+    for fd in fds:
+        durable.start_writeout(fd, counters)
+
+
+def barrier_flush(fds: Sequence[int], counters: durable.DurabilityCounters) -> None:
+    # Contents must be on stable storage before any name for them is published.
+    for fd in fds:
+        durable.flush_file(fd, counters)
+
+
+def already_installed(idx_path: Path) -> bool:
+    # One stat per ingest (not per object): a pack with this checksum is already visible to readers.
+    return idx_path.exists()
+
+
+def publish_keep(tmp_keep: Path, final_keep: Path) -> Path | None:
+    # The .keep goes in before the pack so a concurrent repack never sees the pack unprotected;
+    # link() fails if a keep already exists (someone else's: we neither overwrite nor release it).
+    try:
+        os.link(tmp_keep, final_keep)
+    except FileExistsError:
+        return None
+    return final_keep
+
+
+def publish_renames(pairs: Sequence[tuple[Path, Path]], counters: durable.DurabilityCounters) -> None:
+    # pack, then rev, then idx LAST: readers discover packs by their idx, so everything it needs exists first.
+    done: list[Path] = []
+    try:
+        for src, dst in pairs:
+            durable.rename(src, dst, counters)
+            done.append(dst)
+            if dst.suffix == ".pack":
+                fault_point("index_pack.after_pack_rename")
+    except BaseException:
+        if not any(p.suffix == ".idx" for p in done):
+            for p in done:  # not yet discoverable: take the orphans back out
+                try:
+                    os.unlink(p)
+                except FileNotFoundError:
+                    pass
+        raise
+
+
+def fsync_dirs(dirs: Sequence[Path], counters: durable.DurabilityCounters) -> None:
+    # The renames are only durable once the directory holding the new names is flushed.
+    for d in dirs:
+        durable.fsync_dir(d, counters)
+
+
+def update_refs(repo, updates: Sequence[RefUpdate], counters: durable.DurabilityCounters) -> None:
+    # Last: a ref may only name objects that are durably installed (all-or-nothing compare-and-swap).
+    if updates:
+        repo.refs.update(updates, counters)
+
+
+# --------------------------------------------------------------------------------------
+
+def _strong_digest(typ: int, data: bytes) -> bytes:
+    """SHA-256 of an object (git header + content): compares incoming with existing content."""
+    h = hashlib.sha256(_TYPE_HEADER[typ] + b"%d\0" % len(data))
+    h.update(data)
+    return h.digest()
+
+
+def _entry_header(typ: int, size: int) -> bytes:
+    c = (typ << 4) | (size & 15)
+    size >>= 4
+    out = bytearray()
+    while size:
+        out.append(c | 0x80)
+        c = size & 0x7F
+        size >>= 7
+    out.append(c)
+    return bytes(out)
+
+
+def _encode_entry(typ: int, data: bytes) -> bytes:
+    return _entry_header(typ, len(data)) + zlib.compress(data, THIN_ZLIB_LEVEL)
+
+
+def index_pack(repo, source: BinaryIO | str | os.PathLike[str], *, fix_thin: bool = False, strict: bool = False,
+               keep_message: str | None = None, ref_updates: Sequence[RefUpdate] = (),
+               max_pack_bytes: int | None = None, processes: int | None = None,
+               progress: Progress | None = None,
+               install_guard: Callable[[], ContextManager] | None = None,
+               off32_limit: int = DEFAULT_OFF32_LIMIT) -> IndexPackResult:
+    """Receive, verify, index and install a pack; then apply ``ref_updates`` (all or nothing).
+
+    ``install_guard`` (e.g. a repository lock) is entered around install + ref updates only,
+    so the long receive/resolve phases run without holding it.
+    """
+    with IncomingPack.begin(repo, source, fix_thin=fix_thin, strict=strict, keep_message=keep_message,
+                            max_pack_bytes=max_pack_bytes, processes=processes, progress=progress,
+                            off32_limit=off32_limit) as incoming:
+        with (install_guard() if install_guard is not None else nullcontext()):
+            return incoming.commit(ref_updates)
