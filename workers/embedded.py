@@ -8,11 +8,14 @@ object started (or, with ``force=True``, whatever server the pidfile names).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import redis
 
@@ -71,6 +74,16 @@ class EmbeddedRedis:
         if self.ping():
             self.reused = True
             return self
+        self.dir.mkdir(parents=True, exist_ok=True)
+        # `packyard worker` and `packyard beat` started together must not both start a server:
+        # the second bind would unlink the first one's socket and orphan it.
+        with file_lock(self.dir / "start.lock"):
+            if self.ping():
+                self.reused = True
+                return self
+            return self._start_locked(timeout)
+
+    def _start_locked(self, timeout: float) -> "EmbeddedRedis":
         if len(str(self.socket)) > MAX_SOCKET_PATH:
             raise EmbeddedRedisError(
                 f"unix socket path too long ({len(str(self.socket))} > {MAX_SOCKET_PATH} bytes): {self.socket}; "
@@ -151,6 +164,17 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path`` for the block (process-wide, released if the process dies)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

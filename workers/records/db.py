@@ -95,7 +95,24 @@ def upgrade_database(settings: Settings | str, revision: str = "head") -> None:
     """Bring the records database to ``revision`` (used by ``packyard up``/``demo``/``migrate`` and tests)."""
     from alembic import command
 
-    command.upgrade(alembic_config(settings), revision)
+    url = settings if isinstance(settings, str) else settings.database_url
+    sqlite_file = _sqlite_file(url)
+    if sqlite_file is None:  # server databases: run `packyard migrate` once per deployment (compose does)
+        command.upgrade(alembic_config(url), revision)
+        return
+    # Embedded mode: several `packyard` processes may start at once and each migrates; serialize them.
+    from workers.embedded import file_lock
+
+    sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(sqlite_file.with_name(sqlite_file.name + ".migrate-lock")):
+        command.upgrade(alembic_config(url), revision)
+
+
+def _sqlite_file(url: str) -> Path | None:
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("///", 1)[1] if "///" in url else ""
+    return Path(path) if path and path != ":memory:" else None
 
 
 def downgrade_database(settings: Settings | str, revision: str = "base") -> None:

@@ -1,0 +1,135 @@
+"""Settings from the environment, the embedded Redis server's life cycle, and the log format choice."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from workers.settings import Settings
+
+
+def test_defaults_are_embedded_under_the_state_dir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    s = Settings.from_env({})
+    assert s.state_dir == tmp_path / ".state"
+    assert s.embedded_redis
+    assert s.redis_py_url == f"unix://{tmp_path / '.state' / 'redis.sock'}"
+    assert s.broker_url == f"redis+socket://{tmp_path / '.state' / 'redis.sock'}"
+    assert s.database_url == f"sqlite:///{tmp_path / '.state' / 'packyard.db'}"
+    assert (s.worker_concurrency, s.log_format, s.lock_ttl) == (2, "auto", 60.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.lock_ttl = 1  # type: ignore[misc]
+
+
+def test_explicit_environment(tmp_path):
+    env = {"PACKYARD_STATE_DIR": str(tmp_path), "PACKYARD_REDIS_URL": "redis://cache:6379/2",
+           "PACKYARD_DATABASE_URL": "postgresql+psycopg://u@db/packyard", "PACKYARD_WORKER_CONCURRENCY": "8",
+           "PACKYARD_LOG_FORMAT": "JSON", "PACKYARD_MAX_PACK_BYTES": "1048576", "PACKYARD_LOCK_TTL": "2.5",
+           "PACKYARD_NIGHTLY_REPOS": os.pathsep.join([str(tmp_path / "a.git"), "", str(tmp_path / "b.git")])}
+    s = Settings.from_env(env)
+    assert not s.embedded_redis and s.broker_url == s.redis_py_url == "redis://cache:6379/2"
+    assert s.database_url == "postgresql+psycopg://u@db/packyard"
+    assert (s.worker_concurrency, s.log_format, s.max_pack_bytes, s.lock_ttl) == (8, "json", 1048576, 2.5)
+    assert s.nightly_repos == (str(tmp_path / "a.git"), str(tmp_path / "b.git"))
+    # A child process given as_env() reads the same settings back.
+    assert Settings.from_env(s.as_env()) == s
+
+
+def test_embedded_socket_url_round_trips_to_children(tmp_path):
+    s = Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path)})
+    child = Settings.from_env(s.as_env())
+    assert child.broker_url == s.broker_url and child.database_url == s.database_url
+    assert not child.embedded_redis  # the child uses the server; it does not start its own
+
+
+@pytest.mark.parametrize("name,value", [("PACKYARD_WORKER_CONCURRENCY", "two"), ("PACKYARD_LOG_FORMAT", "xml"),
+                                        ("PACKYARD_LOCK_TTL", "soon")])
+def test_bad_values_name_the_variable(name, value):
+    with pytest.raises(ValueError, match=name):
+        Settings.from_env({name: value})
+
+
+def test_embedded_redis_start_reuse_stop():
+    from workers.embedded import EmbeddedRedis
+
+    state = Path(tempfile.mkdtemp(prefix="pke-", dir="/tmp"))
+    try:
+        servers = [EmbeddedRedis(state) for _ in range(3)]
+        threads = [threading.Thread(target=srv.start) for srv in servers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        owners = [srv for srv in servers if not srv.reused]
+        assert len(owners) == 1, "exactly one server started; the others reused it"
+        reusers = [srv for srv in servers if srv.reused]
+        client = reusers[0].client()
+        client.set("k", "v")
+        assert reusers[1].client().get("k") == b"v"
+        assert client.config_get("port")["port"] == "0"  # no TCP listener
+        client.close()
+        reusers[0].stop()                  # a reusing handle does not stop the owner's server
+        assert owners[0].ping()
+        owners[0].stop()
+        assert not owners[0].ping() and not (state / "redis.sock").exists()
+        assert owners[0].process is None
+    finally:
+        for srv in servers:
+            srv.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def test_socket_path_too_long_is_refused(tmp_path):
+    from workers.embedded import EmbeddedRedis, EmbeddedRedisError
+
+    with pytest.raises(EmbeddedRedisError, match="too long"):
+        EmbeddedRedis(tmp_path / ("x" * 120)).start()
+
+
+def _log_through(stream, fmt):
+    from workers import logging as plog
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        plog.configure(fmt, "INFO", stream=stream, force=True)
+        plog.bind_job(job_id="j-1", task="packyard.verify_repo", repo="/r.git")
+        plog.get_logger("packyard.test").info("job.finished", counters={"objects": 3})
+        logging.getLogger("celery.test").info("a stdlib line")
+        plog.clear_job()
+    finally:
+        root.handlers, _ = saved
+        root.setLevel(saved[1])
+        plog._configured = None
+
+
+def test_json_lines_when_not_a_terminal():
+    out = io.StringIO()
+    _log_through(out, "auto")
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines[0]["event"] == "job.finished" and lines[0]["counters"] == {"objects": 3}
+    for line in lines:  # job context on every line, stdlib (Celery) lines included
+        assert (line["job_id"], line["task"], line["repo"]) == ("j-1", "packyard.verify_repo", "/r.git")
+        assert line["timestamp"].endswith("Z")
+
+
+def test_console_renderer_on_a_terminal():
+    master, slave = os.openpty()
+    stream = os.fdopen(slave, "w", buffering=1)
+    try:
+        _log_through(stream, "auto")
+        stream.flush()
+        text = os.read(master, 65536).decode(errors="replace")
+    finally:
+        stream.close()
+        os.close(master)
+    assert "job.finished" in text and "job_id" in text and "j-1" in text
+    assert not text.lstrip().startswith("{")
