@@ -69,3 +69,15 @@ def test_busy_repository_is_retried_until_the_lease_is_free(celery_worker, celer
     job = pk.job_row(res.id)
     assert job.state.value == "SUCCESS" and job.retries >= 1
     assert value["counters"]["token"] > held.token  # fencing: the later holder has the larger token
+
+
+def test_race_event_recorded_by_worker(celery_worker, celery_app, pk, tmp_path):
+    from workers.records import RaceEvent, Repository, session_scope
+
+    res = celery_app.send_task("packyard.test_race", kwargs={"repo": str(tmp_path)})
+    res.get(timeout=60)
+    with session_scope(os.environ["PACKYARD_DATABASE_URL"]) as s:
+        rows = s.execute(select(RaceEvent, Repository.path).join(Repository)
+                         .where(RaceEvent.job_id == res.id)).all()
+    assert [(r.kind, r.detail, path) for r, path in rows] == [
+        ("pack_vanished", {"pack": "pack-1234.pack", "retried": True}, str(tmp_path.resolve()))]

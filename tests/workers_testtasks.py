@@ -64,3 +64,9 @@ def test_locked(self: PackyardTask, repo: str) -> dict[str, Any]:
     with self.repo_lock(repo, wait=0.2) as lease:
         lease.check()
         return {"counters": {"token": lease.token}}
+
+
+@app.task(name="packyard.test_race", bind=True, base=PackyardTask)
+def test_race(self: PackyardTask, repo: str) -> dict[str, Any]:
+    self.record_race("pack_vanished", repo, pack="pack-1234.pack", retried=True)
+    return {"counters": {"races": 1}}

@@ -31,9 +31,11 @@ Layers
     retry with exponential backoff (PACKYARD_TASK_MAX_RETRIES, then the job fails).
   - ``self.progress(phase, done, total)`` → ``update_state("PROGRESS", {phase, done, total})``
     at most every 0.5 s per phase, which Flower and dashboards show.
-  - ``self.repo_lock(repo)`` → :func:`workers.locks.repo_lock` with the configured TTL; events
-    go to ``lock_events``; ``lease.token`` is the fencing token, ``lease.check()`` raises
-    LockLostError.
+  - ``self.repo_lock(repo)`` → the repository lease (:mod:`workers.locks`) with the configured TTL,
+    renewed in the background; events go to ``lock_events``; ``lease.token`` is the fencing token;
+    ``lease.check()`` raises LockLostError (→ retry). A repository locked for more than 30 s
+    retries the job later.
+  - ``self.record_race(kind, repo, **detail)`` → a ``race_events`` row (and a warning log line).
 * Register the module below (one import line), add the CLI command in ``workers/cli/``
   and, for benchmarks, a module in ``workers/cli/bench/``.
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterator, TypeVar
 import redis
 from celery import Task
 from celery.exceptions import Retry
+from sqlalchemy.exc import SQLAlchemyError
 
 from store.errors import LockLostError, StoreError
 from workers import logging as plog
@@ -18,6 +19,13 @@ T = TypeVar("T")
 
 # Errors that say "try again later", not "this input is bad".
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (LockLostError, redis.ConnectionError, redis.TimeoutError)
+
+
+def _record_safely(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    try:
+        fn(*args, **kwargs)
+    except SQLAlchemyError as err:
+        plog.get_logger("packyard.jobs").error("job.record_failed", step=fn.__name__, error=str(err))
 
 
 class PackyardTask(Task):
@@ -48,17 +56,23 @@ class PackyardTask(Task):
         if req.id is None or req.is_eager:  # a direct call (tests, in-process): no job row
             return self.run(*args, **kwargs)
         self._progress_phase, self._progress_at = None, 0.0
-        started = recording.job_started(req.id, self.name, args, kwargs, req.hostname)
+        try:
+            started = recording.job_started(req.id, self.name, args, kwargs, req.hostname)
+        except SQLAlchemyError as err:  # records unavailable: do not touch the repository unrecorded
+            plog.get_logger("packyard.jobs").error("job.record_failed", step="started", error=str(err))
+            plog.clear_job()
+            raise self.retry(exc=err, countdown=self.backoff()) from err
         try:
             result = self.run(*args, **kwargs)
         except Retry as r:
-            recording.job_retrying(req.id, self.name, args, kwargs, str(r.exc or r.message or r))
+            _record_safely(recording.job_retrying, req.id, self.name, args, kwargs, str(r.exc or r.message or r))
             raise
         except Exception as exc:
-            recording.job_finished(req.id, self.name, args, kwargs, started, exc=exc)
+            _record_safely(recording.job_finished, req.id, self.name, args, kwargs, started, exc=exc)
             raise
         else:
-            recording.job_finished(req.id, self.name, args, kwargs, started, result=result)
+            # The work is done: a records hiccup must not turn a finished job into a failed one.
+            _record_safely(recording.job_finished, req.id, self.name, args, kwargs, started, result=result)
             return result
         finally:
             plog.clear_job()
@@ -91,6 +105,13 @@ class PackyardTask(Task):
             raise self.retry(exc=err, countdown=self.backoff()) from err
         except StoreError:
             raise
+
+    def record_race(self, kind: str, repo: str | None = None, **detail: Any) -> None:
+        """Record a race this job observed (pack vanished under a lookup, ref moved under a CAS, …)."""
+        from workers.records.recorder import record_race_event
+
+        record_race_event(get_settings(), repo=repo, job_id=self.request.id, kind=kind, detail=detail or None)
+        plog.get_logger("packyard.races").warning("race.observed", kind=kind, **detail)
 
     def backoff(self) -> float:
         return min(self.retry_backoff_cap, self.retry_backoff_base * (2 ** self.request.retries))
