@@ -70,8 +70,8 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     """Write the idx v2 and rev files for objects given in pack order.
 
     ``oids`` holds 20 bytes per object, ``offsets`` must be increasing (pack
-    order), ``crcs`` are the CRC32s of each entry's raw bytes. Memory: one
-    sort key (id + position) per object, released before the tables are written.
+    order), ``crcs`` are the CRC32s of each entry's raw bytes. Memory: 4 bytes
+    per object for the order, plus the sort keys of one fan-out bucket at a time.
     """
     n = len(offsets)
     if len(oids) != 20 * n or len(crcs) != n:
@@ -81,24 +81,23 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     if n >= 1 << 31:
         raise InvalidInputError("too many objects for an idx v2 file")
     mv = memoryview(oids)
-    pos = struct.Struct(">I").pack
-    keys = [mv[20 * i:20 * i + 20].tobytes() + pos(i) for i in range(n)]
-    keys.sort()  # by id, equal ids in pack order
-    counts = [0] * 256
-    for k in keys:
-        counts[k[0]] += 1
+    # Sort bucket by bucket (first id byte): only one bucket's sort keys exist at a time.
+    buckets = [array("I") for _ in range(256)]
+    for i in range(n):
+        buckets[mv[20 * i]].append(i)
+    order = array("I")
     fanout = array("I")
-    total = 0
-    for c in counts:
-        total += c
-        fanout.append(total)
+    for bucket in buckets:
+        if len(bucket) > 1:
+            bucket = sorted(bucket, key=lambda i: mv[20 * i:20 * i + 20].tobytes())  # stable: ties in pack order
+        order.extend(bucket)
+        fanout.append(len(order))
+    del buckets
     idx = _HashingWriter(idx_out)
     idx.write(IDX_MAGIC + struct.pack(">I", 2) + _be(fanout))
     step = 1 << 14
     for a in range(0, n, step):
-        idx.write(b"".join([k[:20] for k in keys[a:a + step]]))
-    order = array("I", [int.from_bytes(k[20:], "big") for k in keys])
-    del keys
+        idx.write(b"".join([mv[20 * i:20 * i + 20] for i in order[a:a + step]]))
     for a in range(0, n, step):
         idx.write(_be(array("I", [crcs[i] & 0xFFFFFFFF for i in order[a:a + step]])))
     large = array("Q")

@@ -886,15 +886,17 @@ class IncomingPack:
         nproc = processes if processes is not None else len(os.sched_getaffinity(0))
         nproc = max(1, nproc)
         res = _Resolver(entries, fd_pack, str(self.tmp_pack), existing, strict, nslots=max(nproc, 1))
+        entries.oids = bytearray()  # the shared map holds them now
         self.peak_rss_workers = 0
         self.workers = 1
         try:
             if entries.deltas:
+                shared = res.shared_oids
                 roots = [i for i in range(n) if entries.types[i] < 6 and
-                         (entries.first_child[i] >= 0 or bytes(entries.oids[20 * i:20 * i + 20]) in entries.ref_first)]
+                         (entries.first_child[i] >= 0 or shared[20 * i:20 * i + 20] in entries.ref_first)]
                 if nproc > 1 and entries.deltas >= FORK_MIN_DELTAS and len(roots) > 1:
                     # Big trees first so the last batches are small ones.
-                    roots.sort(key=lambda r: -self._direct_children(entries, r))
+                    roots.sort(key=lambda r: -self._direct_children(entries, r, shared))
                     outs, self.peak_rss_workers = _run_workers(res, roots, nproc, progress, entries.deltas)
                     stats_all.extend(outs)
                     self.workers = nproc
@@ -906,8 +908,8 @@ class IncomingPack:
             self.elapsed["resolve"] = t2 - t1
 
             # ---- thin bases
-            oids = bytearray(res.shared_oids[:20 * n])
-            rtypes = bytearray(res.rtypes[:n])
+            oids = bytearray(res.shared_oids) if n else bytearray()
+            rtypes = bytearray(res.rtypes) if n else bytearray()
             unresolved = [i for i in range(n) if not rtypes[i]]
             thin_added = 0
             if unresolved:
@@ -919,6 +921,9 @@ class IncomingPack:
             res.close()
         if thin_added:
             checksum = self._rewrite_header_and_trailer(len(entries))
+        # The delta graph is no longer needed: free it before the checks and the index.
+        entries.ref_first = {}
+        entries.first_child = entries.next_sibling = entries.sizes = None  # type: ignore[assignment]
         t3 = time.monotonic()
         self.elapsed["thin"] = t3 - t2
 
@@ -955,13 +960,13 @@ class IncomingPack:
         self.elapsed["index"] = time.monotonic() - t4
 
     @staticmethod
-    def _direct_children(e: _Entries, i: int) -> int:
+    def _direct_children(e: _Entries, i: int, oids) -> int:
         k = 0
         c = e.first_child[i]
         while c >= 0:
             k += 1
             c = e.next_sibling[c]
-        c = e.ref_first.get(bytes(e.oids[20 * i:20 * i + 20]), -1)
+        c = e.ref_first.get(oids[20 * i:20 * i + 20], -1)
         while c >= 0:
             k += 1
             c = e.next_sibling[c]

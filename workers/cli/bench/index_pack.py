@@ -1,0 +1,195 @@
+"""packyard bench index-pack PACK: `git index-pack` vs `packyard index-pack` on the same pack, side by side.
+
+Both read the pack from stdin into a fresh bare repository on the same filesystem
+(git: ``git index-pack --stdin --rev-index``; packyard: the real CLI in a fresh
+process, ``packyard index-pack --repo R -``). Rounds alternate git/packyard; wall
+time and peak RSS come from ``wait4`` on each child (peak RSS = the largest of the
+process and its reaped children, so packyard's resolver processes count); both
+run under ``/usr/bin/time`` so that neither inherits this process's high-water
+mark (Linux keeps a process's peak RSS across fork+exec). The idx, rev and pack
+files of both sides must be byte-identical (checked).
+
+Then each side runs once under ``strace -f`` on a repository with 20 packs and 5,000
+loose objects, counting the calls (open/openat/stat/lstat/newfstatat/statx/access/
+getdents64) that name a path under ``objects/``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from workers.cli.bench import common
+
+TRACED = "trace=open,openat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2,getdents64"
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser("index-pack", help="packyard index-pack vs git index-pack (wall, RSS, fs calls)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("pack", nargs="?", default=None,
+                   help="pack file (default: the corpus git-v2.0.0.pack)")
+    p.add_argument("--runs", type=int, default=2, help="rounds, alternating git/packyard (default 2)")
+    p.add_argument("--processes", type=int, default=None, help="packyard resolver processes (default: cores)")
+    p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
+    p.add_argument("--no-strace", action="store_true", help="skip the strace filesystem-call counts")
+    p.set_defaults(func=run)
+
+
+TIME = "/usr/bin/time"
+
+
+def measured(cmd: list[str], stdin_path: Path, env: dict[str, str], rss_file: Path) -> tuple[float, int, int, bytes]:
+    """Run ``cmd`` under /usr/bin/time; (wall seconds, peak RSS bytes incl. reaped children, status, stdout)."""
+    with open(stdin_path, "rb") as fin:
+        t0 = time.perf_counter()
+        proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss_file)] + cmd, stdin=fin, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env)
+        wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr.decode(errors="replace"))
+        return wall, 0, proc.returncode, proc.stdout
+    rss_kb = int(rss_file.read_text().split()[-1])
+    return wall, rss_kb * 1024, 0, proc.stdout
+
+
+def same_file(a: Path, b: Path) -> bool:
+    if a.stat().st_size != b.stat().st_size:
+        return False
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        while True:
+            ca, cb = fa.read(1 << 20), fb.read(1 << 20)
+            if ca != cb:
+                return False
+            if not ca:
+                return True
+
+
+def packyard_cmd(repo: Path, processes: int | None) -> list[str]:
+    script = Path(sys.executable).parent / "packyard"
+    entry = [str(script)] if script.exists() else [sys.executable, "-c",
+                                                   "import sys; from workers.cli import main; sys.exit(main())"]
+    cmd = entry + ["index-pack", "--repo", str(repo), "--no-progress", "--json"]
+    if processes:
+        cmd += ["--processes", str(processes)]
+    return cmd + ["-"]
+
+
+def git_cmd(repo: Path) -> list[str]:
+    return ["git", "--git-dir", str(repo), "index-pack", "--stdin", "--rev-index"]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(common.ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    return env
+
+
+def only_file(d: Path, suffix: str) -> Path:
+    found = sorted(d.glob(f"pack-*{suffix}"))
+    if len(found) != 1:
+        raise SystemExit(f"expected one {suffix} in {d}, found {found}")
+    return found[0]
+
+
+def busy_repo(dest: Path) -> Path:
+    """A bare repository with 20 packs and 5,000 loose objects (the issue's strace setup)."""
+    common.git("init", "-q", "--bare", str(dest))
+    blobs = dest.parent / "busy-blobs"
+    blobs.mkdir(exist_ok=True)
+    paths = []
+    for i in range(5000):
+        p = blobs / str(i)
+        p.write_bytes(b"loose object %d\n" % i)
+        paths.append(str(p))
+    ids = common.git("hash-object", "-w", "--stdin-paths", git_dir=dest, input="\n".join(paths).encode()).split()
+    for k in range(20):
+        common.git("pack-objects", "-q", str(dest / "objects" / "pack" / "pack"), git_dir=dest,
+                   input=b"\n".join(ids[k * 50:(k + 1) * 50]) + b"\n")
+    shutil.rmtree(blobs)
+    return dest
+
+
+def strace_count(cmd: list[str], pack: Path, objects_dir: Path, log: Path, env: dict[str, str]) -> int:
+    with open(pack, "rb") as fin:
+        subprocess.run(["strace", "-f", "-qq", "-y", "-o", str(log), "-e", TRACED] + cmd, stdin=fin,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=True)
+    needle = str(objects_dir)
+    return sum(1 for line in log.read_text(errors="replace").splitlines() if needle in line)
+
+
+def run(args: argparse.Namespace) -> int:
+    pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
+    if not Path(TIME).exists():
+        print(f"packyard bench index-pack: needs {TIME} (GNU time) to measure peak RSS", file=sys.stderr)
+        return 2
+    if not pack.exists():
+        print(f"packyard bench index-pack: no pack {pack}", file=sys.stderr)
+        return 2
+    env = child_env()
+    base = Path(tempfile.mkdtemp(prefix="packyard-bench-ip-", dir=args.dir))
+    try:
+        rows = {"git": [], "packyard": []}
+        phases: list[dict] = []
+        print(f"pack {pack} ({pack.stat().st_size / 1e6:.1f} MB), {os.cpu_count()} cores, "
+              f"{args.runs} rounds alternating git/packyard", flush=True)
+        for rnd in range(args.runs):
+            order = ("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")
+            for side in order:
+                repo = base / f"{side}-{rnd}.git"
+                common.git("init", "-q", "--bare", str(repo))
+                cmd = git_cmd(repo) if side == "git" else packyard_cmd(repo, args.processes)
+                wall, rss, rc, out = measured(cmd, pack, env, base / "rss.txt")
+                if rc != 0:
+                    print(f"{side} failed with status {rc}", file=sys.stderr)
+                    return 1
+                rows[side].append((wall, rss))
+                if side == "packyard":
+                    res = json.loads(out)
+                    phases.append({k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
+                                   if k.startswith("elapsed_us_")})
+                print(f"  round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB", flush=True)
+            g_pack = base / f"git-{rnd}.git" / "objects" / "pack"
+            p_pack = base / f"packyard-{rnd}.git" / "objects" / "pack"
+            for suffix in (".idx", ".rev", ".pack"):
+                if not same_file(only_file(g_pack, suffix), only_file(p_pack, suffix)):
+                    print(f"MISMATCH: {suffix} files differ between git and packyard", file=sys.stderr)
+                    return 1
+            for side in ("git", "packyard"):
+                shutil.rmtree(base / f"{side}-{rnd}.git")
+        g_wall = statistics.median(w for w, _ in rows["git"])
+        p_wall = statistics.median(w for w, _ in rows["packyard"])
+        g_rss = max(r for _, r in rows["git"])
+        p_rss = max(r for _, r in rows["packyard"])
+        print("idx, rev and pack byte-identical to git's: yes")
+        print(f"packyard phases (median-round values): " + ", ".join(
+            f"{k} {statistics.median(p[k] for p in phases):.2f}s" for k in phases[0]))
+        print(f"{'':24} {'packyard':>10} {'git':>10} {'ratio':>7}")
+        print(f"{'wall time (median) s':24} {p_wall:10.2f} {g_wall:10.2f} {p_wall / g_wall:6.2f}x")
+        print(f"{'peak RSS (max) MiB':24} {p_rss / 2**20:10.1f} {g_rss / 2**20:10.1f} {p_rss / g_rss:6.2f}x")
+        print(f"wall spread: git {min(w for w, _ in rows['git']):.2f}-{max(w for w, _ in rows['git']):.2f}s, "
+              f"packyard {min(w for w, _ in rows['packyard']):.2f}-{max(w for w, _ in rows['packyard']):.2f}s")
+        if not args.no_strace:
+            if shutil.which("strace") is None:
+                print("strace not installed: filesystem-call counts skipped")
+                return 0
+            busy = busy_repo(base / "busy.git")
+            counts = {}
+            for side in ("git", "packyard"):
+                repo = base / f"busy-{side}.git"
+                shutil.copytree(busy, repo)
+                cmd = git_cmd(repo) if side == "git" else packyard_cmd(repo, args.processes)
+                counts[side] = strace_count(cmd, pack, repo / "objects", base / f"{side}.strace", env)
+            print(f"filesystem calls naming objects/ (repo with 20 packs + 5,000 loose objects; "
+                  f"open/stat/access/getdents): packyard {counts['packyard']}, git {counts['git']}")
+        return 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -1,0 +1,110 @@
+"""packyard index-pack --repo R [--fix-thin] [--strict] [--keep MSG] [PACK|-]: ingest a pack in-process."""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from typing import Any
+
+from workers.cli import common
+
+LABELS = {"receiving": "Receiving objects", "resolving": "Resolving deltas"}
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser(
+        "index-pack", help="ingest a pack (file or stdin) into a repository",
+        description="Like `git index-pack --stdin [--fix-thin] [--strict] [--keep=MSG]`: stream the pack into "
+                    "a quarantine inside the repository, verify every entry and the trailer, resolve deltas on "
+                    "every core, check collisions against one snapshot, write .idx/.rev byte-identical to "
+                    "git's, install durably (idx last), then apply --ref-update (all or nothing). "
+                    "Prints 'pack\\t<checksum>' (and 'keep\\t<checksum>' with --keep) like git.")
+    common.add_repo_arg(p)
+    p.add_argument("pack", nargs="?", default="-", help="pack file, or - for stdin (default)")
+    p.add_argument("--fix-thin", action="store_true", help="append missing delta bases from the repository")
+    p.add_argument("--strict", action="store_true", help="fsck commits, trees and tags; require their links")
+    p.add_argument("--keep", metavar="MSG", nargs="?", const="", default=None,
+                   help="leave pack-<checksum>.keep (with MSG) until released")
+    p.add_argument("--ref-update", action="append", default=[], metavar="REF:OLD:NEW",
+                   help="move REF from OLD (hex, or empty = must not exist) to NEW after install")
+    p.add_argument("--max-pack-bytes", type=int, default=None, help="refuse packs larger than this")
+    p.add_argument("--processes", type=int, default=None, help="delta resolver processes (default: cores)")
+    p.add_argument("--lock", action="store_true",
+                   help="hold the repository's Redis lease around install + ref updates")
+    p.add_argument("--json", action="store_true", help="print the result with counters as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars even on a terminal")
+    p.set_defaults(func=run)
+
+
+class GitLikeProgress:
+    """tqdm bars like git's: 'Receiving objects: 100% (n/n)' and 'Resolving deltas: 100% (n/n)'."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.bar: Any = None
+        self.phase: str | None = None
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        from tqdm import tqdm
+
+        if phase != self.phase:
+            self.close()
+            self.phase = phase
+            width = shutil.get_terminal_size((100, 24)).columns or 100
+            self.bar = tqdm(total=total, desc=LABELS.get(phase, phase), unit=" obj", file=self.stream,
+                            leave=True, ncols=width, mininterval=0.2,
+                            bar_format="{desc}: {percentage:3.0f}% ({n_fmt}/{total_fmt}) {bar} "
+                                       "[{elapsed}, {rate_fmt}]")
+        if total is not None and self.bar.total != total:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def parse_ref_update_args(items: list[str]) -> list[dict]:
+    out = []
+    for item in items:
+        parts = item.split(":")
+        if len(parts) != 3:
+            raise SystemExit(f"packyard index-pack: bad --ref-update {item!r}: want REF:OLD:NEW")
+        out.append({"ref": parts[0], "old": parts[1] or None, "new": parts[2]})
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from store.errors import StoreError
+    from workers.commands.index_pack import index_pack, redis_repo_lock
+
+    progress = GitLikeProgress() if sys.stderr.isatty() and not args.no_progress else None
+    lock = None
+    if args.lock:
+        common.prepare_embedded(common.settings(), migrate=False)
+        lock = redis_repo_lock(args.repo)
+    t0 = time.monotonic()
+    try:
+        result = index_pack(args.repo, args.pack, fix_thin=args.fix_thin, strict=args.strict, keep=args.keep,
+                            ref_updates=parse_ref_update_args(args.ref_update),
+                            max_pack_bytes=args.max_pack_bytes, processes=args.processes, progress=progress,
+                            lock=lock)
+    except StoreError as err:
+        if progress:
+            progress.close()
+        print(f"packyard index-pack: {type(err).__name__}: {err}", file=sys.stderr)
+        return 1
+    if progress:
+        progress.close()
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    c = result["counters"]
+    print(f"{'keep' if result['keep'] else 'pack'}\t{result['checksum']}")
+    print(f"{result['outcome']}: {c['objects']} objects, {c['deltas']} deltas, {c['bytes']} bytes, "
+          f"{c['thin_bases_added']} thin bases added, {c['workers']} resolver processes, "
+          f"peak RSS {c['peak_rss'] // (1 << 20)} MiB, {time.monotonic() - t0:.2f}s", file=sys.stderr)
+    return 0

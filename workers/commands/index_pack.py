@@ -1,0 +1,71 @@
+"""index_pack as a plain function: ingest a pack (file or stdin) into a repository, then update refs.
+
+Receiving, resolving and indexing run without any lock (they only touch the
+quarantine ``objects/incoming-*``); the repository lock (``lock``, e.g. the
+task's Redis lease from :mod:`workers.locks`) is held only around install +
+ref updates, and the lease is checked (fencing) right before publishing.
+"""
+from __future__ import annotations
+
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, Callable, ContextManager
+
+from store.indexpack import IncomingPack, IndexPackResult
+from store.repo import Repository
+from workers.commands._bulk import parse_ref_updates
+
+Progress = Callable[[str, int, "int | None"], None]
+LockFactory = Callable[[], ContextManager[Any]]
+
+
+def redis_repo_lock(repo: str | Path) -> LockFactory:
+    """A lock factory using the configured Redis lease (auto-renewed), for callers outside a task."""
+
+    def factory() -> ContextManager[Any]:
+        from workers.locks import redis_client, repo_lock
+        from workers.settings import get_settings
+
+        s = get_settings()
+        return repo_lock(redis_client(s), repo, ttl=s.lock_ttl, auto_renew=True)
+
+    return factory
+
+
+def counters_of(result: IndexPackResult) -> dict[str, int]:
+    """Job-row counters: objects, deltas, bytes, thin bases, per-phase elapsed (µs), peak RSS, durability."""
+    out = {
+        "objects": result.objects, "deltas": result.deltas, "bytes": result.bytes,
+        "received_bytes": result.received_bytes, "thin_bases_added": result.thin_bases_added,
+        "collisions_checked": result.collisions_checked, "workers": result.workers,
+        "peak_rss": result.peak_rss, "peak_rss_workers": result.peak_rss_workers,
+        "already_present": int(result.outcome.value == "already-present"),
+    }
+    for phase, seconds in result.elapsed.items():
+        out[f"elapsed_us_{phase}"] = int(round(seconds * 1_000_000))
+    out.update({k: int(v) for k, v in result.durability.items()})
+    return out
+
+
+def index_pack(repo: str | Path, pack: str | Path, *, fix_thin: bool = False, strict: bool = False,
+               keep: str | None = None, ref_updates: list[dict] | None = None,
+               max_pack_bytes: int | None = None, processes: int | None = None,
+               progress: Progress | None = None, lock: LockFactory | None = None) -> dict[str, Any]:
+    """Receive and verify ``pack`` (a path, or ``-`` for stdin), install it under ``lock``, then ``ref_updates``.
+
+    ``ref_updates``: ``[{"ref": "refs/heads/x", "old": hex | None, "new": hex}, ...]`` (all or nothing).
+    Raises the store's typed errors for bad input; the repository is then unchanged.
+    """
+    r = Repository.open(repo)
+    updates = parse_ref_updates(ref_updates)
+    source = sys.stdin.buffer if str(pack) == "-" else Path(pack)
+    with IncomingPack.begin(r, source, fix_thin=fix_thin, strict=strict, keep_message=keep,
+                            max_pack_bytes=max_pack_bytes, processes=processes, progress=progress) as incoming:
+        with (lock() if lock is not None else nullcontext()) as lease:
+            if lease is not None and hasattr(lease, "check"):
+                lease.check()  # fencing: publish only while the lease is still ours
+            result = incoming.commit(updates)
+    return {"repo": str(r.path), "pack": result.pack_name, "checksum": result.checksum,
+            "outcome": result.outcome.value, "keep": str(result.keep_path) if result.keep_path else None,
+            "refs_updated": list(result.refs_updated), "counters": counters_of(result)}

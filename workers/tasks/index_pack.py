@@ -1,0 +1,19 @@
+"""index_pack: ingest a pushed pack into a repository (install + optional ref updates)."""
+from __future__ import annotations
+
+from typing import Any
+
+from workers.app import app
+from workers.commands import index_pack as command
+from workers.tasks.base import PackyardTask
+
+
+@app.task(name="packyard.index_pack", bind=True, base=PackyardTask)
+def index_pack(self: PackyardTask, repo: str, pack: str, fix_thin: bool = False, strict: bool = False,
+               keep: str | None = None, ref_updates: list[dict] | None = None,
+               max_pack_bytes: int | None = None) -> dict[str, Any]:
+    """Verify, resolve and index a pack in quarantine; install it and update refs under the repo lease."""
+    self.bind_log(pack=pack)
+    return self.call(command.index_pack, repo, pack, fix_thin=fix_thin, strict=strict, keep=keep,
+                     ref_updates=ref_updates, max_pack_bytes=max_pack_bytes,
+                     lock=lambda: self.repo_lock(repo))
