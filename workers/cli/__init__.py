@@ -19,7 +19,7 @@ import sys
 
 COMMANDS = (
     "init", "worker", "beat", "flower", "migrate", "up", "submit", "status", "verify", "demo", "bench",
-    "import_tree", "unpack_objects", "write_objects", "gc",
+    "import_tree", "unpack_objects", "write_objects", "gc", "index_pack",
 )
 
 

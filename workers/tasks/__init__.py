@@ -43,5 +43,6 @@ Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dash
 """
 from workers.tasks import verify_repo  # noqa: F401
 from workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
+from workers.tasks import index_pack  # noqa: F401
 
-TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects")
+TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack")

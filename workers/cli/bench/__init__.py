@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("verify",)
+BENCHMARKS = ("verify", "loose", "index_pack")
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
