@@ -156,15 +156,17 @@ def sync_filesystem(fd: int, counters: DurabilityCounters | None = None) -> None
 
 
 def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str],
-                     counters: DurabilityCounters | None = None) -> bool:
+                     counters: DurabilityCounters | None = None, *, dir_fd: int | None = None) -> bool:
     """Atomic rename that never replaces ``dst``; False if ``dst`` already exists.
 
     renameat2(RENAME_NOREPLACE) where the kernel and filesystem support it; elsewhere
     a check then rename (a racing writer of the same object id wrote the same bytes, so
     the narrow window can only replace an object with an identical, durable copy).
+    With ``dir_fd`` both names are relative to that directory (no path walk per call).
     """
     if _renameat2 is not None:
-        rc = _renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
+        at = _AT_FDCWD if dir_fd is None else dir_fd
+        rc = _renameat2(at, os.fsencode(src), at, os.fsencode(dst), _RENAME_NOREPLACE)
         if rc == 0:
             if counters is not None:
                 counters.renames += 1
@@ -174,9 +176,19 @@ def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str],
             return False
         if err not in (errno.EINVAL, errno.ENOSYS):
             raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
-    if os.path.lexists(dst):
+    try:
+        os.stat(dst, dir_fd=dir_fd, follow_symlinks=False)
         return False
-    os.rename(src, dst)
+    except FileNotFoundError:
+        pass
+    os.rename(src, dst, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     if counters is not None:
         counters.renames += 1
     return True
+
+
+def fsync_dir_fd(fd: int, counters: DurabilityCounters | None = None) -> None:
+    """fsync an already open directory (same as :func:`fsync_dir`, without reopening it)."""
+    os.fsync(fd)
+    if counters is not None:
+        counters.dir_fsyncs += 1

@@ -1,0 +1,174 @@
+"""packyard bench loose: 10,000 small files as loose objects + a commit + a ref, packyard vs git batch fsync.
+
+Both sides write the same files from the same directory into a fresh repository on the
+same filesystem, durably by their own rules, and end with a ref pointing at a commit:
+
+* git:      ``git -c core.fsync=loose-object -c core.fsyncMethod=batch update-index --add --stdin``
+            (the setting measured in issue 4), then ``write-tree``, ``commit-tree``, ``update-ref``;
+* packyard: ``packyard import --repo R --ref refs/heads/main DIR`` (the real CLI, a fresh process):
+            one syncfs barrier, all renames, one syncfs for the directory entries, the ref by CAS.
+
+The two trees must be identical (checked). Wall times alternate git/packyard per round
+(the machine is shared: the spread is printed). Then each side runs once under
+``strace -f -c`` for the durable-flush (fsync, fdatasync, syncfs, msync), write-out
+(sync_file_range), rename, link and unlink counts.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+FLUSH_CALLS = ("fsync", "fdatasync", "syncfs", "msync")
+COUNTED = FLUSH_CALLS + ("sync_file_range", "rename", "renameat", "renameat2", "link", "linkat", "unlink",
+                         "unlinkat", "openat", "mkdir")
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser("loose", help="bulk loose writes: packyard import vs git update-index (batch fsync)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--files", type=int, default=10_000, help="number of small files (default 10000)")
+    p.add_argument("--runs", type=int, default=3, help="timed rounds, alternating git/packyard (default 3)")
+    p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
+    p.add_argument("--no-strace", action="store_true", help="skip the strace -f -c counting runs")
+    p.set_defaults(func=run)
+
+
+def make_files(src: Path, n: int) -> list[str]:
+    names = []
+    per_dir = 100
+    for i in range(n):
+        d = f"d{i // per_dir:03d}"
+        (src / d).mkdir(parents=True, exist_ok=True)
+        name = f"{d}/f{i % per_dir:03d}.txt"
+        (src / name).write_bytes(f"file {i}\n".encode() + b"x" * ((i * 37) % 200) + b"\n")
+        names.append(name)
+    return names
+
+
+def git_env() -> dict[str, str]:
+    return {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@x",
+            "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@x", "GIT_AUTHOR_DATE": "1700000000 +0000",
+            "GIT_COMMITTER_DATE": "1700000000 +0000"}
+
+
+GIT_SCRIPT = (
+    'set -e; git -c core.fsync=loose-object -c core.fsyncMethod=batch update-index --add --stdin < "$1"; '
+    't=$(git write-tree); c=$(echo bench | git commit-tree "$t"); git update-ref refs/heads/main "$c"; echo "$t"')
+
+
+def git_cmd(list_file: Path) -> list[str]:
+    return ["sh", "-c", GIT_SCRIPT, "sh", str(list_file)]
+
+
+IMPORT_MAIN = ("import argparse, sys\n"
+               "from workers.cli import import_tree as cmd\n"
+               "parser = argparse.ArgumentParser(prog='packyard')\n"
+               "cmd.register(parser.add_subparsers())\n"
+               "sys.exit(cmd.run(parser.parse_args(sys.argv[1:])))\n")
+
+
+def packyard_cmd(repo: Path, src: Path) -> list[str]:
+    # The `packyard import` command module itself (register + run), without importing every other command.
+    return [sys.executable, "-c", IMPORT_MAIN, "import", "--repo", str(repo), "--ref", "refs/heads/main", "--json", "--no-progress", str(src)]
+
+
+def fresh_git(base: Path, tag: str) -> dict[str, str]:
+    gdir = base / f"git-{tag}.git"
+    shutil.rmtree(gdir, ignore_errors=True)
+    subprocess.run(["git", "init", "-q", "--bare", str(gdir)], check=True, env=git_env())
+    return {"GIT_DIR": str(gdir)}
+
+
+def fresh_packyard(base: Path, tag: str) -> Path:
+    repo = base / f"packyard-{tag}.git"
+    shutil.rmtree(repo, ignore_errors=True)
+    subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
+    return repo
+
+
+def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True)
+    elapsed = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"packyard bench loose: {cmd[:3]} failed: {proc.stderr[-2000:]}")
+    return elapsed, proc.stdout
+
+
+def strace_counts(cmd: list[str], env: dict[str, str], cwd: Path, out: Path) -> dict[str, int]:
+    subprocess.run(["strace", "-f", "-c", "-o", str(out), "-e", "trace=" + ",".join(COUNTED), *cmd], env=env,
+                   cwd=cwd, check=True, capture_output=True)
+    counts = {name: 0 for name in COUNTED}
+    for line in out.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[-1] in counts and re.match(r"^[\d.]+$", parts[0]):
+            counts[parts[-1]] = int(parts[3])
+    return counts
+
+
+def run(args: argparse.Namespace) -> int:
+    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-loose-"))
+    root.mkdir(parents=True, exist_ok=True)
+    src = root / "src"
+    try:
+        shutil.rmtree(src, ignore_errors=True)
+        names = make_files(src, args.files)
+        list_file = root / "files.txt"
+        list_file.write_text("\n".join(names) + "\n")
+        print(f"{args.files} files in {src} ({sum(f.stat().st_size for f in src.rglob('*.txt')) // 1024} KiB), "
+              f"{args.runs} rounds alternating git / packyard", flush=True)
+        env_py = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+        git_times, py_times = [], []
+        for i in range(args.runs):
+            order = ("git", "packyard") if i % 2 == 0 else ("packyard", "git")
+            for side in order:
+                if side == "git":
+                    env = {**git_env(), **fresh_git(root, "t"), "GIT_WORK_TREE": str(src)}
+                    t, out = timed(git_cmd(list_file), env, src)
+                    git_tree = out.strip().splitlines()[-1]
+                    git_times.append(t)
+                else:
+                    repo = fresh_packyard(root, "t")
+                    t, out = timed(packyard_cmd(repo, src), env_py, root)
+                    import json
+                    py_tree = json.loads(out)["tree"]
+                    py_times.append(t)
+            print(f"  round {i + 1}: git {git_times[-1]:.3f}s  packyard {py_times[-1]:.3f}s", flush=True)
+        if git_tree != py_tree:
+            print(f"packyard bench loose: trees differ! git {git_tree} packyard {py_tree}", file=sys.stderr)
+            return 1
+        g_best, p_best = min(git_times), min(py_times)
+        g_med, p_med = statistics.median(git_times), statistics.median(py_times)
+        print(f"\nsame tree {py_tree}")
+        print(f"{'':28} {'git batch':>10} {'packyard':>10} {'git/packyard':>13}")
+        print(f"{'wall best (s)':28} {g_best:10.3f} {p_best:10.3f} {g_best / p_best:12.2f}x")
+        print(f"{'wall median (s)':28} {g_med:10.3f} {p_med:10.3f} {g_med / p_med:12.2f}x")
+        if not args.no_strace:
+            if shutil.which("strace") is None:
+                print("(strace not installed: no syscall counts)")
+                return 0
+            env = {**git_env(), **fresh_git(root, "s"), "GIT_WORK_TREE": str(src)}
+            gc = strace_counts(git_cmd(list_file), env, src, root / "git.strace")
+            pc = strace_counts(packyard_cmd(fresh_packyard(root, "s"), src), env_py, root, root / "py.strace")
+            print(f"\nstrace -f -c (one run each){'':2} {'git batch':>10} {'packyard':>10}")
+            print(f"{'durable flushes':28} {sum(gc[c] for c in FLUSH_CALLS):10d} "
+                  f"{sum(pc[c] for c in FLUSH_CALLS):10d}   (fsync+fdatasync+syncfs+msync)")
+            for name in COUNTED:
+                if gc[name] or pc[name]:
+                    print(f"  {name:26} {gc[name]:10d} {pc[name]:10d}")
+            renames = ("rename", "renameat", "renameat2")
+            print(f"{'renames':28} {sum(gc[c] for c in renames):10d} {sum(pc[c] for c in renames):10d}")
+            print(f"{'link / unlink':28} {gc['link'] + gc['linkat']:>4} / {gc['unlink'] + gc['unlinkat']:<4}"
+                  f" {pc['link'] + pc['linkat']:>4} / {pc['unlink'] + pc['unlinkat']:<4}")
+        return 0
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
