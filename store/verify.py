@@ -154,7 +154,8 @@ def _verify_pack(pack, known: dict, report: VerifyReport, tick: _Tick) -> None:
 
 
 def _connectivity(repo: Repository, known: dict, tips, report: VerifyReport, progress: Progress | None) -> None:
-    tick = _Tick(progress, "checking connectivity", len(known))
+    # The number of reachable objects is only known at the end; the bar is open-ended.
+    tick = _Tick(progress, "checking connectivity", None)
     seen: set[bytes] = set()
     queue: deque[tuple[bytes, int | None, str]] = deque((oid, None, name) for name, oid in tips)
     while queue:
