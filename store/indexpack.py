@@ -125,6 +125,33 @@ class IndexPackResult:
         return out
 
 
+QUARANTINE_PREFIX = "incoming-"
+
+
+def remove_stale_quarantines(repo, *, older_than: float = 3600.0, now: float | None = None) -> list[Path]:
+    """Delete ``objects/incoming-*`` directories left by ingests that died (SIGKILL, power loss).
+
+    A live ingest keeps writing into its quarantine, so one untouched for ``older_than``
+    seconds is abandoned (git's tmp-objdir and gc use the same age rule for temp files).
+    Returns the directories removed.
+    """
+    objects_dir = Path(repo.objects.path)
+    now = time.time() if now is None else now
+    removed = []
+    with os.scandir(objects_dir) as it:
+        candidates = [e for e in it if e.name.startswith(QUARANTINE_PREFIX) and e.is_dir(follow_symlinks=False)]
+    for entry in candidates:
+        try:
+            newest = max([entry.stat(follow_symlinks=False).st_mtime] +
+                         [f.stat(follow_symlinks=False).st_mtime for f in os.scandir(entry.path)])
+        except FileNotFoundError:
+            continue
+        if now - newest >= older_than:
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
 def release_keep(keep: IndexPackResult | Path | str | None) -> bool:
     """Remove the ``.keep`` an ingest created (after the refs naming the pack are updated).
 
@@ -254,7 +281,11 @@ class _Receiver:
         """Drop consumed bytes, append one chunk from the source; False at end of input."""
         if self.eof:
             return False
-        chunk = self.source.read(READ_CHUNK)
+        try:
+            chunk = self.source.read(READ_CHUNK)
+        except OSError as err:
+            raise InvalidInputError(f"cannot read the pack source: {err}", path=self.where,
+                                    offset=self.total) from err
         if not chunk:
             self.eof = True
             return False
@@ -849,7 +880,7 @@ class IncomingPack:
         snapshot = repo.objects.snapshot()
         existing = _ExistingIds(snapshot)
         self.snapshot = snapshot
-        self.quarantine = Path(tempfile.mkdtemp(prefix="incoming-", dir=objects_dir))
+        self.quarantine = Path(tempfile.mkdtemp(prefix=QUARANTINE_PREFIX, dir=objects_dir))
         try:
             self._build(source, existing, fix_thin=fix_thin, strict=strict, max_pack_bytes=max_pack_bytes,
                         processes=processes, progress=progress, off32_limit=off32_limit, t0=t0)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from store.errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                           ObjectMissingError, PackFormatError, RefUpdateError, StoreError)
-from store.indexpack import IncomingPack, InstallOutcome, index_pack, release_keep
+from store.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
 from store.objects import ObjectType, encode_loose, hash_object
 from store.refs import RefUpdate
 from store.repo import Repository
@@ -529,6 +529,20 @@ def test_killed_after_pack_rename_leaves_no_visible_pack(tmp_path, small_src):
     proc = _run_ingest_subprocess(bare, pack)  # a retry installs it
     assert proc.returncode == 0, proc.stderr
     assert len(batch_check_all(bare)) == len(batch_check_all(small_src))
+
+
+def test_stale_quarantine_is_removed_after_a_kill(tmp_path, small_src):
+    bare = tmp_path / "r.git"
+    repo = Repository.init(bare)
+    pack = _write(tmp_path / "in.pack", pack_of(small_src))
+    proc = _run_ingest_subprocess(bare, pack, {"PACKYARD_FAULT": "index_pack.after_flush"})
+    assert proc.returncode == -9, proc.stderr
+    left = quarantines(repo)
+    assert len(left) == 1 and not list((bare / "objects" / "pack").iterdir())
+    assert remove_stale_quarantines(repo, older_than=3600) == []          # could still be a live ingest
+    assert [p.name for p in remove_stale_quarantines(repo, older_than=0)] == left
+    assert quarantines(repo) == []
+    git("fsck", "--full", git_dir=bare)
 
 
 def _objects_calls(log: Path, objects_dir: Path) -> int:
