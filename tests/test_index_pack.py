@@ -504,10 +504,13 @@ def test_strict_accepts_corpus_v1(tmp_path):
 # crash points and filesystem calls
 
 def _run_ingest_subprocess(repo: Path, pack: Path, env_extra: dict[str, str] | None = None,
-                           strace_log: Path | None = None, processes: int = 2) -> subprocess.CompletedProcess:
+                           strace_log: Path | None = None, processes: int = 2,
+                           ref: tuple[str, str] | None = None, keep: str | None = None) -> subprocess.CompletedProcess:
+    refs = f"[RefUpdate({ref[0]!r}, None, bytes.fromhex({ref[1]!r}))]" if ref else "()"
     code = ("import sys; from store.repo import Repository; from store.indexpack import index_pack; "
-            f"r = index_pack(Repository.open({str(repo)!r}), {str(pack)!r}, processes={processes}); "
-            "print(r.pack_name)")
+            "from store.refs import RefUpdate; "
+            f"r = index_pack(Repository.open({str(repo)!r}), {str(pack)!r}, processes={processes}, "
+            f"ref_updates={refs}, keep_message={keep!r}); print(r.pack_name)")
     cmd = [sys.executable, "-c", code]
     if strace_log is not None:
         cmd = ["strace", "-f", "-qq", "-y", "-o", str(strace_log), "-e",
@@ -529,6 +532,29 @@ def test_killed_after_pack_rename_leaves_no_visible_pack(tmp_path, small_src):
     proc = _run_ingest_subprocess(bare, pack)  # a retry installs it
     assert proc.returncode == 0, proc.stderr
     assert len(batch_check_all(bare)) == len(batch_check_all(small_src))
+
+
+FAULT_POINTS = ("after_writeout", "after_flush", "after_keep", "after_pack_rename", "after_renames",
+                "after_fsync_dirs", "after_quarantine_removed", "after_refs")
+
+
+@pytest.mark.parametrize("point", FAULT_POINTS)
+def test_sigkill_at_every_install_step_leaves_a_consistent_repository(tmp_path, small_src, point):
+    bare = tmp_path / "r.git"
+    Repository.init(bare)
+    pack = _write(tmp_path / "in.pack", pack_of(small_src))
+    tip = git("rev-parse", "main", git_dir=small_src).decode().strip()
+    proc = _run_ingest_subprocess(bare, pack, {"PACKYARD_FAULT": f"index_pack.{point}"},
+                                  ref=("refs/heads/main", tip), keep="pushing")
+    assert proc.returncode == -9, proc.stderr
+    names = {p.suffix for p in (bare / "objects" / "pack").iterdir()}
+    if ".idx" in names:  # visible to readers: everything the idx needs is there, and the keep came first
+        assert {".pack", ".rev", ".idx", ".keep"} <= names
+        git("verify-pack", str(next((bare / "objects" / "pack").glob("*.idx"))))
+    ref = bare / "refs" / "heads" / "main"
+    if ref.exists():  # a ref never names an object that is not installed
+        assert ".idx" in names and point == "after_refs"
+    git("fsck", "--full", git_dir=bare)
 
 
 def test_stale_quarantine_is_removed_after_a_kill(tmp_path, small_src):
