@@ -52,9 +52,9 @@ class GitLikeProgress:
         if phase != self.phase:
             self.close()
             self.phase = phase
-            width = shutil.get_terminal_size((100, 24)).columns or 100
+            size = shutil.get_terminal_size((100, 24))  # a 0x0 pty would hide the bar: fall back
             self.bar = tqdm(total=total, desc=LABELS.get(phase, phase), unit=" obj", file=self.stream,
-                            leave=True, ncols=width, mininterval=0.2,
+                            leave=True, ncols=size.columns or 100, nrows=size.lines or 24, mininterval=0.2,
                             bar_format="{desc}: {percentage:3.0f}% ({n_fmt}/{total_fmt}) {bar} "
                                        "[{elapsed}, {rate_fmt}]")
         if total is not None and self.bar.total != total:
