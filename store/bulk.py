@@ -78,6 +78,7 @@ _HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
 _TMP_RE = re.compile(r"^tmp_obj_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})_(\d+)$")
 _MARKER_RE = re.compile(r"^(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 _HEX = frozenset("0123456789abcdef")
+_LABEL_SP = {t: t.label + b" " for t in ObjectType}
 
 #: A dead process's tmp files are removed once they are this old (seconds).
 STALE_AFTER = 600.0
@@ -228,7 +229,8 @@ class LooseBatch:
             os.close(self._fs_fd)
             _remove_marker(getattr(self, "_marker", None))
             raise
-        self.counters.add_time("snapshot", time.monotonic() - t0)
+        self._t_collect = time.monotonic()
+        self.counters.add_time("snapshot", self._t_collect - t0)
 
     # -- context manager: abort on exception --------------------------------
     def __enter__(self) -> "LooseBatch":
@@ -243,25 +245,26 @@ class LooseBatch:
         """Queue one object; returns its id and what happened to it."""
         if self.state is not BatchState.OPEN:
             raise StoreError(f"batch {self.batch_id} is {self.state.value}; cannot add objects")
-        t0 = time.monotonic()
-        obj_type = ObjectType(obj_type)
-        oid = hash_object(obj_type, data)
+        if type(obj_type) is not ObjectType:
+            obj_type = ObjectType(obj_type)
+        header = _LABEL_SP[obj_type] + b"%d\0" % len(data)
+        h = hashlib.sha1(header)
+        h.update(data)
+        oid = h.digest()
         c = self.counters
         c.bytes_in += len(data)
-        prev = self._seen.get(oid)
-        if prev is not None:
+        if oid in self._seen:
             c.duplicates += 1
-            c.add_time("write", time.monotonic() - t0)
             return oid, WriteResult.DUPLICATE_IN_BATCH
         result = self._skip_if_exists(oid)
         if result is WriteResult.QUEUED:
-            self._write_tmp(oid, obj_type, data)
+            self._write_tmp(oid, header, data)
             c.objects_written += 1
         else:
             c.objects_skipped += 1
         self._seen[oid] = result
-        c.add_time("write", time.monotonic() - t0)
-        self._report("write")
+        if self.progress is not None:
+            self._report("write")
         return oid, result
 
     def add_many(self, objects: Iterable[tuple[ObjectType | int, bytes]]) -> list[tuple[bytes, WriteResult]]:
@@ -316,7 +319,7 @@ class LooseBatch:
             dfd = self._dir_fds[fanout] = os.open(fanout, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         return fanout, dfd
 
-    def _write_tmp(self, oid: bytes, obj_type: ObjectType, data: bytes) -> None:
+    def _write_tmp(self, oid: bytes, header: bytes, data: bytes) -> None:
         """Queue the object's tmp file (name chosen here, written by a writer thread or inline)."""
         hexid = oid.hex()
         fanout, dfd = self._fanout_dir(hexid)
@@ -324,11 +327,11 @@ class LooseBatch:
         pending = _Pending(oid, f"{TMP_PREFIX}{self._pid}_{self.batch_id}_{self._n}", hexid[2:], fanout, False)
         self._pending.append(pending)
         if self._writers <= 0:
-            self._account(*self._write_file(pending, dfd, obj_type, data))
+            self._account(*self._write_file(pending, dfd, header, data))
             return
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._writers, thread_name_prefix="packyard-bulk")
-        self._inflight.append(self._pool.submit(self._write_file, pending, dfd, obj_type, data))
+        self._inflight.append(self._pool.submit(self._write_file, pending, dfd, header, data))
         while self._inflight and (self._inflight[0].done() or len(self._inflight) > MAX_IN_FLIGHT):
             self._account(*self._inflight.popleft().result())   # re-raises a writer's error here
 
@@ -347,15 +350,14 @@ class LooseBatch:
         if first is not None:
             raise first
 
-    def _write_file(self, p: _Pending, dfd: int, obj_type: ObjectType, data: bytes) -> tuple[int, bool]:
+    def _write_file(self, p: _Pending, dfd: int, header: bytes, data: bytes) -> tuple[int, bool]:
         """Compress into the tmp file in the object's own fan-out dir; maybe start its write-out."""
-        tmp = p.tmp
-        payload = zlib.compress(object_header(obj_type, len(data)) + data, LOOSE_COMPRESSION)
+        payload = zlib.compress(header + data, LOOSE_COMPRESSION)
         try:
             fd = os.open(p.tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444, dir_fd=dfd)
         except OSError as err:
             raise WriteFailedError(f"cannot create temp file: {err.strerror}", errno=err.errno,
-                                   path=tmp, oid=p.oid) from err
+                                   path=p.tmp, oid=p.oid) from err
         started = False
         try:
             try:
@@ -372,11 +374,11 @@ class LooseBatch:
             finally:
                 os.close(fd)
         except OSError as err:
-            _unlink_quiet(tmp)
+            _unlink_quiet(p.tmp)
             raise WriteFailedError(f"writing temp file failed: {err.strerror}", errno=err.errno,
-                                   path=tmp, oid=p.oid) from err
+                                   path=p.tmp, oid=p.oid) from err
         except BaseException:
-            _unlink_quiet(tmp)
+            _unlink_quiet(p.tmp)
             raise
         p.writeout_started = started
         return len(payload), started
@@ -387,6 +389,8 @@ class LooseBatch:
         if self.state is not BatchState.OPEN:
             raise StoreError(f"batch {self.batch_id} is {self.state.value}; cannot commit")
         ref_updates = tuple(ref_updates)
+        # "collect": from batch start to commit -- the caller's reading plus hashing, compressing, tmp writes.
+        self.counters.add_time("collect", time.monotonic() - self._t_collect)
         try:
             self._step("write", self._drain)
             self._check_ref_targets(ref_updates)
