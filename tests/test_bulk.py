@@ -381,3 +381,22 @@ def test_writer_threads_option(empty_repo):
         disarm("bulk.write_object")
     assert tmp_files(empty_repo) == []
     assert len(batch_check_all(empty_repo)) == 500
+
+
+def test_fence_checked_before_publishing(empty_repo):
+    """A lost repo lease (fence raises LockLostError) stops the batch before any rename or ref update."""
+    from store.errors import LockLostError
+    repo = Repository.open(empty_repo)
+    calls = []
+
+    def lease_check():
+        calls.append(len(tmp_files(empty_repo)))
+        raise LockLostError("lease expired", path=str(empty_repo))
+
+    with pytest.raises(LockLostError):
+        with begin_batch(repo, fence=lease_check) as batch:
+            for d in blobs(30):
+                batch.add(ObjectType.BLOB, d)
+            batch.commit()
+    assert calls == [30], "checked once, after the barrier, with every tmp file still unpublished"
+    assert batch_check_all(empty_repo) == {} and tmp_files(empty_repo) == []
