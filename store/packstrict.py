@@ -151,7 +151,27 @@ def _is_dotgit(name: bytes) -> bool:
     return name.lower() == b".git"
 
 
+# Fast path for the common, well-formed tree: structure and modes validated by one regex in C,
+# then names/ids extracted in one pass. Anything unusual goes to the exact checker below.
+_TREE_OK = re.compile(rb"(?:(?:100644|100755|100664|120000|40000|160000) [^\0/]+\0.{20})*", re.S)
+_TREE_ENTRY = re.compile(rb"(\d+) ([^\0]+)\0(.{20})", re.S)
+# " ." / " .." / " .git" (any case) as a whole name; may also hit inside a binary id: then the slow path decides.
+_SUSPICIOUS_NAME = re.compile(rb" \.(?:\.|[gG][iI][tT])?\0")
+_NULL_ENTRY_ID = b"\0" * 21   # a name's terminator followed by a null id (names hold no NUL)
+
+
 def check_tree(data: bytes) -> list[bytes]:
+    if _TREE_OK.fullmatch(data) and _NULL_ENTRY_ID not in data and not _SUSPICIOUS_NAME.search(data):
+        entries = _TREE_ENTRY.findall(data)
+        names = [name for _mode, name, _oid in entries]
+        if len(set(names)) == len(names):
+            keys = [name + b"/" if mode == b"40000" else name for mode, name, _oid in entries]
+            if keys == sorted(keys):
+                return [oid for mode, _name, oid in entries if mode != b"160000"]
+    return _check_tree_exact(data)
+
+
+def _check_tree_exact(data: bytes) -> list[bytes]:
     links: list[bytes] = []
     names: set[bytes] = set()
     prev_key: bytes | None = None

@@ -483,6 +483,26 @@ def test_strict_rejects_malformed_objects(tmp_path, case):
     index_pack(repo, tmp_path / "t.pack")  # without --strict the pack is accepted
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([b"100644", b"100755", b"100664", b"120000", b"40000", b"160000",
+                                            b"040000", b"100600", b"644"]),
+                          st.sampled_from([b"a", b"b", b"a.c", b"a-", b".", b"..", b".git", b".GIT", b"x/y", b"",
+                                           b"zz", b"\xc3\xa9"]),
+                          st.sampled_from([BLOB_ID, b"\0" * 20, b" .git\0" + b"\1" * 14, b"\0" * 19 + b"1"])),
+                max_size=6))
+def test_strict_tree_fast_path_agrees_with_exact_check(entries):
+    from store.packstrict import StrictError, _check_tree_exact, check_tree
+
+    data = _tree(*entries)
+    try:
+        expected = _check_tree_exact(data)
+    except StrictError:
+        with pytest.raises(StrictError):
+            check_tree(data)
+    else:
+        assert check_tree(data) == expected
+
+
 def test_strict_connectivity(tmp_path):
     missing_tree = hashlib.sha1(b"no such tree").digest()
     commit = _commit(b"tree " + missing_tree.hex().encode() + b"\n" + _ident(b"author") + _ident(b"committer"))
