@@ -210,6 +210,17 @@ def test_already_present_and_identical_existing_objects(tmp_path, small_src):
     assert snapshot_tree(repo.path) == before
 
 
+def test_existing_ids_probed_through_large_pack_idx(tmp_path, small_src, monkeypatch):
+    import store.indexpack as ip
+
+    monkeypatch.setattr(ip, "SMALL_PACK_IDS", 0)  # every existing pack is "large": probed via its idx
+    data = pack_of(small_src)
+    repo = fresh_repo(tmp_path)
+    index_pack(repo, _write(tmp_path / "a.pack", data))
+    again = index_pack(repo, _write(tmp_path / "b.pack", data), processes=2)
+    assert again.outcome is InstallOutcome.ALREADY_PRESENT and again.collisions_checked == again.objects
+
+
 def test_keep_file_until_released(tmp_path, small_src):
     repo = fresh_repo(tmp_path)
     result = index_pack(repo, _write(tmp_path / "a.pack", pack_of(small_src)), keep_message="receive-pack 42")
