@@ -364,6 +364,27 @@ def test_delta_result_size_mismatch(tmp_path):
     assert err.offset == 12 + len(first)
 
 
+def test_bad_delta_reported_from_forked_resolver(tmp_path, monkeypatch):
+    import store.indexpack as ip
+
+    monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)  # fork resolver processes even for this tiny pack
+    entries = []
+    offsets = []
+    pos = 12
+    for k in range(6):  # six bases, each with one OFS child; the fourth child's delta does not apply
+        base = BLOB + bytes([k])
+        e_base = full_entry(3, base)
+        good = delta_insert(len(base), b"child %d" % k)
+        delta = good if k != 3 else delta_insert(len(base) + 1, b"child")  # wrong source size
+        e_delta = entry_header(6, len(delta)) + ofs_bytes(len(e_base)) + zlib.compress(delta)
+        entries += [e_base, e_delta]
+        offsets.append(pos + len(e_base))
+        pos += len(e_base) + len(e_delta)
+    repo = fresh_repo(tmp_path)
+    err = ingest_fails(repo, _write(tmp_path / "t.pack", build_pack(entries)), PackFormatError, processes=2)
+    assert err.offset == offsets[3] and "base" in str(err)
+
+
 def test_absurd_sizes_do_not_allocate(tmp_path):
     repo = fresh_repo(tmp_path)
     huge = 1 << 60
