@@ -46,18 +46,19 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 TIME = "/usr/bin/time"
 
 
-def measured(cmd: list[str], stdin_path: Path, env: dict[str, str], rss_file: Path) -> tuple[float, int, int, bytes]:
-    """Run ``cmd`` under /usr/bin/time; (wall seconds, peak RSS bytes incl. reaped children, status, stdout)."""
+def measured(cmd: list[str], stdin_path: Path, env: dict[str, str],
+             rss_file: Path) -> tuple[float, int, int, bytes, float]:
+    """Run ``cmd`` under /usr/bin/time: (wall s, peak RSS bytes incl. reaped children, status, stdout, CPU s)."""
     with open(stdin_path, "rb") as fin:
         t0 = time.perf_counter()
-        proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss_file)] + cmd, stdin=fin, stdout=subprocess.PIPE,
+        proc = subprocess.run([TIME, "-f", "%M %U %S", "-o", str(rss_file)] + cmd, stdin=fin, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=env)
         wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr.decode(errors="replace"))
-        return wall, 0, proc.returncode, proc.stdout
-    rss_kb = int(rss_file.read_text().split()[-1])
-    return wall, rss_kb * 1024, 0, proc.stdout
+        return wall, 0, proc.returncode, proc.stdout, 0.0
+    rss_kb, user, system = rss_file.read_text().split()[-3:]
+    return wall, int(rss_kb) * 1024, 0, proc.stdout, float(user) + float(system)
 
 
 def same_file(a: Path, b: Path) -> bool:
@@ -138,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     base = Path(tempfile.mkdtemp(prefix="packyard-bench-ip-", dir=args.dir))
     try:
         rows = {"git": [], "packyard": []}
+        cpus: dict[str, list[float]] = {"git": [], "packyard": []}
         phases: list[dict] = []
         print(f"pack {pack} ({pack.stat().st_size / 1e6:.1f} MB), {os.cpu_count()} cores, "
               f"{args.runs} rounds alternating git/packyard", flush=True)
@@ -147,16 +149,18 @@ def run(args: argparse.Namespace) -> int:
                 repo = base / f"{side}-{rnd}.git"
                 common.git("init", "-q", "--bare", str(repo))
                 cmd = git_cmd(repo) if side == "git" else packyard_cmd(repo, args.processes)
-                wall, rss, rc, out = measured(cmd, pack, env, base / "rss.txt")
+                wall, rss, rc, out, cpu = measured(cmd, pack, env, base / "rss.txt")
                 if rc != 0:
                     print(f"{side} failed with status {rc}", file=sys.stderr)
                     return 1
                 rows[side].append((wall, rss))
+                cpus[side].append(cpu)
                 if side == "packyard":
                     res = json.loads(out)
                     phases.append({k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
                                    if k.startswith("elapsed_us_")})
-                print(f"  round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB", flush=True)
+                print(f"  round {rnd + 1} {side:8} wall {wall:7.2f}s  cpu {cpu:6.2f}s  peak RSS {rss / 2**20:7.1f} MiB",
+                      flush=True)
             g_pack = base / f"git-{rnd}.git" / "objects" / "pack"
             p_pack = base / f"packyard-{rnd}.git" / "objects" / "pack"
             for suffix in (".idx", ".rev", ".pack"):
@@ -175,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'':24} {'packyard':>10} {'git':>10} {'ratio':>7}")
         print(f"{'wall time (median) s':24} {p_wall:10.2f} {g_wall:10.2f} {p_wall / g_wall:6.2f}x")
         print(f"{'peak RSS (max) MiB':24} {p_rss / 2**20:10.1f} {g_rss / 2**20:10.1f} {p_rss / g_rss:6.2f}x")
+        g_cpu, p_cpu = statistics.median(cpus["git"]), statistics.median(cpus["packyard"])
+        print(f"{'cpu user+sys (median) s':24} {p_cpu:10.2f} {g_cpu:10.2f} {p_cpu / g_cpu:6.2f}x")
         print(f"wall spread: git {min(w for w, _ in rows['git']):.2f}-{max(w for w, _ in rows['git']):.2f}s, "
               f"packyard {min(w for w, _ in rows['packyard']):.2f}-{max(w for w, _ in rows['packyard']):.2f}s")
         if not args.no_strace:
