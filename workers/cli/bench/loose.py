@@ -130,13 +130,17 @@ def run(args: argparse.Namespace) -> int:
         for i in range(args.runs):
             order = ("git", "packyard") if i % 2 == 0 else ("packyard", "git")
             for side in order:
+                # A new repository per run (old ones deleted at the end) and sync(2) first, so no run
+                # pays for flushing the previous run's files or deletions.
                 if side == "git":
-                    env = {**git_env(), **fresh_git(root, "t"), "GIT_WORK_TREE": str(src)}
+                    env = {**git_env(), **fresh_git(root, f"t{i}"), "GIT_WORK_TREE": str(src)}
+                    os.sync()
                     t, out = timed(git_cmd(list_file), env, src)
                     git_tree = out.strip().splitlines()[-1]
                     git_times.append(t)
                 else:
-                    repo = fresh_packyard(root, "t")
+                    repo = fresh_packyard(root, f"t{i}")
+                    os.sync()
                     t, out = timed(packyard_cmd(repo, src), env_py, root)
                     import json
                     py_tree = json.loads(out)["tree"]
@@ -156,6 +160,7 @@ def run(args: argparse.Namespace) -> int:
                 print("(strace not installed: no syscall counts)")
                 return 0
             env = {**git_env(), **fresh_git(root, "s"), "GIT_WORK_TREE": str(src)}
+            os.sync()
             gc = strace_counts(git_cmd(list_file), env, src, root / "git.strace")
             pc = strace_counts(packyard_cmd(fresh_packyard(root, "s"), src), env_py, root, root / "py.strace")
             print(f"\nstrace -f -c (one run each){'':2} {'git batch':>10} {'packyard':>10}")
