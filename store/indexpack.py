@@ -257,11 +257,11 @@ def _err_from_tuple(t: tuple) -> StoreError:
 class _Receiver:
     """Copies the source into the quarantined pack file while parsing it."""
 
-    def __init__(self, source: BinaryIO, fd: int, pack_path: Path, *, max_pack_bytes: int | None,
+    def __init__(self, source: BinaryIO, fd: int, label: str, *, max_pack_bytes: int | None,
                  existing: _ExistingIds, strict: bool, progress: Progress | None) -> None:
         self.source = source
         self.fd = fd
-        self.where = str(pack_path)
+        self.where = label
         self.max_pack_bytes = max_pack_bytes
         self.existing = existing
         self.strict = strict
@@ -837,6 +837,13 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
 # The incoming pack: begin (receive → index in quarantine), commit (install), abort.
 
 
+def _source_label(source) -> str:
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    name = getattr(source, "name", None)
+    return name if isinstance(name, str) else "<stream>"
+
+
 def _open_source(source) -> tuple[BinaryIO, bool]:
     if isinstance(source, (str, os.PathLike)):
         try:
@@ -896,13 +903,15 @@ class IncomingPack:
         self.tmp_pack = Path(tmp_pack)
         self.fd_pack = fd_pack
         stream, close_stream = _open_source(source)
+        # Errors name the input (offsets are offsets in it), not the quarantine file that is removed.
+        self.label = label = _source_label(source)
         try:
-            rx = _Receiver(stream, fd_pack, self.tmp_pack, max_pack_bytes=max_pack_bytes, existing=existing,
+            rx = _Receiver(stream, fd_pack, label, max_pack_bytes=max_pack_bytes, existing=existing,
                            strict=strict, progress=progress)
             try:
                 entries, trailer_off, checksum = rx.run()
             except zlib.error as err:
-                raise PackFormatError(f"corrupt zlib stream: {err}", path=str(self.tmp_pack),
+                raise PackFormatError(f"corrupt zlib stream: {err}", path=label,
                                       offset=rx.boff + rx.bpos) from err
         finally:
             if close_stream:
@@ -916,7 +925,7 @@ class IncomingPack:
         n = len(entries)
         nproc = processes if processes is not None else len(os.sched_getaffinity(0))
         nproc = max(1, nproc)
-        res = _Resolver(entries, fd_pack, str(self.tmp_pack), existing, strict, nslots=max(nproc, 1))
+        res = _Resolver(entries, fd_pack, label, existing, strict, nslots=max(nproc, 1))
         entries.oids = bytearray()  # the shared map holds them now
         self.peak_rss_workers = 0
         self.workers = 1
@@ -1019,7 +1028,7 @@ class IncomingPack:
                         unresolved: list[int], fix_thin: bool, existing: _ExistingIds, stats_all: list[_Stats],
                         trailer_off: int, progress) -> int:
         """Append missing REF_DELTA bases from the repository (git's fix_unresolved_deltas order)."""
-        where = str(self.tmp_pack)
+        where = self.label
         unresolved_set = set(unresolved)
         ref_base: dict[int, bytes] = {}
         for base, first in e.ref_first.items():
@@ -1127,7 +1136,7 @@ class IncomingPack:
                 have_type, have = self._read_existing(oid)
                 if _strong_digest(int(have_type), have) != digest or rtypes[i] != int(have_type):
                     raise CollisionError("incoming object has the id of an existing object but different "
-                                         "content (possible SHA-1 collision)", oid=oid, path=str(self.tmp_pack),
+                                         "content (possible SHA-1 collision)", oid=oid, path=self.label,
                                          offset=e.offsets[i])
                 checked += 1
         return checked
@@ -1152,7 +1161,7 @@ class IncomingPack:
             if oid not in existing:
                 raise ObjectMissingError("--strict: did not receive expected object (linked from an incoming "
                                          "object, absent from the pack and the repository)", oid=oid,
-                                         path=str(self.tmp_pack))
+                                         path=self.label)
 
     def contains(self, oid: bytes) -> bool:
         """Is ``oid`` one of the incoming objects?"""

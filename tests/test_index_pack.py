@@ -320,6 +320,7 @@ def test_wrong_trailer_checksum(tmp_path, small_src):
     data[-1] ^= 0x01
     err = ingest_fails(fresh_repo(tmp_path), _write(tmp_path / "t.pack", bytes(data)), PackFormatError)
     assert "checksum" in str(err) and err.offset == len(data) - 20
+    assert err.path == str(tmp_path / "t.pack")  # the input is named, not the removed quarantine file
 
 
 def test_corrupt_zlib(tmp_path):

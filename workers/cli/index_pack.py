@@ -29,7 +29,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="leave pack-<checksum>.keep (with MSG) until released")
     p.add_argument("--ref-update", action="append", default=[], metavar="REF:OLD:NEW",
                    help="move REF from OLD (hex, or empty = must not exist) to NEW after install")
-    p.add_argument("--max-pack-bytes", type=int, default=None, help="refuse packs larger than this")
+    p.add_argument("--max-pack-bytes", type=int, default=None,
+                   help="refuse packs larger than this (default: PACKYARD_MAX_PACK_BYTES, 2 GiB)")
     p.add_argument("--processes", type=int, default=None, help="delta resolver processes (default: cores)")
     p.add_argument("--lock", action="store_true",
                    help="hold the repository's Redis lease around install + ref updates")
@@ -90,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = index_pack(args.repo, args.pack, fix_thin=args.fix_thin, strict=args.strict, keep=args.keep,
                             ref_updates=parse_ref_update_args(args.ref_update),
-                            max_pack_bytes=args.max_pack_bytes, processes=args.processes, progress=progress,
+                            max_pack_bytes=args.max_pack_bytes if args.max_pack_bytes is not None
+                            else common.settings().max_pack_bytes,
+                            processes=args.processes, progress=progress,
                             lock=lock)
     except StoreError as err:
         if progress:

@@ -13,7 +13,10 @@ def index_pack(self: PackyardTask, repo: str, pack: str, fix_thin: bool = False,
                keep: str | None = None, ref_updates: list[dict] | None = None,
                max_pack_bytes: int | None = None) -> dict[str, Any]:
     """Verify, resolve and index a pack in quarantine; install it and update refs under the repo lease."""
+    from workers.settings import get_settings
+
     self.bind_log(pack=pack)
+    limit = max_pack_bytes if max_pack_bytes is not None else get_settings().max_pack_bytes
     return self.call(command.index_pack, repo, pack, fix_thin=fix_thin, strict=strict, keep=keep,
-                     ref_updates=ref_updates, max_pack_bytes=max_pack_bytes,
+                     ref_updates=ref_updates, max_pack_bytes=limit,
                      lock=lambda: self.repo_lock(repo))
