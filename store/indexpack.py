@@ -1193,6 +1193,7 @@ class IncomingPack:
         finally:
             for fd in fds[1:]:
                 os.close(fd)
+        create_pack_dir_if_needed(self.pack_dir, self.counters)
         outcome = InstallOutcome.ALREADY_PRESENT if already_installed(final["idx"]) else InstallOutcome.INSTALLED
         keep_path = publish_keep(self.tmp_keep, final["keep"]) if self.tmp_keep is not None else None
         fault_point("index_pack.after_keep")
@@ -1274,6 +1275,13 @@ def barrier_flush(fds: Sequence[int], counters: durable.DurabilityCounters) -> N
     # Contents must be on stable storage before any name for them is published.
     for fd in fds:
         durable.flush_file(fd, counters)
+
+
+def create_pack_dir_if_needed(pack_dir: Path, counters: durable.DurabilityCounters) -> None:
+    # git creates objects/pack on demand; a new directory entry is made durable before files go in it.
+    if not pack_dir.is_dir():
+        pack_dir.mkdir(exist_ok=True)
+        durable.fsync_dir(pack_dir.parent, counters)
 
 
 def already_installed(idx_path: Path) -> bool:

@@ -221,6 +221,14 @@ def test_existing_ids_probed_through_large_pack_idx(tmp_path, small_src, monkeyp
     assert again.outcome is InstallOutcome.ALREADY_PRESENT and again.collisions_checked == again.objects
 
 
+def test_missing_pack_dir_is_created(tmp_path, small_src):
+    repo = fresh_repo(tmp_path)
+    (Path(repo.objects.path) / "pack").rmdir()
+    result = index_pack(repo, _write(tmp_path / "a.pack", pack_of(small_src)))
+    assert result.idx_path.exists()
+    git("fsck", "--full", git_dir=repo.path)
+
+
 def test_keep_file_until_released(tmp_path, small_src):
     repo = fresh_repo(tmp_path)
     result = index_pack(repo, _write(tmp_path / "a.pack", pack_of(small_src)), keep_message="receive-pack 42")
