@@ -67,7 +67,7 @@ from . import durable
 from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
 from .faults import fault_point
 from .objdir import Location
-from .objects import ObjectType, hash_object, object_header
+from .objects import ObjectType, hash_object
 from .refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]

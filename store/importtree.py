@@ -19,7 +19,7 @@ import tarfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from .bulk import BatchCounters, begin_batch
 from .errors import InvalidInputError, StoreError
