@@ -265,11 +265,14 @@ def thin_case(tmp_path_factory, v1_repo):
     git("init", "-q", "--bare", str(old))
     git("index-pack", "--stdin", git_dir=old, input=pack_of(v1_repo, "main~40"))
     thin = pack_of(v1_repo, "main", "^main~40", thin=True)
-    return old, thin
+    thin_ofs = pack_of(v1_repo, "main", "^main~40", thin=True, ofs=True)  # what a push sends
+    return old, thin, thin_ofs
 
 
-def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case):
-    old, thin = thin_case
+@pytest.mark.parametrize("kind", ["ref", "ofs"])
+def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind):
+    old, thin_ref, thin_ofs = thin_case
+    thin = thin_ref if kind == "ref" else thin_ofs
     ours = tmp_path / "ours.git"
     shutil.copytree(old, ours)
     theirs = tmp_path / "theirs.git"
@@ -290,7 +293,7 @@ def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case):
 
 
 def test_thin_pack_without_fix_thin_is_refused(tmp_path, thin_case):
-    old, thin = thin_case
+    old, thin, _ofs = thin_case
     ours = tmp_path / "ours.git"
     shutil.copytree(old, ours)
     err = ingest_fails(Repository.open(ours), _write(tmp_path / "thin.pack", thin), ObjectMissingError)
@@ -298,7 +301,7 @@ def test_thin_pack_without_fix_thin_is_refused(tmp_path, thin_case):
 
 
 def test_thin_pack_into_empty_repo_misses_bases(tmp_path, thin_case):
-    _old, thin = thin_case
+    _old, thin, _ofs = thin_case
     err = ingest_fails(fresh_repo(tmp_path), _write(tmp_path / "thin.pack", thin), ObjectMissingError,
                        fix_thin=True)
     assert err.offset is not None
