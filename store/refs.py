@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -18,6 +19,9 @@ from .objects import HEX_RE, ZERO_OID
 
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f ~^:?*\[\\]")
 MAX_SYMREF_DEPTH = 5
+#: A ref lock older than this was left by a writer that died (a ref update holds its
+#: locks for milliseconds); the next writer removes it instead of failing forever.
+STALE_REF_LOCK_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,10 @@ def check_ref_name(name: str) -> None:
 class RefStore:
     """Reads and updates the refs of one repository (git dir)."""
 
-    def __init__(self, git_dir: Path) -> None:
+    def __init__(self, git_dir: Path, stale_lock_seconds: float | None = STALE_REF_LOCK_SECONDS) -> None:
         self.git_dir = git_dir
+        self.stale_lock_seconds = stale_lock_seconds
+        self.stale_locks_removed = 0
 
     # -- reading -----------------------------------------------------------
     def _packed(self) -> dict[str, bytes]:
@@ -167,15 +173,36 @@ class RefStore:
     def _lock_ref(self, name: str) -> Path:
         path = self.git_dir / name
         lock = path.with_name(path.name + ".lock")
+        for _attempt in range(2):
+            try:
+                lock.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                if _attempt == 0 and self._remove_lock_if_stale(lock):
+                    continue
+                raise RefUpdateError(f"ref {name} is locked by another writer", path=lock) from None
+            except (NotADirectoryError, IsADirectoryError) as err:
+                raise RefUpdateError(f"ref {name} conflicts with an existing ref", path=path) from err
+            os.close(fd)
+            return lock
+        raise AssertionError("unreachable")
+
+    def _remove_lock_if_stale(self, lock: Path) -> bool:
+        """Remove a lock a dead writer left behind (older than ``stale_lock_seconds``)."""
+        if self.stale_lock_seconds is None:
+            return False
         try:
-            lock.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
-            raise RefUpdateError(f"ref {name} is locked by another writer", path=lock) from None
-        except (NotADirectoryError, FileExistsError, IsADirectoryError) as err:
-            raise RefUpdateError(f"ref {name} conflicts with an existing ref", path=path) from err
-        os.close(fd)
-        return lock
+            age = time.time() - lock.stat().st_mtime
+        except FileNotFoundError:
+            return True  # released meanwhile: try again
+        if age < self.stale_lock_seconds:
+            return False
+        try:
+            lock.unlink()
+        except FileNotFoundError:
+            pass
+        self.stale_locks_removed += 1
+        return True
 
     def _check_old_values(self, updates: list[RefUpdate]) -> None:
         packed = None

@@ -19,8 +19,14 @@ _CONFIG = b"""[core]
 def find_git_dir(path: str | os.PathLike[str]) -> Path:
     """The git dir for ``path`` (a bare repository or a work tree with .git)."""
     p = Path(path)
+    try:
+        exists = p.exists() and os.access(p, os.R_OK | os.X_OK)
+    except OSError as err:
+        raise NotARepositoryError(f"repository path is not accessible: {err.strerror}", path=p) from err
     if not p.exists():
         raise NotARepositoryError("repository path does not exist", path=p)
+    if not exists:
+        raise NotARepositoryError("repository path is not accessible (permission denied)", path=p)
     if not p.is_dir():
         raise NotARepositoryError("repository path is not a directory", path=p)
     for candidate in (p, p / ".git"):

@@ -4,10 +4,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from gitutil import (CORPUS, batch_check_all, git, make_worktree_repo, repo_from_corpus,
+from gitutil import (CORPUS, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus,
                      snapshot_tree)
 from store import (CorruptObjectError, InvalidInputError, Location, NotARepositoryError,
                    ObjectMissingError, PackFormatError, RefUpdate, RefUpdateError, Repository)
@@ -282,3 +283,33 @@ def test_missing_reachable_object_is_reported(loose_repo):
     with pytest.raises(ObjectMissingError) as err:
         verify_repository(loose_repo)
     assert tree in str(err.value)
+
+
+def test_stale_ref_lock_from_a_dead_writer_is_broken(mixed_repo):
+    repo = Repository.open(mixed_repo)
+    main = repo.refs.read("refs/heads/main")
+    parent = bytes.fromhex(git("rev-parse", "main~1", git_dir=mixed_repo).decode().strip())
+    lock = mixed_repo / "refs/heads/main.lock"
+    lock.write_text("")
+    with pytest.raises(RefUpdateError, match="locked"):  # a live writer's lock is respected
+        repo.refs.update([RefUpdate("refs/heads/main", main, parent)])
+    old = lock.stat().st_mtime - 3600
+    os.utime(lock, (old, old))  # left by a writer that died an hour ago
+    repo.refs.update([RefUpdate("refs/heads/main", main, parent)])
+    assert repo.refs.read("refs/heads/main") == parent and not lock.exists()
+    assert repo.refs.stale_locks_removed == 1
+
+
+def test_unreadable_repository_path(tmp_path):
+    if os.geteuid() == 0:
+        # root reads everything; drop to nobody in a child to see the permission error
+        code = ("import sys; from store import Repository, NotARepositoryError\n"
+                "try:\n    Repository.open(sys.argv[1])\nexcept NotARepositoryError as e:\n"
+                "    print(e); sys.exit(0)\nsys.exit(1)")
+        locked = tmp_path / "locked"
+        make_worktree_repo(locked)
+        os.chmod(locked, 0o700)
+        proc = subprocess.run([sys.executable, "-c", code, str(locked / "repo.git")], capture_output=True,
+                              text=True, user=65534, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert proc.returncode == 0, proc.stderr
+        assert "not accessible" in proc.stdout and str(locked) in proc.stdout
