@@ -103,6 +103,7 @@ class IndexPackResult:
     collisions_checked: int   # incoming objects that already existed (content compared)
     large_offsets: int        # idx entries in the 64-bit offset table
     workers: int              # resolver processes used (1 = in-process)
+    thin_workers: int = 1     # processes that resolved the deltas on appended thin bases
     elapsed: dict[str, float] = field(default_factory=dict)
     peak_rss: int = 0         # bytes: max over this process and its resolver processes
     peak_rss_workers: int = 0
@@ -115,6 +116,7 @@ class IndexPackResult:
             "objects": self.objects, "deltas": self.deltas, "bytes": self.bytes,
             "received_bytes": self.received_bytes, "thin_bases_added": self.thin_bases_added,
             "collisions_checked": self.collisions_checked, "workers": self.workers,
+            "thin_workers": self.thin_workers,
             "peak_rss": self.peak_rss, "peak_rss_workers": self.peak_rss_workers,
             "outcome": self.outcome.value, "pack": self.pack_name,
         }
@@ -605,6 +607,7 @@ class _Resolver:
         self.rtypes[:n] = rt
         self.ctl = mmap.mmap(-1, 8 * (nslots + 4))
         self.nslots = nslots
+        self.skip_duplicates = False             # the parallel thin path checks duplicates afterwards
         self.progress: Progress | None = None   # in-process only; forked workers report via ctl
         self.progress_base = 0
         self.progress_total = e.deltas
@@ -672,7 +675,11 @@ class _Resolver:
             else:
                 frame[2] = k + 1
             if rtypes[ch]:
-                continue             # duplicate base object in the pack resolved it already
+                # Reached twice: two objects with this delta's base id (git dies here too).
+                if self.skip_duplicates:
+                    continue
+                raise PackFormatError("REF_DELTA already resolved (duplicate base object in the pack?)",
+                                      path=where, offset=offsets[ch])
             delta = self.inflate(ch)
             try:
                 src_size, dst_size, _ = _delta_header(delta)
@@ -735,6 +742,16 @@ class _Resolver:
         return stats
 
 
+def _check_no_double_resolution(res: _Resolver, e: _Entries, where: str, among: Sequence[int] | None = None) -> None:
+    """Two workers may both resolve a delta reachable twice (duplicate base): the counts tell."""
+    rt = res.rtypes
+    types = e.types
+    idx = range(len(types)) if among is None else among
+    distinct = sum(1 for i in idx if types[i] >= 6 and rt[i])
+    if res.resolved_count() > distinct:
+        raise PackFormatError("a REF_DELTA was resolved twice (duplicate base object in the pack?)", path=where)
+
+
 def _set_pdeathsig() -> None:
     """Let the kernel SIGKILL a resolver worker if its parent dies (Linux)."""
     try:
@@ -745,7 +762,7 @@ def _set_pdeathsig() -> None:
 
 
 def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progress | None,
-                 total_deltas: int) -> tuple[list[_Stats], int]:
+                 total_deltas: int, progress_base: int = 0) -> tuple[list[_Stats], int]:
     """Fork ``nproc`` workers over ``roots``; returns their stats and the max RSS among them (bytes)."""
     import multiprocessing
 
@@ -797,7 +814,7 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
             now = time.monotonic()
             if progress is not None and now - last >= 0.1:
                 last = now
-                progress("resolving", res.resolved_count(), total_deltas)
+                progress("resolving", progress_base + res.resolved_count(), total_deltas)
         outs: list[_Stats] = []
         errors: list[StoreError] = []
         crashes: list[str] = []
@@ -899,6 +916,7 @@ class IncomingPack:
     def _build(self, source, existing: _ExistingIds, *, fix_thin, strict, max_pack_bytes, processes,
                progress, off32_limit, t0) -> None:
         q = self.quarantine
+        self.strict = strict
         fd_pack, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=q)
         self.tmp_pack = Path(tmp_pack)
         self.fd_pack = fd_pack
@@ -929,6 +947,7 @@ class IncomingPack:
         entries.oids = bytearray()  # the shared map holds them now
         self.peak_rss_workers = 0
         self.workers = 1
+        self.thin_workers = 1
         try:
             if entries.deltas:
                 shared = res.shared_oids
@@ -940,6 +959,7 @@ class IncomingPack:
                     outs, self.peak_rss_workers = _run_workers(res, roots, nproc, progress, entries.deltas)
                     stats_all.extend(outs)
                     self.workers = nproc
+                    _check_no_double_resolution(res, entries, label)
                 else:
                     res.progress = progress
                     stats_all.append(res.resolve_roots(roots, 0, len(roots) or 1, None))
@@ -954,7 +974,7 @@ class IncomingPack:
             thin_added = 0
             if unresolved:
                 thin_added = self._fix_unresolved(entries, res, oids, rtypes, unresolved, fix_thin, existing,
-                                                  stats_all, trailer_off, progress)
+                                                  stats_all, trailer_off, progress, nproc)
             if progress is not None and entries.deltas:
                 progress("resolving", entries.deltas, entries.deltas)
         finally:
@@ -1026,7 +1046,7 @@ class IncomingPack:
     # -- thin packs --------------------------------------------------------------
     def _fix_unresolved(self, e: _Entries, res: _Resolver, oids: bytearray, rtypes: bytearray,
                         unresolved: list[int], fix_thin: bool, existing: _ExistingIds, stats_all: list[_Stats],
-                        trailer_off: int, progress) -> int:
+                        trailer_off: int, progress, nproc: int = 1) -> int:
         """Append missing REF_DELTA bases from the repository (git's fix_unresolved_deltas order)."""
         where = self.label
         unresolved_set = set(unresolved)
@@ -1047,6 +1067,11 @@ class IncomingPack:
             hint = " (the base exists in the repository: thin pack, use fix_thin)" if ref_base[i] in existing else ""
             raise ObjectMissingError(f"delta base missing{hint}; {len(unresolved)} unresolved deltas",
                                      oid=ref_base[i], path=where, offset=e.offsets[i])
+        if nproc > 1 and len(unresolved) >= FORK_MIN_DELTAS:
+            added = self._fix_thin_parallel(e, oids, rtypes, candidates, ref_base, unresolved, existing,
+                                            stats_all, trailer_off, progress, nproc)
+            if added is not None:
+                return added
         # Drop the received trailer; bases are appended after the last entry.
         os.ftruncate(self.fd_pack, trailer_off)
         e.offsets.pop()  # sentinel
@@ -1109,6 +1134,100 @@ class IncomingPack:
             raise PackFormatError(f"delta could not be resolved; {len(still)} unresolved deltas", path=where,
                                   offset=e.offsets[i])
         return added
+
+    def _append_base(self, e: _Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes, write_off: int) -> int:
+        """Append one repository object as a full entry at ``write_off``; returns the next offset."""
+        btype, data = self.snapshot.read(base_oid)
+        if hash_object(btype, data) != base_oid:
+            raise CorruptObjectError("local object is corrupt (does not hash to its name)", oid=base_oid)
+        entry = _encode_entry(int(btype), data)
+        view = memoryview(entry)
+        pos = write_off
+        while view:
+            k = os.pwrite(self.fd_pack, view, pos)
+            view = view[k:]
+            pos += k
+        e.offsets.append(write_off)
+        e.types.append(int(btype))
+        e.hdrlens.append(len(_entry_header(int(btype), len(data))))
+        e.sizes.append(len(data))
+        e.crcs.append(zlib.crc32(entry))
+        e.first_child.append(-1)
+        e.next_sibling.append(-1)
+        oids += base_oid
+        rtypes.append(int(btype))
+        return write_off + len(entry)
+
+    def _fix_thin_parallel(self, e: _Entries, oids: bytearray, rtypes: bytearray, candidates: list[int],
+                           ref_base: dict[int, bytes], unresolved: list[int], existing: _ExistingIds,
+                           stats_all: list[_Stats], trailer_off: int, progress, nproc: int) -> int | None:
+        """Append every missing base at once and resolve their subtrees on all cores.
+
+        git appends, for each still-unresolved REF_DELTA in pack order, its base. That is the
+        first-occurrence order of the distinct missing bases *unless* a base's id is produced by
+        resolving another appended base's subtree (then git never appends it). We resolve with
+        the first-occurrence order, check that condition, and return None (state restored) when
+        it fails so the caller redoes it sequentially, exactly as git does.
+        """
+        order: list[bytes] = []
+        seen: set[bytes] = set()
+        for i in candidates:
+            b = ref_base[i]
+            if b not in seen:
+                seen.add(b)
+                if b in existing:
+                    order.append(b)
+        if len(order) < 2:
+            return None
+        n = len(e.types)
+        os.ftruncate(self.fd_pack, trailer_off)
+        e.offsets.pop()  # sentinel
+        write_off = trailer_off
+        for b in order:
+            write_off = self._append_base(e, oids, rtypes, b, write_off)
+        e.offsets.append(write_off)
+        e.oids = oids  # copied into the new resolver's shared map
+        res2 = _Resolver(e, self.fd_pack, self.label, existing, self.strict, nslots=nproc)
+        res2.skip_duplicates = True
+        e.oids = bytearray()
+        try:
+            res2.rtypes[:len(rtypes)] = bytes(rtypes)   # phase-1 results: resolved deltas stay resolved
+            roots = list(range(n, len(e.types)))
+            outs, peak = _run_workers(res2, roots, nproc, progress, e.deltas,
+                                      progress_base=e.deltas - len(unresolved))
+            self.peak_rss_workers = max(self.peak_rss_workers, peak)
+            new_oids = bytes(res2.shared_oids)
+            new_types = bytes(res2.rtypes)
+            newly = sum(1 for i in unresolved if new_types[i])
+            reached_twice = res2.resolved_count() > newly
+        finally:
+            res2.close()
+        produced = {new_oids[20 * i:20 * i + 20] for i in unresolved if new_types[i]}
+        if reached_twice or any(b in produced for b in order):
+            # git would not have appended that base (or would die on a delta reached twice): undo, and
+            # let the sequential path decide exactly as git does.
+            os.ftruncate(self.fd_pack, trailer_off)
+            for arr in (e.offsets, e.types, e.hdrlens, e.sizes, e.crcs, e.first_child, e.next_sibling):
+                del arr[n:]
+            e.offsets.append(trailer_off)
+            del oids[20 * n:]
+            del rtypes[n:]
+            return None
+        oids[:] = new_oids
+        rtypes[:] = new_types
+        stats_all.extend(outs)
+        self.thin_workers = nproc
+        still = [i for i in unresolved if not rtypes[i]]
+        if still:
+            i = still[0]
+            base = ref_base.get(i)
+            if base is not None:
+                raise ObjectMissingError(f"delta base missing from the pack and the repository; "
+                                         f"{len(still)} unresolved deltas", oid=base, path=self.label,
+                                         offset=e.offsets[i])
+            raise PackFormatError(f"delta could not be resolved; {len(still)} unresolved deltas", path=self.label,
+                                  offset=e.offsets[i])
+        return len(order)
 
     def _rewrite_header_and_trailer(self, count: int) -> bytes:
         """New object count in the header, new SHA-1 trailer over the whole rewritten pack."""
@@ -1222,7 +1341,8 @@ class IncomingPack:
             pack_path=final["pack"], idx_path=final["idx"], rev_path=final["rev"], keep_path=keep_path,
             objects=self.objects, deltas=self.deltas, bytes=self.pack_bytes, received_bytes=self.received_bytes,
             thin_bases_added=self.thin_bases_added, collisions_checked=self.collisions_checked,
-            large_offsets=self.large_offsets, workers=self.workers, elapsed=dict(self.elapsed),
+            large_offsets=self.large_offsets, workers=self.workers, thin_workers=self.thin_workers,
+            elapsed=dict(self.elapsed),
             peak_rss=max(peak_self, self.peak_rss_workers, peak_rss_hint), peak_rss_workers=self.peak_rss_workers,
             refs_updated=tuple(u.name for u in ref_updates), durability=self.counters.as_dict())
         return self.result

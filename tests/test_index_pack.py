@@ -270,7 +270,12 @@ def thin_case(tmp_path_factory, v1_repo):
 
 
 @pytest.mark.parametrize("kind", ["ref", "ofs"])
-def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind):
+@pytest.mark.parametrize("parallel", [False, True])
+def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind, parallel, monkeypatch):
+    import store.indexpack as ip
+
+    if parallel:  # thin bases appended at once and resolved by forked processes (large pushes)
+        monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)
     old, thin_ref, thin_ofs = thin_case
     thin = thin_ref if kind == "ref" else thin_ofs
     ours = tmp_path / "ours.git"
@@ -278,9 +283,10 @@ def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind):
     theirs = tmp_path / "theirs.git"
     shutil.copytree(old, theirs)
     repo = Repository.open(ours)
-    result = index_pack(repo, _write(tmp_path / "thin.pack", thin), fix_thin=True,
+    result = index_pack(repo, _write(tmp_path / "thin.pack", thin), fix_thin=True, processes=2,
                         ref_updates=[RefUpdate("refs/heads/main", None, V1_TIP)])
     assert result.thin_bases_added > 0
+    assert result.thin_workers == (2 if parallel else 1)
     out = git("index-pack", "--stdin", "--fix-thin", "--rev-index", git_dir=theirs, input=thin).decode()
     checksum = out.split()[-1]
     assert result.checksum == checksum
@@ -290,6 +296,46 @@ def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind):
     assert result.rev_path.read_bytes() == (gdir / f"pack-{checksum}.rev").read_bytes()
     git("fsck", "--full", git_dir=ours)
     git("verify-pack", str(result.idx_path))
+
+
+@pytest.mark.parametrize("d1_first", [True, False])
+def test_thin_base_also_produced_by_a_thin_delta_matches_git(tmp_path, monkeypatch, d1_first):
+    """d1 (base X, in the repo) yields Y; d2's base is Y, which the repository also has.
+
+    git appends X only when d1 comes first (resolving d1 yields Y and so resolves d2); the other
+    order reaches d2 twice and git refuses the pack. The parallel path must notice both and
+    fall back to git's sequential order.
+    """
+    import store.indexpack as ip
+
+    monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)
+    x_data, y_data = b"base object X\n" * 3, b"object Y, also in the repository\n"
+    base = tmp_path / "base.git"
+    git("init", "-q", "--bare", str(base))
+    x = bytes.fromhex(git("hash-object", "-w", "--stdin", git_dir=base, input=x_data).decode().strip())
+    y = bytes.fromhex(git("hash-object", "-w", "--stdin", git_dir=base, input=y_data).decode().strip())
+    d1 = delta_insert(len(x_data), y_data)
+    d2 = delta_insert(len(y_data), b"the final object\n")
+    e1 = entry_header(7, len(d1)) + x + zlib.compress(d1)
+    e2 = entry_header(7, len(d2)) + y + zlib.compress(d2)
+    pack = build_pack([e1, e2] if d1_first else [e2, e1])
+    ours, theirs = tmp_path / "ours.git", tmp_path / "theirs.git"
+    shutil.copytree(base, ours)
+    shutil.copytree(base, theirs)
+    if not d1_first:  # Y appended for d2, then d1 yields Y again and reaches d2 twice: git refuses
+        proc = subprocess.run(["git", "--git-dir", str(theirs), "index-pack", "--stdin", "--fix-thin"], input=pack,
+                              capture_output=True)
+        assert proc.returncode != 0 and b"already resolved" in proc.stderr
+        err = ingest_fails(Repository.open(ours), _write(tmp_path / "t.pack", pack), PackFormatError,
+                           fix_thin=True, processes=2)
+        assert "already resolved" in str(err) and err.offset == 12
+        return
+    result = index_pack(Repository.open(ours), _write(tmp_path / "t.pack", pack), fix_thin=True, processes=2)
+    checksum = git("index-pack", "--stdin", "--fix-thin", git_dir=theirs, input=pack).decode().split()[-1]
+    assert result.checksum == checksum
+    assert result.thin_bases_added == 1
+    assert result.pack_path.read_bytes() == (theirs / "objects" / "pack" / f"pack-{checksum}.pack").read_bytes()
+    assert result.idx_path.read_bytes() == (theirs / "objects" / "pack" / f"pack-{checksum}.idx").read_bytes()
 
 
 def test_thin_pack_without_fix_thin_is_refused(tmp_path, thin_case):
