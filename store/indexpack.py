@@ -17,7 +17,10 @@ Pipeline (each phase timed in :attr:`IndexPackResult.elapsed`):
 3. **thin** (``fix_thin``) — REF_DELTA bases missing from the pack are read
    from the repository, appended as full objects (zlib level 1, in the order
    ``git index-pack --fix-thin`` uses), the header count and trailer are
-   rewritten.
+   rewritten. For many unresolved deltas all bases are appended at once and
+   their subtrees resolved on all cores, then checked to be exactly git's order
+   (else redone sequentially, as git does). A delta reached twice (duplicate
+   base object) is refused, as git refuses it.
 4. **check** — collision check: an incoming object whose id already exists
    must have the same content. Existence comes from ONE
    :meth:`ObjectDirectory.snapshot` taken before the pack is read: no
