@@ -22,27 +22,11 @@ from dulwich.pack import PackData, apply_delta, load_pack_index, unpack_object_a
 
 from .errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from .objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
+from .packformat import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_delta_header, decode_entry_header
 
 #: Upper bound on memory kept for resolved delta bases (git: core.deltaBaseCacheLimit = 96 MiB).
 DELTA_BASE_CACHE_BYTES = 96 * 1024 * 1024
 MAX_DELTA_CHAIN = 10_000
-
-
-def _delta_result_size(delta: bytes) -> int:
-    """The target size recorded in a delta's header (second varint)."""
-    pos = 0
-    for _ in range(2):
-        size = shift = 0
-        while True:
-            if pos >= len(delta):
-                raise ValueError("delta header truncated")
-            byte = delta[pos]
-            pos += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-    return size
 
 
 class _BaseCache:
@@ -205,42 +189,10 @@ class PackFile:
     def _raw_header(self, offset: int) -> tuple[int, int, int | bytes | None, int]:
         """Parse an entry's header without inflating it: (pack type, size, delta base, data offset)."""
         buf = self.data._buffer()
-        end = len(buf) - 20
-        pos = offset
-        if pos < 12 or pos >= end:
+        end = len(buf) - PACK_TRAILER_SIZE
+        if offset < PACK_HEADER_SIZE or offset >= end:
             raise PackFormatError("entry offset outside the pack", path=self.pack_path, offset=offset)
-        byte = buf[pos]
-        pos += 1
-        ptype = (byte >> 4) & 7
-        size = byte & 0x0F
-        shift = 4
-        while byte & 0x80:
-            if pos >= end or shift > 70:
-                raise PackFormatError("entry header runs past the pack", path=self.pack_path, offset=offset)
-            byte = buf[pos]
-            pos += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-        base: int | bytes | None = None
-        if ptype == OFS_DELTA:
-            byte = buf[pos]
-            pos += 1
-            rel = byte & 0x7F
-            while byte & 0x80:
-                if pos >= end:
-                    raise PackFormatError("OFS_DELTA offset runs past the pack", path=self.pack_path, offset=offset)
-                byte = buf[pos]
-                pos += 1
-                rel = ((rel + 1) << 7) | (byte & 0x7F)
-            base = offset - rel
-            if base < 12:
-                raise PackFormatError("OFS_DELTA base offset out of range", path=self.pack_path, offset=offset)
-        elif ptype == REF_DELTA:
-            base = bytes(buf[pos:pos + 20])
-            pos += 20
-        elif ptype not in (1, 2, 3, 4):
-            raise PackFormatError(f"invalid pack entry type {ptype}", path=self.pack_path, offset=offset)
-        return ptype, size, base, pos
+        return decode_entry_header(buf, offset, end, offset, self.pack_path)
 
     def header_at(self, offset: int) -> tuple[ObjectType, int]:
         """Type and size without resolving the chain.
@@ -255,9 +207,9 @@ class PackFile:
         buf = self.data._buffer()
         try:
             head = zlib.decompressobj().decompress(bytes(buf[pos:pos + 256]), 32)
-            size = _delta_result_size(head)
-        except (zlib.error, ValueError) as err:
+        except zlib.error as err:
             raise PackFormatError(f"delta header unreadable: {err}", path=self.pack_path, offset=offset) from err
+        _src_size, size, _hdrlen = decode_delta_header(head, path=self.pack_path, offset=offset)
         return self._base_type(offset, ptype, base), size
 
     def _base_type(self, offset: int, ptype: int, base: int | bytes | None) -> ObjectType:
