@@ -17,6 +17,7 @@ from dulwich.pack import apply_delta
 from .bulk import BatchCounters, begin_batch
 from .errors import LimitExceededError, ObjectMissingError, PackFormatError, StoreError
 from .objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
+from .packformat import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_entry_header, parse_pack_header
 from .refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -46,53 +47,25 @@ class UnpackResult:
 def parse_pack(pack: bytes, where: str = "<pack>", max_objects: int | None = DEFAULT_MAX_OBJECTS) -> list[_Entry]:
     """Every entry of a version 2/3 pack, with its trailer checksum verified."""
     view = memoryview(pack)
-    if len(pack) < 32 or pack[:4] != b"PACK":
-        raise PackFormatError("not a pack (bad signature or too short)", path=where, offset=0)
-    version = int.from_bytes(pack[4:8], "big")
-    if version not in (2, 3):
-        raise PackFormatError(f"unsupported pack version {version}", path=where, offset=4)
-    count = int.from_bytes(pack[8:12], "big")
+    _version, count = parse_pack_header(pack, path=where)
+    if len(pack) < PACK_HEADER_SIZE + PACK_TRAILER_SIZE:
+        raise PackFormatError(f"pack truncated: {len(pack)} bytes cannot hold a header and a trailer", path=where,
+                              offset=0)
     if max_objects is not None and count > max_objects:
         raise LimitExceededError(f"pack has {count} objects; more than {max_objects} to explode", path=where)
-    body_end = len(pack) - 20
+    body_end = len(pack) - PACK_TRAILER_SIZE
     if hashlib.sha1(view[:body_end]).digest() != pack[body_end:]:
         raise PackFormatError("pack trailer checksum mismatch (truncated or corrupt pack)", path=where,
                               offset=body_end)
     entries: list[_Entry] = []
-    pos = 12
+    pos = PACK_HEADER_SIZE
     for _ in range(count):
         start = pos
         if pos >= body_end:
             raise PackFormatError("pack ends before its last entry", path=where, offset=pos)
-        c = pack[pos]
-        pos += 1
-        type_num = (c >> 4) & 7
-        size = c & 15
-        shift = 4
-        while c & 0x80:
-            if pos >= body_end:
-                raise PackFormatError("truncated entry header", path=where, offset=start)
-            c = pack[pos]
-            pos += 1
-            size |= (c & 0x7F) << shift
-            shift += 7
-        base_offset = base_oid = None
-        if type_num == OFS_DELTA:
-            c = pack[pos]
-            pos += 1
-            rel = c & 0x7F
-            while c & 0x80:
-                c = pack[pos]
-                pos += 1
-                rel = ((rel + 1) << 7) | (c & 0x7F)
-            base_offset = start - rel
-            if rel <= 0 or base_offset < 12:
-                raise PackFormatError("ofs-delta base offset out of range", path=where, offset=start)
-        elif type_num == REF_DELTA:
-            base_oid = bytes(pack[pos:pos + 20])
-            pos += 20
-        elif type_num not in (1, 2, 3, 4):
-            raise PackFormatError(f"invalid entry type {type_num}", path=where, offset=start)
+        type_num, size, base, pos = decode_entry_header(pack, pos, body_end, start, where)
+        base_offset = base if type_num == OFS_DELTA else None
+        base_oid = base if type_num == REF_DELTA else None
         d = zlib.decompressobj()
         out = []
         try:

@@ -196,3 +196,37 @@ def test_every_entry_of_a_git_pack(tmp_path, ofs_deltas):
             assert base is None and typ == {"commit": 1, "tree": 2, "blob": 3, "tag": 4}[typ_label]
             assert size == int(_size)
     assert (6 if ofs_deltas else 7) in kinds, "the pack really carries deltas"
+
+
+# -- the readers share it: the same malformed entry gets the same error from unpack-objects and index-pack ----
+
+def build_pack(entries: list[bytes]) -> bytes:
+    import hashlib
+    body = b"PACK" + (2).to_bytes(4, "big") + len(entries).to_bytes(4, "big") + b"".join(entries)
+    return body + hashlib.sha1(body).digest()
+
+
+BLOB = b"hello packformat\n" * 3
+
+
+@pytest.mark.parametrize("bad, message", [
+    (b"\x60\x00", "delta cycle"),
+    (b"\x60" + ofs(4096), r"base offset -\d+ is out of bounds"),
+    (b"\x50", "invalid object type 5"),
+    (b"\xb0" + b"\xff" * 12 + b"\x01", "overflows 64 bits"),
+])
+def test_unpack_and_index_pack_refuse_alike(tmp_path, bad, message):
+    import zlib
+
+    from store.indexpack import index_pack
+    from store.repo import Repository
+    from store.unpack import parse_pack
+
+    first = encode_entry_header(3, len(BLOB)) + zlib.compress(BLOB)
+    pack = build_pack([first, bad + zlib.compress(b"x")])
+    with pytest.raises(PackFormatError, match=message) as unpacked:
+        parse_pack(pack)
+    (tmp_path / "t.pack").write_bytes(pack)
+    with pytest.raises(PackFormatError, match=message) as indexed:
+        index_pack(Repository.init(tmp_path / "r.git"), tmp_path / "t.pack")
+    assert unpacked.value.offset == indexed.value.offset == 12 + len(first)
