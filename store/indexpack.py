@@ -65,12 +65,12 @@ from .errors import (CollisionError, CorruptObjectError, InvalidInputError, Limi
 from .faults import fault_point
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
 from .objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
+from .packformat import PACK_HEADER_SIZE, decode_delta_header, encode_entry_header, parse_pack_header
 from .packstrict import check_object
 from .refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]
 
-PACK_SIGNATURE = b"PACK"
 READ_CHUNK = 1 << 20            # bytes read from the source per call
 LARGE_OBJECT = 16 << 20         # objects above this are inflated in bounded pieces
 INFLATE_PIECE = 4 << 20         # output piece size for large objects
@@ -322,13 +322,8 @@ class _Receiver:
         """Parse everything; returns (entries, trailer offset, pack checksum)."""
         if self._ensure(12) < 12:
             raise PackFormatError("pack truncated: no complete header", path=self.where, offset=0)
-        head = bytes(self.mv[0:12])
-        if head[:4] != PACK_SIGNATURE:
-            raise PackFormatError(f"not a pack: bad signature {head[:4]!r}", path=self.where, offset=0)
-        version, count = struct.unpack(">II", head[4:12])
-        if version not in (2, 3):
-            raise PackFormatError(f"unsupported pack version {version}", path=self.where, offset=4)
-        self.bpos = 12
+        _version, count = parse_pack_header(bytes(self.mv[0:PACK_HEADER_SIZE]), path=self.where)
+        self.bpos = PACK_HEADER_SIZE
         entries = _Entries()
         self._parse_entries(entries, count)
         # Everything hashed so far is the pack minus its trailer.
@@ -571,25 +566,6 @@ class _Receiver:
 # Phase 2: resolve deltas (depth-first from each base; only the chain is held).
 
 
-def _delta_header(delta: bytes) -> tuple[int, int, int]:
-    """(source size, target size, header length) of a git delta."""
-    pos = 0
-    vals = []
-    for _ in range(2):
-        val = shift = 0
-        while True:
-            if pos >= len(delta) or shift > 63:
-                raise ValueError("delta header truncated or overflowing")
-            c = delta[pos]
-            pos += 1
-            val |= (c & 0x7F) << shift
-            shift += 7
-            if not c & 0x80:
-                break
-        vals.append(val)
-    return vals[0], vals[1], pos
-
-
 class _Resolver:
     """Shared state for resolving; forked workers inherit it (copy-on-write + shared mmaps)."""
 
@@ -684,10 +660,7 @@ class _Resolver:
                 raise PackFormatError("REF_DELTA already resolved (duplicate base object in the pack?)",
                                       path=where, offset=offsets[ch])
             delta = self.inflate(ch)
-            try:
-                src_size, dst_size, _ = _delta_header(delta)
-            except ValueError as err:
-                raise PackFormatError(f"delta header unreadable: {err}", path=where, offset=offsets[ch]) from err
+            src_size, dst_size, _ = decode_delta_header(delta, path=where, offset=offsets[ch])
             if src_size != len(base):
                 raise PackFormatError(f"delta expects a {src_size}-byte base, base has {len(base)} bytes",
                                       path=where, offset=offsets[ch])
@@ -1104,7 +1077,7 @@ class IncomingPack:
                 pos += k
             e.offsets.append(write_off)
             e.types.append(int(btype))
-            e.hdrlens.append(len(_entry_header(int(btype), len(data))))
+            e.hdrlens.append(len(encode_entry_header(int(btype), len(data))))
             e.sizes.append(len(data))
             e.crcs.append(zlib.crc32(entry))
             e.first_child.append(-1)
@@ -1152,7 +1125,7 @@ class IncomingPack:
             pos += k
         e.offsets.append(write_off)
         e.types.append(int(btype))
-        e.hdrlens.append(len(_entry_header(int(btype), len(data))))
+        e.hdrlens.append(len(encode_entry_header(int(btype), len(data))))
         e.sizes.append(len(data))
         e.crcs.append(zlib.crc32(entry))
         e.first_child.append(-1)
@@ -1462,20 +1435,8 @@ def _strong_digest(typ: int, data: bytes) -> bytes:
     return h.digest()
 
 
-def _entry_header(typ: int, size: int) -> bytes:
-    c = (typ << 4) | (size & 15)
-    size >>= 4
-    out = bytearray()
-    while size:
-        out.append(c | 0x80)
-        c = size & 0x7F
-        size >>= 7
-    out.append(c)
-    return bytes(out)
-
-
 def _encode_entry(typ: int, data: bytes) -> bytes:
-    return _entry_header(typ, len(data)) + zlib.compress(data, THIN_ZLIB_LEVEL)
+    return encode_entry_header(typ, len(data)) + zlib.compress(data, THIN_ZLIB_LEVEL)
 
 
 def index_pack(repo, source: BinaryIO | str | os.PathLike[str], *, fix_thin: bool = False, strict: bool = False,
