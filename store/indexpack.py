@@ -1065,30 +1065,11 @@ class IncomingPack:
             base_oid = ref_base[i]
             if base_oid not in existing:
                 continue
-            btype, data = self.snapshot.read(base_oid)
-            if hash_object(btype, data) != base_oid:
-                raise CorruptObjectError("local object is corrupt (does not hash to its name)", oid=base_oid)
-            entry = _encode_entry(int(btype), data)
-            view = memoryview(entry)
-            pos = write_off
-            while view:
-                k = os.pwrite(self.fd_pack, view, pos)
-                view = view[k:]
-                pos += k
-            e.offsets.append(write_off)
-            e.types.append(int(btype))
-            e.hdrlens.append(len(encode_entry_header(int(btype), len(data))))
-            e.sizes.append(len(data))
-            e.crcs.append(zlib.crc32(entry))
-            e.first_child.append(-1)
-            e.next_sibling.append(-1)
-            oids += base_oid
-            rtypes.append(int(btype))
-            write_off += len(entry)
+            write_off, btype, data = self._append_base(e, oids, rtypes, base_oid, write_off)
             added += 1
             # Resolve everything hanging off this base now (may resolve later candidates too).
             e.offsets.append(write_off)   # temporary sentinel so inflate() of earlier entries still works
-            res.resolve_tree(len(e.types) - 1, data, int(btype), base_oid, stats, 0, counted)
+            res.resolve_tree(len(e.types) - 1, data, btype, base_oid, stats, 0, counted)
             e.offsets.pop()
         res.progress = None
         e.offsets.append(write_off)  # sentinel back
@@ -1111,8 +1092,9 @@ class IncomingPack:
                                   offset=e.offsets[i])
         return added
 
-    def _append_base(self, e: _Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes, write_off: int) -> int:
-        """Append one repository object as a full entry at ``write_off``; returns the next offset."""
+    def _append_base(self, e: _Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes,
+                     write_off: int) -> tuple[int, int, bytes]:
+        """Append one repository object as a full entry at ``write_off``: (next offset, type, data)."""
         btype, data = self.snapshot.read(base_oid)
         if hash_object(btype, data) != base_oid:
             raise CorruptObjectError("local object is corrupt (does not hash to its name)", oid=base_oid)
@@ -1132,7 +1114,7 @@ class IncomingPack:
         e.next_sibling.append(-1)
         oids += base_oid
         rtypes.append(int(btype))
-        return write_off + len(entry)
+        return write_off + len(entry), int(btype), data
 
     def _fix_thin_parallel(self, e: _Entries, oids: bytearray, rtypes: bytearray, candidates: list[int],
                            ref_base: dict[int, bytes], unresolved: list[int], existing: _ExistingIds,
@@ -1160,7 +1142,7 @@ class IncomingPack:
         e.offsets.pop()  # sentinel
         write_off = trailer_off
         for b in order:
-            write_off = self._append_base(e, oids, rtypes, b, write_off)
+            write_off, _btype, _data = self._append_base(e, oids, rtypes, b, write_off)
         e.offsets.append(write_off)
         e.oids = oids  # copied into the new resolver's shared map
         res2 = _Resolver(e, self.fd_pack, self.label, existing, self.strict, nslots=nproc)
