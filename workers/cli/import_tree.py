@@ -27,10 +27,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 def run(args: argparse.Namespace) -> int:
     from store.errors import StoreError
-    from workers.cli.verify import TqdmProgress
     from workers.commands.import_tree import import_tree
 
-    progress = TqdmProgress() if sys.stderr.isatty() and not args.no_progress else None
+    progress = common.make_progress(args)
     try:
         result = import_tree(args.repo, args.ref, args.path, message=args.message, author_name=args.author_name,
                              author_email=args.author_email, progress=progress)

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 import time
-from typing import Any
 
 from workers.cli import common
 
@@ -39,35 +37,6 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.set_defaults(func=run)
 
 
-class GitLikeProgress:
-    """tqdm bars like git's: 'Receiving objects: 100% (n/n)' and 'Resolving deltas: 100% (n/n)'."""
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream or sys.stderr
-        self.bar: Any = None
-        self.phase: str | None = None
-
-    def __call__(self, phase: str, done: int, total: int | None) -> None:
-        from tqdm import tqdm
-
-        if phase != self.phase:
-            self.close()
-            self.phase = phase
-            size = shutil.get_terminal_size((100, 24))  # a 0x0 pty would hide the bar: fall back
-            self.bar = tqdm(total=total, desc=LABELS.get(phase, phase), unit=" obj", file=self.stream,
-                            leave=True, ncols=size.columns or 100, nrows=size.lines or 24, mininterval=0.2,
-                            bar_format="{desc}: {percentage:3.0f}% ({n_fmt}/{total_fmt}) {bar} "
-                                       "[{elapsed}, {rate_fmt}]")
-        if total is not None and self.bar.total != total:
-            self.bar.total = total
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 def parse_ref_update_args(items: list[str]) -> list[dict]:
     out = []
     for item in items:
@@ -82,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from store.errors import StoreError
     from workers.commands.index_pack import index_pack, redis_repo_lock
 
-    progress = GitLikeProgress() if sys.stderr.isatty() and not args.no_progress else None
+    progress = common.make_progress(args, labels=LABELS)
     lock = None
     if args.lock:
         common.prepare_embedded(common.settings(), migrate=False)

@@ -36,10 +36,9 @@ def parse_ref_update_args(items: list[str]) -> list[dict]:
 
 def run(args: argparse.Namespace) -> int:
     from store.errors import StoreError
-    from workers.cli.verify import TqdmProgress
     from workers.commands.unpack_objects import unpack_objects
 
-    progress = TqdmProgress() if sys.stderr.isatty() and not args.no_progress else None
+    progress = common.make_progress(args)
     try:
         with tempfile.NamedTemporaryFile(prefix="packyard-unpack-", suffix=".pack") as tmp:
             path = args.pack

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
-from typing import Any
 
 from workers.cli import common
 
@@ -20,37 +18,11 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.set_defaults(func=run)
 
 
-class TqdmProgress:
-    """A progress callable that drives one tqdm bar per phase."""
-
-    def __init__(self, stream: Any = None) -> None:
-        self.stream = stream or sys.stderr
-        self.bar: Any = None
-        self.phase: str | None = None
-
-    def __call__(self, phase: str, done: int, total: int | None) -> None:
-        from tqdm import tqdm
-
-        if phase != self.phase:
-            self.close()
-            self.phase = phase
-            width = shutil.get_terminal_size((100, 24)).columns or 100
-            self.bar = tqdm(total=total, desc=phase, unit="obj", file=self.stream, leave=True, ncols=width)
-        if self.bar.total != total and total is not None:
-            self.bar.total = total
-        self.bar.update(done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 def run(args: argparse.Namespace) -> int:
     from store.errors import StoreError
     from workers.commands.verify import verify_repo
 
-    progress = TqdmProgress() if sys.stderr.isatty() and not args.no_progress else None
+    progress = common.make_progress(args)
     try:
         result = verify_repo(args.repo, progress=progress)
     except StoreError as err:

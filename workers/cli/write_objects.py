@@ -31,10 +31,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"packyard write-objects: not JSON: {err}", file=sys.stderr)
         return 2
     objects, refs = (doc, None) if isinstance(doc, list) else (doc.get("objects", []), doc.get("ref_updates"))
+    progress = common.make_progress(args)
     try:
-        result = write_objects(args.repo, objects, ref_updates=refs)
+        result = write_objects(args.repo, objects, ref_updates=refs, progress=progress)
     except StoreError as err:
         print(f"packyard write-objects: {type(err).__name__}: {err}", file=sys.stderr)
         return 1
+    finally:
+        if progress:
+            progress.close()
     print(json.dumps(result))
     return 0
