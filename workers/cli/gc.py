@@ -1,4 +1,9 @@
-"""packyard gc --repo R: remove temp files left by crashed batch writes (never a live batch's)."""
+"""packyard gc --repo R: remove what crashed writers left behind (never a live writer's files).
+
+* temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers;
+* index-pack quarantines (``objects/incoming-*``) of ingests that died, once nothing in them
+  was touched for ``--quarantine-after`` seconds (a live ingest keeps writing into its own).
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,24 +11,31 @@ import json
 
 from workers.cli import common
 
+QUARANTINE_AFTER = 3600.0  # seconds untouched before an incoming-* directory counts as abandoned
+
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "gc", help="remove stale temp files of crashed writers",
         description="Scan every loose fan-out directory for tmp_obj_* files. Ours (tmp_obj_<pid>_<host>-<batch>_<n>) "
                     "are removed when their process is dead on this host and they are older than --stale-after; "
-                    "others (another host, git's own) only after --foreign-after (git's prune expiry).")
+                    "others (another host, git's own) only after --foreign-after (git's prune expiry). Also "
+                    "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after. "
+                    "Prints one JSON line: what was removed.")
     common.add_repo_arg(p)
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
                    help="minimum age of a dead process's temp files (default 600)")
     p.add_argument("--foreign-after", type=float, default=None, metavar="SECONDS",
                    help="minimum age of temp files we cannot attribute (default 14 days)")
+    p.add_argument("--quarantine-after", type=float, default=QUARANTINE_AFTER, metavar="SECONDS",
+                   help=f"minimum age of an abandoned index-pack quarantine (default {QUARANTINE_AFTER:.0f})")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from store import bulk
     from store.errors import StoreError
+    from store.indexpack import remove_stale_quarantines
     from store.repo import Repository
 
     try:
@@ -31,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
         result = bulk.gc_stale_tmp(
             repo, stale_after=bulk.STALE_AFTER if args.stale_after is None else args.stale_after,
             foreign_after=bulk.FOREIGN_STALE_AFTER if args.foreign_after is None else args.foreign_after)
+        quarantines = remove_stale_quarantines(repo, older_than=args.quarantine_after)
     except StoreError as err:
         print(f"packyard gc: {type(err).__name__}: {err}")
         return 1
+    result["stale_quarantines_removed"] = [f"objects/{p.name}" for p in quarantines]
     print(json.dumps({"repo": str(repo.path), **result}))
     return 0

@@ -21,18 +21,45 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.set_defaults(func=run)
 
 
-def _counters(c: dict[str, Any] | None) -> str:
+# The counters worth a glance, per job kind, in this order; the job row keeps all of them (--json).
+KEY_COUNTERS: dict[str, tuple[str, ...]] = {
+    "verify_repo": ("objects", "commits", "trees", "blobs", "tags", "refs"),
+    "index_pack": ("objects", "deltas", "thin_bases_added", "bytes", "peak_rss"),
+    "unpack_objects": ("objects", "deltas", "objects_written", "objects_skipped", "flushes"),
+    "import_tree": ("files", "objects_written", "objects_skipped", "flushes", "renames"),
+    "write_objects": ("objects_written", "objects_skipped", "flushes", "renames"),
+}
+BYTE_COUNTERS = frozenset({"bytes", "bytes_in", "bytes_written", "received_bytes", "peak_rss", "peak_rss_workers"})
+MAX_COUNTERS = 6
+
+
+def _counters(c: dict[str, Any] | None, kind: str = "") -> str:
+    """``objects=12233 deltas=8423 bytes=3.3MiB``: the kind's key counters (unknown kinds: the first few)."""
     if not c:
         return ""
-    keys = [k for k in ("objects", "commits", "trees", "blobs", "tags", "refs") if k in c] or list(c)[:6]
-    return " ".join(f"{k}={c[k]}" for k in keys)
+    keys = [k for k in KEY_COUNTERS.get(kind.removeprefix("packyard."), ()) if k in c]
+    if not keys:  # a kind without a list: the first plain counters, not the per-phase timings
+        keys = [k for k in c if not k.startswith("elapsed_")][:MAX_COUNTERS]
+    return " ".join(f"{k}={_human_bytes(c[k]) if k in BYTE_COUNTERS else c[k]}" for k in keys)
+
+
+def _human_bytes(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return str(n)
+    for unit in ("B", "KiB", "MiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}GiB"
 
 
 def _time(t: datetime | None) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
 
-def fetch(s, repo: str | None, limit: int) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def fetch(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
+          task_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """Newest first: the last ``limit`` jobs (of ``repo``, or with one of ``task_ids``, when given)."""
     from sqlalchemy import select
 
     from workers.records import Job, Repository, session_scope
@@ -42,6 +69,8 @@ def fetch(s, repo: str | None, limit: int) -> list[dict[str, Any]]:  # type: ign
         q = select(Job, Repository.path).outerjoin(Repository, Job.repo_id == Repository.id)
         if repo:
             q = q.where(Repository.path == normalize_repo_path(repo))
+        if task_ids is not None:
+            q = q.where(Job.task_id.in_(list(task_ids)))
         q = q.order_by(Job.id.desc()).limit(limit)
         return [{
             "id": job.id, "task_id": job.task_id, "kind": job.kind, "repo": path, "state": job.state.value,
@@ -55,7 +84,7 @@ def render_table(rows: Sequence[dict[str, Any]], width: int = 60) -> str:
     cells = [(str(r["id"]), r["task_id"][:8], r["kind"].removeprefix("packyard."),
               _short_path(r["repo"]), r["state"], _time(r["queued_at"] or r["started_at"]),
               "" if r["duration_ms"] is None else str(r["duration_ms"]),
-              f"{(r['worker'] or '').split('@')[0]}/{r['pid']}" if r["worker"] else "", _counters(r["counters"]),
+              f"{(r['worker'] or '').split('@')[0]}/{r['pid']}" if r["worker"] else "", _counters(r["counters"], r["kind"]),
               _clip((r["error"] or "").replace("\n", " "), width)) for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(COLUMNS)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
