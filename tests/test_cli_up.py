@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import make_worktree_repo
+from gitutil import git, make_worktree_repo
+
+CORPUS_REFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "git-v1.0.0.refs"
 
 EMBEDDED_UNSET = ("PACKYARD_REDIS_URL", "PACKYARD_DATABASE_URL")
 
@@ -64,19 +66,46 @@ def test_up_runs_jobs_and_stops_cleanly_on_ctrl_c(embedded_env, tmp_path, pk):
     assert not (state / "redis.sock").exists()
 
 
-def test_demo_runs_the_main_job(embedded_env, pk):
-    state, env = embedded_env
-    out = subprocess.run(["packyard", "demo"], env=env, cwd=state, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("(as expected)") == 3
-    table = out.stdout[out.stdout.index("job  task id"):]
-    assert table.count("SUCCESS") == 2 and table.count("FAILURE") == 1
-    assert not (state / "redis.sock").exists()  # Redis stopped again
+KINDS = ("index_pack", "unpack_objects", "import_tree", "write_objects", "verify_repo")
 
-    status = subprocess.run(["packyard", "status", "--json"], env=env, cwd=state, capture_output=True, text=True,
-                            timeout=60)
+
+def run_demo(env: dict[str, str], cwd: Path) -> str:
+    out = subprocess.run(["packyard", "demo"], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count("(as expected)") == 7 and "NOT as expected" not in out.stdout
+    assert "write_objects ids match the ids git computed" in out.stdout
+    table = out.stdout[out.stdout.index("job  task id"):out.stdout.index("[demo]   refs/heads/")]
+    rows = [line for line in table.splitlines()[2:] if line.strip()]
+    assert len(rows) == 7 and sum("SUCCESS" in r for r in rows) == 6 and sum("FAILURE" in r for r in rows) == 1
+    assert all(any(f" {k} " in r for r in rows) for k in KINDS)
+    thin = [r for r in rows if " index_pack " in r and "thin_bases_added=0" not in r]
+    assert len(thin) == 1, table  # the thin push had its bases appended
+    assert "git fsck --full hosted.git: passed" in out.stdout
+    assert "7/7 jobs as expected, all checks passed" in out.stdout
+    return out.stdout
+
+
+def test_demo_runs_the_main_job(embedded_env, pk):
+    """Twice on one state dir: first without the corpus (git makes the history), then with it."""
+    state, env = embedded_env
+    first = run_demo({**env, "PACKYARD_CORPUS": str(state / "no-corpus-here")}, state)
+    assert "no corpus found" in first
+    assert not (state / "redis.sock").exists()  # Redis stopped again
+    hosted = state / "demo" / "hosted.git"
+    git("fsck", "--full", git_dir=hosted)  # the oracle, not only the demo's word
+
+    second = run_demo(env, state)  # state dir reused: Redis, database, logs, demo/ from the first run
+    assert not (state / "redis.sock").exists()
+    git("fsck", "--full", git_dir=hosted)
+    if CORPUS_REFS.exists():
+        assert "from corpus" in second
+        # main = the corpus tip + 3 thin-push commits + 2 small-push commits
+        assert git("rev-parse", "main~5", git_dir=hosted).decode().strip() == CORPUS_REFS.read_text().split()[0]
+
+    status = subprocess.run(["packyard", "status", "--json", "--limit", "50"], env=env, cwd=state,
+                            capture_output=True, text=True, timeout=60)
     rows = [json.loads(line) for line in status.stdout.splitlines()]
-    assert sorted(r["state"] for r in rows) == ["FAILURE", "SUCCESS", "SUCCESS"]
+    assert len(rows) == 14 and sorted(r["state"] for r in rows).count("FAILURE") == 2
     assert all(r["worker"] and r["pid"] for r in rows)  # run by the worker processes
-    failed = next(r for r in rows if r["state"] == "FAILURE")
-    assert "corrupted.git" in failed["error"]
+    for failed in (r for r in rows if r["state"] == "FAILURE"):
+        assert "corrupted.git" in failed["error"] and failed["kind"] == "packyard.verify_repo"
