@@ -340,7 +340,11 @@ def run(args: argparse.Namespace) -> int:
         samples = s.state_dir / "demo"
         shutil.rmtree(samples, ignore_errors=True)
         samples.mkdir(parents=True)
-        pushes = make_pushes(samples)
+        try:
+            pushes = make_pushes(samples)
+        except (RuntimeError, OSError) as err:  # git missing or failing: say so, stop cleanly
+            say(f"could not prepare the pushes with git: {err}")
+            return 1
         say(f"first push: {pushes.base_pack.name} from {pushes.source}")
         say(f"made with git: {pushes.thin_pack.name} ({pushes.thin_pack.stat().st_size} bytes, thin), "
             f"{pushes.small_pack.name} ({pushes.small_pack.stat().st_size} bytes), "
