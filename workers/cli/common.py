@@ -18,6 +18,20 @@ def add_repo_arg(parser: argparse.ArgumentParser, required: bool = True) -> None
                         help="repository path (bare repository, or a work tree with .git)")
 
 
+def add_ref_update_arg(parser: argparse.ArgumentParser) -> None:
+    """``--ref-update REF:OLD:NEW`` (repeatable; empty OLD = the ref must not exist yet)."""
+    parser.add_argument("--ref-update", action="append", default=[], metavar="REF:OLD:NEW",
+                        type=_ref_update, help="after the objects are durable, move REF from OLD to NEW "
+                        "(compare-and-swap, all or nothing; empty OLD: the ref must not exist)")
+
+
+def _ref_update(item: str) -> dict[str, str | None]:
+    parts = item.split(":")
+    if len(parts) != 3 or not parts[0] or not parts[2]:
+        raise argparse.ArgumentTypeError(f"bad --ref-update {item!r}: want REF:OLD:NEW")
+    return {"ref": parts[0], "old": parts[1] or None, "new": parts[2]}
+
+
 def settings() -> Settings:
     return get_settings()
 

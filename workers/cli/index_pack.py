@@ -25,8 +25,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--strict", action="store_true", help="fsck commits, trees and tags; require their links")
     p.add_argument("--keep", metavar="MSG", nargs="?", const="", default=None,
                    help="leave pack-<checksum>.keep (with MSG) until released")
-    p.add_argument("--ref-update", action="append", default=[], metavar="REF:OLD:NEW",
-                   help="move REF from OLD (hex, or empty = must not exist) to NEW after install")
+    common.add_ref_update_arg(p)
     p.add_argument("--max-pack-bytes", type=int, default=None,
                    help="refuse packs larger than this (default: PACKYARD_MAX_PACK_BYTES, 2 GiB)")
     p.add_argument("--processes", type=int, default=None, help="delta resolver processes (default: cores)")
@@ -35,16 +34,6 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--json", action="store_true", help="print the result with counters as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars even on a terminal")
     p.set_defaults(func=run)
-
-
-def parse_ref_update_args(items: list[str]) -> list[dict]:
-    out = []
-    for item in items:
-        parts = item.split(":")
-        if len(parts) != 3:
-            raise SystemExit(f"packyard index-pack: bad --ref-update {item!r}: want REF:OLD:NEW")
-        out.append({"ref": parts[0], "old": parts[1] or None, "new": parts[2]})
-    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     try:
         result = index_pack(args.repo, args.pack, fix_thin=args.fix_thin, strict=args.strict, keep=args.keep,
-                            ref_updates=parse_ref_update_args(args.ref_update),
+                            ref_updates=args.ref_update,
                             max_pack_bytes=args.max_pack_bytes if args.max_pack_bytes is not None
                             else common.settings().max_pack_bytes,
                             processes=args.processes, progress=progress,

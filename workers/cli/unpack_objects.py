@@ -17,21 +17,10 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "(one durable flush, renames last). Reads stdin when PACK is '-' or absent.")
     common.add_repo_arg(p)
     p.add_argument("pack", nargs="?", default="-", help="pack file, or - for stdin")
-    p.add_argument("--ref-update", action="append", default=[], metavar="REF:OLD:NEW",
-                   help="move REF from OLD (hex, or empty = must not exist) to NEW after the objects")
+    common.add_ref_update_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
-
-
-def parse_ref_update_args(items: list[str]) -> list[dict]:
-    out = []
-    for item in items:
-        parts = item.split(":")
-        if len(parts) != 3:
-            raise SystemExit(f"bad --ref-update {item!r}: want REF:OLD:NEW")
-        out.append({"ref": parts[0], "old": parts[1] or None, "new": parts[2]})
-    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
                 tmp.write(sys.stdin.buffer.read())
                 tmp.flush()
                 path = tmp.name
-            result = unpack_objects(args.repo, path, ref_updates=parse_ref_update_args(args.ref_update),
+            result = unpack_objects(args.repo, path, ref_updates=args.ref_update,
                                     progress=progress)
     except StoreError as err:
         print(f"packyard unpack-objects: {type(err).__name__}: {err}", file=sys.stderr)
