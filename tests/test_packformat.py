@@ -210,12 +210,16 @@ BLOB = b"hello packformat\n" * 3
 
 
 @pytest.mark.parametrize("bad, message", [
-    (b"\x60\x00", "delta cycle"),
-    (b"\x60" + ofs(4096), r"base offset -\d+ is out of bounds"),
-    (b"\x50", "invalid object type 5"),
-    (b"\xb0" + b"\xff" * 12 + b"\x01", "overflows 64 bits"),
+    (b"\x60\x00", "delta cycle: OFS_DELTA names itself as its base"),
+    (b"\x60\x80\x00", r"OFS_DELTA base offset -\d+ is out of bounds"),
+    (b"\x60" + ofs(4096), r"OFS_DELTA base offset -\d+ is out of bounds"),
+    (b"\x60" + b"\xff" * 10 + b"\x01", "OFS_DELTA offset overflows or is truncated"),
+    (b"\x00", "invalid object type 0 in pack entry"),
+    (b"\x50", "invalid object type 5 in pack entry"),
+    (b"\xb0" + b"\xff" * 12 + b"\x01", "entry size overflows 64 bits"),
 ])
 def test_unpack_and_index_pack_refuse_alike(tmp_path, bad, message):
+    """index-pack's receive loop has an inlined copy of decode_entry_header: this keeps them in step."""
     import zlib
 
     from store.indexpack import index_pack
