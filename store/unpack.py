@@ -24,6 +24,7 @@ Progress = Callable[[str, int, "int | None"], None]
 
 #: "small": beyond this many objects a pack should be indexed, not exploded (receive.unpackLimit idea).
 DEFAULT_MAX_OBJECTS = 100_000
+INFLATE_LIMIT = 1 << 30           # output bound per decompress call (max_length must fit a C ssize_t)
 
 
 @dataclass
@@ -68,13 +69,21 @@ def parse_pack(pack: bytes, where: str = "<pack>", max_objects: int | None = DEF
         base_oid = base if type_num == REF_DELTA else None
         d = zlib.decompressobj()
         out = []
+        got = 0
         try:
             while not d.eof:
                 if pos >= body_end:
                     raise PackFormatError("zlib stream runs past the pack end", path=where, offset=start)
                 chunk = view[pos:min(pos + 65536, body_end)]
-                out.append(d.decompress(chunk))
-                pos += len(chunk) - len(d.unused_data)
+                # At most one byte more than declared: a stream that inflates past its header's size is
+                # refused before it is held in memory (index-pack bounds its inflate the same way).
+                piece = d.decompress(chunk, min(size + 1 - got, INFLATE_LIMIT))
+                got += len(piece)
+                if got > size:
+                    raise PackFormatError(f"entry inflates to more than the {size} bytes its header says",
+                                          path=where, offset=start)
+                out.append(piece)
+                pos += len(chunk) - len(d.unconsumed_tail) - len(d.unused_data)
         except zlib.error as err:
             raise PackFormatError(f"entry does not inflate: {err}", path=where, offset=start) from err
         data = b"".join(out)

@@ -234,3 +234,20 @@ def test_unpack_and_index_pack_refuse_alike(tmp_path, bad, message):
     with pytest.raises(PackFormatError, match=message) as indexed:
         index_pack(Repository.init(tmp_path / "r.git"), tmp_path / "t.pack")
     assert unpacked.value.offset == indexed.value.offset == 12 + len(first)
+
+
+def test_unpack_refuses_a_stream_longer_than_declared_without_inflating_it():
+    """A 10-byte header over a stream that inflates to 8 MiB: refused, the 8 MiB never held."""
+    import zlib
+
+    from store.unpack import parse_pack
+
+    pack = build_pack([encode_entry_header(3, 10) + zlib.compress(b"\0" * (8 << 20), 9)])
+    tracemalloc.start()
+    try:
+        with pytest.raises(PackFormatError, match="more than the 10 bytes its header says") as info:
+            parse_pack(pack)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.offset == 12 and peak < 1 << 20
