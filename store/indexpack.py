@@ -1083,17 +1083,22 @@ class IncomingPack:
             if t:
                 rtypes[i] = t
                 oids[20 * i:20 * i + 20] = res.shared_oids[20 * i:20 * i + 20]
+        self._raise_if_unresolved(e, rtypes, unresolved, ref_base)
+        return added
+
+    def _raise_if_unresolved(self, e: _Entries, rtypes: bytearray, unresolved: list[int],
+                             ref_base: dict[int, bytes]) -> None:
+        """After appending thin bases: name the first delta still unresolved (its missing base if REF)."""
         still = [i for i in unresolved if not rtypes[i]]
         if still:
             i = still[0]
             base = ref_base.get(i)
             if base is not None:
                 raise ObjectMissingError(f"delta base missing from the pack and the repository; "
-                                         f"{len(still)} unresolved deltas", oid=base, path=where,
+                                         f"{len(still)} unresolved deltas", oid=base, path=self.label,
                                          offset=e.offsets[i])
-            raise PackFormatError(f"delta could not be resolved; {len(still)} unresolved deltas", path=where,
+            raise PackFormatError(f"delta could not be resolved; {len(still)} unresolved deltas", path=self.label,
                                   offset=e.offsets[i])
-        return added
 
     def _append_base(self, e: _Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes,
                      write_off: int) -> tuple[int, int, bytes]:
@@ -1178,16 +1183,7 @@ class IncomingPack:
         rtypes[:] = new_types
         stats_all.extend(outs)
         self.thin_workers = nproc
-        still = [i for i in unresolved if not rtypes[i]]
-        if still:
-            i = still[0]
-            base = ref_base.get(i)
-            if base is not None:
-                raise ObjectMissingError(f"delta base missing from the pack and the repository; "
-                                         f"{len(still)} unresolved deltas", oid=base, path=self.label,
-                                         offset=e.offsets[i])
-            raise PackFormatError(f"delta could not be resolved; {len(still)} unresolved deltas", path=self.label,
-                                  offset=e.offsets[i])
+        self._raise_if_unresolved(e, rtypes, unresolved, ref_base)
         return len(order)
 
     def _rewrite_header_and_trailer(self, count: int) -> bytes:
