@@ -21,6 +21,7 @@ from store.indexpack import InstallOutcome, index_pack, release_keep, remove_sta
 from store.objects import ObjectType, encode_loose, hash_object
 from store.refs import RefUpdate
 from store.repo import Repository
+from tests.packbuild import entry_header, ofs_bytes
 from tests.gitutil import CORPUS, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
 
 V1 = CORPUS / "git-v1.0.0.pack"
@@ -64,28 +65,6 @@ def pack_of(bare: Path, *revs: str, thin: bool = False, ofs: bool = False) -> by
         return git(*args, git_dir=bare, input=("\n".join(revs) + "\n").encode())
     ids = b"\n".join(line.split(b" ")[0] for line in git("rev-list", "--objects", "--all", git_dir=bare).splitlines())
     return git(*args, git_dir=bare, input=ids + b"\n")
-
-
-def entry_header(typ: int, size: int) -> bytes:
-    c = (typ << 4) | (size & 15)
-    size >>= 4
-    out = bytearray()
-    while size:
-        out.append(c | 0x80)
-        c = size & 0x7F
-        size >>= 7
-    out.append(c)
-    return bytes(out)
-
-
-def ofs_bytes(rel: int) -> bytes:
-    out = [rel & 0x7F]
-    rel >>= 7
-    while rel:
-        rel -= 1
-        out.append(0x80 | (rel & 0x7F))
-        rel >>= 7
-    return bytes(reversed(out))
 
 
 def varint(n: int) -> bytes:

@@ -16,6 +16,7 @@ from store.errors import PackFormatError
 from store.packformat import (decode_delta_header, decode_entry_header, encode_entry_header,
                               parse_pack_header)
 from tests.gitutil import git, make_worktree_repo
+from tests.packbuild import ofs_bytes as ofs
 
 OID = bytes(range(20))
 
@@ -31,17 +32,6 @@ def varint(n: int) -> bytes:
         else:
             out.append(b)
             return bytes(out)
-
-
-def ofs(rel: int) -> bytes:
-    """git's OFS_DELTA offset encoding (each continuation byte stands for one more)."""
-    out = [rel & 0x7F]
-    rel >>= 7
-    while rel:
-        rel -= 1
-        out.append(0x80 | (rel & 0x7F))
-        rel >>= 7
-    return bytes(reversed(out))
 
 
 def decode(buf: bytes, start: int = 12, end: int | None = None):
