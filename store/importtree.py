@@ -201,7 +201,7 @@ def _scan_tar(path: Path) -> tuple[_Dir, int, tarfile.TarFile]:
             check_entry_name(p, where)
         rel = "/".join(p.decode("utf-8", "surrogateescape") for p in parts)
         if m.isdir():
-            node = parent_of(parts, where)
+            parent_of(parts, where)  # creates the directory node (and checks it is not a file)
             continue
         parent = parent_of(parts[:-1], where)
         if isinstance(parent.entries.get(parts[-1]), _Dir):

@@ -22,3 +22,16 @@ def ofs_bytes(rel: int) -> bytes:
         out.append(0x80 | (rel & 0x7F))
         rel >>= 7
     return bytes(reversed(out))
+
+
+def varint(n: int) -> bytes:
+    """A delta-header size varint (little-endian base 128)."""
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)

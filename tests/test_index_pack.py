@@ -21,7 +21,7 @@ from store.indexpack import InstallOutcome, index_pack, release_keep, remove_sta
 from store.objects import ObjectType, encode_loose, hash_object
 from store.refs import RefUpdate
 from store.repo import Repository
-from tests.packbuild import entry_header, ofs_bytes
+from tests.packbuild import entry_header, ofs_bytes, varint
 from tests.gitutil import CORPUS, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
 
 V1 = CORPUS / "git-v1.0.0.pack"
@@ -65,18 +65,6 @@ def pack_of(bare: Path, *revs: str, thin: bool = False, ofs: bool = False) -> by
         return git(*args, git_dir=bare, input=("\n".join(revs) + "\n").encode())
     ids = b"\n".join(line.split(b" ")[0] for line in git("rev-list", "--objects", "--all", git_dir=bare).splitlines())
     return git(*args, git_dir=bare, input=ids + b"\n")
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def delta_insert(src_size: int, dst: bytes, dst_size: int | None = None) -> bytes:

@@ -17,21 +17,9 @@ from store.packformat import (decode_delta_header, decode_entry_header, encode_e
                               parse_pack_header)
 from tests.gitutil import git, make_worktree_repo
 from tests.packbuild import ofs_bytes as ofs
+from tests.packbuild import varint
 
 OID = bytes(range(20))
-
-
-def varint(n: int) -> bytes:
-    """A delta-header size varint (little-endian base 128)."""
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 def decode(buf: bytes, start: int = 12, end: int | None = None):

@@ -42,8 +42,12 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     plog.configure_from_settings(get_settings())
+    from workers.cli.common import CommandFailed
+
     try:
         return int(args.func(args) or 0)
+    except CommandFailed:
+        return 1  # already reported on stderr by common.call_store
     except KeyboardInterrupt:
         return 130
 

@@ -32,6 +32,29 @@ def _ref_update(item: str) -> dict[str, str | None]:
     return {"ref": parts[0], "old": parts[1] or None, "new": parts[2]}
 
 
+class CommandFailed(Exception):
+    """A store error already reported on stderr; the command exits with status 1."""
+
+
+def call_store(command: str, bar: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    """Run one store-backed command function; close its progress bar however it ends.
+
+    A StoreError (bad input, corrupt data, a ref that moved) becomes one line on stderr,
+    ``packyard <command>: <ErrorType>: <message naming file/object/offset>``, and
+    CommandFailed, which ``main`` turns into exit status 1.
+    """
+    from store.errors import StoreError
+
+    try:
+        return fn(*args, **kwargs)
+    except StoreError as err:
+        print(f"packyard {command}: {type(err).__name__}: {err}", file=sys.stderr)
+        raise CommandFailed(str(err)) from err
+    finally:
+        if bar:
+            bar.close()
+
+
 def settings() -> Settings:
     return get_settings()
 

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from workers.cli import common
 
@@ -26,19 +25,12 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.errors import StoreError
     from workers.commands.import_tree import import_tree
 
     progress = common.make_progress(args)
-    try:
-        result = import_tree(args.repo, args.ref, args.path, message=args.message, author_name=args.author_name,
-                             author_email=args.author_email, progress=progress)
-    except StoreError as err:
-        print(f"packyard import: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    finally:
-        if progress:
-            progress.close()
+    result = common.call_store("import", progress, import_tree, args.repo, args.ref, args.path,
+                               message=args.message, author_name=args.author_name,
+                               author_email=args.author_email, progress=progress)
     if args.json:
         print(json.dumps(result))
     else:

@@ -37,7 +37,6 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.errors import StoreError
     from workers.commands.index_pack import index_pack, redis_repo_lock
 
     progress = common.make_progress(args, labels=LABELS)
@@ -46,20 +45,11 @@ def run(args: argparse.Namespace) -> int:
         common.prepare_embedded(common.settings(), migrate=False)
         lock = redis_repo_lock(args.repo)
     t0 = time.monotonic()
-    try:
-        result = index_pack(args.repo, args.pack, fix_thin=args.fix_thin, strict=args.strict, keep=args.keep,
-                            ref_updates=args.ref_update,
-                            max_pack_bytes=args.max_pack_bytes if args.max_pack_bytes is not None
-                            else common.settings().max_pack_bytes,
-                            processes=args.processes, progress=progress,
-                            lock=lock)
-    except StoreError as err:
-        if progress:
-            progress.close()
-        print(f"packyard index-pack: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    if progress:
-        progress.close()
+    result = common.call_store("index-pack", progress, index_pack, args.repo, args.pack, fix_thin=args.fix_thin,
+                               strict=args.strict, keep=args.keep, ref_updates=args.ref_update,
+                               max_pack_bytes=args.max_pack_bytes if args.max_pack_bytes is not None
+                               else common.settings().max_pack_bytes,
+                               processes=args.processes, progress=progress, lock=lock)
     if args.json:
         print(json.dumps(result))
         return 0

@@ -24,25 +24,17 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.errors import StoreError
     from workers.commands.unpack_objects import unpack_objects
 
     progress = common.make_progress(args)
-    try:
-        with tempfile.NamedTemporaryFile(prefix="packyard-unpack-", suffix=".pack") as tmp:
-            path = args.pack
-            if path == "-":
-                tmp.write(sys.stdin.buffer.read())
-                tmp.flush()
-                path = tmp.name
-            result = unpack_objects(args.repo, path, ref_updates=args.ref_update,
-                                    progress=progress)
-    except StoreError as err:
-        print(f"packyard unpack-objects: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    finally:
-        if progress:
-            progress.close()
+    with tempfile.NamedTemporaryFile(prefix="packyard-unpack-", suffix=".pack") as tmp:
+        path = args.pack
+        if path == "-":
+            tmp.write(sys.stdin.buffer.read())
+            tmp.flush()
+            path = tmp.name
+        result = common.call_store("unpack-objects", progress, unpack_objects, args.repo, path,
+                                   ref_updates=args.ref_update, progress=progress)
     c = result["counters"]
     print(json.dumps(result) if args.json else
           f"unpacked {c['objects']} objects ({c['deltas']} deltas): {c['objects_written']} written, "

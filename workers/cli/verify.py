@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from workers.cli import common
 
@@ -19,19 +18,10 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.errors import StoreError
     from workers.commands.verify import verify_repo
 
     progress = common.make_progress(args)
-    try:
-        result = verify_repo(args.repo, progress=progress)
-    except StoreError as err:
-        if progress:
-            progress.close()
-        print(f"packyard verify: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    if progress:
-        progress.close()
+    result = common.call_store("verify", progress, verify_repo, args.repo, progress=progress)
     counters = result["counters"]
     if args.json:
         print(json.dumps(result))

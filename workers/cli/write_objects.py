@@ -21,7 +21,6 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.errors import StoreError
     from workers.commands.write_objects import write_objects
 
     raw = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
@@ -32,13 +31,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     objects, refs = (doc, None) if isinstance(doc, list) else (doc.get("objects", []), doc.get("ref_updates"))
     progress = common.make_progress(args)
-    try:
-        result = write_objects(args.repo, objects, ref_updates=refs, progress=progress)
-    except StoreError as err:
-        print(f"packyard write-objects: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    finally:
-        if progress:
-            progress.close()
+    result = common.call_store("write-objects", progress, write_objects, args.repo, objects,
+                               ref_updates=refs, progress=progress)
     print(json.dumps(result))
     return 0

@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
         g_rss = max(r for _, r in rows["git"])
         p_rss = max(r for _, r in rows["packyard"])
         print("idx, rev and pack byte-identical to git's: yes")
-        print(f"packyard phases (median-round values): " + ", ".join(
+        print("packyard phases (median-round values): " + ", ".join(
             f"{k} {statistics.median(p[k] for p in phases):.2f}s" for k in phases[0]))
         print(f"{'':24} {'packyard':>10} {'git':>10} {'ratio':>7}")
         print(f"{'wall time (median) s':24} {p_wall:10.2f} {g_wall:10.2f} {p_wall / g_wall:6.2f}x")

@@ -72,7 +72,9 @@ IMPORT_MAIN = ("import argparse, sys\n"
                "from workers.cli import import_tree as cmd\n"
                "parser = argparse.ArgumentParser(prog='packyard')\n"
                "cmd.register(parser.add_subparsers())\n"
-               "sys.exit(cmd.run(parser.parse_args(sys.argv[1:])))\n")
+               "from workers.cli.common import CommandFailed\n"
+               "try:\n    sys.exit(cmd.run(parser.parse_args(sys.argv[1:])))\n"
+               "except CommandFailed:\n    sys.exit(1)\n")
 
 
 def packyard_cmd(repo: Path, src: Path) -> list[str]:
