@@ -300,16 +300,16 @@ def test_stale_ref_lock_from_a_dead_writer_is_broken(mixed_repo):
     assert repo.refs.stale_locks_removed == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
 def test_unreadable_repository_path(tmp_path):
-    if os.geteuid() == 0:
-        # root reads everything; drop to nobody in a child to see the permission error
-        code = ("import sys; from store import Repository, NotARepositoryError\n"
-                "try:\n    Repository.open(sys.argv[1])\nexcept NotARepositoryError as e:\n"
-                "    print(e); sys.exit(0)\nsys.exit(1)")
-        locked = tmp_path / "locked"
-        make_worktree_repo(locked)
-        os.chmod(locked, 0o700)
-        proc = subprocess.run([sys.executable, "-c", code, str(locked / "repo.git")], capture_output=True,
-                              text=True, user=65534, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)})
-        assert proc.returncode == 0, proc.stderr
-        assert "not accessible" in proc.stdout and str(locked) in proc.stdout
+    # root reads everything; the check runs as nobody in a child process
+    code = ("import sys; from store import Repository, NotARepositoryError\n"
+            "try:\n    Repository.open(sys.argv[1])\nexcept NotARepositoryError as e:\n"
+            "    print(e); sys.exit(0)\nsys.exit(1)")
+    locked = tmp_path / "locked"
+    make_worktree_repo(locked)
+    os.chmod(locked, 0o700)
+    proc = subprocess.run([sys.executable, "-c", code, str(locked / "repo.git")], capture_output=True,
+                          text=True, user=65534, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "not accessible" in proc.stdout and str(locked) in proc.stdout
