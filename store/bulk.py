@@ -7,6 +7,8 @@ fsync that git's batch mode leaves out::
     batch.add(BLOB, data)   ...               # compress -> objects/xx/tmp_obj_<pid>_<batch>_<n>,
                                               #   start write-out (no wait); existing objects are
                                               #   skipped from the snapshot and freshened
+    batch.add_file(path, size)                # a big blob: hashed in one streamed pass, then
+                                              #   re-hashed + compressed in a second; one chunk in memory
     batch.commit(ref_updates=[RefUpdate(...)])
         writeout_each    start write-out of any tmp file not started yet (fallback path)
         barrier_flush    ONE durable flush of every tmp file's data and inode
@@ -56,12 +58,13 @@ import os
 import re
 import secrets
 import socket
+import stat
 import time
 import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from . import durable
 from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
@@ -95,6 +98,8 @@ WRITEOUT_MIN_BYTES = 64 * 1024
 #: lock contention) and the GIL hand-offs slowed the caller's own reads; no consistent gain.
 DEFAULT_WRITERS = 0
 MAX_IN_FLIGHT = 512
+#: ``add_file`` reads (and hashes, and compresses) a file this many bytes at a time.
+STREAM_CHUNK = 1 << 20
 
 
 class WriteResult(enum.Enum):
@@ -269,6 +274,126 @@ class LooseBatch:
 
     def add_many(self, objects: Iterable[tuple[ObjectType | int, bytes]]) -> list[tuple[bytes, WriteResult]]:
         return [self.add(t, d) for t, d in objects]
+
+    def add_file(self, source: str | os.PathLike[str] | int, size: int,
+                 obj_type: ObjectType | int = ObjectType.BLOB, *, where: str | None = None,
+                 progress: Progress | None = None) -> tuple[bytes, WriteResult]:
+        """Queue one object read from a file, holding at most one chunk of it in memory.
+
+        ``add`` needs the whole object as bytes; for a multi-GB file that exhausts
+        memory. Git needs the object id in the loose file's *name* and the id is
+        the hash of the whole content, so the content is read twice, STREAM_CHUNK
+        bytes at a time (``os.pread``, so a caller's fd keeps its offset):
+
+        pass 1 (phase ``hash``)      sha1 over ``<type> <size>\\0`` + content -> oid.
+                                     Known in the snapshot or earlier in this batch:
+                                     skipped and freshened exactly like ``add``; no pass 2.
+        pass 2 (phase ``compress``)  the same bytes again through sha1 *and*
+                                     zlib.compressobj into a tmp file in the object's own
+                                     fan-out dir (same naming, accounting and write-out
+                                     rule as ``add``; renamed only by ``commit``).
+
+        ``size`` is the content length the header promises (e.g. from a directory scan).
+        A file that is not exactly ``size`` bytes in either pass, or whose pass-2 bytes
+        hash to a different id than pass 1's, changed under us: InvalidInputError naming
+        ``where`` (default: the path), its tmp file removed, nothing queued. A file replaced
+        by rename between the passes cannot fool this: it is opened once (``O_NOFOLLOW``)
+        and both passes read that one inode. ``progress(phase, bytes_done, size)`` is
+        called at the start and end of each pass and every ~1% (at least STREAM_CHUNK).
+        The content is not parsed: meant for blobs (a caller streaming another type
+        validates it first, as ``write_objects`` does for ``add``).
+        """
+        if self.state is not BatchState.OPEN:
+            raise StoreError(f"batch {self.batch_id} is {self.state.value}; cannot add objects")
+        if type(obj_type) is not ObjectType:
+            obj_type = ObjectType(obj_type)
+        if size < 0:
+            raise InvalidInputError(f"negative object size {size}", path=where)
+        if isinstance(source, int):
+            fd, owned = source, False
+            where = where or f"<fd {source}>"
+        else:
+            where = where or os.fspath(source)
+            try:
+                fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+            except OSError as err:
+                raise InvalidInputError(f"cannot read file: {err.strerror}", path=where) from err
+            owned = True
+        try:
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise InvalidInputError("not a regular file; cannot stream it twice", path=where)
+            except OSError as err:
+                raise InvalidInputError(f"cannot stat file: {err.strerror}", path=where) from err
+            header = _LABEL_SP[obj_type] + b"%d\0" % size
+            h = hashlib.sha1(header)
+            for chunk in _stream_exactly(fd, size, where, "hash", progress):
+                h.update(chunk)
+            oid = h.digest()
+            c = self.counters
+            c.bytes_in += size
+            if oid in self._seen:
+                c.duplicates += 1
+                return oid, WriteResult.DUPLICATE_IN_BATCH
+            result = self._skip_if_exists(oid)
+            if result is WriteResult.QUEUED:
+                self._stream_tmp(oid, header, fd, size, where, progress)
+                c.objects_written += 1
+            else:
+                c.objects_skipped += 1
+            self._seen[oid] = result
+        finally:
+            if owned:
+                os.close(fd)
+        if self.progress is not None:
+            self._report("write")
+        return oid, result
+
+    def _stream_tmp(self, oid: bytes, header: bytes, fd: int, size: int, where: str,
+                    progress: Progress | None) -> None:
+        """Pass 2 of ``add_file``: re-hash + compress into the tmp file; queue it only if the hash still matches."""
+        hexid = oid.hex()
+        fanout, dfd = self._fanout_dir(hexid)
+        self._n += 1
+        pending = _Pending(oid, f"{TMP_PREFIX}{self._pid}_{self.batch_id}_{self._n}", hexid[2:], fanout, False)
+        try:
+            out = os.open(pending.tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444,
+                          dir_fd=dfd)
+        except OSError as err:
+            raise WriteFailedError(f"cannot create temp file: {err.strerror}", errno=err.errno,
+                                   path=pending.tmp, oid=oid) from err
+        written = 0
+        started = False
+        try:
+            try:
+                h = hashlib.sha1(header)
+                z = zlib.compressobj(LOOSE_COMPRESSION)
+                written += _write_all(out, z.compress(header))
+                for chunk in _stream_exactly(fd, size, where, "compress", progress):
+                    h.update(chunk)
+                    written += _write_all(out, z.compress(chunk))
+                if h.digest() != oid:
+                    raise InvalidInputError("file changed while it was being imported (its content no longer "
+                                            "hashes to the id computed in the first pass)", path=where, oid=oid)
+                written += _write_all(out, z.flush())
+                fault_point("bulk.write_object")
+                # writeout_each (early), same rule as _write_file.
+                if self.writeout and (self.flush_method is FlushMethod.FSYNC_EACH
+                                      or written >= WRITEOUT_MIN_BYTES):
+                    started = durable.start_writeout(out)
+            finally:
+                os.close(out)
+        except OSError as err:
+            _unlink_quiet(pending.tmp)
+            raise WriteFailedError(f"writing temp file failed: {err.strerror}", errno=err.errno,
+                                   path=pending.tmp, oid=oid) from err
+        except BaseException:
+            _unlink_quiet(pending.tmp)
+            raise
+        pending.writeout_started = started
+        # Queued only now: a file that changed mid-pass leaves no pending entry (and no tmp file).
+        self._pending.append(pending)
+        self._account(written, started)
 
     def _skip_if_exists(self, oid: bytes) -> WriteResult:
         """git's check-and-freshen, answered from the batch-start snapshot.
@@ -554,6 +679,46 @@ def begin_batch(repo, *, counters: BatchCounters | None = None, progress: Progre
                 expected: int | None = None, **options) -> LooseBatch:
     """Start a batch (takes the snapshot, removes stale tmp files of crashed batches)."""
     return LooseBatch(repo, counters=counters, progress=progress, expected=expected, **options)
+
+
+# -- streaming a file (add_file) -----------------------------------------------------
+
+def _stream_exactly(fd: int, size: int, where: str, phase: str, progress: Progress | None) -> Iterator[bytes]:
+    """Yield the file's bytes [0, size) in STREAM_CHUNK pieces; raise if it is not exactly ``size`` long.
+
+    ``os.pread``: no shared file offset, so each pass starts at 0 whoever else holds the fd.
+    Read errors are the *input's* fault: InvalidInputError naming ``where``.
+    """
+    step = max(STREAM_CHUNK, size // 100)
+    last = 0
+    if progress is not None:
+        progress(phase, 0, size)
+    off = 0
+    try:
+        while off < size:
+            chunk = os.pread(fd, min(STREAM_CHUNK, size - off), off)
+            if not chunk:
+                raise InvalidInputError(f"file changed while it was being imported: it ended at byte {off}, "
+                                        f"expected {size} bytes", path=where, offset=off)
+            off += len(chunk)
+            yield chunk
+            if progress is not None and off - last >= step and off < size:
+                last = off
+                progress(phase, off, size)
+        if os.pread(fd, 1, size):
+            raise InvalidInputError(f"file changed while it was being imported: it is longer than the "
+                                    f"expected {size} bytes", path=where, offset=size)
+    except OSError as err:
+        raise InvalidInputError(f"cannot read file: {err.strerror}", path=where, offset=off) from err
+    if progress is not None:
+        progress(phase, size, size)
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return len(data)
 
 
 # -- stale tmp files --------------------------------------------------------------

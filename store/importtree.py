@@ -9,6 +9,19 @@ store (empty, NUL, '/', '.', '..', '.git' in any case), paths escaping the root
 (absolute or '..' in a tar, symlinks whose target leaves the root), special
 files. A file that cannot be read aborts the batch (tmp files removed, ref
 untouched).
+
+Memory. A directory's files up to ``large_file_threshold`` bytes (LARGE_FILE_THRESHOLD)
+are read whole and handed to ``LooseBatch.add``; bigger ones go through
+``LooseBatch.add_file``, which streams the file twice (hash, then re-hash +
+compress into the tmp file) and so holds one chunk, not the file. A file that
+changes between the two passes is an InvalidInputError naming it (nothing of the
+import is published, the ref stays). Tar members are *not* streamed: a member
+can only be re-read by seeking the (possibly compressed) archive back, which for
+.tar.gz/.xz means decompressing it again from the start for every big member.
+So a member is read into memory as before, but only up to ``max_tar_member_bytes``
+(MAX_TAR_MEMBER_BYTES); a larger member is a LimitExceededError raised by the scan,
+before anything is written. Extract such an archive and import the directory, or
+raise the limit if the memory is there.
 """
 from __future__ import annotations
 
@@ -22,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bulk import BatchCounters, begin_batch
-from .errors import InvalidInputError, StoreError
+from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
 from .refs import RefUpdate, check_ref_name
 
@@ -32,6 +45,11 @@ MODE_FILE = b"100644"
 MODE_EXEC = b"100755"
 MODE_LINK = b"120000"
 MODE_TREE = b"40000"   # as stored in tree objects (git ls-tree shows 040000)
+
+#: Directory files bigger than this are streamed (LooseBatch.add_file) instead of read whole.
+LARGE_FILE_THRESHOLD = 8 << 20
+#: Tar members are read into memory; a bigger member is refused (LimitExceededError).
+MAX_TAR_MEMBER_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,7 @@ class _File:
     mode: bytes
     read: Callable[[], bytes]
     where: str
+    size: int | None = None      # set for a directory's regular files: may be streamed by path
 
 
 @dataclass
@@ -99,8 +118,11 @@ def _check_link_target(target: bytes, link_rel: str, where: str) -> None:
 
 # -- sources ---------------------------------------------------------------------
 
-def _scan_directory(root: Path) -> tuple[_Dir, int]:
-    """Walk without following symlinks; the root itself may be a symlink to a directory."""
+def _scan_directory(root: Path, read_limit: int) -> tuple[_Dir, int]:
+    """Walk without following symlinks; the root itself may be a symlink to a directory.
+
+    ``read_limit``: a small file that grew past this since the scan is refused, not read whole.
+    """
     root = root.resolve()
     count = 0
 
@@ -132,7 +154,8 @@ def _scan_directory(root: Path) -> tuple[_Dir, int]:
                 count += 1
             elif stat.S_ISREG(st.st_mode):
                 mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
-                node.entries[name] = _File(mode, (lambda p=e.path, n=st.st_size: _read_file(p, n)), e.path)
+                node.entries[name] = _File(mode, (lambda p=e.path, n=st.st_size: _read_file(p, n, read_limit)),
+                                           e.path, size=st.st_size)
                 count += 1
             else:
                 raise InvalidInputError("not a regular file, directory or symlink; git cannot store it",
@@ -142,16 +165,25 @@ def _scan_directory(root: Path) -> tuple[_Dir, int]:
     return walk(root, ""), count
 
 
-def _read_file(path: str, size: int) -> bytes:
-    """open + read + close (3 syscalls; the size is known from the directory scan)."""
+def _read_file(path: str, size: int, limit: int | None = None) -> bytes:
+    """open + read + close (3 syscalls; the size is known from the directory scan).
+
+    A file that grew since the scan is read to its end, unless that passes ``limit``
+    bytes: then it is refused (reading it whole is what the streamed path avoids).
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
         try:
             data = os.read(fd, size + 1)       # a regular file returns short only at EOF
             if len(data) > size:               # it grew since the scan: read the rest
                 chunks = [data]
+                got = len(data)
                 while chunk := os.read(fd, 1 << 20):
                     chunks.append(chunk)
+                    got += len(chunk)
+                    if limit is not None and got > limit:
+                        raise InvalidInputError(f"file grew from {size} to more than {limit} bytes since the "
+                                                "directory scan; it changed while being imported", path=path)
                 data = b"".join(chunks)
             return data
         finally:
@@ -160,19 +192,28 @@ def _read_file(path: str, size: int) -> bytes:
         raise InvalidInputError(f"cannot read file: {err.strerror}", path=path) from err
 
 
-def _scan_tar(path: Path) -> tuple[_Dir, int, tarfile.TarFile]:
+def _scan_tar(path: Path, max_member_bytes: int) -> tuple[_Dir, int, tarfile.TarFile]:
     try:
         tar = tarfile.open(path, "r:*")
     except (tarfile.TarError, OSError) as err:
         raise InvalidInputError(f"cannot open tar archive: {err}", path=str(path)) from err
-    root = _Dir()
-    files: dict[str, _File] = {}
-    count = 0
     try:
         members = tar.getmembers()
     except (tarfile.TarError, OSError, EOFError) as err:
         tar.close()
         raise InvalidInputError(f"corrupt tar archive: {err}", path=str(path)) from err
+    try:
+        return _scan_members(tar, members, path, max_member_bytes)
+    except BaseException:
+        tar.close()
+        raise
+
+
+def _scan_members(tar: tarfile.TarFile, members: list[tarfile.TarInfo], path: Path,
+                  max_member_bytes: int) -> tuple[_Dir, int, tarfile.TarFile]:
+    root = _Dir()
+    files: dict[str, _File] = {}
+    count = 0
 
     def parent_of(parts: list[bytes], where: str) -> _Dir:
         node = root
@@ -218,6 +259,11 @@ def _scan_tar(path: Path) -> tuple[_Dir, int, tarfile.TarFile]:
                                             path=where)
                 f = _File(files[target].mode, files[target].read, where)
             else:
+                if m.size > max_member_bytes:
+                    raise LimitExceededError(
+                        f"tar member is {m.size} bytes, over max_tar_member_bytes={max_member_bytes}: tar "
+                        "members are read into memory, not streamed; extract the archive and import the "
+                        "directory (big files are streamed from there), or raise the limit", path=where)
                 mode = MODE_EXEC if m.mode & stat.S_IXUSR else MODE_FILE
                 f = _File(mode, (lambda mm=m, w=where: _read_member(tar, mm, w)), where)
         else:
@@ -275,10 +321,16 @@ def encode_commit(tree: bytes, parents: list[bytes], author: bytes, committer: b
 def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str = "Import",
                 author: Identity = Identity(), committer: Identity | None = None,
                 counters: BatchCounters | None = None, progress: Progress | None = None,
-                **batch_options) -> ImportResult:
+                large_file_threshold: int = LARGE_FILE_THRESHOLD,
+                max_tar_member_bytes: int = MAX_TAR_MEMBER_BYTES, **batch_options) -> ImportResult:
     """Write ``source`` (directory or tar) as blobs + trees + a commit whose parent is ``ref``'s
     current value, then move ``ref`` by compare-and-swap. Raises InvalidInputError for bad input
-    (nothing written), RefUpdateError if the ref moved meanwhile (objects stay unreferenced)."""
+    (nothing written), RefUpdateError if the ref moved meanwhile (objects stay unreferenced).
+
+    Memory (see the module docstring): directory files over ``large_file_threshold`` bytes are
+    streamed in two passes, reported as phases ``hash`` and ``compress`` with byte counts
+    between the ``import`` phase's file counts; a file changed between the passes is an
+    InvalidInputError. Tar members over ``max_tar_member_bytes`` are a LimitExceededError."""
     check_ref_name(ref)
     src = Path(source)
     if not src.exists():
@@ -286,9 +338,9 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     t0 = time.monotonic()
     tar = None
     if src.is_dir():
-        root, nfiles = _scan_directory(src)
+        root, nfiles = _scan_directory(src, read_limit=max(large_file_threshold, 0))
     else:
-        root, nfiles, tar = _scan_tar(src)
+        root, nfiles, tar = _scan_tar(src, max_tar_member_bytes)
     counters = counters if counters is not None else BatchCounters()
     counters.add_time("scan", time.monotonic() - t0)
     parent = repo.refs.read(ref)
@@ -304,7 +356,10 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                     if isinstance(child, _Dir):
                         entries.append((MODE_TREE, name, write(child)))
                     else:
-                        oid, _ = batch.add(ObjectType.BLOB, child.read())
+                        if child.size is not None and child.size > large_file_threshold:
+                            oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress)
+                        else:
+                            oid, _ = batch.add(ObjectType.BLOB, child.read())
                         entries.append((child.mode, name, oid))
                         done += 1
                         if progress is not None and (done % step == 0 or done == nfiles):
@@ -329,5 +384,5 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                         counters=result.counters)
 
 
-__all__ = ["Identity", "ImportResult", "import_tree", "encode_tree", "encode_commit", "check_entry_name",
+__all__ = ["Identity", "ImportResult", "import_tree", "LARGE_FILE_THRESHOLD", "MAX_TAR_MEMBER_BYTES", "encode_tree", "encode_commit", "check_entry_name",
            "StoreError"]
