@@ -207,6 +207,8 @@ class TqdmProgress:
     """
 
     BAR_FORMAT = "{desc}: {percentage:3.0f}% ({n_fmt}/{total_fmt}) {bar} [{elapsed}, {rate_fmt}]"
+    #: Phases that count bytes rather than objects (import_tree streaming a large file).
+    BYTE_PHASES = frozenset({"hash", "compress"})
     BAR_FORMAT_NO_TOTAL = "{desc}: {n_fmt} [{elapsed}, {rate_fmt}]"
 
     def __init__(self, stream: Any = None, labels: Mapping[str, str] | None = None, unit: str = " obj") -> None:
@@ -223,7 +225,9 @@ class TqdmProgress:
             self.close()
             self.phase = phase
             columns, rows = terminal_size(self.stream)
-            self.bar = tqdm(total=total, desc=self.labels.get(phase, phase), unit=self.unit, file=self.stream,
+            in_bytes = phase in self.BYTE_PHASES
+            self.bar = tqdm(total=total, desc=self.labels.get(phase, phase), file=self.stream,
+                            unit="B" if in_bytes else self.unit, unit_scale=in_bytes, unit_divisor=1024,
                             leave=True, ncols=columns, nrows=rows, mininterval=0.2,
                             bar_format=self.BAR_FORMAT if total is not None else self.BAR_FORMAT_NO_TOTAL)
         if total is not None and self.bar.total != total:
