@@ -378,9 +378,7 @@ class LooseBatch:
                 written += _write_all(out, z.flush())
                 fault_point("bulk.write_object")
                 # writeout_each (early), same rule as _write_file.
-                if self.writeout and (self.flush_method is FlushMethod.FSYNC_EACH
-                                      or written >= WRITEOUT_MIN_BYTES):
-                    started = durable.start_writeout(out)
+                started = self._start_writeout_if_needed(out, written)
             finally:
                 os.close(out)
         except OSError as err:
@@ -475,6 +473,16 @@ class LooseBatch:
         if first is not None:
             raise first
 
+    def _start_writeout_if_needed(self, fd: int, nbytes: int) -> bool:
+        """Start write-out of one tmp file now (why: its flush later finds the I/O under way).
+
+        With the syncfs barrier only big files gain from it (see WRITEOUT_MIN_BYTES); with
+        the per-file fsync fallback every file does.
+        """
+        if self.writeout and (self.flush_method is FlushMethod.FSYNC_EACH or nbytes >= WRITEOUT_MIN_BYTES):
+            return durable.start_writeout(fd)
+        return False
+
     def _write_file(self, p: _Pending, dfd: int, header: bytes, data: bytes) -> tuple[int, bool]:
         """Compress into the tmp file in the object's own fan-out dir; maybe start its write-out."""
         payload = zlib.compress(header + data, LOOSE_COMPRESSION)
@@ -493,9 +501,7 @@ class LooseBatch:
                 # writeout_each (early): start write-out now so device I/O overlaps later work;
                 # with the syncfs barrier only for big files (see WRITEOUT_MIN_BYTES), with the
                 # per-file fsync fallback for every file (its fsyncs then find the I/O under way).
-                if self.writeout and (self.flush_method is FlushMethod.FSYNC_EACH
-                                      or len(payload) >= WRITEOUT_MIN_BYTES):
-                    started = durable.start_writeout(fd)
+                started = self._start_writeout_if_needed(fd, len(payload))
             finally:
                 os.close(fd)
         except OSError as err:
