@@ -81,11 +81,9 @@ def fsync_dir(path: str | os.PathLike[str], counters: DurabilityCounters | None 
     """fsync a directory so the entries created or renamed in it are durable."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        os.fsync(fd)
+        fsync_dir_fd(fd, counters)
     finally:
         os.close(fd)
-    if counters is not None:
-        counters.dir_fsyncs += 1
 
 
 def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str],

@@ -75,6 +75,14 @@ class ObjectDirectory:
         self.loose = LooseObjects(objects_dir)
         self.packs = PackDirectory(objects_dir / "pack")
 
+    def _listings(self) -> Iterator[PackList]:
+        """The current pack list, then -- only if the caller keeps looking -- one fresh listing.
+
+        This is the lookup rule in one place: a miss re-lists objects/pack exactly once.
+        """
+        yield self.packs.prepare()
+        yield self.packs.reprepare()
+
     # -- existence ---------------------------------------------------------
     def _locate_once(self, oid: bytes, packs: PackList) -> Location:
         if packs.find(oid) is not None:
@@ -119,18 +127,15 @@ class ObjectDirectory:
 
     def read(self, oid: bytes, *, verify: bool = False) -> tuple[ObjectType, bytes]:
         """The object's type and content; raises ObjectMissingError only after one re-listing."""
-        got = self._read_once(oid, self.packs.prepare(), verify)
-        if got is None:
-            got = self._read_once(oid, self.packs.reprepare(), verify)
-        if got is None:
-            raise ObjectMissingError("object not found (pack directory re-listed once)", oid=oid,
-                                     path=self.path)
-        return got
+        for packs in self._listings():
+            got = self._read_once(oid, packs, verify)
+            if got is not None:
+                return got
+        raise ObjectMissingError("object not found (pack directory re-listed once)", oid=oid,
+                                 path=self.path)
 
     def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
-        for packs in (self.packs.prepare(), None):
-            if packs is None:
-                packs = self.packs.reprepare()
+        for packs in self._listings():
             found = packs.find(oid)
             if found is not None:
                 return found[0].header_at(found[1])
@@ -178,9 +183,7 @@ class ObjectDirectory:
         """Touch the object's loose file or containing pack (git's check-and-freshen)."""
         if self.loose.freshen(oid):
             return Location.LOOSE
-        for packs in (self.packs.prepare(), None):
-            if packs is None:
-                packs = self.packs.reprepare()
+        for packs in self._listings():
             found = packs.find(oid)
             if found is not None and found[0].freshen():
                 return Location.PACKED
