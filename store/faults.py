@@ -1,14 +1,16 @@
 """Fault-injection points between durability steps.
 
 Code calls ``fault_point("bulk.after_renames")`` between steps. Normally this is
-a dictionary lookup that does nothing. Tests arm a point through the
-environment (so it reaches worker and child processes too)::
+one dictionary lookup that does nothing (it runs per object in bulk writes, so it
+must stay that cheap). Tests arm a point through the environment, read when this
+module is imported (so it reaches worker and child processes started with it)::
 
     PACKYARD_FAULT=bulk.after_renames            # SIGKILL this process there
     PACKYARD_FAULT=bulk.after_renames:raise      # raise InjectedFault instead
     PACKYARD_FAULT=bulk.write_object:kill@37     # kill on the 37th time it is reached
 
-or in-process with :func:`arm` / :func:`disarm`.
+or in-process with :func:`arm` / :func:`disarm`. A process that changes
+``PACKYARD_FAULT`` after import calls :func:`reload_env`.
 """
 from __future__ import annotations
 
@@ -30,7 +32,6 @@ class _Armed:
 
 
 _armed: dict[str, _Armed] = {}
-_env_loaded_from: str | None = None
 
 
 def _parse(spec: str) -> dict[str, _Armed]:
@@ -42,17 +43,15 @@ def _parse(spec: str) -> dict[str, _Armed]:
     return out
 
 
-def _load_env() -> None:
-    global _env_loaded_from, _armed
+def reload_env() -> None:
+    """(Re)read PACKYARD_FAULT; points armed in-process with :func:`arm` stay armed."""
+    global _armed
     spec = os.environ.get("PACKYARD_FAULT", "")
-    if spec != _env_loaded_from:
-        _env_loaded_from = spec
-        _armed = {**_parse(spec), **{k: v for k, v in _armed.items() if v.mode.startswith("local-")}}
+    _armed = {**_parse(spec), **{k: v for k, v in _armed.items() if v.mode.startswith("local-")}}
 
 
 def arm(name: str, mode: str = "raise", at: int = 1) -> None:
     """Arm a point in this process only (``mode`` is ``raise`` or ``kill``)."""
-    _load_env()
     _armed[name] = _Armed(name=name, mode="local-" + mode, at=at)
 
 
@@ -66,7 +65,6 @@ def disarm(name: str | None = None) -> None:
 
 def fault_point(name: str) -> None:
     """Crash or raise here if a test armed this point; otherwise do nothing."""
-    _load_env()
     armed = _armed.get(name)
     if armed is None:
         return
@@ -77,3 +75,6 @@ def fault_point(name: str) -> None:
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {name}")
+
+
+reload_env()

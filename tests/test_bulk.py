@@ -56,18 +56,29 @@ def test_batch_writes_objects_git_reads_back(empty_repo):
     fsck(empty_repo)
 
 
-def test_flush_count_is_constant_plus_dirs(empty_repo):
+@pytest.mark.parametrize("n", [300, 2_000, 9_000])
+def test_flush_count_is_constant_plus_dirs(empty_repo, n):
+    """Flush calls per batch do not grow with the object count: the barrier, one syncfs for the
+    renames, and at most MAX_EARLY_FLUSHES background write-out calls while objects are added."""
     repo = Repository.open(empty_repo)
     with begin_batch(repo) as batch:
-        for d in blobs(2000):
+        for d in blobs(n):
             batch.add(ObjectType.BLOB, d)
         res = batch.commit()
     c = res.counters
     if bulk.default_flush_method() is FlushMethod.SYNCFS:
-        assert c["flushes"] == 2, c     # one barrier + one syncfs for the renames, whatever the count
+        early = c.get("early_flushes", 0)
+        if n < bulk.EARLY_FLUSH_EVERY:
+            assert early == 0, c
+        else:
+            assert 1 <= early <= bulk.MAX_EARLY_FLUSHES, c
+        assert c["flushes"] == 2 + early, c
+        assert c["syncfs"] == c["flushes"], c
         assert c["dir_fsyncs"] == 0
-    assert c["renames"] == 2000
-    assert c["objects_written"] == 2000
+    assert c["renames"] == n
+    assert c["objects_written"] == n
+    assert len(batch_check_all(empty_repo)) == n
+    assert tmp_files(empty_repo) == []
 
 
 def test_portable_fallback_fsyncs_each_file_and_each_dir(empty_repo):
@@ -359,28 +370,6 @@ def test_progress_reported(empty_repo):
     assert "write" in phases and "publish" in phases
     assert ("write", 2500, 2500) in seen
     assert len(seen) < 20, "modest rate"
-
-
-def test_writer_threads_option(empty_repo):
-    """writers=N: tmp files written by threads; same objects, same ordering, errors surface and clean up."""
-    repo = Repository.open(empty_repo)
-    with begin_batch(repo, writers=2) as batch:
-        oids = [batch.add(ObjectType.BLOB, d)[0] for d in blobs(500)]
-        res = batch.commit()
-    assert res.counters["objects_written"] == 500 and res.counters["bytes_written"] > 0
-    assert set(batch_check_all(empty_repo)) == {o.hex() for o in oids}
-    fsck(empty_repo)
-    arm("bulk.write_object", "raise", at=40)
-    try:
-        with pytest.raises(InjectedFault):
-            with begin_batch(repo, writers=2) as batch:
-                for d in blobs(200, "z"):
-                    batch.add(ObjectType.BLOB, d)
-                batch.commit()
-    finally:
-        disarm("bulk.write_object")
-    assert tmp_files(empty_repo) == []
-    assert len(batch_check_all(empty_repo)) == 500
 
 
 def test_fence_checked_before_publishing(empty_repo):
