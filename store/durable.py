@@ -8,7 +8,6 @@ Counters record every call so jobs and benchmarks can report them.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 from dataclasses import dataclass, field
@@ -16,18 +15,35 @@ from dataclasses import dataclass, field
 # sync_file_range(2) flags (linux/fs.h)
 _SYNC_FILE_RANGE_WRITE = 2
 
-_libc = None
+
+def _load_libc() -> ctypes.CDLL | None:
+    """The C library's symbols: the running process's own (dlopen(NULL), no search), else
+    ctypes.util.find_library, which spawns ldconfig/gcc -- ~15 ms per process start."""
+    for name in (None, "libc.so.6"):
+        try:
+            lib = ctypes.CDLL(name, use_errno=True)
+            lib.syncfs  # noqa: B018 - probe: a C library, not an empty handle
+            return lib
+        except (OSError, AttributeError):
+            continue
+    try:
+        from ctypes.util import find_library
+        return ctypes.CDLL(find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+_libc = _load_libc()
 _sync_file_range = None
 if hasattr(os, "sync_file_range"):  # not in CPython today, but prefer it if it appears
     _sync_file_range = os.sync_file_range  # type: ignore[attr-defined]
-else:
+elif _libc is not None:
     try:
-        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         _fn = _libc.sync_file_range
         _fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
         _fn.restype = ctypes.c_int
         _sync_file_range = _fn
-    except (OSError, AttributeError):
+    except AttributeError:
         _sync_file_range = None
 
 HAVE_WRITEOUT = _sync_file_range is not None
@@ -123,10 +139,7 @@ def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o
 # --- added for bulk loose writes (issue 4) ---------------------------------
 _RENAME_NOREPLACE = 1  # linux/fs.h
 _AT_FDCWD = -100
-try:
-    _libc2 = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-except OSError:  # pragma: no cover - non-glibc platforms
-    _libc2 = None
+_libc2 = _libc
 _syncfs = getattr(_libc2, "syncfs", None) if _libc2 is not None else None
 if _syncfs is not None:
     _syncfs.argtypes = [ctypes.c_int]

@@ -17,12 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from dulwich.object_format import SHA1
-from dulwich.pack import PackData, apply_delta, load_pack_index, unpack_object_at
+from typing import TYPE_CHECKING
 
 from .errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from .objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
 from .packformat import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_delta_header, decode_entry_header
+
+if TYPE_CHECKING:
+    from dulwich.pack import PackData
+
+# dulwich is imported where a pack is first opened, not here: a bulk write into a
+# repository it never reads a pack of should not pay ~15 ms of imports per process.
 
 #: Upper bound on memory kept for resolved delta bases (git: core.deltaBaseCacheLimit = 96 MiB).
 DELTA_BASE_CACHE_BYTES = 96 * 1024 * 1024
@@ -80,6 +85,8 @@ class PackFile:
             with self._lock:
                 if self._index is None:
                     try:
+                        from dulwich.object_format import SHA1
+                        from dulwich.pack import load_pack_index
                         self._index = load_pack_index(self.idx_path, SHA1)
                     except FileNotFoundError:
                         raise
@@ -93,6 +100,8 @@ class PackFile:
             with self._lock:
                 if self._data is None:
                     try:
+                        from dulwich.object_format import SHA1
+                        from dulwich.pack import PackData
                         self._data = PackData(self.pack_path, SHA1)
                     except FileNotFoundError:
                         raise
@@ -124,6 +133,7 @@ class PackFile:
     def _entry_at(self, offset: int):
         buf = self.data._buffer()
         try:
+            from dulwich.pack import unpack_object_at
             unpacked, _end = unpack_object_at(buf, offset, hashlib.sha1)
         except zlib.error as err:
             raise PackFormatError(f"pack entry does not inflate: {err}", path=self.pack_path,
@@ -180,7 +190,7 @@ class PackFile:
         type_num, data = base
         for off, delta in reversed(chain):
             try:
-                data = b"".join(apply_delta(data, delta))
+                data = b"".join(_apply_delta(data, delta))
             except Exception as err:
                 raise PackFormatError(f"delta does not apply: {err}", path=self.pack_path, offset=off) from err
             self._cache.put(off, type_num, data)
@@ -353,3 +363,8 @@ def _mtime_or_zero(path: Path) -> float:
         return path.stat().st_mtime
     except FileNotFoundError:
         return 0.0
+
+
+def _apply_delta(base: bytes, delta: bytes) -> list[bytes]:
+    from dulwich.pack import apply_delta
+    return apply_delta(base, delta)
