@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bulk import BatchCounters, begin_batch
+from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
 from .refs import RefUpdate, check_ref_name
@@ -318,6 +319,7 @@ def encode_commit(tree: bytes, parents: list[bytes], author: bytes, committer: b
     return b"\n".join(lines) + b"\n\n" + msg
 
 
+@gc_paused()   # many long-lived acyclic objects: see store/tuning.py
 def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str = "Import",
                 author: Identity = Identity(), committer: Identity | None = None,
                 counters: BatchCounters | None = None, progress: Progress | None = None,

@@ -15,6 +15,7 @@ from typing import Callable, Iterator, Sequence
 from dulwich.pack import apply_delta
 
 from .bulk import BatchCounters, begin_batch
+from .tuning import gc_paused
 from .errors import LimitExceededError, ObjectMissingError, PackFormatError, StoreError
 from .objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
 from .packformat import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_entry_header, parse_pack_header
@@ -139,6 +140,7 @@ def resolve_pack(entries: Sequence[_Entry], read_base: Callable[[bytes], tuple[O
         waiting = still
 
 
+@gc_paused()   # many long-lived acyclic objects: see store/tuning.py
 def unpack_objects(repo, pack: bytes, *, ref_updates: Sequence[RefUpdate] = (), where: str = "<pack>",
                    counters: BatchCounters | None = None, progress: Progress | None = None,
                    max_objects: int | None = DEFAULT_MAX_OBJECTS, **batch_options) -> UnpackResult:
