@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"packyard bench index-pack: no pack {pack}", file=sys.stderr)
         return 2
     env = child_env()
+    common.compile_bytecode()
     base = Path(tempfile.mkdtemp(prefix="packyard-bench-ip-", dir=args.dir))
     try:
         rows = {"git": [], "packyard": []}

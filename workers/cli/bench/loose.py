@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from workers.cli.bench.common import compile_bytecode
+
 FLUSH_CALLS = ("fsync", "fdatasync", "syncfs", "msync")
 COUNTED = FLUSH_CALLS + ("sync_file_range", "rename", "renameat", "renameat2", "link", "linkat", "unlink",
                          "unlinkat", "openat", "mkdir")
@@ -128,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.files} files in {src} ({sum(f.stat().st_size for f in src.rglob('*.txt')) // 1024} KiB), "
               f"{args.runs} rounds alternating git / packyard", flush=True)
         env_py = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+        compile_bytecode()
         git_times, py_times = [], []
         for i in range(args.runs):
             order = ("git", "packyard") if i % 2 == 0 else ("packyard", "git")
