@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .bulk import BatchCounters, begin_batch
+from .bulk import BatchCounters, begin_batch, open_source
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
@@ -173,7 +173,7 @@ def _read_file(path: str, size: int, limit: int | None = None) -> bytes:
     bytes: then it is refused (reading it whole is what the streamed path avoids).
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0))
+        fd = open_source(path)
         try:
             data = os.read(fd, size + 1)       # a regular file returns short only at EOF
             if len(data) > size:               # it grew since the scan: read the rest

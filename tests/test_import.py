@@ -111,6 +111,28 @@ def test_symlink_escaping_root_rejected(tmp_path, repo_dir, link, target):
     _expect_rejected(repo_dir, src, "outside the import root")
 
 
+def test_import_leaves_source_atimes_alone(tmp_path, repo_dir):
+    """Reading the input must not write its inodes: relatime would update an atime that is not
+    newer than the mtime on first read (one inode write per file); packyard opens with O_NOATIME."""
+    if not hasattr(os, "O_NOATIME"):
+        pytest.skip("no O_NOATIME on this platform")
+    src = tmp_path / "s"
+    (src / "sub").mkdir(parents=True)
+    files = [src / "a.txt", src / "sub" / "b.txt"]
+    for f in files:
+        f.write_text(f"{f.name}\n")
+        os.utime(f, (1_000_000_000, 1_500_000_000))     # atime older than mtime: relatime would update it
+    probe = tmp_path / "probe.txt"
+    probe.write_text("probe\n")
+    os.utime(probe, (1_000_000_000, 1_500_000_000))
+    probe.read_bytes()
+    if probe.stat().st_atime == 1_000_000_000:
+        pytest.skip("this filesystem does not update atimes (noatime mount): nothing to observe")
+    import_tree(Repository.open(repo_dir), "refs/heads/main", src, author=WHEN)
+    assert [f.stat().st_atime for f in files] == [1_000_000_000, 1_000_000_000]
+    assert git("cat-file", "blob", "main:sub/b.txt", git_dir=repo_dir) == b"b.txt\n"
+
+
 def test_symlink_inside_root_accepted(tmp_path, repo_dir):
     src = tmp_path / "s"
     (src / "sub").mkdir(parents=True)
