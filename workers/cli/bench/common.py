@@ -1,12 +1,13 @@
 """Shared helpers for benchmarks: timing, corpus location, sample repositories, ratio table."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -46,6 +47,68 @@ def compile_bytecode() -> None:
 
     for pkg in ("store", "workers"):
         compileall.compile_dir(str(ROOT / pkg), quiet=2)
+
+
+def describe_filesystem(path: Path) -> str:
+    """e.g. 'ext4 without a journal (/dev/vda on /)': what the timed runs write to.
+
+    Said because it changes the figures: on ext4 *without* a journal the kernel skips
+    recently deleted inodes when it allocates one (ialloc.c: recently_deleted(), checked
+    only when there is no journal), scanning past every inode freed in the last few
+    seconds to minutes on each file creation. After another job deleted many files
+    nearby, each creation costs up to ~100 us more, for git and packyard alike.
+    """
+    try:
+        target = os.path.realpath(path)
+        best = None
+        for line in Path("/proc/self/mountinfo").read_text().splitlines():
+            left, _, right = line.partition(" - ")
+            mnt = left.split()[4].replace("\\040", " ")
+            if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and (best is None or len(mnt) > len(best[0])):
+                fstype, source = right.split()[:2]
+                best = (mnt, fstype, source)
+    except (OSError, IndexError, ValueError):
+        return "unknown filesystem"
+    if best is None:
+        return "unknown filesystem"
+    mnt, fstype, source = best
+    kind = fstype
+    if fstype in ("ext3", "ext4"):
+        dev = os.path.basename(source)
+        try:
+            journaled = any(j.startswith(dev + "-") for j in os.listdir("/proc/fs/jbd2"))
+        except OSError:
+            journaled = False
+        kind = f"{fstype} {'with a journal' if journaled else 'without a journal'}"
+    return f"{kind} ({source} on {mnt})"
+
+
+@contextlib.contextmanager
+def fresh_ext4(parent: Path, size_gib: int = 16) -> Iterator[Path]:
+    """A new ext4 with mkfs defaults (so: journaled, data=ordered) in a sparse image file under
+    ``parent``, loop-mounted for the duration; needs root, mkfs.ext4 and loop devices.
+
+    For figures that do not depend on what else the machine deleted lately (see
+    describe_filesystem) and on a filesystem configured as a Git host's would be.
+    """
+    if os.geteuid() != 0:
+        raise SystemExit("--fresh-ext4 needs root (it loop-mounts a new filesystem)")
+    if shutil.which("mkfs.ext4") is None:
+        raise SystemExit("--fresh-ext4 needs mkfs.ext4 (e2fsprogs)")
+    image, mnt = parent / "ext4.img", parent / "mnt"
+    mnt.mkdir(parents=True, exist_ok=True)
+    with open(image, "wb") as f:
+        f.truncate(size_gib << 30)
+    try:
+        # -i 4096: one inode per 4 KiB, as a host storing many loose objects would choose.
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-i", "4096", str(image)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(image), str(mnt)], check=True)
+        try:
+            yield mnt
+        finally:
+            subprocess.run(["umount", str(mnt)], check=False)
+    finally:
+        image.unlink(missing_ok=True)
 
 
 def best_of(fn: Callable[[], object], runs: int) -> float:

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workers.cli.bench.common import compile_bytecode
+from workers.cli.bench.common import compile_bytecode, describe_filesystem, fresh_ext4
 
 FLUSH_CALLS = ("fsync", "fdatasync", "syncfs", "msync")
 COUNTED = FLUSH_CALLS + ("sync_file_range", "rename", "renameat", "renameat2", "link", "linkat", "unlink",
@@ -40,6 +40,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--runs", type=int, default=3, help="timed rounds, alternating git/packyard (default 3)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
     p.add_argument("--no-strace", action="store_true", help="skip the strace -f -c counting runs")
+    p.add_argument("--fresh-ext4", action="store_true",
+                   help="run on a new journaled ext4 loop-mounted under the work directory (root only): "
+                        "figures independent of what else the machine deleted lately")
     p.set_defaults(func=run)
 
 
@@ -119,7 +122,19 @@ def strace_counts(cmd: list[str], env: dict[str, str], cwd: Path, out: Path) -> 
 
 
 def run(args: argparse.Namespace) -> int:
-    root = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-loose-"))
+    if not args.fresh_ext4:
+        return run_in(args, Path(args.dir) if args.dir else None)
+    parent = Path(tempfile.mkdtemp(prefix="packyard-bench-loose-fs-", dir=args.dir))
+    try:
+        with fresh_ext4(parent) as mnt:
+            return run_in(args, mnt / "bench", keep=False)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = None) -> int:
+    root = where or Path(tempfile.mkdtemp(prefix="packyard-bench-loose-"))
+    keep = (where is not None) if keep is None else keep
     root.mkdir(parents=True, exist_ok=True)
     src = root / "src"
     try:
@@ -133,6 +148,7 @@ def run(args: argparse.Namespace) -> int:
         list_file.write_text("\n".join(names) + "\n")
         print(f"{args.files} files in {src} ({sum(f.stat().st_size for f in src.rglob('*.txt')) // 1024} KiB), "
               f"{args.runs} rounds alternating git / packyard", flush=True)
+        print(f"filesystem: {describe_filesystem(root)}", flush=True)
         env_py = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
         compile_bytecode()
         git_times, py_times = [], []
@@ -184,5 +200,5 @@ def run(args: argparse.Namespace) -> int:
                   f" {pc['link'] + pc['linkat']:>4} / {pc['unlink'] + pc['unlinkat']:<4}")
         return 0
     finally:
-        if not args.dir:
+        if not keep:
             shutil.rmtree(root, ignore_errors=True)
