@@ -15,7 +15,7 @@ from store.objects import ObjectType, hash_object
 
 BATCH_COUNTERS = ("objects_written", "objects_skipped", "bytes_in", "bytes_written", "writeouts", "flushes",
                   "renames", "dir_fsyncs", "elapsed_us_barrier_flush", "elapsed_us_publish_renames",
-                  "elapsed_us_write", "elapsed_us_update_refs")
+                  "elapsed_us_collect", "elapsed_us_update_refs")
 
 
 def fsck(bare: Path) -> None:
