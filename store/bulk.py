@@ -637,21 +637,27 @@ class LooseBatch:
         """Rename every tmp file to its object name, never replacing one (why: objects appear only complete)."""
         total = len(self._pending)
         dir_fds = self._dir_fds
-        d = self.counters.durable
-        for i, p in enumerate(self._pending):
-            fault_point("bulk.publish_rename")
-            try:
-                placed = durable.rename_noreplace(p.tmp_name, p.final_name, d, dir_fd=dir_fds[p.fanout])
-            except OSError as err:
-                raise WriteFailedError(f"renaming temp file into place failed: {err.strerror}",
-                                       errno=err.errno, path=p.tmp, oid=p.oid) from err
-            if not placed:
-                # Another writer installed the same object meanwhile: same bytes by definition.
-                _unlink_quiet(p.tmp)
-                self.counters.exists_at_rename += 1
-            self._published = i + 1
-            if self.progress is not None and (i + 1) % 1000 == 0:
-                self.progress("publish", i + 1, total)
+        rename_at = durable.rename_noreplace_at
+        renamed = 0
+        try:
+            for i, p in enumerate(self._pending):
+                fault_point("bulk.publish_rename")
+                try:
+                    placed = rename_at(dir_fds[p.fanout], p.tmp_name.encode(), p.final_name.encode())
+                except OSError as err:
+                    raise WriteFailedError(f"renaming temp file into place failed: {err.strerror}",
+                                           errno=err.errno, path=p.tmp, oid=p.oid) from err
+                if placed:
+                    renamed += 1
+                else:
+                    # Another writer installed the same object meanwhile: same bytes by definition.
+                    _unlink_quiet(p.tmp)
+                    self.counters.exists_at_rename += 1
+                self._published = i + 1
+                if self.progress is not None and (i + 1) % 1000 == 0:
+                    self.progress("publish", i + 1, total)
+        finally:
+            self.counters.durable.renames += renamed
 
     def fsync_dirs(self) -> None:
         """Make the renames durable (why: a ref must not name an object whose directory entry a crash can lose)."""

@@ -198,6 +198,20 @@ def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     return True
 
 
+def rename_noreplace_at(dir_fd: int, src: bytes, dst: bytes) -> bool:
+    """:func:`rename_noreplace` for two names in one open directory, as bytes, uncounted:
+    the per-object loop of a bulk publish (one C call; the generic path costs ~1 us more)."""
+    if _renameat2 is not None:
+        if _renameat2(dir_fd, src, dir_fd, dst, _RENAME_NOREPLACE) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.EEXIST:
+            return False
+        if err not in (errno.EINVAL, errno.ENOSYS):
+            raise OSError(err, os.strerror(err), os.fsdecode(src), None, os.fsdecode(dst))
+    return rename_noreplace(src, dst, dir_fd=dir_fd)
+
+
 def fsync_dir_fd(fd: int, counters: DurabilityCounters | None = None) -> None:
     """fsync an already open directory (same as :func:`fsync_dir`, without reopening it)."""
     os.fsync(fd)

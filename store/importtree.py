@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+import sys
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -79,15 +80,15 @@ class ImportResult:
     counters: dict
 
 
-@dataclass
+@dataclass(slots=True)
 class _File:
     mode: bytes
-    read: Callable[[], bytes]
+    read: Callable[[], bytes] | None   # None: a directory's regular file, read from ``where``
     where: str
     size: int | None = None      # set for a directory's regular files: may be streamed by path
 
 
-@dataclass
+@dataclass(slots=True)
 class _Dir:
     entries: dict[bytes, "_Dir | _File"] = field(default_factory=dict)
 
@@ -119,10 +120,10 @@ def _check_link_target(target: bytes, link_rel: str, where: str) -> None:
 
 # -- sources ---------------------------------------------------------------------
 
-def _scan_directory(root: Path, read_limit: int) -> tuple[_Dir, int]:
+def _scan_directory(root: Path) -> tuple[_Dir, int]:
     """Walk without following symlinks; the root itself may be a symlink to a directory.
 
-    ``read_limit``: a small file that grew past this since the scan is refused, not read whole.
+    Regular files are recorded by path and size (read later, once, by ``import_tree``).
     """
     root = root.resolve()
     count = 0
@@ -135,28 +136,26 @@ def _scan_directory(root: Path, read_limit: int) -> tuple[_Dir, int]:
         except OSError as err:
             raise InvalidInputError(f"cannot list directory: {err.strerror}", path=str(path)) from err
         with it:
-            entries = sorted(it, key=lambda e: e.name)
+            entries = sorted(it, key=_entry_name)
         for e in entries:
-            name = os.fsencode(e.name)
-            erel = f"{rel}/{e.name}" if rel else e.name
+            name = e.name.encode(_FS_ENCODING, _FS_ERRORS)     # os.fsencode, without its checks
             check_entry_name(name, e.path)
             try:
                 st = e.stat(follow_symlinks=False)
             except OSError as err:
                 raise InvalidInputError(f"cannot stat: {err.strerror}", path=e.path) from err
             if stat.S_ISDIR(st.st_mode):
-                sub = walk(Path(e.path), erel)
+                sub = walk(Path(e.path), f"{rel}/{e.name}" if rel else e.name)
                 if sub.entries:
                     node.entries[name] = sub
             elif stat.S_ISLNK(st.st_mode):
                 target = os.fsencode(os.readlink(e.path))
-                _check_link_target(target, erel, e.path)
+                _check_link_target(target, f"{rel}/{e.name}" if rel else e.name, e.path)
                 node.entries[name] = _File(MODE_LINK, (lambda t=target: t), e.path)
                 count += 1
             elif stat.S_ISREG(st.st_mode):
                 mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
-                node.entries[name] = _File(mode, (lambda p=e.path, n=st.st_size: _read_file(p, n, read_limit)),
-                                           e.path, size=st.st_size)
+                node.entries[name] = _File(mode, None, e.path, st.st_size)
                 count += 1
             else:
                 raise InvalidInputError("not a regular file, directory or symlink; git cannot store it",
@@ -164,6 +163,13 @@ def _scan_directory(root: Path, read_limit: int) -> tuple[_Dir, int]:
         return node
 
     return walk(root, ""), count
+
+
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+
+
+def _entry_name(e: os.DirEntry) -> str:
+    return e.name
 
 
 def _read_file(path: str, size: int, limit: int | None = None) -> bytes:
@@ -338,9 +344,10 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     if not src.exists():
         raise InvalidInputError("import source does not exist", path=str(src))
     t0 = time.monotonic()
+    read_limit = max(large_file_threshold, 0)   # a small file that grew past this since the scan is refused
     tar = None
     if src.is_dir():
-        root, nfiles = _scan_directory(src, read_limit=max(large_file_threshold, 0))
+        root, nfiles = _scan_directory(src)
     else:
         root, nfiles, tar = _scan_tar(src, max_tar_member_bytes)
     counters = counters if counters is not None else BatchCounters()
@@ -358,10 +365,12 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                     if isinstance(child, _Dir):
                         entries.append((MODE_TREE, name, write(child)))
                     else:
-                        if child.size is not None and child.size > large_file_threshold:
+                        if child.read is not None:          # symlink target, tar member
+                            oid, _ = batch.add(ObjectType.BLOB, child.read())
+                        elif child.size > large_file_threshold:
                             oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress)
                         else:
-                            oid, _ = batch.add(ObjectType.BLOB, child.read())
+                            oid, _ = batch.add(ObjectType.BLOB, _read_file(child.where, child.size, read_limit))
                         entries.append((child.mode, name, oid))
                         done += 1
                         if progress is not None and (done % step == 0 or done == nfiles):
