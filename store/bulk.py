@@ -4,14 +4,17 @@ This is "METHOD FOUR" from seed 001_b60f0a0927ea1ee2.txt, plus the directory
 fsync that git's batch mode leaves out::
 
     batch = begin_batch(repo)                 # ONE snapshot of what exists; stale tmp cleanup
-    batch.add(BLOB, data)   ...               # compress -> objects/xx/tmp_obj_<pid>_<batch>_<n>,
-                                              #   start write-out (no wait); existing objects are
-                                              #   skipped from the snapshot and freshened
+    batch.add(BLOB, data)   ...               # compress -> objects/xx/tmp_obj_<pid>_<batch>_<n>;
+                                              #   write-out starts without waiting (a background
+                                              #   syncfs every EARLY_FLUSH_EVERY files, <= 3 per
+                                              #   batch); existing objects are skipped from the
+                                              #   snapshot and freshened
     batch.add_file(path, size)                # a big blob: hashed in one streamed pass, then
                                               #   re-hashed + compressed in a second; one chunk in memory
     batch.commit(ref_updates=[RefUpdate(...)])
         writeout_each    start write-out of any tmp file not started yet (fallback path)
-        barrier_flush    ONE durable flush of every tmp file's data and inode
+        barrier_flush    ONE durable flush of every tmp file's data and inode (after the
+                         last write; it waits for a background syncfs still running first)
         publish_renames  rename tmp -> final name, never replacing an existing object
         fsync_dirs       make the renames themselves durable
         update_refs      compare-and-swap of the refs (RefStore.update)
