@@ -241,7 +241,11 @@ class LooseBatch:
         t0 = time.monotonic()
         # Opened before any write so syncfs reports writeback errors of this batch's files.
         self._fs_fd = os.open(self._objects_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        # Fan-out dirs on another filesystem (a mount inside objects/): st_dev -> the first such
+        # dir's fd, opened before any write into it; the barrier syncs each filesystem.
+        self._other_fs: dict[int, int] = {}
         try:
+            self._fs_dev = os.fstat(self._fs_fd).st_dev
             self._marker = _create_marker(repo, self._pid, self.batch_id)
             self.counters.stale_tmp_removed += cleanup_stale_tmp_if_needed(repo, stale_after=stale_after)
             # ONE snapshot: existence answers for the whole batch come from memory.
@@ -463,6 +467,9 @@ class LooseBatch:
                 raise WriteFailedError(f"cannot create object directory: {err.strerror}",
                                        errno=err.errno, path=fanout) from err
             dfd = self._dir_fds[fanout] = os.open(fanout, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            dev = os.fstat(dfd).st_dev
+            if dev != self._fs_dev:
+                self._other_fs.setdefault(dev, dfd)
         known = self._fanouts[hexid[:2]] = (fanout, dfd)
         return known
 
@@ -624,7 +631,7 @@ class LooseBatch:
             return
         try:
             if self.flush_method is FlushMethod.SYNCFS:
-                durable.sync_filesystem(self._fs_fd, self.counters.durable)
+                self._sync_filesystems()
             else:
                 for p in self._pending:
                     fd = os.open(p.tmp, os.O_RDONLY)
@@ -635,6 +642,12 @@ class LooseBatch:
         except OSError as err:
             raise WriteFailedError(f"flushing the batch to disk failed: {err.strerror}", errno=err.errno,
                                    path=self._objects_dir) from err
+
+    def _sync_filesystems(self) -> None:
+        """syncfs of the objects directory's filesystem, then of each other one a fan-out dir is on."""
+        durable.sync_filesystem(self._fs_fd, self.counters.durable)
+        for fd in self._other_fs.values():
+            durable.sync_filesystem(fd, self.counters.durable)
 
     def publish_renames(self) -> None:
         """Rename every tmp file to its object name, never replacing one (why: objects appear only complete)."""
@@ -668,7 +681,7 @@ class LooseBatch:
             return
         if self.dir_sync is DirSync.SYNCFS:
             try:
-                durable.sync_filesystem(self._fs_fd, self.counters.durable)
+                self._sync_filesystems()
             except OSError as err:
                 raise WriteFailedError(f"syncfs after renames failed: {err.strerror}", errno=err.errno,
                                        path=self._objects_dir) from err
@@ -702,6 +715,7 @@ class LooseBatch:
         for dfd in self._dir_fds.values():
             os.close(dfd)
         self._dir_fds = {}
+        self._other_fs = {}
         if self._fs_fd >= 0:
             os.close(self._fs_fd)
             self._fs_fd = -1

@@ -81,6 +81,33 @@ def test_flush_count_is_constant_plus_dirs(empty_repo, n):
     assert tmp_files(empty_repo) == []
 
 
+def test_fanout_dir_on_another_filesystem_is_synced_too(empty_repo):
+    """A fan-out directory that is a mount point (another filesystem) gets its own syncfs at the
+    barrier and after the renames: syncfs of objects/ alone would not cover its files."""
+    if bulk.default_flush_method() is not FlushMethod.SYNCFS:
+        pytest.skip("no syncfs on this platform")
+    data = blobs(40)
+    prefix = hash_object(ObjectType.BLOB, data[0]).hex()[:2]
+    mnt = empty_repo / "objects" / prefix
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({proc.stderr.decode().strip()})")
+    try:
+        assert os.stat(mnt).st_dev != os.stat(empty_repo / "objects").st_dev
+        repo = Repository.open(empty_repo)
+        with begin_batch(repo) as batch:
+            oids = [batch.add(ObjectType.BLOB, d)[0] for d in data]
+            res = batch.commit()
+        # two filesystems: barrier x2 + after-renames x2 (no early flushes for 40 objects)
+        assert res.counters["syncfs"] == 4, res.counters
+        assert (mnt / oids[0].hex()[2:]).exists()
+        assert set(batch_check_all(empty_repo)) == {o.hex() for o in oids}
+        fsck(empty_repo)
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)])
+
+
 def test_portable_fallback_fsyncs_each_file_and_each_dir(empty_repo):
     repo = Repository.open(empty_repo)
     data = blobs(50)
