@@ -5,7 +5,7 @@ A command module::
     def register(subparsers) -> None:
         p = subparsers.add_parser("name", help="one line", description="more")
         common.add_repo_arg(p)            # every command acting on a repository: --repo PATH
-        p.set_defaults(func=run)
+        p.set_defaults(func=run)          # logs=False: runs in-process, prints only; logging not configured
 
     def run(args) -> int: ...            # exit status
 
@@ -37,11 +37,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from workers import logging as plog
-    from workers.settings import get_settings
-
     args = build_parser().parse_args(argv)
-    plog.configure_from_settings(get_settings())
+    if getattr(args, "logs", True):
+        # Commands that run in this process and only print a result (set_defaults(logs=False))
+        # skip it: importing structlog (and the asyncio it pulls in) is ~40 ms per start.
+        from workers import logging as plog
+        from workers.settings import get_settings
+
+        plog.configure_from_settings(get_settings())
     from workers.cli.common import CommandFailed
 
     try:

@@ -29,7 +29,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="minimum age of temp files we cannot attribute (default 14 days)")
     p.add_argument("--quarantine-after", type=float, default=QUARANTINE_AFTER, metavar="SECONDS",
                    help=f"minimum age of an abandoned index-pack quarantine (default {QUARANTINE_AFTER:.0f})")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("path", help="directory or tar archive (.tar, .tar.gz, .tar.bz2, .tar.xz)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -20,7 +20,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     common.add_ref_update_arg(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     common.add_repo_arg(p)
     p.add_argument("file", nargs="?", default="-")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
 def run(args: argparse.Namespace) -> int:

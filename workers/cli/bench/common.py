@@ -36,6 +36,16 @@ def repo_from_pack(dest: Path, pack: Path, refs: Path | None) -> Path:
     return dest
 
 
+def packyard_entry() -> list[str]:
+    """The command a user runs: the installed ``packyard`` script next to this Python, else the same main()."""
+    import sys
+
+    script = Path(sys.executable).parent / "packyard"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from workers.cli import main; sys.exit(main())"]
+
+
 def compile_bytecode() -> None:
     """Write packyard's .pyc files before timing a freshly started packyard process.
 

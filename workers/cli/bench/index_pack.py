@@ -74,10 +74,7 @@ def same_file(a: Path, b: Path) -> bool:
 
 
 def packyard_cmd(repo: Path, processes: int | None) -> list[str]:
-    script = Path(sys.executable).parent / "packyard"
-    entry = [str(script)] if script.exists() else [sys.executable, "-c",
-                                                   "import sys; from workers.cli import main; sys.exit(main())"]
-    cmd = entry + ["index-pack", "--repo", str(repo), "--no-progress", "--json"]
+    cmd = common.packyard_entry() + ["index-pack", "--repo", str(repo), "--no-progress", "--json"]
     if processes:
         cmd += ["--processes", str(processes)]
     return cmd + ["-"]

@@ -5,7 +5,7 @@ same filesystem, durably by their own rules, and end with a ref pointing at a co
 
 * git:      ``git -c core.fsync=loose-object -c core.fsyncMethod=batch update-index --add --stdin``
             (the setting measured in issue 4), then ``write-tree``, ``commit-tree``, ``update-ref``;
-* packyard: ``packyard import --repo R --ref refs/heads/main DIR`` (the real CLI, a fresh process):
+* packyard: ``packyard import --repo R --ref refs/heads/main DIR`` (the installed command, a fresh process):
             one syncfs barrier, all renames, one syncfs for the directory entries, the ref by CAS.
 
 The two trees must be identical (checked). Wall times alternate git/packyard per round
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workers.cli.bench.common import compile_bytecode, describe_filesystem, fresh_ext4
+from workers.cli.bench.common import compile_bytecode, describe_filesystem, fresh_ext4, packyard_entry
 
 FLUSH_CALLS = ("fsync", "fdatasync", "syncfs", "msync")
 COUNTED = FLUSH_CALLS + ("sync_file_range", "rename", "renameat", "renameat2", "link", "linkat", "unlink",
@@ -73,18 +73,10 @@ def git_cmd(list_file: Path) -> list[str]:
     return ["sh", "-c", GIT_SCRIPT, "sh", str(list_file)]
 
 
-IMPORT_MAIN = ("import argparse, sys\n"
-               "from workers.cli import import_tree as cmd\n"
-               "parser = argparse.ArgumentParser(prog='packyard')\n"
-               "cmd.register(parser.add_subparsers())\n"
-               "from workers.cli.common import CommandFailed\n"
-               "try:\n    sys.exit(cmd.run(parser.parse_args(sys.argv[1:])))\n"
-               "except CommandFailed:\n    sys.exit(1)\n")
-
-
 def packyard_cmd(repo: Path, src: Path) -> list[str]:
-    # The `packyard import` command module itself (register + run), without importing every other command.
-    return [sys.executable, "-c", IMPORT_MAIN, "import", "--repo", str(repo), "--ref", "refs/heads/main", "--json", "--no-progress", str(src)]
+    # The installed `packyard` command, as a user runs it (start-up included).
+    return packyard_entry() + ["import", "--repo", str(repo), "--ref", "refs/heads/main", "--json", "--no-progress",
+                               str(src)]
 
 
 def fresh_git(base: Path, tag: str) -> dict[str, str]:
