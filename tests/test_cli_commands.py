@@ -34,6 +34,14 @@ def test_every_subcommand_has_help(argv, capsys):
     assert out.startswith(f"usage: packyard {' '.join(argv)}")
 
 
+def test_command_table_names_every_registered_command():
+    """main() builds only the asked-for command from COMMANDS: the table must match what registers."""
+    from workers.cli import COMMANDS as TABLE
+    assert set(TABLE) == set(COMMANDS)
+    for name in TABLE:
+        assert list(_subcommands(build_parser(only=name))) == [name]
+
+
 def test_repo_convention_is_shared(capsys):
     """Every command acting on one repository spells it --repo PATH."""
     for cmd in ("init", "verify", "submit", "status"):

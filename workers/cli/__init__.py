@@ -17,13 +17,21 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = (
-    "init", "worker", "beat", "flower", "migrate", "up", "submit", "status", "verify", "demo", "bench",
-    "import_tree", "unpack_objects", "write_objects", "gc", "index_pack",
-)
+# command name -> module (a module's name need not be its command's name)
+COMMANDS = {
+    "init": "init", "worker": "worker", "beat": "beat", "flower": "flower", "migrate": "migrate", "up": "up",
+    "submit": "submit", "status": "status", "verify": "verify", "demo": "demo", "bench": "bench",
+    "import": "import_tree", "unpack-objects": "unpack_objects", "write-objects": "write_objects", "gc": "gc",
+    "index-pack": "index_pack",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole CLI; with ``only`` (a command name), just that command.
+
+    Building every subparser costs ~35 ms, a third of a small import's run time; ``main``
+    builds only the command it was asked for (the full set for ``--help`` or an unknown word).
+    """
     parser = argparse.ArgumentParser(
         prog="packyard",
         description="Git object-storage maintenance service: Celery workers over bare repositories. "
@@ -31,13 +39,15 @@ def build_parser() -> argparse.ArgumentParser:
                     "with none set, an embedded Redis and a SQLite file under ./.state are used.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name in COMMANDS:
-        importlib.import_module(f"workers.cli.{name}").register(subparsers)
+    for name, module in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(f"workers.cli.{module}").register(subparsers)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     if getattr(args, "logs", True):
         # Commands that run in this process and only print a result (set_defaults(logs=False))
         # skip it: importing structlog (and the asyncio it pulls in) is ~40 ms per start.
