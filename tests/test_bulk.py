@@ -81,6 +81,27 @@ def test_flush_count_is_constant_plus_dirs(empty_repo, n):
     assert tmp_files(empty_repo) == []
 
 
+def test_early_flush_cap_is_per_batch_even_with_shared_counters(empty_repo, monkeypatch):
+    """Counters may be shared to sum several batches; each batch still gets its own early flushes."""
+    if bulk.default_flush_method() is not FlushMethod.SYNCFS:
+        pytest.skip("no syncfs on this platform")
+    monkeypatch.setattr(bulk, "EARLY_FLUSH_EVERY", 100)
+    monkeypatch.setattr(bulk, "MAX_EARLY_FLUSHES", 2)
+    repo = Repository.open(empty_repo)
+    counters = BatchCounters()
+    per_batch = []
+    for tag in ("a", "b"):
+        before = counters.durable.extra.get("early_flushes", 0)
+        with begin_batch(repo, counters=counters) as batch:
+            for d in blobs(600, tag):
+                batch.add(ObjectType.BLOB, d)
+            batch.commit()
+        per_batch.append(counters.durable.extra["early_flushes"] - before)
+    assert all(1 <= n <= 2 for n in per_batch), per_batch
+    assert len(batch_check_all(empty_repo)) == 1200
+    fsck(empty_repo)
+
+
 def test_fanout_dir_on_another_filesystem_is_synced_too(empty_repo):
     """A fan-out directory that is a mount point (another filesystem) gets its own syncfs at the
     barrier and after the renames: syncfs of objects/ alone would not cover its files."""
