@@ -139,12 +139,11 @@ def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o
 # --- added for bulk loose writes (issue 4) ---------------------------------
 _RENAME_NOREPLACE = 1  # linux/fs.h
 _AT_FDCWD = -100
-_libc2 = _libc
-_syncfs = getattr(_libc2, "syncfs", None) if _libc2 is not None else None
+_syncfs = getattr(_libc, "syncfs", None) if _libc is not None else None
 if _syncfs is not None:
     _syncfs.argtypes = [ctypes.c_int]
     _syncfs.restype = ctypes.c_int
-_renameat2 = getattr(_libc2, "renameat2", None) if _libc2 is not None else None
+_renameat2 = getattr(_libc, "renameat2", None) if _libc is not None else None
 if _renameat2 is not None:
     _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
     _renameat2.restype = ctypes.c_int

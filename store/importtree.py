@@ -25,6 +25,7 @@ raise the limit if the memory is there.
 """
 from __future__ import annotations
 
+import operator
 import os
 import posixpath
 import stat
@@ -136,7 +137,7 @@ def _scan_directory(root: Path) -> tuple[_Dir, int]:
         except OSError as err:
             raise InvalidInputError(f"cannot list directory: {err.strerror}", path=str(path)) from err
         with it:
-            entries = sorted(it, key=_entry_name)
+            entries = sorted(it, key=_BY_NAME)
         for e in entries:
             name = e.name.encode(_FS_ENCODING, _FS_ERRORS)     # os.fsencode, without its checks
             check_entry_name(name, e.path)
@@ -168,8 +169,7 @@ def _scan_directory(root: Path) -> tuple[_Dir, int]:
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 
 
-def _entry_name(e: os.DirEntry) -> str:
-    return e.name
+_BY_NAME = operator.attrgetter("name")
 
 
 def _read_file(path: str, size: int, limit: int | None = None) -> bytes:
