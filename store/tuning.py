@@ -1,13 +1,13 @@
 """Process tuning for bulk object writes: the C heap and Python's cyclic GC.
 
-**C heap** (glibc only; elsewhere a no-op). Every ``zlib.compress`` call runs deflateInit, which mallocs ~270 KiB of state and
-frees it again at deflateEnd. With glibc's defaults that block sits at the top of the
-heap, so each free trims it (``brk`` down) and the next object grows it again (``brk``
-up) and page-faults ~70 freshly zeroed pages back in: measured 13.9 µs per 150-byte
-object, 20,000 ``brk`` calls per 10,000 objects. Keeping a few MiB of slack at the top
-of the heap (``M_TOP_PAD``) makes the same loop 6 µs per object and ~0 ``brk`` calls.
-The cost is at most that slack of memory kept by the process. git's own loose-object
-writer has the same allocation pattern; it is C, so it pays only the faults.
+**C heap** (glibc only; elsewhere a no-op). Every ``zlib.compress`` call runs
+deflateInit, which mallocs ~270 KiB of state, and frees it at deflateEnd. With glibc's
+defaults that block sits at the top of the heap, so each free trims the heap (``brk``
+down) and the next object grows it again (``brk`` up): 13,981 ``brk`` calls in one
+10,000-file import. Keeping a few MiB of slack at the top of the heap (``M_TOP_PAD``)
+leaves 35, and a loop of 10,000 ``zlib.compress`` calls on 150-byte objects goes from
+13.9 to 6 us per call (measured); the import's CPU time drops by 30-50 ms. The cost is
+at most that much memory kept by the process.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def gc_paused() -> Iterator[None]:
     A 10,000-file import creates ~100,000 long-lived, acyclic objects (entries, pending
     renames); the generational collector re-scans them on every threshold crossing, about
     3% of the job's CPU (measured). Reference counting still frees everything that is not
-    in a cycle. Not re-entrant-hostile: an inner use leaves an outer pause in place.
+    in a cycle. Nested uses are fine: only the outermost one turns the GC back on.
     """
     was_enabled = gc.isenabled()
     gc.disable()
