@@ -437,3 +437,24 @@ def test_fence_checked_before_publishing(empty_repo):
             batch.commit()
     assert calls == [30], "checked once, after the barrier, with every tmp file still unpublished"
     assert batch_check_all(empty_repo) == {} and tmp_files(empty_repo) == []
+
+
+def test_gc_paused_restores_the_collector_even_on_error():
+    import gc
+    from store.tuning import gc_paused
+    assert gc.isenabled()
+    with pytest.raises(ValueError):
+        with gc_paused():
+            assert not gc.isenabled()
+            with gc_paused():
+                assert not gc.isenabled()
+            assert not gc.isenabled(), "an inner pause must not re-enable an outer one"
+            raise ValueError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled(), "a collector the caller had disabled stays disabled"
+    finally:
+        gc.enable()
