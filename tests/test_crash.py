@@ -38,6 +38,9 @@ import os, sys
 sys.path.insert(0, sys.argv[1])
 from store import Repository
 from store.importtree import Identity, import_tree
+if os.environ.get("PACKYARD_TEST_EARLY_FLUSH_EVERY"):   # background syncfs threads in flight when killed
+    import store.bulk
+    store.bulk.EARLY_FLUSH_EVERY = int(os.environ["PACKYARD_TEST_EARLY_FLUSH_EVERY"])
 ident = Identity(name="Crash Test", email="crash@example.com", when=1700000000)
 repo = Repository.open(sys.argv[2])
 print("ready", flush=True)
@@ -136,10 +139,12 @@ class Runner:
         shutil.copytree(self.t["bare"], dest, symlinks=True)
         return dest
 
-    def spawn(self, bare: Path, fault: str | None, wait: bool) -> subprocess.Popen:
+    def spawn(self, bare: Path, fault: str | None, wait: bool, early_every: int | None = None) -> subprocess.Popen:
         env = {k: v for k, v in os.environ.items() if k != "PACKYARD_FAULT"}
         if fault:
             env["PACKYARD_FAULT"] = fault
+        if early_every:
+            env["PACKYARD_TEST_EARLY_FLUSH_EVERY"] = str(early_every)
         return subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT), str(bare), str(self.t["src"]),
                                  "wait" if wait else "go"], env=env, stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True)
@@ -186,13 +191,13 @@ class Runner:
             return "renamed"
         return "writing" if tmp else "before-first-write"
 
-    def fault_run(self, point: str) -> None:
+    def fault_run(self, point: str, early_every: int | None = None) -> None:
         bare = self.fresh()
-        proc = self.spawn(bare, point, wait=False)
+        proc = self.spawn(bare, point, wait=False, early_every=early_every)
         proc.communicate(timeout=60)
         assert proc.returncode == -signal.SIGKILL, f"{point}: child was not killed there (rc {proc.returncode})"
         self.killed += 1
-        self.after_kill(bare, point.split(":")[0])
+        self.after_kill(bare, point.split(":")[0] + (" (early flushes)" if early_every else ""))
 
     def random_run(self, rng: random.Random, lo: float, hi: float) -> bool:
         bare = self.fresh()
@@ -224,6 +229,11 @@ def test_sigkill_at_every_step_and_random_times(template):
     rng.shuffle(points)
     for point in points:
         runner.fault_run(point)
+    # The same steps with a background syncfs started every 4 objects (threads in flight when killed).
+    early_points = [f"bulk.write_object:kill@{rng.randint(5, n_objects)}" for _ in range(8)]
+    early_points += ["bulk.after_writeout"] * 2 + ["bulk.after_barrier"] * 2
+    for point in early_points:
+        runner.fault_run(point, early_every=4)
 
     # Random-time kills: calibrate the window on one uninterrupted run (ready -> done).
     bare = runner.fresh()
@@ -240,7 +250,7 @@ def test_sigkill_at_every_step_and_random_times(template):
     random_killed = sum(runner.random_run(rng, *((0, window) if i % 2 else (0.6 * window, window)))
                         for i in range(40))
 
-    total = len(points) + 40
+    total = len(points) + len(early_points) + 40
     print(f"\ncrash runs: {total}, killed: {runner.killed}, random-time kills landed: {random_killed}/40, "
           f"window {window * 1000:.0f} ms, per point: {runner.phases}")
     assert total >= 100
