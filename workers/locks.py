@@ -75,12 +75,25 @@ def redis_client(settings: Settings) -> redis.Redis:
 
 
 def db_event_recorder(settings: Settings | str) -> OnEvent:
-    """An ``on_event`` that writes lock_events rows."""
+    """An ``on_event`` that writes lock_events rows, best effort.
+
+    A lock event is an audit row: if the records database is unreachable it is logged
+    (``lock.event_record_failed``) and dropped, never raised into the lease operation --
+    a release that raised would fail a finished job and leave the lease to expire.
+    """
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from workers import logging as plog
     from workers.records.recorder import record_lock_event
 
     def record(ev: LockEvent) -> None:
-        record_lock_event(settings, repo=ev.repo, job_id=ev.job_id, lock_name=ev.lock_name, event=ev.event,
-                          token=ev.token)
+        try:
+            record_lock_event(settings, repo=ev.repo, job_id=ev.job_id, lock_name=ev.lock_name, event=ev.event,
+                              token=ev.token)
+        except SQLAlchemyError as err:
+            plog.get_logger("packyard.locks").warning(
+                "lock.event_record_failed", lock_event=getattr(ev.event, "value", ev.event), lock=ev.lock_name,
+                token=ev.token, error=str(err))
 
     return record
 

@@ -7,6 +7,11 @@
             around the task body — before Celery stores the result, so a client that sees
             the result in the backend also finds the finished job row.
 
+A database outage at the start retries the job later (nothing is done unrecorded); at the
+end, once the work is done, writing the outcome is retried for ~15 s (RECORD_RETRY_DELAYS)
+and the summary log line is written first, so the logs keep the outcome even if the row
+cannot get it.
+
 No task repeats any of this: a task is ``@app.task(base=PackyardTask)`` and returns
 ``{"counters": {...}}``.
 """
@@ -14,9 +19,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from celery.signals import before_task_publish, setup_logging, worker_process_init
+from sqlalchemy.exc import SQLAlchemyError
 
 from workers import logging as plog
 from workers.records import JobState, recorder
@@ -25,6 +31,32 @@ from workers.settings import get_settings
 log = plog.get_logger("packyard.jobs")
 
 TASK_PREFIX = "packyard."
+
+#: Seconds between attempts to write a finished (or retrying) job's row while the database
+#: is unreachable: a restart or failover should not leave a finished job's row at STARTED.
+RECORD_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def record_with_retries(step: str, write: Callable[[], None]) -> bool:
+    """Run one job-row write; on a database error retry after each of RECORD_RETRY_DELAYS.
+
+    Returns False (after logging ``job.record_failed``) if every attempt failed; never raises
+    a database error: the repository work it describes has already happened.
+    """
+    for attempt, delay in enumerate((*RECORD_RETRY_DELAYS, None), start=1):
+        try:
+            write()
+        except SQLAlchemyError as err:
+            if delay is None:
+                log.error("job.record_failed", step=step, attempts=attempt, error=str(err))
+                return False
+            log.warning("job.record_retry", step=step, attempt=attempt, retry_in=delay, error=str(err))
+            time.sleep(delay)
+        else:
+            if attempt > 1:
+                log.info("job.recorded_after_retry", step=step, attempts=attempt)
+            return True
+    return False  # pragma: no cover - the loop always returns
 
 
 def repo_from_call(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str | None:
@@ -89,24 +121,24 @@ def job_started(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str
 
 def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], started: float,
                  result: Any = None, exc: BaseException | None = None) -> None:
-    """Record SUCCESS (counters from the result) or FAILURE (str(exc)); log the one summary event."""
+    """Log the one summary event, then record SUCCESS (counters from the result) or FAILURE (str(exc))."""
     repo = repo_from_call(args, kwargs)
     state = JobState.FAILURE if exc is not None else JobState.SUCCESS
     counters = counters_of(exc if exc is not None else result)
-    recorder.record_finished(get_settings(), task_id=task_id, kind=name, repo=repo, state=state,
-                             counters=counters, error=str(exc) if exc is not None else None,
-                             error_type=type(exc).__name__ if exc is not None else None)
     event = dict(state=state.value, duration_ms=int((time.monotonic() - started) * 1000), counters=counters)
     if exc is not None:
         log.error("job.finished", error=str(exc), error_type=type(exc).__name__, **event)
     else:
         log.info("job.finished", **event)
+    record_with_retries("finished", lambda: recorder.record_finished(
+        get_settings(), task_id=task_id, kind=name, repo=repo, state=state, counters=counters,
+        error=str(exc) if exc is not None else None, error_type=type(exc).__name__ if exc is not None else None))
 
 
 def job_retrying(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> None:
-    recorder.record_retry(get_settings(), task_id=task_id, kind=name, repo=repo_from_call(args, kwargs),
-                          reason=reason)
     log.warning("job.retry", reason=reason)
+    record_with_retries("retrying", lambda: recorder.record_retry(
+        get_settings(), task_id=task_id, kind=name, repo=repo_from_call(args, kwargs), reason=reason))
 
 
 @setup_logging.connect

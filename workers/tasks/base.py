@@ -21,13 +21,6 @@ T = TypeVar("T")
 TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (LockLostError, redis.ConnectionError, redis.TimeoutError)
 
 
-def _record_safely(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-    try:
-        fn(*args, **kwargs)
-    except SQLAlchemyError as err:
-        plog.get_logger("packyard.jobs").error("job.record_failed", step=fn.__name__, error=str(err))
-
-
 class PackyardTask(Task):
     """Records the job row, binds log context, reports progress and maps errors to fail/retry.
 
@@ -65,14 +58,15 @@ class PackyardTask(Task):
         try:
             result = self.run(*args, **kwargs)
         except Retry as r:
-            _record_safely(recording.job_retrying, req.id, self.name, args, kwargs, str(r.exc or r.message or r))
+            recording.job_retrying(req.id, self.name, args, kwargs, str(r.exc or r.message or r))
             raise
         except Exception as exc:
-            _record_safely(recording.job_finished, req.id, self.name, args, kwargs, started, exc=exc)
+            recording.job_finished(req.id, self.name, args, kwargs, started, exc=exc)
             raise
         else:
-            # The work is done: a records hiccup must not turn a finished job into a failed one.
-            _record_safely(recording.job_finished, req.id, self.name, args, kwargs, started, result=result)
+            # The work is done: a records outage must not turn a finished job into a failed one
+            # (job_finished retries the row write and never raises a database error).
+            recording.job_finished(req.id, self.name, args, kwargs, started, result=result)
             return result
         finally:
             plog.clear_job()
