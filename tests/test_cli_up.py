@@ -109,3 +109,41 @@ def test_demo_runs_the_main_job(embedded_env, pk):
     assert all(r["worker"] and r["pid"] for r in rows)  # run by the worker processes
     for failed in (r for r in rows if r["state"] == "FAILURE"):
         assert "corrupted.git" in failed["error"] and failed["kind"] == "packyard.verify_repo"
+
+
+def test_down_stops_the_embedded_redis_only_when_nothing_uses_it(embedded_env, tmp_path, pk):
+    """`packyard submit` leaves an embedded Redis running (with the job queued in it); `packyard down`
+    refuses while a job is queued or a client is connected, --force stops it, and a second down is a no-op."""
+    import redis as redis_py
+
+    state, env = embedded_env
+    repo = make_worktree_repo(tmp_path / "r")
+    sub = subprocess.run(["packyard", "submit", "verify_repo", "--repo", str(repo)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert sub.returncode == 0, sub.stderr
+    pid = int((state / "redis" / "redis.pid").read_text())
+    sock = state / "redis.sock"
+    refused = subprocess.run(["packyard", "down"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert "1 queued job message(s)" in refused.stderr, refused.stderr
+    client = redis_py.Redis(unix_socket_path=str(sock))
+    assert client.ping(), "a refused down leaves the server running"
+    client.delete(*[k for k in client.scan_iter() if client.type(k) == b"list"])   # drain the queue
+    refused = subprocess.run(["packyard", "down"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "1 other client(s) connected" in refused.stderr, refused.stderr
+    client.close()
+    out = subprocess.run(["packyard", "down"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"stopped the embedded Redis (pid {pid})" in out.stdout
+    pk.wait_until(lambda: not group_alive(pid) and not os.path.exists(f"/proc/{pid}"), 10, what="redis to exit")
+    assert not sock.exists()
+    again = subprocess.run(["packyard", "down"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 0 and "no embedded Redis running" in again.stdout
+    # --force: a server with a queued job is stopped anyway, and says what it dropped.
+    sub = subprocess.run(["packyard", "submit", "verify_repo", "--repo", str(repo)], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert sub.returncode == 0, sub.stderr
+    forced = subprocess.run(["packyard", "down", "--force"], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert forced.returncode == 0 and "dropped: 1 queued job message(s)" in forced.stdout, forced.stdout
+    assert not sock.exists()

@@ -126,7 +126,8 @@ class EmbeddedRedis:
         except OSError:
             return ""
 
-    def _pid_from_file(self) -> int | None:
+    def pid_from_file(self) -> int | None:
+        """The pid the server wrote to its pidfile (None if there is none)."""
         try:
             return int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
@@ -136,7 +137,7 @@ class EmbeddedRedis:
         """Stop the server we started; ``force`` also stops a reused one (named by the pidfile)."""
         if self.process is None and not force:
             return
-        pid = self.process.pid if self.process is not None else self._pid_from_file()
+        pid = self.process.pid if self.process is not None else self.pid_from_file()
         if pid is None:
             return
         try:

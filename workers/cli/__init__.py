@@ -20,7 +20,7 @@ import sys
 # command name -> module (a module's name need not be its command's name)
 COMMANDS = {
     "init": "init", "worker": "worker", "beat": "beat", "flower": "flower", "migrate": "migrate", "up": "up",
-    "submit": "submit", "status": "status", "verify": "verify", "demo": "demo", "bench": "bench",
+    "submit": "submit", "status": "status", "verify": "verify", "demo": "demo", "bench": "bench", "down": "down",
     "import": "import_tree", "unpack-objects": "unpack_objects", "write-objects": "write_objects", "gc": "gc",
     "index-pack": "index_pack",
 }
