@@ -174,18 +174,12 @@ def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     the narrow window can only replace an object with an identical, durable copy).
     With ``dir_fd`` both names are relative to that directory (no path walk per call).
     """
-    if _renameat2 is not None:
-        at = _AT_FDCWD if dir_fd is None else dir_fd
-        rc = _renameat2(at, os.fsencode(src), at, os.fsencode(dst), _RENAME_NOREPLACE)
-        if rc == 0:
-            if counters is not None:
-                counters.renames += 1
-            return True
-        err = ctypes.get_errno()
-        if err == errno.EEXIST:
-            return False
-        if err not in (errno.EINVAL, errno.ENOSYS):
-            raise OSError(err, os.strerror(err), os.fspath(src), None, os.fspath(dst))
+    at = _AT_FDCWD if dir_fd is None else dir_fd
+    placed = _renameat2_noreplace(at, os.fsencode(src), os.fsencode(dst))
+    if placed is not None:
+        if placed and counters is not None:
+            counters.renames += 1
+        return placed
     try:
         os.stat(dst, dir_fd=dir_fd, follow_symlinks=False)
         return False
@@ -197,18 +191,25 @@ def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str],
     return True
 
 
+def _renameat2_noreplace(at: int, src: bytes, dst: bytes) -> bool | None:
+    """renameat2(RENAME_NOREPLACE): True renamed, False ``dst`` exists, None not supported here."""
+    if _renameat2 is None:
+        return None
+    if _renameat2(at, src, at, dst, _RENAME_NOREPLACE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EEXIST:
+        return False
+    if err in (errno.EINVAL, errno.ENOSYS):
+        return None
+    raise OSError(err, os.strerror(err), os.fsdecode(src), None, os.fsdecode(dst))
+
+
 def rename_noreplace_at(dir_fd: int, src: bytes, dst: bytes) -> bool:
     """:func:`rename_noreplace` for two names in one open directory, as bytes, uncounted:
-    the per-object loop of a bulk publish (one C call; the generic path costs ~1 us more)."""
-    if _renameat2 is not None:
-        if _renameat2(dir_fd, src, dir_fd, dst, _RENAME_NOREPLACE) == 0:
-            return True
-        err = ctypes.get_errno()
-        if err == errno.EEXIST:
-            return False
-        if err not in (errno.EINVAL, errno.ENOSYS):
-            raise OSError(err, os.strerror(err), os.fsdecode(src), None, os.fsdecode(dst))
-    return rename_noreplace(src, dst, dir_fd=dir_fd)
+    the per-object loop of a bulk publish (no path encoding or counting per call)."""
+    placed = _renameat2_noreplace(dir_fd, src, dst)
+    return rename_noreplace(src, dst, dir_fd=dir_fd) if placed is None else placed
 
 
 def fsync_dir_fd(fd: int, counters: DurabilityCounters | None = None) -> None:

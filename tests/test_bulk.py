@@ -458,3 +458,27 @@ def test_gc_paused_restores_the_collector_even_on_error():
         assert not gc.isenabled(), "a collector the caller had disabled stays disabled"
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("have_renameat2", [True, False])
+def test_rename_never_replaces_an_existing_object(tmp_path, monkeypatch, have_renameat2):
+    """renameat2(RENAME_NOREPLACE), and the check-then-rename fallback used where it is missing
+    (old kernels, NFS): a name that exists is left alone and reported, anything else is renamed."""
+    from store import durable
+    if not have_renameat2:
+        monkeypatch.setattr(durable, "_renameat2", None)
+    d = tmp_path / "fan"
+    d.mkdir()
+    (d / "tmp_a").write_bytes(b"new")
+    (d / "tmp_b").write_bytes(b"other")
+    (d / "obj").write_bytes(b"existing")
+    dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert durable.rename_noreplace_at(dfd, b"tmp_a", b"obj") is False
+        assert (d / "obj").read_bytes() == b"existing" and (d / "tmp_a").exists()
+        assert durable.rename_noreplace_at(dfd, b"tmp_b", b"fresh") is True
+        assert (d / "fresh").read_bytes() == b"other" and not (d / "tmp_b").exists()
+        with pytest.raises(FileNotFoundError):
+            durable.rename_noreplace_at(dfd, b"missing", b"whatever")
+    finally:
+        os.close(dfd)
