@@ -140,7 +140,11 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
         list_file.write_text("\n".join(names) + "\n")
         print(f"{args.files} files in {src} ({sum(f.stat().st_size for f in src.rglob('*.txt')) // 1024} KiB), "
               f"{args.runs} rounds alternating git / packyard", flush=True)
-        print(f"filesystem: {describe_filesystem(root)}", flush=True)
+        fs = describe_filesystem(root)
+        print(f"filesystem: {fs}", flush=True)
+        if "without a journal" in fs:
+            print("  (every file creation here also scans inodes deleted nearby in the last minutes, for git and "
+                  "packyard alike: figures vary with what ran before; --fresh-ext4 avoids that)", flush=True)
         env_py = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
         compile_bytecode()
         git_times, py_times = [], []
