@@ -204,10 +204,13 @@ class LooseBatch:
     def __init__(self, repo, *, counters: BatchCounters | None = None,
                  flush_method: FlushMethod | None = None, dir_sync: DirSync | None = None,
                  writeout: bool = True, progress: Progress | None = None, expected: int | None = None,
-                 stale_after: float = STALE_AFTER, fence: Callable[[], None] | None = None) -> None:
+                 stale_after: float = STALE_AFTER, fence: Callable[[], None] | None = None,
+                 fence_token: int | None = None) -> None:
         self.repo = repo
         # Called before publishing and before the ref update (e.g. a lease check raising LockLostError).
         self.fence = fence
+        # The lease's fencing token: the ref update refuses it if a later holder moved refs (RefStore.update).
+        self.fence_token = fence_token
         self.counters = counters if counters is not None else BatchCounters()
         self.flush_method = flush_method or default_flush_method()
         if self.flush_method is FlushMethod.SYNCFS and not durable.HAVE_SYNCFS:
@@ -696,7 +699,7 @@ class LooseBatch:
     def update_refs(self, ref_updates: Sequence[RefUpdate]) -> None:
         """Compare-and-swap the refs (why: last, so a ref never names a non-durable object)."""
         if ref_updates:
-            self.repo.refs.update(ref_updates, counters=self.counters.durable)
+            self.repo.refs.update(ref_updates, counters=self.counters.durable, fence_token=self.fence_token)
 
     # -- abort ---------------------------------------------------------------
     def abort(self) -> None:

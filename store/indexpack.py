@@ -1250,8 +1250,12 @@ class IncomingPack:
         return False
 
     # -- install -----------------------------------------------------------------
-    def commit(self, ref_updates: Sequence[RefUpdate] = (), *, peak_rss_hint: int = 0) -> IndexPackResult:
-        """Install the pack, then update refs. Durability order, one step per function below."""
+    def commit(self, ref_updates: Sequence[RefUpdate] = (), *, peak_rss_hint: int = 0,
+               fence_token: int | None = None) -> IndexPackResult:
+        """Install the pack, then update refs. Durability order, one step per function below.
+
+        ``fence_token``: the writer's lease token, checked by the storage at the ref update
+        (RefStore.update refuses a token older than one that already moved refs here)."""
         if self.committed:
             raise InvalidInputError("incoming pack already committed")
         ref_updates = list(ref_updates)
@@ -1289,7 +1293,7 @@ class IncomingPack:
         self.committed = True
         t1 = time.monotonic()
         self.elapsed["install"] = t1 - t0
-        update_refs(self.repo, ref_updates, self.counters)
+        update_refs(self.repo, ref_updates, self.counters, fence_token)
         fault_point("index_pack.after_refs")
         self.elapsed["refs"] = time.monotonic() - t1
         peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -1401,10 +1405,11 @@ def fsync_dirs(dirs: Sequence[Path], counters: durable.DurabilityCounters) -> No
         durable.fsync_dir(d, counters)
 
 
-def update_refs(repo, updates: Sequence[RefUpdate], counters: durable.DurabilityCounters) -> None:
+def update_refs(repo, updates: Sequence[RefUpdate], counters: durable.DurabilityCounters,
+                fence_token: int | None = None) -> None:
     # Last: a ref may only name objects that are durably installed (all-or-nothing compare-and-swap).
     if updates:
-        repo.refs.update(updates, counters)
+        repo.refs.update(updates, counters, fence_token=fence_token)
 
 
 # --------------------------------------------------------------------------------------

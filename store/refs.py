@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import durable
-from .errors import CorruptObjectError, InvalidInputError, RefUpdateError
+from .errors import CorruptObjectError, InvalidInputError, LockLostError, RefUpdateError
 from .faults import fault_point
 from .objects import HEX_RE, ZERO_OID
 
@@ -22,6 +22,8 @@ MAX_SYMREF_DEPTH = 5
 #: A ref lock older than this was left by a writer that died (a ref update holds its
 #: locks for milliseconds); the next writer removes it instead of failing forever.
 STALE_REF_LOCK_SECONDS = 600.0
+#: The highest fencing token that has moved refs in this repository (see RefStore.update).
+FENCE_FILE = "packyard/fence"
 
 
 @dataclass(frozen=True)
@@ -130,13 +132,21 @@ class RefStore:
 
     # -- updating ----------------------------------------------------------
     def update(self, updates: Sequence[RefUpdate] | Iterable[RefUpdate],
-               counters: durable.DurabilityCounters | None = None) -> None:
+               counters: durable.DurabilityCounters | None = None, *, fence_token: int | None = None) -> None:
         """All-or-nothing compare-and-swap of several refs.
 
         Steps: lock every ref (``<ref>.lock``, O_EXCL), check every old value,
         write and flush the new values into the lock files, rename them over
         the refs, fsync the refs' directories. On any failure before the
         renames, every lock file is removed and no ref changed.
+
+        ``fence_token`` (the writer's repository lease token) makes the storage itself
+        refuse a stale writer: under ``packyard/fence.lock`` the token must be at least
+        the highest one that already moved refs here (``packyard/fence``), else
+        LockLostError and nothing changes; a higher token is recorded durably before
+        any ref moves. A lease holder that stalled past its TTL, after a later holder
+        (larger token) moved refs, is refused even though its own lease check passed.
+        Without a token (an operator's in-process command) nothing is checked.
         """
         updates = list(updates)
         if not updates:
@@ -148,6 +158,38 @@ class RefStore:
             check_ref_name(u.name)
             if len(u.new) != 20 or u.new == ZERO_OID:
                 raise InvalidInputError(f"invalid new value for {u.name}")
+        if fence_token is None:
+            self._update(updates, counters)
+            return
+        fence = self.git_dir / FENCE_FILE
+        fence_lock = self._lock_file(fence, "the fencing token")
+        try:
+            recorded = self.fence_token()
+            if fence_token < recorded:
+                raise LockLostError(f"stale fencing token {fence_token}: refs here were already moved under "
+                                    f"token {recorded} (a later lease holder); refusing to update {updates[0].name}",
+                                    path=fence)
+            if fence_token > recorded:
+                durable.write_file_durably(fence, b"%d\n" % fence_token, counters=counters)
+            self._update(updates, counters)
+        finally:
+            fence_lock.unlink(missing_ok=True)
+
+    def fence_token(self) -> int:
+        """The highest fencing token that has moved refs here (0: none yet)."""
+        try:
+            text = (self.git_dir / FENCE_FILE).read_text().strip()
+        except FileNotFoundError:
+            return 0
+        try:
+            return int(text)
+        except ValueError as err:
+            raise CorruptObjectError(f"fencing-token file holds {text[:40]!r}, not a number",
+                                     path=self.git_dir / FENCE_FILE) from err
+
+    def _update(self, updates: list[RefUpdate], counters: durable.DurabilityCounters | None) -> None:
+        """The CAS itself, on validated updates (see ``update``)."""
+        names = [u.name for u in updates]
         locks: list[Path] = []
         renamed = 0
         try:
@@ -171,7 +213,10 @@ class RefStore:
             durable.fsync_dir(directory, counters)
 
     def _lock_ref(self, name: str) -> Path:
-        path = self.git_dir / name
+        return self._lock_file(self.git_dir / name, f"ref {name}")
+
+    def _lock_file(self, path: Path, what: str) -> Path:
+        """``<path>.lock`` by O_EXCL (a dead writer's lock older than stale_lock_seconds is broken once)."""
         lock = path.with_name(path.name + ".lock")
         for _attempt in range(2):
             try:
@@ -180,9 +225,9 @@ class RefStore:
             except FileExistsError:
                 if _attempt == 0 and self._remove_lock_if_stale(lock):
                     continue
-                raise RefUpdateError(f"ref {name} is locked by another writer", path=lock) from None
+                raise RefUpdateError(f"{what} is locked by another writer", path=lock) from None
             except (NotADirectoryError, IsADirectoryError) as err:
-                raise RefUpdateError(f"ref {name} conflicts with an existing ref", path=path) from err
+                raise RefUpdateError(f"{what} conflicts with an existing ref", path=path) from err
             os.close(fd)
             return lock
         raise AssertionError("unreachable")

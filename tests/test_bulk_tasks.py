@@ -48,8 +48,10 @@ def test_import_tree_task(tmp_path, celery_worker, celery_app, pk):
     for key in BATCH_COUNTERS:
         assert key in job.counters, key
     assert job.counters["files"] == 40 and job.counters["objects_written"] == 40 + 5 + 1
-    assert job.counters["renames"] == 46 + 1          # objects + the ref
+    # objects + the ref + packyard/fence (the lease's token, recorded by the first fenced ref update here)
+    assert job.counters["renames"] == 46 + 1 + 1
     assert git("rev-parse", "main", git_dir=repo).strip().decode() == value["commit"]
+    assert int((repo / "packyard" / "fence").read_text()) >= 1
     assert git("rev-parse", "main^", git_dir=repo).strip().decode() == old
     fsck(repo)
 

@@ -300,6 +300,43 @@ def test_stale_ref_lock_from_a_dead_writer_is_broken(mixed_repo):
     assert repo.refs.stale_locks_removed == 1
 
 
+def test_fencing_token_is_enforced_by_the_ref_store(mixed_repo):
+    """The storage refuses a stale lease holder: a token older than one that already moved refs here."""
+    from store.errors import LockLostError
+
+    repo = Repository.open(mixed_repo)
+    main = repo.refs.read("refs/heads/main")
+    parent = bytes.fromhex(git("rev-parse", "main~1", git_dir=mixed_repo).decode().strip())
+    assert repo.refs.fence_token() == 0
+    repo.refs.update([RefUpdate("refs/heads/a", None, main)], fence_token=5)
+    repo.refs.update([RefUpdate("refs/heads/b", None, main)], fence_token=7)
+    repo.refs.update([RefUpdate("refs/heads/b", main, parent)], fence_token=7)     # same holder again: fine
+    assert repo.refs.fence_token() == 7
+    assert (mixed_repo / "packyard" / "fence").read_text() == "7\n"
+    before = snapshot_tree(mixed_repo)
+    with pytest.raises(LockLostError, match="stale fencing token 6.*token 7"):
+        repo.refs.update([RefUpdate("refs/heads/a", main, parent), RefUpdate("refs/heads/c", None, main)],
+                         fence_token=6)
+    assert snapshot_tree(mixed_repo) == before, "a refused update changes nothing, leaves no lock"
+    repo.refs.update([RefUpdate("refs/heads/c", None, main)])    # no token (operator command): not checked
+    assert repo.refs.fence_token() == 7
+    # A live writer's fence lock is respected; a dead one's (an hour old) is broken once.
+    lock = mixed_repo / "packyard" / "fence.lock"
+    lock.write_text("")
+    with pytest.raises(RefUpdateError, match="fencing token is locked"):
+        repo.refs.update([RefUpdate("refs/heads/d", None, main)], fence_token=8)
+    old = lock.stat().st_mtime - 3600
+    os.utime(lock, (old, old))
+    repo.refs.update([RefUpdate("refs/heads/d", None, main)], fence_token=8)
+    assert repo.refs.fence_token() == 8 and not lock.exists()
+    (mixed_repo / "packyard" / "fence").chmod(0o644)
+    (mixed_repo / "packyard" / "fence").write_text("garbage\n")
+    with pytest.raises(CorruptObjectError, match="fencing-token file"):
+        repo.refs.update([RefUpdate("refs/heads/e", None, main)], fence_token=9)
+    assert not lock.exists()
+    subprocess.run(["git", "--git-dir", str(mixed_repo), "fsck", "--full", "--strict"], check=True)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
 def test_unreadable_repository_path(tmp_path):
     # root reads everything; the check runs as nobody in a child process

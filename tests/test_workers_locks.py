@@ -137,3 +137,39 @@ def test_lock_events_recorded_in_database(redis_client, tmp_path, sqlite_url):
         (LockEventKind.ACQUIRED, lease.token, "task-123"), (LockEventKind.RENEWED, lease.token, "task-123"),
         (LockEventKind.RELEASED, lease.token, "task-123")]
     assert {p for _, p in rows} == {str(repo.resolve())}
+
+
+def test_stalled_holder_is_refused_by_the_storage(redis_client, tmp_path):
+    """The classic fencing case with real tokens: holder A passes its lease check, stalls past its
+    TTL, holder B takes the lease and imports; when A resumes its ref update, the repository
+    refuses A's older token -- A's own check can no longer help, the storage must."""
+    from gitutil import git, make_worktree_repo, snapshot_tree
+    from store import Repository
+    from store.importtree import Identity, import_tree
+
+    repo_path = make_worktree_repo(tmp_path / "r")
+    src_a, src_b = tmp_path / "a", tmp_path / "b"
+    for d in (src_a, src_b):
+        d.mkdir()
+        (d / "who.txt").write_text(f"{d.name}\n")
+    lease_a = try_acquire(redis_client, str(repo_path), ttl=0.3)
+    assert lease_a is not None
+    lease_a.check()                                  # A checks ... and stalls
+    time.sleep(0.5)
+    lease_b = try_acquire(redis_client, str(repo_path), ttl=10)
+    assert lease_b is not None and lease_b.token > lease_a.token
+    who = Identity(name="T", email="t@example.com", when=1700000000)
+    res_b = import_tree(Repository.open(repo_path), "refs/heads/main", src_b, author=who,
+                        fence=lease_b.check, fence_token=lease_b.token)
+    lease_b.release()
+    before = snapshot_tree(repo_path)
+    with pytest.raises(LockLostError, match=f"stale fencing token {lease_a.token}"):
+        # A resumes after its check: only the token it carries can stop it now.
+        import_tree(Repository.open(repo_path), "refs/heads/main", src_a, author=who, fence_token=lease_a.token)
+    assert git("rev-parse", "refs/heads/main", git_dir=repo_path).decode().strip() == res_b.commit.hex()
+    def refs_and_fence(snap: dict) -> dict:
+        return {k: v for k, v in snap.items() if str(k).startswith(("refs", "packed-refs", "packyard/fence"))}
+
+    assert refs_and_fence(snapshot_tree(repo_path)) == refs_and_fence(before), "no ref or fence file changed"
+    assert any(str(k).startswith("refs/heads/main") for k in before)
+    git("fsck", "--full", git_dir=repo_path)

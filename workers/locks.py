@@ -9,8 +9,10 @@ expired can never extend or delete its successor's lease.
 
 A lease can be lost (the process stalled past the TTL, Redis restarted):
 :meth:`Lease.check` raises :class:`store.errors.LockLostError` when the key no
-longer holds our value, and every write that must be fenced carries ``lease.token``
-(a later holder has a larger token, so storage can refuse stale writers).
+longer holds our value, and every write that must be fenced carries ``lease.token``:
+a later holder has a larger token, and the ref store refuses an older one than it has
+already seen (``RefStore.update(fence_token=...)``), which closes the window between a
+holder's last check and its write.
 
     with repo_lock(redis_client(settings), repo_path, ttl=60, job_id=task_id) as lease:
         ...  # lease.check() before each publishing step; lease.renew() on long work

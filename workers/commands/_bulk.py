@@ -34,6 +34,9 @@ def parse_ref_updates(items: Iterable[dict[str, Any]] | None) -> list[RefUpdate]
     return updates
 
 
-def fence_for(lease: Any):  # type: ignore[no-untyped-def]
-    """A batch fence from a repo lease: raise LockLostError if the lease was lost before publishing."""
-    return None if lease is None else lease.check
+def fence_options(lease: Any) -> dict[str, Any]:
+    """Batch options from a repo lease: ``fence`` raises LockLostError if the lease was lost before
+    publishing; ``fence_token`` lets the storage refuse the ref update if a later holder moved refs."""
+    if lease is None:
+        return {}
+    return {"fence": lease.check, "fence_token": lease.token}

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from store.importtree import Identity, import_tree as store_import_tree
 from store.repo import Repository
-from workers.commands._bulk import fence_for, flat_counters
+from workers.commands._bulk import fence_options, flat_counters
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -20,7 +20,7 @@ def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str 
     r = Repository.open(repo)
     res = store_import_tree(r, ref, source, message=message,
                             author=Identity(author_name, author_email, author_time),
-                            progress=progress, fence=fence_for(lease))
+                            progress=progress, **fence_options(lease))
     return {"repo": str(r.path), "ref": ref, "commit": res.commit.hex(), "tree": res.tree.hex(),
             "parent": res.parent.hex() if res.parent else None,
             "counters": {"files": res.files, "trees": res.trees, **flat_counters(res.counters)}}

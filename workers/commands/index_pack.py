@@ -65,7 +65,7 @@ def index_pack(repo: str | Path, pack: str | Path, *, fix_thin: bool = False, st
         with (lock() if lock is not None else nullcontext()) as lease:
             if lease is not None and hasattr(lease, "check"):
                 lease.check()  # fencing: publish only while the lease is still ours
-            result = incoming.commit(updates)
+            result = incoming.commit(updates, fence_token=getattr(lease, "token", None))
     return {"repo": str(r.path), "pack": result.pack_name, "checksum": result.checksum,
             "outcome": result.outcome.value, "keep": str(result.keep_path) if result.keep_path else None,
             "refs_updated": list(result.refs_updated), "counters": counters_of(result)}

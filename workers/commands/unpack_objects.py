@@ -7,7 +7,7 @@ from typing import Any, Callable
 from store.errors import InvalidInputError
 from store.repo import Repository
 from store.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
-from workers.commands._bulk import fence_for, flat_counters, parse_ref_updates
+from workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -22,6 +22,6 @@ def unpack_objects(repo: str | Path, pack_path: str | Path, *, ref_updates: list
     except OSError as err:
         raise InvalidInputError(f"cannot read pack: {err.strerror}", path=str(pack_path)) from err
     res = store_unpack(r, data, ref_updates=parse_ref_updates(ref_updates), where=str(pack_path),
-                       max_objects=max_objects, progress=progress, fence=fence_for(lease))
+                       max_objects=max_objects, progress=progress, **fence_options(lease))
     return {"repo": str(r.path), "pack": str(pack_path),
             "counters": {"objects": res.objects, "deltas": res.deltas, **flat_counters(res.counters)}}

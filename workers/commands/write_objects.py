@@ -9,7 +9,7 @@ from typing import Any, Callable
 from store.bulk import write_objects as store_write_objects
 from store.errors import InvalidInputError
 from store.repo import Repository
-from workers.commands._bulk import fence_for, flat_counters, parse_ref_updates
+from workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -32,7 +32,7 @@ def write_objects(repo: str | Path, objects: list[dict[str, Any]], *, ref_update
     """Write the objects (validated first; existing ones skipped and freshened), then ``ref_updates``."""
     r = Repository.open(repo)
     results, res = store_write_objects(r, decode_objects(objects), ref_updates=parse_ref_updates(ref_updates),
-                                       progress=progress, fence=fence_for(lease))
+                                       progress=progress, **fence_options(lease))
     return {"repo": str(r.path), "oids": [oid.hex() for oid, _ in results],
             "results": [result.value for _, result in results],
             "counters": flat_counters(res.counters)}

@@ -32,7 +32,8 @@ Layers
   - ``self.progress(phase, done, total)`` → ``update_state("PROGRESS", {phase, done, total})``
     at most every 0.5 s per phase, which Flower and dashboards show.
   - ``self.repo_lock(repo)`` → the repository lease (:mod:`workers.locks`) with the configured TTL,
-    renewed in the background; events go to ``lock_events``; ``lease.token`` is the fencing token;
+    renewed in the background; events go to ``lock_events``; ``lease.token`` is the fencing token
+    (commands pass it to their ref updates, and the ref store refuses a token older than one it saw);
     ``lease.check()`` raises LockLostError (→ retry). A repository locked for more than 30 s
     retries the job later.
   - ``self.record_race(kind, repo, **detail)`` → a ``race_events`` row (and a warning log line).
