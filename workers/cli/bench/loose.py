@@ -16,6 +16,7 @@ The two trees must be identical (checked). Wall times alternate git/packyard per
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -77,6 +78,16 @@ def packyard_cmd(repo: Path, src: Path) -> list[str]:
     # The installed `packyard` command, as a user runs it (start-up included).
     return packyard_entry() + ["import", "--repo", str(repo), "--ref", "refs/heads/main", "--json", "--no-progress",
                                str(src)]
+
+
+def phase_summary(counters: dict, wall: float) -> str:
+    """packyard's own phase times (ms) from its job counters; 'other' is start-up, imports, exit."""
+    ms = {k.removeprefix("elapsed_us_"): v / 1000 for k, v in counters.items() if k.startswith("elapsed_us_")}
+    shown = [("scan", "scan"), ("collect", "write"), ("barrier_flush", "barrier"), ("publish_renames", "renames"),
+             ("fsync_dirs", "dir sync"), ("update_refs", "ref")]
+    parts = [f"{label} {ms.get(key, 0):.0f}" for key, label in shown]
+    other = wall * 1000 - sum(ms.values())
+    return "ms: " + ", ".join(parts) + f", other {other:.0f}"
 
 
 def fresh_git(base: Path, tag: str) -> dict[str, str]:
@@ -163,10 +174,11 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
                     repo = fresh_packyard(root, f"t{i}")
                     os.sync()
                     t, out = timed(packyard_cmd(repo, src), env_py, root)
-                    import json
-                    py_tree = json.loads(out)["tree"]
+                    result = json.loads(out)
+                    py_tree = result["tree"]
                     py_times.append(t)
-            print(f"  round {i + 1}: git {git_times[-1]:.3f}s  packyard {py_times[-1]:.3f}s", flush=True)
+                    phases = phase_summary(result["counters"], t)
+            print(f"  round {i + 1}: git {git_times[-1]:.3f}s  packyard {py_times[-1]:.3f}s  ({phases})", flush=True)
         if git_tree != py_tree:
             print(f"packyard bench loose: trees differ! git {git_tree} packyard {py_tree}", file=sys.stderr)
             return 1
