@@ -24,6 +24,7 @@ MAX_SYMREF_DEPTH = 5
 STALE_REF_LOCK_SECONDS = 600.0
 #: The highest fencing token that has moved refs in this repository (see RefStore.update).
 FENCE_FILE = "packyard/fence"
+FENCE_LOCK_WAIT = 2.0   # seconds
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,9 @@ class RefStore:
             self._update(updates, counters)
             return
         fence = self.git_dir / FENCE_FILE
-        fence_lock = self._lock_file(fence, "the fencing token")
+        # Held for milliseconds by the one other writer that can want it (a stale lease holder):
+        # wait for it briefly rather than failing a legitimate job.
+        fence_lock = self._lock_file(fence, "the fencing token", wait=FENCE_LOCK_WAIT)
         try:
             recorded = self.fence_token()
             if fence_token < recorded:
@@ -215,22 +218,28 @@ class RefStore:
     def _lock_ref(self, name: str) -> Path:
         return self._lock_file(self.git_dir / name, f"ref {name}")
 
-    def _lock_file(self, path: Path, what: str) -> Path:
-        """``<path>.lock`` by O_EXCL (a dead writer's lock older than stale_lock_seconds is broken once)."""
+    def _lock_file(self, path: Path, what: str, wait: float = 0.0) -> Path:
+        """``<path>.lock`` by O_EXCL, retried for up to ``wait`` seconds (a dead writer's lock older
+        than stale_lock_seconds is broken once)."""
         lock = path.with_name(path.name + ".lock")
-        for _attempt in range(2):
+        deadline = time.monotonic() + wait
+        broke_stale = False
+        while True:
             try:
                 lock.parent.mkdir(parents=True, exist_ok=True)
                 fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             except FileExistsError:
-                if _attempt == 0 and self._remove_lock_if_stale(lock):
+                if not broke_stale and self._remove_lock_if_stale(lock):
+                    broke_stale = True
+                    continue
+                if time.monotonic() < deadline:
+                    time.sleep(0.01)
                     continue
                 raise RefUpdateError(f"{what} is locked by another writer", path=lock) from None
             except (NotADirectoryError, IsADirectoryError) as err:
                 raise RefUpdateError(f"{what} conflicts with an existing ref", path=path) from err
             os.close(fd)
             return lock
-        raise AssertionError("unreachable")
 
     def _remove_lock_if_stale(self, lock: Path) -> bool:
         """Remove a lock a dead writer left behind (older than ``stale_lock_seconds``)."""

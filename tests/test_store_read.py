@@ -325,6 +325,10 @@ def test_fencing_token_is_enforced_by_the_ref_store(mixed_repo):
     lock.write_text("")
     with pytest.raises(RefUpdateError, match="fencing token is locked"):
         repo.refs.update([RefUpdate("refs/heads/d", None, main)], fence_token=8)
+    import threading
+    threading.Timer(0.3, lock.unlink).start()           # a writer that holds it briefly: waited for
+    repo.refs.update([RefUpdate("refs/heads/d0", None, main)], fence_token=8)
+    lock.write_text("")
     old = lock.stat().st_mtime - 3600
     os.utime(lock, (old, old))
     repo.refs.update([RefUpdate("refs/heads/d", None, main)], fence_token=8)
