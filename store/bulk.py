@@ -380,16 +380,7 @@ class LooseBatch:
     def _stream_tmp(self, oid: bytes, header: bytes, fd: int, size: int, where: str,
                     progress: Progress | None) -> None:
         """Pass 2 of ``add_file``: re-hash + compress into the tmp file; queue it only if the hash still matches."""
-        hexid = oid.hex()
-        fanout, dfd = self._fanout_dir(hexid)
-        self._n += 1
-        pending = _Pending(oid, self._tmp_prefix + str(self._n), hexid[2:], fanout, False)
-        try:
-            out = os.open(pending.tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444,
-                          dir_fd=dfd)
-        except OSError as err:
-            raise WriteFailedError(f"cannot create temp file: {err.strerror}", errno=err.errno,
-                                   path=pending.tmp, oid=oid) from err
+        pending, out = self._create_tmp(oid)
         written = 0
         started = False
         try:
@@ -418,8 +409,7 @@ class LooseBatch:
             raise
         pending.writeout_started = started
         # Queued only now: a file that changed mid-pass leaves no pending entry (and no tmp file).
-        self._pending.append(pending)
-        self._account(written, started)
+        self._queue(pending, written)
 
     def _skip_if_exists(self, oid: bytes) -> WriteResult:
         """git's check-and-freshen, answered from the batch-start snapshot.
@@ -481,16 +471,8 @@ class LooseBatch:
 
         The per-object hot path of every bulk write (one function: each call costs
         ~1% of a 10,000-object batch)."""
-        hexid = oid.hex()
-        fanout, dfd = self._fanout_dir(hexid)
-        self._n += 1
-        p = _Pending(oid, self._tmp_prefix + str(self._n), hexid[2:], fanout, False)
         payload = zlib.compress(header + data, LOOSE_COMPRESSION)
-        try:
-            fd = os.open(p.tmp_name, _TMP_FLAGS, 0o444, dir_fd=dfd)
-        except OSError as err:
-            raise WriteFailedError(f"cannot create temp file: {err.strerror}", errno=err.errno,
-                                   path=p.tmp, oid=oid) from err
+        p, fd = self._create_tmp(oid)
         try:
             try:
                 n = os.write(fd, payload)
@@ -510,8 +492,24 @@ class LooseBatch:
         except BaseException:
             _unlink_quiet(p.tmp)
             raise
+        self._queue(p, len(payload))
+
+    def _create_tmp(self, oid: bytes) -> tuple[_Pending, int]:
+        """Name the object's next tmp file in its own fan-out dir and create it (O_EXCL); the caller writes it."""
+        hexid = oid.hex()
+        fanout, dfd = self._fanout_dir(hexid)
+        self._n += 1
+        p = _Pending(oid, self._tmp_prefix + str(self._n), hexid[2:], fanout, False)
+        try:
+            return p, os.open(p.tmp_name, _TMP_FLAGS, 0o444, dir_fd=dfd)
+        except OSError as err:
+            raise WriteFailedError(f"cannot create temp file: {err.strerror}", errno=err.errno,
+                                   path=p.tmp, oid=oid) from err
+
+    def _queue(self, p: _Pending, written: int) -> None:
+        """A complete tmp file joins the renames (only complete ones: a failed write left none)."""
         self._pending.append(p)
-        self._account(len(payload), p.writeout_started)
+        self._account(written, p.writeout_started)
 
     def _account(self, written: int, started: bool) -> None:
         self.counters.bytes_written += written
