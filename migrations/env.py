@@ -1,6 +1,6 @@
 """Alembic environment: the database URL comes from packyard's Settings.
 
-``workers.records.upgrade_database(settings)`` passes the URL in
+``packyard.workers.records.upgrade_database(settings)`` passes the URL in
 ``config.attributes["database_url"]``; the plain ``alembic`` command falls back
 to ``PACKYARD_DATABASE_URL`` / the embedded SQLite default via Settings.
 """
@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from workers.records.db import make_engine
-from workers.records.models import Base
-from workers.settings import Settings
+from packyard.workers.records.db import make_engine
+from packyard.workers.records.models import Base
+from packyard.workers.settings import Settings
 
 config = context.config
 target_metadata = Base.metadata

@@ -1,9 +1,9 @@
 """packyard's object-store engine: plain Python over git's on-disk formats.
 
 No Celery, Redis or SQL here. Format code works on bytes and files; the
-:class:`~store.repo.Repository` front delegates to an
-:class:`~store.objdir.ObjectDirectory` (loose objects + pack directory) and a
-:class:`~store.refs.RefStore`.
+:class:`~packyard.store.repo.Repository` front delegates to an
+:class:`~packyard.store.objdir.ObjectDirectory` (loose objects + pack directory) and a
+:class:`~packyard.store.refs.RefStore`.
 """
 from .errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                      LockLostError, NotARepositoryError, ObjectMissingError, PackFormatError,

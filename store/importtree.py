@@ -1,7 +1,7 @@
 """Import a directory or a tar archive as one commit: blobs, trees, commit, then the ref (CAS).
 
 The "tar -xf; git add .; git commit" case from seed 001_b60f0a0927ea1ee2.txt,
-written through one :class:`store.bulk.LooseBatch` (one durable flush, renames
+written through one :class:`packyard.store.bulk.LooseBatch` (one durable flush, renames
 at the end, ref last).
 
 Everything is validated before the first object is written: names git cannot

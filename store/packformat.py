@@ -1,7 +1,7 @@
 """The pack format's byte-level pieces, decoded in one place.
 
-Readers of ``.pack`` data (the read path in :mod:`store.packdir`, index-pack in
-:mod:`store.indexpack`, unpack-objects in :mod:`store.unpack`) all decode the
+Readers of ``.pack`` data (the read path in :mod:`packyard.store.packdir`, index-pack in
+:mod:`packyard.store.indexpack`, unpack-objects in :mod:`packyard.store.unpack`) all decode the
 same three things; they live here so that every reader applies the same bounds
 and names the same offsets in its errors:
 

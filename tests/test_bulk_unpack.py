@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from gitutil import batch_check_all, git, repo_from_corpus, snapshot_tree
-from store import RefUpdate, Repository
-from store.errors import LimitExceededError, PackFormatError
-from store.unpack import parse_pack, unpack_objects
+from packyard.store import RefUpdate, Repository
+from packyard.store.errors import LimitExceededError, PackFormatError
+from packyard.store.unpack import parse_pack, unpack_objects
 
 N_BACK = 15
 

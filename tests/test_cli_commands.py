@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from gitutil import batch_check_all, git, make_worktree_repo, snapshot_tree
-from workers.cli import build_parser
+from packyard.workers.cli import build_parser
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -36,7 +36,7 @@ def test_every_subcommand_has_help(argv, capsys):
 
 def test_command_table_names_every_registered_command():
     """main() builds only the asked-for command from COMMANDS: the table must match what registers."""
-    from workers.cli import COMMANDS as TABLE
+    from packyard.workers.cli import COMMANDS as TABLE
     assert set(TABLE) == set(COMMANDS)
     for name in TABLE:
         assert list(_subcommands(build_parser(only=name))) == [name]

@@ -56,7 +56,7 @@ def test_every_command_is_a_real_packyard_subcommand():
 
 
 def test_environment_names_match_settings():
-    from workers import settings
+    from packyard.workers import settings
 
     text = Path(settings.__file__).read_text()
     for name, svc in _packyard_services(load()):

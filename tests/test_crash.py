@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from gitutil import ROOT, git
-from store import RefUpdateError, Repository
-from store.importtree import Identity, import_tree
+from packyard.store import RefUpdateError, Repository
+from packyard.store.importtree import Identity, import_tree
 
 pytestmark = pytest.mark.slow
 
@@ -36,11 +36,11 @@ N_FILES = 24
 CHILD = r"""
 import os, sys
 sys.path.insert(0, sys.argv[1])
-from store import Repository
-from store.importtree import Identity, import_tree
+from packyard.store import Repository
+from packyard.store.importtree import Identity, import_tree
 if os.environ.get("PACKYARD_TEST_EARLY_FLUSH_EVERY"):   # background syncfs threads in flight when killed
-    import store.bulk
-    store.bulk.EARLY_FLUSH_EVERY = int(os.environ["PACKYARD_TEST_EARLY_FLUSH_EVERY"])
+    import packyard.store.bulk
+    packyard.store.bulk.EARLY_FLUSH_EVERY = int(os.environ["PACKYARD_TEST_EARLY_FLUSH_EVERY"])
 ident = Identity(name="Crash Test", email="crash@example.com", when=1700000000)
 repo = Repository.open(sys.argv[2])
 print("ready", flush=True)

@@ -18,7 +18,7 @@ def _get(url: str):
 
 
 def test_flower_lists_finished_verify_repo(tmp_path, celery_worker, celery_app, pk):
-    from workers.cli.common import Child
+    from packyard.workers.cli.common import Child
 
     port = pk.free_port()
     log = open(tmp_path / "flower.log", "wb")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo, snapshot_tree
-from store import RefUpdateError, Repository
-from store.errors import InvalidInputError, WriteFailedError
-from store.importtree import Identity, import_tree
+from packyard.store import RefUpdateError, Repository
+from packyard.store.errors import InvalidInputError, WriteFailedError
+from packyard.store.importtree import Identity, import_tree
 
 WHEN = Identity(name="Imp Orter", email="imp@example.com", when=1700000000)
 
@@ -194,7 +194,7 @@ def test_tar_bad_members_rejected(tmp_path, repo_dir, members, match):
 
 
 def test_bad_names_rejected():
-    from store.importtree import check_entry_name
+    from packyard.store.importtree import check_entry_name
     for name in (b"", b"a\0b", b"a/b", b".git", b".Git", b".", b".."):
         with pytest.raises(InvalidInputError):
             check_entry_name(name, "x")
@@ -220,8 +220,8 @@ def test_unreadable_file_aborts_and_leaves_nothing(tmp_path):
     (src / "secret").chmod(0o000)
     script = (
         "import sys, os; sys.path.insert(0, %r)\n"
-        "from store import Repository\nfrom store.importtree import import_tree\n"
-        "from store.errors import InvalidInputError\n"
+        "from packyard.store import Repository\nfrom packyard.store.importtree import import_tree\n"
+        "from packyard.store.errors import InvalidInputError\n"
         "os.setgid(65534); os.setuid(65534)  # after imports: the interpreter may live under /root\n"
         "try:\n    import_tree(Repository.open(%r), 'refs/heads/main', %r)\n"
         "except InvalidInputError as e:\n    print('ERR', e); sys.exit(3)\n" % (str(ROOT), str(bare), str(src)))
@@ -299,8 +299,8 @@ def test_efbig_via_rlimit_fsize(tmp_path, repo_dir):
         "import sys, resource, signal; sys.path.insert(0, %r)\n"
         "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
         "resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))\n"
-        "from store import Repository\nfrom store.importtree import import_tree\n"
-        "from store.errors import WriteFailedError\n"
+        "from packyard.store import Repository\nfrom packyard.store.importtree import import_tree\n"
+        "from packyard.store.errors import WriteFailedError\n"
         "try:\n    import_tree(Repository.open(%r), 'refs/heads/main', %r)\n"
         "except WriteFailedError as e:\n    print('ERRNO', e.errno); sys.exit(3)\n"
         % (str(ROOT), str(repo_dir), str(big)))

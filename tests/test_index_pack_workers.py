@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from gitutil import CORPUS, ROOT, batch_check_all, git, snapshot_tree
-from store.errors import LockLostError
-from workers.commands.index_pack import index_pack
+from packyard.store.errors import LockLostError
+from packyard.workers.commands.index_pack import index_pack
 
 V1 = CORPUS / "git-v1.0.0.pack"
 V1_TIP = (CORPUS / "git-v1.0.0.refs").read_text().split()[0]
-PACKYARD = [sys.executable, "-c", "import sys; from workers.cli import main; sys.exit(main(sys.argv[1:]))"]
+PACKYARD = [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main(sys.argv[1:]))"]
 COUNTERS = ("objects", "deltas", "bytes", "thin_bases_added", "peak_rss", "elapsed_us_receive",
             "elapsed_us_resolve", "elapsed_us_index", "elapsed_us_install", "flushes", "renames", "dir_fsyncs")
 
@@ -36,7 +36,7 @@ def git_checksum(pack: Path, tmp: Path) -> str:
 
 
 def test_command_holds_lease_only_to_publish(tmp_path, redis_client):
-    from workers.locks import repo_lock
+    from packyard.workers.locks import repo_lock
 
     repo = bare(tmp_path / "r.git")
     events = []
@@ -57,7 +57,7 @@ def test_command_holds_lease_only_to_publish(tmp_path, redis_client):
 
 
 def test_command_lease_lost_before_publish_installs_nothing(tmp_path, redis_client):
-    from workers.locks import KEY_PREFIX, lock_name_for, repo_lock
+    from packyard.workers.locks import KEY_PREFIX, lock_name_for, repo_lock
 
     repo = bare(tmp_path / "r.git")
     before = snapshot_tree(repo)

@@ -10,30 +10,30 @@ TABLES = {"repositories", "jobs", "lock_events", "race_events"}
 
 
 def _tables(url):
-    from workers.records import get_engine
+    from packyard.workers.records import get_engine
 
     with get_engine(url).connect() as c:
         return set(inspect(c).get_table_names())
 
 
 def _diff(url):
-    from workers.records import Base, get_engine
+    from packyard.workers.records import Base, get_engine
 
     with get_engine(url).connect() as c:
         return compare_metadata(MigrationContext.configure(c), Base.metadata)
 
 
 def _revision(url):
-    from workers.records import get_engine
+    from packyard.workers.records import get_engine
 
     with get_engine(url).connect() as c:
         return MigrationContext.configure(c).get_current_revision()
 
 
 def _roundtrip(url):
-    from workers.records import JobState, downgrade_database, session_scope, upgrade_database
-    from workers.records.models import Job
-    from workers.records.recorder import record_finished, record_queued, record_started
+    from packyard.workers.records import JobState, downgrade_database, session_scope, upgrade_database
+    from packyard.workers.records.models import Job
+    from packyard.workers.records.recorder import record_finished, record_queued, record_started
 
     upgrade_database(url)
     assert TABLES <= _tables(url)

@@ -10,10 +10,10 @@ import pytest
 
 from gitutil import (CORPUS, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus,
                      snapshot_tree)
-from store import (CorruptObjectError, InvalidInputError, Location, NotARepositoryError,
+from packyard.store import (CorruptObjectError, InvalidInputError, Location, NotARepositoryError,
                    ObjectMissingError, PackFormatError, RefUpdate, RefUpdateError, Repository)
-from store.objects import ObjectType, hash_object
-from store.verify import verify_repository
+from packyard.store.objects import ObjectType, hash_object
+from packyard.store.verify import verify_repository
 
 
 def read_all_headers(path) -> dict[str, tuple[str, int]]:
@@ -302,7 +302,7 @@ def test_stale_ref_lock_from_a_dead_writer_is_broken(mixed_repo):
 
 def test_fencing_token_is_enforced_by_the_ref_store(mixed_repo):
     """The storage refuses a stale lease holder: a token older than one that already moved refs here."""
-    from store.errors import LockLostError
+    from packyard.store.errors import LockLostError
 
     repo = Repository.open(mixed_repo)
     main = repo.refs.read("refs/heads/main")
@@ -344,7 +344,7 @@ def test_fencing_token_is_enforced_by_the_ref_store(mixed_repo):
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
 def test_unreadable_repository_path(tmp_path):
     # root reads everything; the check runs as nobody in a child process
-    code = ("import sys; from store import Repository, NotARepositoryError\n"
+    code = ("import sys; from packyard.store import Repository, NotARepositoryError\n"
             "try:\n    Repository.open(sys.argv[1])\nexcept NotARepositoryError as e:\n"
             "    print(e); sys.exit(0)\nsys.exit(1)")
     locked = tmp_path / "locked"

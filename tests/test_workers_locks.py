@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from store.errors import LockLostError
-from workers.locks import (FENCE_PREFIX, KEY_PREFIX, LockTimeout, acquire, db_event_recorder, repo_lock,
+from packyard.store.errors import LockLostError
+from packyard.workers.locks import (FENCE_PREFIX, KEY_PREFIX, LockTimeout, acquire, db_event_recorder, repo_lock,
                            try_acquire)
-from workers.records.models import LockEventKind
+from packyard.workers.records.models import LockEventKind
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_fencing_tokens_are_monotonic_across_expiry_and_release(redis_client, tm
 def test_lock_events_recorded_in_database(redis_client, tmp_path, sqlite_url):
     from sqlalchemy import select
 
-    from workers.records import LockEvent, Repository, session_scope, upgrade_database
+    from packyard.workers.records import LockEvent, Repository, session_scope, upgrade_database
 
     upgrade_database(sqlite_url)
     repo = tmp_path / "r.git"
@@ -144,8 +144,8 @@ def test_stalled_holder_is_refused_by_the_storage(redis_client, tmp_path):
     TTL, holder B takes the lease and imports; when A resumes its ref update, the repository
     refuses A's older token -- A's own check can no longer help, the storage must."""
     from gitutil import git, make_worktree_repo, snapshot_tree
-    from store import Repository
-    from store.importtree import Identity, import_tree
+    from packyard.store import Repository
+    from packyard.store.importtree import Identity, import_tree
 
     repo_path = make_worktree_repo(tmp_path / "r")
     src_a, src_b = tmp_path / "a", tmp_path / "b"

@@ -46,7 +46,7 @@ class Outage:
 
 @pytest.fixture
 def pg_worker(tmp_path, postgres_url, redis_server, settings, pk, monkeypatch):
-    from workers.records import upgrade_database
+    from packyard.workers.records import upgrade_database
 
     upgrade_database(postgres_url)
     monkeypatch.setenv("PACKYARD_DATABASE_URL", postgres_url)
@@ -64,7 +64,7 @@ def pg_worker(tmp_path, postgres_url, redis_server, settings, pk, monkeypatch):
 
 
 def _job(url: str, task_id: str) -> Any:
-    from workers.records import Job, session_scope
+    from packyard.workers.records import Job, session_scope
 
     with session_scope(url) as s:
         return s.scalar(select(Job).where(Job.task_id == task_id))
@@ -118,8 +118,8 @@ def test_outage_at_finish_is_recorded_when_the_database_returns(tmp_path, pg_wor
     finished = [e for e in _events(worker, "job.finished") if e.get("job_id") == res.id]
     assert len(finished) == 1 and finished[0]["state"] == "SUCCESS"
     # The lease's release event could not be recorded: logged, not raised, and the lease is free.
-    from workers.locks import redis_client, try_acquire
-    from workers.settings import get_settings
+    from packyard.workers.locks import redis_client, try_acquire
+    from packyard.workers.settings import get_settings
 
     assert _events(worker, "lock.event_record_failed")
     again = try_acquire(redis_client(get_settings()), str(repo), 5.0, None, None)

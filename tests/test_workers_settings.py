@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workers.settings import Settings
+from packyard.workers.settings import Settings
 
 
 def test_defaults_are_embedded_under_the_state_dir(tmp_path, monkeypatch):
@@ -58,7 +58,7 @@ def test_bad_values_name_the_variable(name, value):
 
 
 def test_embedded_redis_start_reuse_stop():
-    from workers.embedded import EmbeddedRedis
+    from packyard.workers.embedded import EmbeddedRedis
 
     state = Path(tempfile.mkdtemp(prefix="pke-", dir="/tmp"))
     try:
@@ -88,14 +88,14 @@ def test_embedded_redis_start_reuse_stop():
 
 
 def test_socket_path_too_long_is_refused(tmp_path):
-    from workers.embedded import EmbeddedRedis, EmbeddedRedisError
+    from packyard.workers.embedded import EmbeddedRedis, EmbeddedRedisError
 
     with pytest.raises(EmbeddedRedisError, match="too long"):
         EmbeddedRedis(tmp_path / ("x" * 120)).start()
 
 
 def _log_through(stream, fmt):
-    from workers import logging as plog
+    from packyard.workers import logging as plog
 
     root = logging.getLogger()
     saved = root.handlers[:], root.level

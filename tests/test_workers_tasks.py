@@ -37,7 +37,7 @@ def test_store_error_fails_without_retry(celery_worker, celery_app, pk, tmp_path
 
 
 def test_progress_is_visible_and_lease_events_recorded(celery_worker, celery_app, pk, tmp_path):
-    from workers.records import LockEvent, LockEventKind, session_scope
+    from packyard.workers.records import LockEvent, LockEventKind, session_scope
 
     res = celery_app.send_task("packyard.test_slow", kwargs={"repo": str(tmp_path), "steps": 20})
     seen = []
@@ -57,7 +57,7 @@ def test_progress_is_visible_and_lease_events_recorded(celery_worker, celery_app
 
 
 def test_busy_repository_is_retried_until_the_lease_is_free(celery_worker, celery_app, pk, tmp_path, redis_client):
-    from workers.locks import try_acquire
+    from packyard.workers.locks import try_acquire
 
     repo = tmp_path / "busy.git"
     held = try_acquire(redis_client, repo, ttl=30, job_id="someone-else")
@@ -72,7 +72,7 @@ def test_busy_repository_is_retried_until_the_lease_is_free(celery_worker, celer
 
 
 def test_race_event_recorded_by_worker(celery_worker, celery_app, pk, tmp_path):
-    from workers.records import RaceEvent, Repository, session_scope
+    from packyard.workers.records import RaceEvent, Repository, session_scope
 
     res = celery_app.send_task("packyard.test_race", kwargs={"repo": str(tmp_path)})
     res.get(timeout=60)

@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from gitutil import batch_check_all, git, make_worktree_repo, snapshot_tree
-from store.objects import ObjectType, hash_object
+from packyard.store.objects import ObjectType, hash_object
 
 TYPE_FIELD = {"commit": "commits", "tree": "trees", "blob": "blobs", "tag": "tags"}
 
@@ -47,7 +47,7 @@ def test_verify_repo_success_recorded_by_worker(tmp_path, celery_worker, celery_
     # The repository row exists and was marked verified.
     from sqlalchemy import select
 
-    from workers.records import Repository, session_scope
+    from packyard.workers.records import Repository, session_scope
 
     with session_scope(os.environ["PACKYARD_DATABASE_URL"]) as s:
         row = s.scalar(select(Repository).where(Repository.id == job.repo_id))
@@ -126,7 +126,7 @@ def test_worker_records_jobs_in_postgres(tmp_path, postgres_url, redis_server, s
 
     from sqlalchemy import select
 
-    from workers.records import Job, session_scope, upgrade_database
+    from packyard.workers.records import Job, session_scope, upgrade_database
 
     upgrade_database(postgres_url)
     monkeypatch.setenv("PACKYARD_DATABASE_URL", postgres_url)  # the publisher's queued row goes there too

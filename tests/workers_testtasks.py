@@ -8,17 +8,17 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from store.errors import CorruptObjectError, LockLostError
-from workers.app import app
-from workers.settings import get_settings
-from workers.tasks.base import PackyardTask
+from packyard.store.errors import CorruptObjectError, LockLostError
+from packyard.workers.app import app
+from packyard.workers.settings import get_settings
+from packyard.workers.tasks.base import PackyardTask
 
 Progress = Callable[[str, int, "int | None"], None]
 
 
 def flaky_command(repo: str, key: str, failures: int, *, progress: Progress | None = None) -> dict[str, Any]:
     """Raises LockLostError for the first ``failures`` attempts (counted in Redis), then succeeds."""
-    from workers.locks import redis_client
+    from packyard.workers.locks import redis_client
 
     attempts = int(redis_client(get_settings()).incr(key))
     if attempts <= failures:

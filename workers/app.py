@@ -1,6 +1,6 @@
-"""The Celery app, configured from :class:`workers.settings.Settings`.
+"""The Celery app, configured from :class:`packyard.workers.settings.Settings`.
 
-``celery -A workers.app worker`` (what ``packyard worker`` execs) finds ``app`` here.
+``celery -A packyard.workers.app worker`` (what ``packyard worker`` execs) finds ``app`` here.
 Broker and result backend are the same Redis; the pool is prefork; task events are
 on (Flower shows every task and its PROGRESS state); storage tasks ack late and are
 re-queued if their worker process dies (set on PackyardTask).
@@ -12,8 +12,8 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
-from workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
-from workers.settings import Settings, get_settings
+from packyard.workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
+from packyard.workers.settings import Settings, get_settings
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -54,7 +54,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         worker_hijack_root_logger=False,
         beat_schedule=beat_schedule(settings),
         beat_schedule_filename=str(settings.state_dir / "celerybeat-schedule"),
-        imports=("workers.tasks",),
+        imports=("packyard.workers.tasks",),
     )
 
 

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import redis
 
-from workers.settings import SOCKET_NAME, Settings
+from packyard.workers.settings import SOCKET_NAME, Settings
 
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107

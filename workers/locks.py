@@ -8,7 +8,7 @@ compare-and-extend and release a Lua compare-and-delete, so a holder whose lease
 expired can never extend or delete its successor's lease.
 
 A lease can be lost (the process stalled past the TTL, Redis restarted):
-:meth:`Lease.check` raises :class:`store.errors.LockLostError` when the key no
+:meth:`Lease.check` raises :class:`packyard.store.errors.LockLostError` when the key no
 longer holds our value, and every write that must be fenced carries ``lease.token``:
 a later holder has a larger token, and the ref store refuses an older one than it has
 already seen (``RefStore.update(fence_token=...)``), which closes the window between a
@@ -29,9 +29,9 @@ from typing import Callable, Iterator
 
 import redis
 
-from store.errors import LockLostError
-from workers.records.models import LockEventKind
-from workers.settings import Settings
+from packyard.store.errors import LockLostError
+from packyard.workers.records.models import LockEventKind
+from packyard.workers.settings import Settings
 
 KEY_PREFIX = "packyard:lock:"
 FENCE_PREFIX = "packyard:fence:"
@@ -85,8 +85,8 @@ def db_event_recorder(settings: Settings | str) -> OnEvent:
     """
     from sqlalchemy.exc import SQLAlchemyError
 
-    from workers import logging as plog
-    from workers.records.recorder import record_lock_event
+    from packyard.workers import logging as plog
+    from packyard.workers.records.recorder import record_lock_event
 
     def record(ev: LockEvent) -> None:
         try:

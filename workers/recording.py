@@ -2,7 +2,7 @@
 
 * queued:   ``before_task_publish`` signal, in whatever process publishes
             (``packyard submit``, beat, a frontend using ``app.send_task``);
-* started / success / failure / retry: :meth:`workers.tasks.base.PackyardTask.__call__`,
+* started / success / failure / retry: :meth:`packyard.workers.tasks.base.PackyardTask.__call__`,
             which calls :func:`job_started` / :func:`job_finished` / :func:`job_retrying`
             around the task body — before Celery stores the result, so a client that sees
             the result in the backend also finds the finished job row.
@@ -24,9 +24,9 @@ from typing import Any, Callable
 from celery.signals import before_task_publish, setup_logging, worker_process_init
 from sqlalchemy.exc import SQLAlchemyError
 
-from workers import logging as plog
-from workers.records import JobState, recorder
-from workers.settings import get_settings
+from packyard.workers import logging as plog
+from packyard.workers.records import JobState, recorder
+from packyard.workers.settings import get_settings
 
 log = plog.get_logger("packyard.jobs")
 
@@ -150,6 +150,6 @@ def _setup_logging(**_: Any) -> None:
 @worker_process_init.connect
 def _child_init(**_: Any) -> None:
     # Pools created before the fork belong to the parent.
-    from workers.records.db import dispose_all
+    from packyard.workers.records.db import dispose_all
 
     dispose_all()

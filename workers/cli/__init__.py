@@ -41,7 +41,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     subparsers.required = True
     for name, module in COMMANDS.items():
         if only is None or name == only:
-            importlib.import_module(f"workers.cli.{module}").register(subparsers)
+            importlib.import_module(f"packyard.workers.cli.{module}").register(subparsers)
     return parser
 
 
@@ -51,11 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "logs", True):
         # Commands that run in this process and only print a result (set_defaults(logs=False))
         # skip it: importing structlog (and the asyncio it pulls in) is ~40 ms per start.
-        from workers import logging as plog
-        from workers.settings import get_settings
+        from packyard.workers import logging as plog
+        from packyard.workers.settings import get_settings
 
         plog.configure_from_settings(get_settings())
-    from workers.cli.common import CommandFailed
+    from packyard.workers.cli.common import CommandFailed
 
     try:
         return int(args.func(args) or 0)

@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "beat", help="run the scheduler (nightly jobs)",
-        description="Exec `celery -A workers.app beat`. Nightly: verify_repo for every repository in "
+        description="Exec `celery -A packyard.workers.app beat`. Nightly: verify_repo for every repository in "
                     "PACKYARD_NIGHTLY_REPOS at PACKYARD_NIGHTLY_HOUR (UTC).")
     p.add_argument("--show-schedule", action="store_true", help="print the schedule and exit")
     p.set_defaults(func=run)
@@ -19,7 +19,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     s = common.settings()
     if args.show_schedule:
-        from workers.app import beat_schedule
+        from packyard.workers.app import beat_schedule
 
         entries = beat_schedule(s)
         if not entries:

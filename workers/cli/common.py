@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import IO, Any, Mapping, Sequence
 
-from workers.settings import Settings, get_settings
+from packyard.workers.settings import Settings, get_settings
 
 
 def add_repo_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -43,7 +43,7 @@ def call_store(command: str, bar: Any, fn: Any, /, *args: Any, **kwargs: Any) ->
     ``packyard <command>: <ErrorType>: <message naming file/object/offset>``, and
     CommandFailed, which ``main`` turns into exit status 1.
     """
-    from store.errors import StoreError
+    from packyard.store.errors import StoreError
 
     try:
         return fn(*args, **kwargs)
@@ -65,8 +65,8 @@ def is_default_sqlite(s: Settings) -> bool:
 
 def prepare_embedded(s: Settings, migrate: bool = True):  # type: ignore[no-untyped-def]
     """Start/reuse the embedded Redis (if configured) and migrate the embedded SQLite database."""
-    from workers.embedded import ensure_redis
-    from workers.records import upgrade_database
+    from packyard.workers.embedded import ensure_redis
+    from packyard.workers.records import upgrade_database
 
     s.state_dir.mkdir(parents=True, exist_ok=True)
     server = ensure_redis(s)
@@ -86,7 +86,7 @@ def child_env(s: Settings, extra: dict[str, str] | None = None) -> dict[str, str
 
 
 def celery_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "workers.app", *args]
+    return [sys.executable, "-m", "celery", "-A", "packyard.workers.app", *args]
 
 
 def worker_argv(s: Settings, name: str = "packyard@%h", concurrency: int | None = None,
@@ -165,7 +165,7 @@ def wait_for(predicate, timeout: float, interval: float = 0.1) -> bool:  # type:
 
 def ping_workers(timeout: float = 1.0) -> list[str]:
     """Names of the Celery workers answering a broadcast ping."""
-    from workers.app import app
+    from packyard.workers.app import app
 
     replies = app.control.ping(timeout=timeout) or []
     return [name for reply in replies for name in reply]
@@ -178,8 +178,8 @@ def normalize_task_name(name: str) -> str:
 
 
 def known_tasks() -> list[str]:
-    import workers.tasks  # noqa: F401  (registers every task module)
-    from workers.app import app
+    import packyard.workers.tasks  # noqa: F401  (registers every task module)
+    from packyard.workers.app import app
 
     return sorted(n for n in app.tasks if n.startswith("packyard."))
 

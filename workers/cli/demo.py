@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -224,7 +224,7 @@ class Frontend:
     """Queues jobs with ``app.send_task`` (by name, no task code imported) and waits for them."""
 
     def __init__(self, timeout: float) -> None:
-        from workers.app import app
+        from packyard.workers.app import app
 
         self.app = app
         self.deadline = time.monotonic() + timeout
@@ -308,8 +308,8 @@ def check_with_git(hosted: Path, pushes: Pushes) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.repo import Repository
-    from workers.records import upgrade_database
+    from packyard.store.repo import Repository
+    from packyard.workers.records import upgrade_database
 
     t_start = time.monotonic()
     s = common.settings()
@@ -364,7 +364,7 @@ def run(args: argparse.Namespace) -> int:
         fe = Frontend(args.timeout)
         ids_match = drive(fe, hosted, broken, pushes)
 
-        from workers.cli.status import fetch, render_table
+        from packyard.workers.cli.status import fetch, render_table
 
         print()
         print(render_table(fetch(s, None, len(fe.jobs), task_ids=[j.result.id for j in fe.jobs]), width=100))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -26,7 +26,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 def still_in_use(client) -> list[str]:  # type: ignore[no-untyped-def]
     """What would be lost or cut off by stopping the server, one line each (empty: nothing)."""
-    from workers.locks import KEY_PREFIX
+    from packyard.workers.locks import KEY_PREFIX
 
     me = client.client_id()
     others = [c for c in client.client_list() if int(c["id"]) != me]
@@ -47,7 +47,7 @@ def still_in_use(client) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.embedded import EmbeddedRedis
+    from packyard.workers.embedded import EmbeddedRedis
 
     settings = common.settings()
     if not settings.embedded_redis:

@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "flower", help="run the Flower dashboard",
-        description="Exec `celery -A workers.app flower` against the configured broker. "
+        description="Exec `celery -A packyard.workers.app flower` against the configured broker. "
                     "HTTP API: /api/tasks, /api/workers.")
     p.add_argument("--port", type=int, default=5555, help="HTTP port (default 5555)")
     p.add_argument("--address", default="127.0.0.1", help="listen address (default 127.0.0.1)")

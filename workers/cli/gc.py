@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 QUARANTINE_AFTER = 3600.0  # seconds untouched before an incoming-* directory counts as abandoned
 
@@ -33,10 +33,10 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store import bulk
-    from store.errors import StoreError
-    from store.indexpack import remove_stale_quarantines
-    from store.repo import Repository
+    from packyard.store import bulk
+    from packyard.store.errors import StoreError
+    from packyard.store.indexpack import remove_stale_quarantines
+    from packyard.store.repo import Repository
 
     try:
         repo = Repository.open(args.repo)

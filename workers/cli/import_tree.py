@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -25,7 +25,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.commands.import_tree import import_tree
+    from packyard.workers.commands.import_tree import import_tree
 
     progress = common.make_progress(args)
     result = common.call_store("import", progress, import_tree, args.repo, args.ref, args.path,

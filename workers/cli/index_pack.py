@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 LABELS = {"receiving": "Receiving objects", "resolving": "Resolving deltas"}
 
@@ -37,7 +37,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.commands.index_pack import index_pack, redis_repo_lock
+    from packyard.workers.commands.index_pack import index_pack, redis_repo_lock
 
     progress = common.make_progress(args, labels=LABELS)
     lock = None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -15,7 +15,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.repo import Repository
+    from packyard.store.repo import Repository
 
     repo = Repository.init(args.repo, initial_branch=args.initial_branch)
     print(f"initialized bare repository {repo.path}")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -15,7 +15,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.records import downgrade_database, upgrade_database
+    from packyard.workers.records import downgrade_database, upgrade_database
 
     s = common.settings()
     s.state_dir.mkdir(parents=True, exist_ok=True)

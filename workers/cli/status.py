@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 COLUMNS = ("job", "task id", "kind", "repo", "state", "queued (UTC)", "ms", "worker", "counters", "error")
 
@@ -62,8 +62,8 @@ def fetch(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
     """Newest first: the last ``limit`` jobs (of ``repo``, or with one of ``task_ids``, when given)."""
     from sqlalchemy import select
 
-    from workers.records import Job, Repository, session_scope
-    from workers.records.recorder import normalize_repo_path
+    from packyard.workers.records import Job, Repository, session_scope
+    from packyard.workers.records.recorder import normalize_repo_path
 
     with session_scope(s) as session:
         q = select(Job, Repository.path).outerjoin(Repository, Job.repo_id == Repository.id)

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     s = common.settings()
     common.prepare_embedded(s)
-    from workers.app import app
+    from packyard.workers.app import app
 
     kwargs = {"repo": str(Path(args.repo).expanduser().resolve()), **parse_params(args.param)}
     result = app.send_task(name, kwargs=kwargs)
@@ -77,7 +77,7 @@ def wait_and_print(s, result, timeout: float) -> int:  # type: ignore[no-untyped
 def job_row(s, task_id: str):  # type: ignore[no-untyped-def]
     from sqlalchemy import select
 
-    from workers.records import Job, session_scope
+    from packyard.workers.records import Job, session_scope
 
     with session_scope(s) as session:
         return session.scalar(select(Job).where(Job.task_id == task_id))

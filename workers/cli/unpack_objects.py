@@ -6,7 +6,7 @@ import json
 import sys
 import tempfile
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -24,7 +24,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.commands.unpack_objects import unpack_objects
+    from packyard.workers.commands.unpack_objects import unpack_objects
 
     progress = common.make_progress(args)
     with tempfile.NamedTemporaryFile(prefix="packyard-unpack-", suffix=".pack") as tmp:

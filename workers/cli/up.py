@@ -5,7 +5,7 @@ import argparse
 import signal
 import time
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -23,7 +23,7 @@ class _Stop(Exception):
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.records import upgrade_database
+    from packyard.workers.records import upgrade_database
 
     s = common.settings()
     server = common.prepare_embedded(s, migrate=False)

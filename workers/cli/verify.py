@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -18,7 +18,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.commands.verify import verify_repo
+    from packyard.workers.commands.verify import verify_repo
 
     progress = common.make_progress(args)
     result = common.call_store("verify", progress, verify_repo, args.repo, progress=progress)

@@ -4,13 +4,13 @@ from __future__ import annotations
 import argparse
 import os
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "worker", help="run a Celery worker (prefork, events on)",
-        description="Exec `celery -A workers.app worker --pool=prefork --task-events`. With embedded defaults "
+        description="Exec `celery -A packyard.workers.app worker --pool=prefork --task-events`. With embedded defaults "
                     "the Redis server is started (or reused) and the SQLite database migrated first.")
     p.add_argument("-c", "--concurrency", type=int, default=None,
                    help="prefork processes (default PACKYARD_WORKER_CONCURRENCY)")

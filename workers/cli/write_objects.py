@@ -5,7 +5,7 @@ import argparse
 import json
 import sys
 
-from workers.cli import common
+from packyard.workers.cli import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -21,7 +21,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from workers.commands.write_objects import write_objects
+    from packyard.workers.commands.write_objects import write_objects
 
     raw = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
     try:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from store.errors import InvalidInputError
-from store.objects import from_hex
-from store.refs import RefUpdate
+from packyard.store.errors import InvalidInputError
+from packyard.store.objects import from_hex
+from packyard.store.refs import RefUpdate
 
 
 def flat_counters(counters: dict[str, Any]) -> dict[str, int]:

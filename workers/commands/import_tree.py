@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from store.importtree import Identity, import_tree as store_import_tree
-from store.repo import Repository
-from workers.commands._bulk import fence_options, flat_counters
+from packyard.store.importtree import Identity, import_tree as store_import_tree
+from packyard.store.repo import Repository
+from packyard.workers.commands._bulk import fence_options, flat_counters
 
 Progress = Callable[[str, int, "int | None"], None]
 

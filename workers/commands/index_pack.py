@@ -2,7 +2,7 @@
 
 Receiving, resolving and indexing run without any lock (they only touch the
 quarantine ``objects/incoming-*``); the repository lock (``lock``, e.g. the
-task's Redis lease from :mod:`workers.locks`) is held only around install +
+task's Redis lease from :mod:`packyard.workers.locks`) is held only around install +
 ref updates, and the lease is checked (fencing) right before publishing.
 """
 from __future__ import annotations
@@ -12,9 +12,9 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, ContextManager
 
-from store.indexpack import IncomingPack, IndexPackResult
-from store.repo import Repository
-from workers.commands._bulk import parse_ref_updates
+from packyard.store.indexpack import IncomingPack, IndexPackResult
+from packyard.store.repo import Repository
+from packyard.workers.commands._bulk import parse_ref_updates
 
 Progress = Callable[[str, int, "int | None"], None]
 LockFactory = Callable[[], ContextManager[Any]]
@@ -24,8 +24,8 @@ def redis_repo_lock(repo: str | Path) -> LockFactory:
     """A lock factory using the configured Redis lease (auto-renewed), for callers outside a task."""
 
     def factory() -> ContextManager[Any]:
-        from workers.locks import redis_client, repo_lock
-        from workers.settings import get_settings
+        from packyard.workers.locks import redis_client, repo_lock
+        from packyard.workers.settings import get_settings
 
         s = get_settings()
         return repo_lock(redis_client(s), repo, ttl=s.lock_ttl, auto_renew=True)

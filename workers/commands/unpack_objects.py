@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from store.errors import InvalidInputError
-from store.repo import Repository
-from store.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
-from workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
+from packyard.store.errors import InvalidInputError
+from packyard.store.repo import Repository
+from packyard.store.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
+from packyard.workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
 
 Progress = Callable[[str, int, "int | None"], None]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from store.verify import verify_repository
+from packyard.store.verify import verify_repository
 
 Progress = Callable[[str, int, "int | None"], None]
 

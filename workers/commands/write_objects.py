@@ -6,10 +6,10 @@ import binascii
 from pathlib import Path
 from typing import Any, Callable
 
-from store.bulk import write_objects as store_write_objects
-from store.errors import InvalidInputError
-from store.repo import Repository
-from workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
+from packyard.store.bulk import write_objects as store_write_objects
+from packyard.store.errors import InvalidInputError
+from packyard.store.repo import Repository
+from packyard.workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
 
 Progress = Callable[[str, int, "int | None"], None]
 

@@ -1,9 +1,9 @@
 """Job records: models, engine/sessions, migrations entry point and the recorders.
 
-    from workers.records import upgrade_database, session_scope, Job, JobState
+    from packyard.workers.records import upgrade_database, session_scope, Job, JobState
 """
-from workers.records.db import downgrade_database, get_engine, session_scope, upgrade_database
-from workers.records.models import (Base, Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository,
+from packyard.workers.records.db import downgrade_database, get_engine, session_scope, upgrade_database
+from packyard.workers.records.models import (Base, Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository,
                                     utcnow)
 
 __all__ = ["Base", "Job", "JobState", "LockEvent", "LockEventKind", "RaceEvent", "Repository",

@@ -16,7 +16,7 @@ from typing import Iterator
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-from workers.settings import Settings
+from packyard.workers.settings import Settings
 
 _lock = threading.Lock()
 _engines: dict[tuple[str, int], Engine] = {}
@@ -101,7 +101,7 @@ def upgrade_database(settings: Settings | str, revision: str = "head") -> None:
         command.upgrade(alembic_config(url), revision)
         return
     # Embedded mode: several `packyard` processes may start at once and each migrates; serialize them.
-    from workers.embedded import file_lock
+    from packyard.workers.embedded import file_lock
 
     sqlite_file.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(sqlite_file.with_name(sqlite_file.name + ".migrate-lock")):

@@ -13,9 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from workers.records.db import session_scope
-from workers.records.models import Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository, utcnow
-from workers.settings import Settings
+from packyard.workers.records.db import session_scope
+from packyard.workers.records.models import Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository, utcnow
+from packyard.workers.settings import Settings
 
 
 def normalize_repo_path(path: str | Path) -> str:

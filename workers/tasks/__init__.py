@@ -5,12 +5,12 @@ Layers
 * ``workers/commands/<name>.py`` — the plain work function. It takes ids, paths and
   parameters plus ``progress: Callable[[str, int, int | None], None] | None`` and returns
   a JSON-able dict with ``"counters": {name: int, ...}``. No Celery in it; tests call it
-  directly. It raises ``store.errors.StoreError`` subclasses for bad input.
+  directly. It raises ``packyard.store.errors.StoreError`` subclasses for bad input.
 * ``workers/tasks/<name>.py`` — the Celery task, about 15 lines::
 
-      from workers.app import app
-      from workers.commands import index_pack as command
-      from workers.tasks.base import PackyardTask
+      from packyard.workers.app import app
+      from packyard.workers.commands import index_pack as command
+      from packyard.workers.tasks.base import PackyardTask
 
 
       @app.task(name="packyard.index_pack", bind=True, base=PackyardTask)
@@ -22,7 +22,7 @@ Layers
 
   - The repository is the parameter named ``repo`` (keyword or first positional): the job
     row's repository and the ``repo`` log field come from it.
-  - ``PackyardTask`` (``workers.tasks.base``) records the job row (STARTED, then SUCCESS with
+  - ``PackyardTask`` (``packyard.workers.tasks.base``) records the job row (STARTED, then SUCCESS with
     the returned counters or FAILURE with ``str(err)``), binds ``job_id``/``task``/``repo`` to
     every log line, logs one ``job.finished`` summary, acks late and re-queues when the worker
     process dies. The queued row is written when the task is published (any publisher).
@@ -31,7 +31,7 @@ Layers
     retry with exponential backoff (PACKYARD_TASK_MAX_RETRIES, then the job fails).
   - ``self.progress(phase, done, total)`` → ``update_state("PROGRESS", {phase, done, total})``
     at most every 0.5 s per phase, which Flower and dashboards show.
-  - ``self.repo_lock(repo)`` → the repository lease (:mod:`workers.locks`) with the configured TTL,
+  - ``self.repo_lock(repo)`` → the repository lease (:mod:`packyard.workers.locks`) with the configured TTL,
     renewed in the background; events go to ``lock_events``; ``lease.token`` is the fencing token
     (commands pass it to their ref updates, and the ref store refuses a token older than one it saw);
     ``lease.check()`` raises LockLostError (→ retry). A repository locked for more than 30 s
@@ -42,8 +42,8 @@ Layers
 
 Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dashes.
 """
-from workers.tasks import verify_repo  # noqa: F401
-from workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
-from workers.tasks import index_pack  # noqa: F401
+from packyard.workers.tasks import verify_repo  # noqa: F401
+from packyard.workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
+from packyard.workers.tasks import index_pack  # noqa: F401
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack")

@@ -10,10 +10,10 @@ from celery import Task
 from celery.exceptions import Retry
 from sqlalchemy.exc import SQLAlchemyError
 
-from store.errors import LockLostError, StoreError
-from workers import logging as plog
-from workers import recording
-from workers.settings import get_settings
+from packyard.store.errors import LockLostError, StoreError
+from packyard.workers import logging as plog
+from packyard.workers import recording
+from packyard.workers.settings import get_settings
 
 T = TypeVar("T")
 
@@ -102,7 +102,7 @@ class PackyardTask(Task):
 
     def record_race(self, kind: str, repo: str | None = None, **detail: Any) -> None:
         """Record a race this job observed (pack vanished under a lookup, ref moved under a CAS, …)."""
-        from workers.records.recorder import record_race_event
+        from packyard.workers.records.recorder import record_race_event
 
         record_race_event(get_settings(), repo=repo, job_id=self.request.id, kind=kind, detail=detail or None)
         plog.get_logger("packyard.races").warning("race.observed", kind=kind, **detail)
@@ -119,7 +119,7 @@ class PackyardTask(Task):
         raises LockLostError if a renewal failed (stall, Redis restart). A repository that
         stays locked for ``wait`` seconds retries the job later instead of failing it.
         """
-        from workers.locks import LockTimeout, acquire, db_event_recorder, hold, redis_client
+        from packyard.workers.locks import LockTimeout, acquire, db_event_recorder, hold, redis_client
 
         settings = get_settings()
         try:

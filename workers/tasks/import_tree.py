@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.app import app
-from workers.commands import import_tree as command
-from workers.tasks.base import PackyardTask
+from packyard.workers.app import app
+from packyard.workers.commands import import_tree as command
+from packyard.workers.tasks.base import PackyardTask
 
 
 @app.task(name="packyard.import_tree", bind=True, base=PackyardTask)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.app import app
-from workers.commands import index_pack as command
-from workers.tasks.base import PackyardTask
+from packyard.workers.app import app
+from packyard.workers.commands import index_pack as command
+from packyard.workers.tasks.base import PackyardTask
 
 
 @app.task(name="packyard.index_pack", bind=True, base=PackyardTask)
@@ -13,7 +13,7 @@ def index_pack(self: PackyardTask, repo: str, pack: str, fix_thin: bool = False,
                keep: str | None = None, ref_updates: list[dict] | None = None,
                max_pack_bytes: int | None = None) -> dict[str, Any]:
     """Verify, resolve and index a pack in quarantine; install it and update refs under the repo lease."""
-    from workers.settings import get_settings
+    from packyard.workers.settings import get_settings
 
     self.bind_log(pack=pack)
     limit = max_pack_bytes if max_pack_bytes is not None else get_settings().max_pack_bytes

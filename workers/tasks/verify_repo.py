@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.app import app
-from workers.commands import verify as command
-from workers.tasks.base import PackyardTask
+from packyard.workers.app import app
+from packyard.workers.commands import verify as command
+from packyard.workers.tasks.base import PackyardTask
 
 
 @app.task(name="packyard.verify_repo", bind=True, base=PackyardTask)

@@ -1,7 +1,7 @@
 """packyard bench: benchmarks side by side with git, reported as ratios.
 
 Each benchmark is a module here with ``register(subparsers)`` (like a CLI command);
-list it in BENCHMARKS. Helpers: :mod:`workers.cli.bench.common`.
+list it in BENCHMARKS. Helpers: :mod:`packyard.workers.cli.bench.common`.
 """
 from __future__ import annotations
 
@@ -16,4 +16,4 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     sub = p.add_subparsers(dest="benchmark", metavar="BENCHMARK")
     sub.required = True
     for name in BENCHMARKS:
-        importlib.import_module(f"workers.cli.bench.{name}").register(sub)
+        importlib.import_module(f"packyard.workers.cli.bench.{name}").register(sub)

@@ -43,7 +43,7 @@ def packyard_entry() -> list[str]:
     script = Path(sys.executable).parent / "packyard"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from workers.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main())"]
 
 
 def compile_bytecode() -> None:

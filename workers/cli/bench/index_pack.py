@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workers.cli.bench import common
+from packyard.workers.cli.bench import common
 
 TRACED = "trace=open,openat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2,getdents64"
 

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from workers.cli.bench.common import compile_bytecode, describe_filesystem, fresh_ext4, packyard_entry
+from packyard.workers.cli.bench.common import compile_bytecode, describe_filesystem, fresh_ext4, packyard_entry
 
 FLUSH_CALLS = ("fsync", "fdatasync", "syncfs", "msync")
 COUNTED = FLUSH_CALLS + ("sync_file_range", "rename", "renameat", "renameat2", "link", "linkat", "unlink",

@@ -6,7 +6,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from workers.cli.bench import common
+from packyard.workers.cli.bench import common
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -20,7 +20,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from store.verify import verify_repository
+    from packyard.store.verify import verify_repository
 
     with tempfile.TemporaryDirectory(prefix="packyard-bench-") as tmp:
         if args.repo:
