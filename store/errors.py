@@ -58,6 +58,12 @@ class RefUpdateError(StoreError):
     """A ref compare-and-swap failed (the ref moved) or the ref name is invalid."""
 
 
+class LockContendedError(RefUpdateError):
+    """A claim file (``<ref>.lock``, ``packyard/fence.lock``, …) is held by a live owner, or one
+    that cannot be judged from this host and is not yet old: try again later (a transient
+    condition, unlike a compare-and-swap that found the ref moved)."""
+
+
 class LockLostError(StoreError):
     """A lock or lease was lost (expired or taken over) while work was in progress."""
 

@@ -7,24 +7,23 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from . import durable
-from .errors import CorruptObjectError, InvalidInputError, LockLostError, RefUpdateError
+from . import fence, lockfile
+from .errors import CorruptObjectError, InvalidInputError, RefUpdateError
 from .faults import fault_point
 from .objects import HEX_RE, ZERO_OID
 
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f ~^:?*\[\\]")
 MAX_SYMREF_DEPTH = 5
-#: A ref lock older than this was left by a writer that died (a ref update holds its
-#: locks for milliseconds); the next writer removes it instead of failing forever.
-STALE_REF_LOCK_SECONDS = 600.0
-#: The highest fencing token that has moved refs in this repository (see RefStore.update).
-FENCE_FILE = "packyard/fence"
-FENCE_LOCK_WAIT = 2.0   # seconds
+#: A ref lock whose owner cannot be judged (another host, git's own) and older than this was
+#: left by a writer that died (a ref update holds its locks for milliseconds); the next writer
+#: removes it. A lock whose owner is provably dead is broken at once (store/lockfile.py).
+STALE_REF_LOCK_SECONDS = lockfile.DEFAULT_STALE_AFTER
+FENCE_FILE = fence.FENCE_FILE
 
 
 @dataclass(frozen=True)
@@ -162,33 +161,12 @@ class RefStore:
         if fence_token is None:
             self._update(updates, counters)
             return
-        fence = self.git_dir / FENCE_FILE
-        # Held for milliseconds by the one other writer that can want it (a stale lease holder):
-        # wait for it briefly rather than failing a legitimate job.
-        fence_lock = self._lock_file(fence, "the fencing token", wait=FENCE_LOCK_WAIT)
-        try:
-            recorded = self.fence_token()
-            if fence_token < recorded:
-                raise LockLostError(f"stale fencing token {fence_token}: refs here were already moved under "
-                                    f"token {recorded} (a later lease holder); refusing to update {updates[0].name}",
-                                    path=fence)
-            if fence_token > recorded:
-                durable.write_file_durably(fence, b"%d\n" % fence_token, counters=counters)
+        with fence.fenced(self.git_dir, fence_token, f"update {updates[0].name}", counters):
             self._update(updates, counters)
-        finally:
-            fence_lock.unlink(missing_ok=True)
 
     def fence_token(self) -> int:
-        """The highest fencing token that has moved refs here (0: none yet)."""
-        try:
-            text = (self.git_dir / FENCE_FILE).read_text().strip()
-        except FileNotFoundError:
-            return 0
-        try:
-            return int(text)
-        except ValueError as err:
-            raise CorruptObjectError(f"fencing-token file holds {text[:40]!r}, not a number",
-                                     path=self.git_dir / FENCE_FILE) from err
+        """The highest fencing token that has changed this repository (0: none yet)."""
+        return fence.recorded_token(self.git_dir)
 
     def _update(self, updates: list[RefUpdate], counters: durable.DurabilityCounters | None) -> None:
         """The CAS itself, on validated updates (see ``update``)."""
@@ -216,47 +194,15 @@ class RefStore:
             durable.fsync_dir(directory, counters)
 
     def _lock_ref(self, name: str) -> Path:
-        return self._lock_file(self.git_dir / name, f"ref {name}")
-
-    def _lock_file(self, path: Path, what: str, wait: float = 0.0) -> Path:
-        """``<path>.lock`` by O_EXCL, retried for up to ``wait`` seconds (a dead writer's lock older
-        than stale_lock_seconds is broken once)."""
-        lock = path.with_name(path.name + ".lock")
-        deadline = time.monotonic() + wait
-        broke_stale = False
-        while True:
-            try:
-                lock.parent.mkdir(parents=True, exist_ok=True)
-                fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                if not broke_stale and self._remove_lock_if_stale(lock):
-                    broke_stale = True
-                    continue
-                if time.monotonic() < deadline:
-                    time.sleep(0.01)
-                    continue
-                raise RefUpdateError(f"{what} is locked by another writer", path=lock) from None
-            except (NotADirectoryError, IsADirectoryError) as err:
-                raise RefUpdateError(f"{what} conflicts with an existing ref", path=path) from err
-            os.close(fd)
-            return lock
-
-    def _remove_lock_if_stale(self, lock: Path) -> bool:
-        """Remove a lock a dead writer left behind (older than ``stale_lock_seconds``)."""
-        if self.stale_lock_seconds is None:
-            return False
+        path = self.git_dir / name
         try:
-            age = time.time() - lock.stat().st_mtime
-        except FileNotFoundError:
-            return True  # released meanwhile: try again
-        if age < self.stale_lock_seconds:
-            return False
-        try:
-            lock.unlink()
-        except FileNotFoundError:
-            pass
-        self.stale_locks_removed += 1
-        return True
+            path.parent.mkdir(parents=True, exist_ok=True)
+            claim = lockfile.acquire(path.with_name(path.name + ".lock"), f"ref {name}",
+                                     stale_after=self.stale_lock_seconds)
+        except (NotADirectoryError, IsADirectoryError, FileExistsError) as err:
+            raise RefUpdateError(f"ref {name} conflicts with an existing ref", path=path) from err
+        self.stale_locks_removed += len(claim.broken)
+        return claim.path
 
     def _check_old_values(self, updates: list[RefUpdate]) -> None:
         packed = None
