@@ -87,3 +87,17 @@ def test_fence_records_the_highest_token_and_refuses_older_ones(tmp_path):
         with fence.fenced(tmp_path, 4, "delete 1 pack"):
             raise AssertionError("the block must not run")
     assert fence.recorded_token(tmp_path) == 5 and not (tmp_path / "packyard" / "fence.lock").exists()
+
+
+def test_maintenance_fence_is_independent_of_the_refs_fence(tmp_path):
+    """Pushes moving refs under later repository-lease tokens must not make a running repack's
+    deletions look stale: each lease kind has its own token sequence and its own fence file."""
+    with fence.fenced(tmp_path, 40, "update refs/heads/main"):
+        pass
+    with fence.fenced(tmp_path, 3, "delete 2 packs", kind=fence.FenceKind.MAINTENANCE):
+        pass
+    assert fence.recorded_token(tmp_path) == 40
+    assert fence.recorded_token(tmp_path, fence.FenceKind.MAINTENANCE) == 3
+    with pytest.raises(LockLostError):
+        with fence.fenced(tmp_path, 2, "delete 1 pack", kind=fence.FenceKind.MAINTENANCE):
+            pass

@@ -19,6 +19,7 @@ holder's last check and its write.
 """
 from __future__ import annotations
 
+import enum
 import threading
 import time
 import uuid
@@ -35,6 +36,25 @@ from packyard.workers.settings import Settings
 
 KEY_PREFIX = "packyard:lock:"
 FENCE_PREFIX = "packyard:fence:"
+
+
+class LeaseKind(enum.Enum):
+    """Two leases per repository, each with its own fencing-token sequence (store.fence.FenceKind).
+
+    ``REPO``: ingestion and bulk writes (moves refs); ``MAINTENANCE``: repack, prune, gc
+    (deletes packs and loose objects). Ingestion never takes the maintenance lease.
+    """
+
+    REPO = ("packyard:lock:", "packyard:fence:")
+    MAINTENANCE = ("packyard:lock:maint:", "packyard:fence:maint:")
+
+    @property
+    def key_prefix(self) -> str:
+        return self.value[0]
+
+    @property
+    def fence_prefix(self) -> str:
+        return self.value[1]
 
 _ACQUIRE = """
 if redis.call('exists', KEYS[1]) == 1 then return false end
@@ -104,10 +124,10 @@ class Lease:
     """A held repository lease. ``token`` is the fencing token (strictly increasing per repository)."""
 
     def __init__(self, client: redis.Redis, repo: str, token: int, owner: str, ttl: float,
-                 job_id: str | None, on_event: OnEvent | None) -> None:
+                 job_id: str | None, on_event: OnEvent | None, kind: LeaseKind = LeaseKind.REPO) -> None:
         self.client, self.repo, self.token, self.owner = client, repo, token, owner
-        self.ttl, self.job_id, self.on_event = ttl, job_id, on_event
-        self.key = KEY_PREFIX + repo
+        self.ttl, self.job_id, self.on_event, self.kind = ttl, job_id, on_event, kind
+        self.key = kind.key_prefix + repo
         self.value = f"{token}:{owner}"
         self.released = False
         self.lost = False
@@ -159,23 +179,24 @@ class Lease:
 
 
 def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
-                on_event: OnEvent | None = None) -> Lease | None:
+                on_event: OnEvent | None = None, kind: LeaseKind = LeaseKind.REPO) -> Lease | None:
     """One attempt: a Lease, or None if someone else holds it."""
     name = lock_name_for(repo)
     owner = f"{job_id or '-'}:{uuid.uuid4().hex}"
-    token = client.eval(_ACQUIRE, 2, KEY_PREFIX + name, FENCE_PREFIX + name, owner, int(ttl * 1000))
+    token = client.eval(_ACQUIRE, 2, kind.key_prefix + name, kind.fence_prefix + name, owner, int(ttl * 1000))
     if token is None:
         return None
-    lease = Lease(client, name, int(token), owner, ttl, job_id, on_event)
+    lease = Lease(client, name, int(token), owner, ttl, job_id, on_event, kind)
     lease._emit(LockEventKind.ACQUIRED)
     return lease
 
 
 def acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
-            on_event: OnEvent | None = None, wait: float = 30.0, poll: float = 0.05) -> Lease:
+            on_event: OnEvent | None = None, wait: float = 30.0, poll: float = 0.05,
+            kind: LeaseKind = LeaseKind.REPO) -> Lease:
     deadline = time.monotonic() + wait
     while True:
-        lease = try_acquire(client, repo, ttl, job_id, on_event)
+        lease = try_acquire(client, repo, ttl, job_id, on_event, kind)
         if lease is not None:
             return lease
         if time.monotonic() >= deadline:
@@ -203,13 +224,14 @@ class _Heartbeat(threading.Thread):
 
 @contextmanager
 def repo_lock(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
-              on_event: OnEvent | None = None, wait: float = 30.0, auto_renew: bool = False) -> Iterator[Lease]:
+              on_event: OnEvent | None = None, wait: float = 30.0, auto_renew: bool = False,
+              kind: LeaseKind = LeaseKind.REPO) -> Iterator[Lease]:
     """Hold the repository lease for the block; released (compare-and-delete) on exit.
 
     ``auto_renew`` renews in a background thread every ttl/3; the block must still call
     ``lease.check()`` before publishing, because renewal can fail (stalls, Redis restarts).
     """
-    lease = acquire(client, repo, ttl, job_id, on_event, wait)
+    lease = acquire(client, repo, ttl, job_id, on_event, wait, kind=kind)
     with hold(lease, auto_renew):
         yield lease
 
