@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import git, make_worktree_repo
+from gitutil import CORPUS, git, make_worktree_repo
 
-CORPUS_REFS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "git-v1.0.0.refs"
+CORPUS_REFS = CORPUS / "git-v1.0.0.refs"
 
 EMBEDDED_UNSET = ("PACKYARD_REDIS_URL", "PACKYARD_DATABASE_URL")
 

@@ -22,11 +22,11 @@ from packyard.store.objects import ObjectType, encode_loose, hash_object
 from packyard.store.refs import RefUpdate
 from packyard.store.repo import Repository
 from packbuild import entry_header, ofs_bytes, varint
-from gitutil import CORPUS, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
+from gitutil import CORPUS, corpus_tip, needs_corpus, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
 
 V1 = CORPUS / "git-v1.0.0.pack"
 V2 = CORPUS / "git-v2.0.0.pack"
-V1_TIP = bytes.fromhex((CORPUS / "git-v1.0.0.refs").read_text().split()[0])
+
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,12 +105,13 @@ def v1_repo(tmp_path_factory) -> Path:
 # ---------------------------------------------------------------------------------------------
 # real packs
 
+@needs_corpus('git-v1.0.0')
 @pytest.mark.parametrize("processes", [2, 1])
 def test_corpus_v1_matches_git_and_fscks(tmp_path, processes):
     repo = fresh_repo(tmp_path)
     seen: dict[str, tuple[int, int | None]] = {}
     result = index_pack(repo, V1, processes=processes, progress=lambda ph, d, t: seen.__setitem__(ph, (d, t)),
-                        ref_updates=[RefUpdate("refs/heads/main", None, V1_TIP)])
+                        ref_updates=[RefUpdate("refs/heads/main", None, bytes.fromhex(corpus_tip()))])
     assert result.outcome is InstallOutcome.INSTALLED
     assert result.objects == 12233 and result.deltas > 0 and result.thin_bases_added == 0
     assert result.workers == processes
@@ -121,7 +122,7 @@ def test_corpus_v1_matches_git_and_fscks(tmp_path, processes):
     assert result.rev_path.read_bytes() == rev
     assert result.pack_path.read_bytes() == V1.read_bytes()
     assert quarantines(repo) == []
-    assert repo.refs.read("refs/heads/main") == V1_TIP
+    assert repo.refs.read("refs/heads/main") == bytes.fromhex(corpus_tip())
     git("fsck", "--full", "--strict", git_dir=repo.path)
     verify = git("verify-pack", "-v", str(result.idx_path)).decode()
     assert "ok" in verify.splitlines()[-1]
@@ -130,6 +131,7 @@ def test_corpus_v1_matches_git_and_fscks(tmp_path, processes):
     assert result.peak_rss > 0
 
 
+@needs_corpus('git-v1.0.0')
 def test_stream_source_and_64bit_offset_table(tmp_path):
     """Input from a pipe; an off32 limit forces the 64-bit offset table, compared with git's."""
     repo = fresh_repo(tmp_path)
@@ -154,6 +156,7 @@ def test_ofs_delta_pack_matches_git(tmp_path, small_src):
     git("fsck", "--full", git_dir=repo.path)
 
 
+@needs_corpus('git-v2.0.0')
 @pytest.mark.slow
 def test_corpus_v2_matches_git(tmp_path):
     repo = fresh_repo(tmp_path)
@@ -236,6 +239,7 @@ def thin_case(tmp_path_factory, v1_repo):
     return old, thin, thin_ofs
 
 
+@needs_corpus('git-v1.0.0')
 @pytest.mark.parametrize("kind", ["ref", "ofs"])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind, parallel, monkeypatch):
@@ -251,7 +255,7 @@ def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind, parallel, mon
     shutil.copytree(old, theirs)
     repo = Repository.open(ours)
     result = index_pack(repo, _write(tmp_path / "thin.pack", thin), fix_thin=True, processes=2,
-                        ref_updates=[RefUpdate("refs/heads/main", None, V1_TIP)])
+                        ref_updates=[RefUpdate("refs/heads/main", None, bytes.fromhex(corpus_tip()))])
     assert result.thin_bases_added > 0
     assert result.thin_workers == (2 if parallel else 1)
     out = git("index-pack", "--stdin", "--fix-thin", "--rev-index", git_dir=theirs, input=thin).decode()
@@ -572,6 +576,7 @@ def test_strict_connectivity(tmp_path):
     assert err.oid == missing_tree.hex()
 
 
+@needs_corpus('git-v1.0.0')
 def test_strict_accepts_corpus_v1(tmp_path):
     result = index_pack(fresh_repo(tmp_path), V1, strict=True)
     assert result.objects == 12233
@@ -653,6 +658,7 @@ def _objects_calls(log: Path, objects_dir: Path) -> int:
     return sum(1 for line in log.read_text(errors="replace").splitlines() if needle in line)
 
 
+@needs_corpus('git-v1.0.0')
 @pytest.mark.skipif(shutil.which("strace") is None, reason="strace not installed")
 def test_filesystem_calls_do_not_grow_with_pack_size(tmp_path, small_src):
     # A repository with 20 packs and 5,000 loose objects.

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import CORPUS, ROOT, batch_check_all, git, snapshot_tree
+from gitutil import CORPUS, corpus_tip, needs_corpus, ROOT, batch_check_all, git, snapshot_tree
 from packyard.store.errors import LockLostError
 from packyard.workers.commands.index_pack import index_pack
 
 V1 = CORPUS / "git-v1.0.0.pack"
-V1_TIP = (CORPUS / "git-v1.0.0.refs").read_text().split()[0]
+
 PACKYARD = [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main(sys.argv[1:]))"]
 COUNTERS = ("objects", "deltas", "bytes", "thin_bases_added", "peak_rss", "elapsed_us_receive",
             "elapsed_us_resolve", "elapsed_us_index", "elapsed_us_install", "flushes", "renames", "dir_fsyncs")
@@ -35,6 +35,7 @@ def git_checksum(pack: Path, tmp: Path) -> str:
     return out.split()[-1]
 
 
+@needs_corpus('git-v1.0.0')
 def test_command_holds_lease_only_to_publish(tmp_path, redis_client):
     from packyard.workers.locks import repo_lock
 
@@ -46,16 +47,17 @@ def test_command_holds_lease_only_to_publish(tmp_path, redis_client):
         return repo_lock(redis_client, repo, ttl=30)
 
     result = index_pack(repo, V1, lock=lock,
-                        ref_updates=[{"ref": "refs/heads/main", "old": None, "new": V1_TIP}])
+                        ref_updates=[{"ref": "refs/heads/main", "old": None, "new": corpus_tip()}])
     assert events == ["lock"]
     for key in COUNTERS:
         assert key in result["counters"], key
     assert result["counters"]["objects"] == 12233 and result["outcome"] == "installed"
     assert result["checksum"] == git_checksum(V1, tmp_path)
     git("fsck", "--full", "--no-dangling", git_dir=repo)
-    assert git("rev-parse", "main", git_dir=repo).decode().strip() == V1_TIP
+    assert git("rev-parse", "main", git_dir=repo).decode().strip() == corpus_tip()
 
 
+@needs_corpus('git-v1.0.0')
 def test_command_lease_lost_before_publish_installs_nothing(tmp_path, redis_client):
     from packyard.workers.locks import KEY_PREFIX, lock_name_for, repo_lock
 
@@ -86,10 +88,11 @@ def run_task(celery_app, pk, **kwargs):
     return value, pk.job_row(res.id)
 
 
+@needs_corpus('git-v1.0.0')
 def test_index_pack_task_on_worker(tmp_path, celery_worker, celery_app, pk):
     repo = bare(tmp_path / "r.git")
     value, job = run_task(celery_app, pk, repo=str(repo), pack=str(V1), strict=True, keep="pushed by a test",
-                          ref_updates=[{"ref": "refs/heads/main", "old": None, "new": V1_TIP}])
+                          ref_updates=[{"ref": "refs/heads/main", "old": None, "new": corpus_tip()}])
     assert job.state.value == "SUCCESS", job.error
     assert job.counters == value["counters"]
     for key in COUNTERS:
@@ -102,6 +105,7 @@ def test_index_pack_task_on_worker(tmp_path, celery_worker, celery_app, pk):
     assert len(batch_check_all(repo)) == 12233
 
 
+@needs_corpus('git-v1.0.0')
 def test_index_pack_task_bad_pack_fails_and_changes_nothing(tmp_path, celery_worker, celery_app, pk):
     repo = bare(tmp_path / "r.git")
     broken = tmp_path / "broken.pack"
@@ -118,6 +122,7 @@ def packyard(*args: str, stdin=None, env=None) -> subprocess.CompletedProcess:
                           env=env or {**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+@needs_corpus('git-v1.0.0')
 def test_cli_index_pack_file_and_stdin(tmp_path):
     expected = git_checksum(V1, tmp_path)
     a = bare(tmp_path / "a.git")
@@ -127,7 +132,7 @@ def test_cli_index_pack_file_and_stdin(tmp_path):
     b = bare(tmp_path / "b.git")
     with open(V1, "rb") as fin:
         proc = packyard("index-pack", "--repo", str(b), "--keep", "cli", "--json",
-                        "--ref-update", f"refs/heads/main::{V1_TIP}", "-", stdin=fin)
+                        "--ref-update", f"refs/heads/main::{corpus_tip()}", "-", stdin=fin)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["checksum"] == expected and result["keep"].endswith(".keep")
@@ -145,6 +150,7 @@ def test_cli_index_pack_file_and_stdin(tmp_path):
     assert snapshot_tree(c) == before
 
 
+@needs_corpus('git-v1.0.0')
 def test_submit_index_pack(tmp_path, celery_worker, pk):
     repo = bare(tmp_path / "r.git")
     proc = packyard("submit", "index-pack", "--repo", str(repo), "-p", f"pack={V1}", "--wait", env=pk.cli_env())

@@ -5,6 +5,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -342,15 +344,43 @@ def test_fencing_token_is_enforced_by_the_ref_store(mixed_repo):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the check as another user")
-def test_unreadable_repository_path(tmp_path):
-    # root reads everything; the check runs as nobody in a child process
-    code = ("import sys; from packyard.store import Repository, NotARepositoryError\n"
-            "try:\n    Repository.open(sys.argv[1])\nexcept NotARepositoryError as e:\n"
-            "    print(e); sys.exit(0)\nsys.exit(1)")
-    locked = tmp_path / "locked"
-    make_worktree_repo(locked)
-    os.chmod(locked, 0o700)
-    proc = subprocess.run([sys.executable, "-c", code, str(locked / "repo.git")], capture_output=True,
-                          text=True, user=65534, cwd="/", env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert proc.returncode == 0, proc.stderr
-    assert "not accessible" in proc.stdout and str(locked) in proc.stdout
+def test_unreadable_repository_path():
+    """A repository behind a directory the caller may not enter is reported as not accessible.
+
+    root reads everything, so the check runs as nobody -- in a forked child of this process
+    (already imported, so it does not need to reach the interpreter or the checkout, which may
+    themselves live under a 0700 directory such as /root). A second repository beside the locked
+    one is opened by the same child: the failure is the locked directory's, not the test's."""
+    base = Path(tempfile.mkdtemp(prefix="pky-unreadable-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        locked, open_ = base / "locked", base / "open"
+        make_worktree_repo(locked)
+        make_worktree_repo(open_)
+        os.chmod(locked, 0o700)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: drop to nobody, try both, report through the pipe, exit at once
+            try:
+                os.close(read_end)
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                Repository.open(open_ / "repo.git")
+                try:
+                    Repository.open(locked / "repo.git")
+                    os.write(write_end, b"opened the locked one")
+                except NotARepositoryError as err:
+                    os.write(write_end, str(err).encode())
+            except BaseException as err:  # noqa: BLE001 - reported to the parent
+                os.write(write_end, f"child failed: {err!r}".encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as f:
+            said = f.read().decode()
+        os.waitpid(pid, 0)
+        assert "not accessible" in said and str(locked) in said, said
+    finally:
+        os.chmod(base / "locked", 0o755)
+        shutil.rmtree(base, ignore_errors=True)

@@ -62,11 +62,21 @@ def test_mutual_exclusion_between_threads(redis_client, redis_server, tmp_path):
     assert len(set(tokens)) == 30 and tokens == sorted(tokens)  # in acquisition order, strictly increasing
 
 
+def expire_now(client, lease) -> None:
+    """Make a lease's TTL run out now, as a holder stalled past it would see (no sleeping on a short TTL:
+    a loaded machine can stretch any sleep, but not this)."""
+    client.pexpire(lease.key, 1)
+    deadline = time.monotonic() + 10
+    while client.exists(lease.key):
+        assert time.monotonic() < deadline, "the lease did not expire"
+        time.sleep(0.01)
+
+
 def test_expired_lease_is_detected_and_cannot_touch_the_successor(redis_client, tmp_path, events):
     seen, on_event = events
     repo = tmp_path / "r.git"
-    stale = try_acquire(redis_client, repo, ttl=0.15, job_id="slow", on_event=on_event)
-    time.sleep(0.3)
+    stale = try_acquire(redis_client, repo, ttl=10, job_id="slow", on_event=on_event)
+    expire_now(redis_client, stale)          # the holder stalled past its TTL
     with pytest.raises(LockLostError) as info:
         stale.check()
     assert "expired" in str(info.value) and str(repo.resolve()) in str(info.value)
@@ -85,8 +95,8 @@ def test_expired_lease_is_detected_and_cannot_touch_the_successor(redis_client, 
 def test_taken_over_lease_reports_lost(redis_client, tmp_path, events):
     seen, on_event = events
     repo = tmp_path / "r.git"
-    stale = try_acquire(redis_client, repo, ttl=0.1, job_id="a", on_event=on_event)
-    time.sleep(0.25)
+    stale = try_acquire(redis_client, repo, ttl=10, job_id="a", on_event=on_event)
+    expire_now(redis_client, stale)
     fresh = try_acquire(redis_client, repo, ttl=10, job_id="b")
     with pytest.raises(LockLostError) as info:
         stale.check()
@@ -102,8 +112,8 @@ def test_renew_extends_and_auto_renew_outlives_ttl(redis_client, tmp_path):
     lease.renew(ttl=5)
     assert redis_client.pttl(key) > 4000
     lease.release()
-    with repo_lock(redis_client, repo, ttl=0.3, auto_renew=True) as lease:
-        time.sleep(0.9)                     # three TTLs
+    with repo_lock(redis_client, repo, ttl=1.5, auto_renew=True) as lease:
+        time.sleep(4.5)                     # three TTLs (renewed every 0.5 s)
         lease.check()
     assert redis_client.get(key) is None
 
@@ -112,10 +122,10 @@ def test_fencing_tokens_are_monotonic_across_expiry_and_release(redis_client, tm
     repo = tmp_path / "r.git"
     tokens = []
     for i in range(5):
-        lease = try_acquire(redis_client, repo, ttl=0.05 if i % 2 else 10)
+        lease = try_acquire(redis_client, repo, ttl=10)
         tokens.append(lease.token)
         if i % 2:
-            time.sleep(0.1)                 # let it expire instead of releasing
+            expire_now(redis_client, lease)  # let it expire instead of releasing
         else:
             lease.release()
     assert tokens == sorted(tokens) and len(set(tokens)) == 5
@@ -152,10 +162,10 @@ def test_stalled_holder_is_refused_by_the_storage(redis_client, tmp_path):
     for d in (src_a, src_b):
         d.mkdir()
         (d / "who.txt").write_text(f"{d.name}\n")
-    lease_a = try_acquire(redis_client, str(repo_path), ttl=0.3)
+    lease_a = try_acquire(redis_client, str(repo_path), ttl=10)
     assert lease_a is not None
-    lease_a.check()                                  # A checks ... and stalls
-    time.sleep(0.5)
+    lease_a.check()                                  # A checks ... and stalls past its TTL
+    expire_now(redis_client, lease_a)
     lease_b = try_acquire(redis_client, str(repo_path), ttl=10)
     assert lease_b is not None and lease_b.token > lease_a.token
     who = Identity(name="T", email="t@example.com", when=1700000000)
