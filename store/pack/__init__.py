@@ -1,0 +1,1 @@
+"""Pack format, reading, writing and delta code."""
