@@ -7,6 +7,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select
 
 TABLES = {"repositories", "jobs", "lock_events", "race_events"}
+HEAD = "0003"
 
 
 def _tables(url):
@@ -37,7 +38,7 @@ def _roundtrip(url):
 
     upgrade_database(url)
     assert TABLES <= _tables(url)
-    assert _revision(url) == "0001"
+    assert _revision(url) == HEAD
     assert _diff(url) == [], "models and migrations disagree"
 
     # The schema works for what the recorder does.
@@ -72,7 +73,7 @@ def test_migrate_command(tmp_path, pk):
     env = pk.cli_env(PACKYARD_DATABASE_URL=url)
     out = subprocess.run(["packyard", "migrate"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert _revision(url) == "0001"
+    assert _revision(url) == HEAD
     out = subprocess.run(["packyard", "migrate", "--downgrade", "base"], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
