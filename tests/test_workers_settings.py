@@ -136,7 +136,8 @@ def test_console_renderer_on_a_terminal():
 
 
 def test_maintenance_settings_and_policy(tmp_path):
-    env = {"PACKYARD_STATE_DIR": str(tmp_path), "PACKYARD_MAINTENANCE_CRON": " 15  3 * *  0 ",
+    env = {"PACKYARD_STATE_DIR": str(tmp_path), "PACKYARD_REDIS_URL": "redis://r:6379/0",
+           "PACKYARD_MAINTENANCE_CRON": " 15  3 * *  0 ",
            "PACKYARD_MAINTENANCE_WINDOW": "7200", "PACKYARD_MAINTENANCE_CONCURRENCY": "4",
            "PACKYARD_PLAN_AFTER_INGESTS": "25", "PACKYARD_MAINTENANCE_LOOSE_LIMIT": "6700",
            "PACKYARD_MAINTENANCE_FULL_INTERVAL": "86400", "PACKYARD_MAINTENANCE_CRUFT_EXPIRE": "3600"}
