@@ -101,7 +101,10 @@ def test_submit_wait_then_status_table(pk, tmp_path, celery_worker):
 
     out = run(pk, "status", "--repo", str(repo), "--limit", "5")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    head, table = out.stdout.split("\n\n", 1)
+    assert head.startswith(f"repository {repo.resolve()} (enabled for maintenance; 0 ingest(s)")
+    assert "\nplan if planned now: " in head
+    lines = table.splitlines()
     assert lines[0].split()[:3] == ["job", "task", "id"] and set(lines[1]) <= {"-", " "}
     assert len(lines) == 3 and task_id[:8] in lines[2] and "SUCCESS" in lines[2] and "verify_repo" in lines[2]
     assert f"objects={len(batch_check_all(repo))}" in lines[2]
