@@ -78,3 +78,25 @@ def test_migrate_command(tmp_path, pk):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert _revision(url) is None and not (TABLES & _tables(url))
+
+
+def test_registry_migration_keeps_rows_and_links(sqlite_url):
+    """0003 on a database with history: existing repositories become enabled with no ingests counted, and
+    neither the upgrade nor the downgrade touches the jobs' links to them (no table is recreated)."""
+    from sqlalchemy import text
+
+    from packyard.workers.records import downgrade_database, get_engine, upgrade_database
+
+    upgrade_database(sqlite_url, "0001")
+    with get_engine(sqlite_url).begin() as c:
+        c.execute(text("INSERT INTO repositories (id, path, created_at) VALUES (7, '/srv/old.git', '2026-01-01')"))
+        c.execute(text("INSERT INTO jobs (task_id, kind, repo_id, state, retries) "
+                       "VALUES ('t-old', 'packyard.index_pack', 7, 'SUCCESS', 0)"))
+    upgrade_database(sqlite_url)
+    with get_engine(sqlite_url).connect() as c:
+        assert c.execute(text("SELECT enabled, ingests_since_repack, last_plan FROM repositories")).one() == (1, 0, None)
+        assert c.execute(text("SELECT repo_id FROM jobs WHERE task_id = 't-old'")).scalar() == 7
+    downgrade_database(sqlite_url, "0001")
+    with get_engine(sqlite_url).connect() as c:
+        assert c.execute(text("SELECT repo_id FROM jobs WHERE task_id = 't-old'")).scalar() == 7
+        assert "enabled" not in {col["name"] for col in inspect(c).get_columns("repositories")}
