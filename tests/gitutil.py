@@ -109,3 +109,27 @@ def batch_check_all(bare: Path) -> dict[str, tuple[str, int]]:
 def snapshot_tree(path: Path) -> dict[str, bytes]:
     """Every file under ``path`` with its bytes: compare before/after to prove nothing changed."""
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def write_blobs(bare: Path, scratch: Path, count: int, tag: str) -> list[str]:
+    """``count`` new loose blobs written by git (``hash-object -w --stdin-paths``); their ids."""
+    src = scratch / f"blobs-{tag}"
+    src.mkdir(parents=True)
+    paths = []
+    for i in range(count):
+        p = src / str(i)
+        p.write_text(f"{tag} blob {i}\n")
+        paths.append(str(p))
+    out = git("hash-object", "-w", "--stdin-paths", git_dir=bare, input="\n".join(paths).encode() + b"\n")
+    shutil.rmtree(src)
+    return out.decode().split()
+
+
+def commit_blobs(bare: Path, scratch: Path, branch: str, files: int, parent: str | None = None) -> str:
+    """A commit of ``files`` new blobs (written loose by git) on refs/heads/<branch>; its id."""
+    ids = write_blobs(bare, scratch, files, f"{branch}-{parent or 'root'}")
+    entries = "".join(f"100644 blob {oid}\tf{i}.txt\n" for i, oid in enumerate(ids))
+    tree = git("mktree", git_dir=bare, input=entries.encode()).decode().strip()
+    commit = git("commit-tree", tree, "-m", branch, *(["-p", parent] if parent else []), git_dir=bare).decode().strip()
+    git("update-ref", f"refs/heads/{branch}", commit, git_dir=bare)
+    return commit

@@ -101,7 +101,10 @@ def test_submit_wait_then_status_table(pk, tmp_path, celery_worker):
 
     out = run(pk, "status", "--repo", str(repo), "--limit", "5")
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
+    head, table = out.stdout.split("\n\n", 1)
+    assert head.startswith(f"repository {repo.resolve()} (enabled for maintenance; 0 ingest(s)")
+    assert "\nplan if planned now: " in head
+    lines = table.splitlines()
     assert lines[0].split()[:3] == ["job", "task", "id"] and set(lines[1]) <= {"-", " "}
     assert len(lines) == 3 and task_id[:8] in lines[2] and "SUCCESS" in lines[2] and "verify_repo" in lines[2]
     assert f"objects={len(batch_check_all(repo))}" in lines[2]
@@ -128,11 +131,12 @@ def test_status_on_empty_database(pk, tmp_path):
 
 def test_beat_schedule_is_what_is_configured(pk, tmp_path):
     out = run(pk, "beat", "--show-schedule")
-    assert out.returncode == 0 and "no scheduled jobs" in out.stdout
-    import os
-
-    repos = os.pathsep.join([str(tmp_path / "a.git"), str(tmp_path / "b.git")])
-    out = run(pk, "beat", "--show-schedule", PACKYARD_NIGHTLY_REPOS=repos, PACKYARD_NIGHTLY_HOUR="4")
-    lines = out.stdout.splitlines()
-    assert len(lines) == 2 and all("packyard.verify_repo" in line for line in lines)
-    assert str(tmp_path / "a.git") in lines[0] and "daily at 04:00 UTC" in lines[0]
+    assert out.returncode == 0, out.stderr
+    (line,) = out.stdout.splitlines()
+    assert line.startswith("maintenance-window: packyard.plan_maintenance {'trigger': 'window'} at cron '0 2 * * *'")
+    assert "open for 14400 s, at most 2 maintenance job(s) in flight" in line
+    out = run(pk, "beat", "--show-schedule", PACKYARD_MAINTENANCE_CRON="30 1 * * 6", PACKYARD_MAINTENANCE_WINDOW="600",
+              PACKYARD_MAINTENANCE_CONCURRENCY="5")
+    assert "at cron '30 1 * * 6' (UTC), open for 600 s, at most 5 maintenance job(s)" in out.stdout
+    out = run(pk, "beat", "--show-schedule", PACKYARD_MAINTENANCE_CRON="every night")
+    assert out.returncode != 0 and "PACKYARD_MAINTENANCE_CRON" in out.stderr

@@ -201,7 +201,7 @@ def test_status_table_shows_key_counters_for_every_job_kind(pk, tmp_path):
 
     out = run(pk, "status", "--repo", str(repo), "--limit", "10")
     assert out.returncode == 0, out.stderr
-    header, rule, *rows = out.stdout.splitlines()
+    header, rule, *rows = out.stdout.split("\n\n", 1)[1].splitlines()
     assert header.startswith("job  task id") and len(rows) == 5
     counters_at = header.index("counters")
     want = {

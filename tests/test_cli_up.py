@@ -82,6 +82,10 @@ def run_demo(env: dict[str, str], cwd: Path) -> str:
     assert len(thin) == 1, table  # the thin push had its bases appended
     assert "git fsck --full hosted.git: passed" in out.stdout
     assert "7/7 jobs as expected, all checks passed" in out.stdout
+    # The nightly maintenance step: plans with their reasons for repositories in different states.
+    assert "[demo] nightly maintenance: the plan each registered repository would get now, and why" in out.stdout
+    assert "[demo]   busy-loose.git: LOOSE" in out.stdout and "[demo]   many-pushes.git: FULL" in out.stdout
+    assert "because ~" in out.stdout and "no full repack on record (at most every 5.0 days)" in out.stdout
     return out.stdout
 
 

@@ -30,7 +30,7 @@ def test_docker_compose_config_validates():
 
 def test_required_services_present():
     services = load()["services"]
-    assert {"redis", "postgres", "migrate", "worker", "beat", "flower"} <= set(services)
+    assert {"redis", "postgres", "migrate", "worker", "beat", "flower", "metrics", "prometheus", "grafana"} <= set(services)
     assert services["worker"]["deploy"]["replicas"] >= 2
     # Every worker replica sees the same repositories volume (shared storage).
     assert any(str(v).startswith("repos:") for v in services["worker"]["volumes"])
@@ -45,7 +45,7 @@ def _packyard_services(doc: dict):
 def test_every_command_is_a_real_packyard_subcommand():
     doc = load()
     services = dict(_packyard_services(doc))
-    assert set(services) == {"migrate", "worker", "beat", "flower"}
+    assert set(services) == {"migrate", "worker", "beat", "flower", "metrics"}
     for name, svc in services.items():
         argv = [str(a).replace("${FLOWER_BASIC_AUTH:-admin:change-me}", "admin:x") for a in svc["command"]]
         # argparse validates the subcommand and every option before acting on --help.
@@ -64,3 +64,23 @@ def test_environment_names_match_settings():
         for key in env:
             assert key in text, f"service {name} sets {key}, which workers/settings.py does not read"
         assert "PACKYARD_REDIS_URL" in env and "PACKYARD_DATABASE_URL" in env
+
+
+def test_prometheus_scrapes_the_exporter_and_flower_and_grafana_gets_the_dashboard():
+    services = load()["services"]
+    prom = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
+    metrics_port = services["metrics"]["command"][services["metrics"]["command"].index("--port") + 1]
+    flower_port = services["flower"]["command"][services["flower"]["command"].index("--port") + 1]
+    assert targets == {f"metrics:{metrics_port}", f"flower:{flower_port}"}
+    # Every file a container mounts exists in the checkout.
+    for name in ("prometheus", "grafana"):
+        for vol in services[name]["volumes"]:
+            src = vol.split(":")[0]
+            if src.startswith("./"):
+                assert (ROOT / src).exists(), f"{name} mounts {src}, which does not exist"
+    provider = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/packyard.yml").read_text())
+    mounted = {v.split(":")[1] for v in services["grafana"]["volumes"]}
+    assert provider["providers"][0]["options"]["path"] in mounted
+    ds = yaml.safe_load((ROOT / "deploy/grafana/provisioning/datasources/prometheus.yml").read_text())
+    assert ds["datasources"][0]["url"] == "http://prometheus:9090"

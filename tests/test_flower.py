@@ -47,6 +47,16 @@ def test_flower_lists_finished_verify_repo(tmp_path, celery_worker, celery_app, 
 
         status, workers = _get(f"{base}/api/workers?refresh=1")
         assert status == 200 and any(name.startswith("test-") for name in workers)
+
+        # Flower's own /metrics (what Prometheus scrapes) serves every flower_* metric the dashboard queries.
+        from prometheus_client.parser import text_string_to_metric_families
+
+        from promql import dashboard_metrics, served
+
+        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+            families = {f.name: f.type for f in text_string_to_metric_families(r.read().decode())}
+        wanted = dashboard_metrics("flower_")
+        assert wanted and all(served(n, families) for n in wanted), (wanted, sorted(families))
     finally:
         flower.stop(timeout=10)
         log.close()

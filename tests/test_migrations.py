@@ -7,6 +7,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select
 
 TABLES = {"repositories", "jobs", "lock_events", "race_events"}
+HEAD = "0003"
 
 
 def _tables(url):
@@ -37,7 +38,7 @@ def _roundtrip(url):
 
     upgrade_database(url)
     assert TABLES <= _tables(url)
-    assert _revision(url) == "0001"
+    assert _revision(url) == HEAD
     assert _diff(url) == [], "models and migrations disagree"
 
     # The schema works for what the recorder does.
@@ -72,8 +73,30 @@ def test_migrate_command(tmp_path, pk):
     env = pk.cli_env(PACKYARD_DATABASE_URL=url)
     out = subprocess.run(["packyard", "migrate"], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert _revision(url) == "0001"
+    assert _revision(url) == HEAD
     out = subprocess.run(["packyard", "migrate", "--downgrade", "base"], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert _revision(url) is None and not (TABLES & _tables(url))
+
+
+def test_registry_migration_keeps_rows_and_links(sqlite_url):
+    """0003 on a database with history: existing repositories become enabled with no ingests counted, and
+    neither the upgrade nor the downgrade touches the jobs' links to them (no table is recreated)."""
+    from sqlalchemy import text
+
+    from packyard.workers.records import downgrade_database, get_engine, upgrade_database
+
+    upgrade_database(sqlite_url, "0001")
+    with get_engine(sqlite_url).begin() as c:
+        c.execute(text("INSERT INTO repositories (id, path, created_at) VALUES (7, '/srv/old.git', '2026-01-01')"))
+        c.execute(text("INSERT INTO jobs (task_id, kind, repo_id, state, retries) "
+                       "VALUES ('t-old', 'packyard.index_pack', 7, 'SUCCESS', 0)"))
+    upgrade_database(sqlite_url)
+    with get_engine(sqlite_url).connect() as c:
+        assert c.execute(text("SELECT enabled, ingests_since_repack, last_plan FROM repositories")).one() == (1, 0, None)
+        assert c.execute(text("SELECT repo_id FROM jobs WHERE task_id = 't-old'")).scalar() == 7
+    downgrade_database(sqlite_url, "0001")
+    with get_engine(sqlite_url).connect() as c:
+        assert c.execute(text("SELECT repo_id FROM jobs WHERE task_id = 't-old'")).scalar() == 7
+        assert "enabled" not in {col["name"] for col in inspect(c).get_columns("repositories")}

@@ -133,3 +133,23 @@ def test_console_renderer_on_a_terminal():
         os.close(master)
     assert "job.finished" in text and "job_id" in text and "j-1" in text
     assert not text.lstrip().startswith("{")
+
+
+def test_maintenance_settings_and_policy(tmp_path):
+    env = {"PACKYARD_STATE_DIR": str(tmp_path), "PACKYARD_REDIS_URL": "redis://r:6379/0",
+           "PACKYARD_MAINTENANCE_CRON": " 15  3 * *  0 ",
+           "PACKYARD_MAINTENANCE_WINDOW": "7200", "PACKYARD_MAINTENANCE_CONCURRENCY": "4",
+           "PACKYARD_PLAN_AFTER_INGESTS": "25", "PACKYARD_MAINTENANCE_LOOSE_LIMIT": "6700",
+           "PACKYARD_MAINTENANCE_FULL_INTERVAL": "86400", "PACKYARD_MAINTENANCE_CRUFT_EXPIRE": "3600"}
+    s = Settings.from_env(env)
+    assert s.maintenance_cron == "15 3 * * 0"
+    assert (s.maintenance_window, s.maintenance_concurrency, s.plan_after_ingests) == (7200.0, 4, 25)
+    policy = s.maintenance_policy
+    assert (policy.loose_objects_limit, policy.full_repack_interval, policy.cruft_expire) == (6700, 86400.0, 3600.0)
+    assert policy.pack_limit == 50 and policy.geometric_factor == 2  # defaults: git's and Gitaly's
+    assert Settings.from_env(s.as_env()) == s
+    defaults = Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path)})
+    assert (defaults.maintenance_cron, defaults.maintenance_window, defaults.maintenance_concurrency) == \
+        ("0 2 * * *", 14400.0, 2)
+    with pytest.raises(ValueError, match="PACKYARD_MAINTENANCE_CRON"):
+        Settings.from_env({"PACKYARD_MAINTENANCE_CRON": "0 2 * *"})

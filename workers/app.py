@@ -10,22 +10,32 @@ from __future__ import annotations
 from typing import Any
 
 from celery import Celery
-from celery.schedules import crontab
 
 from packyard.workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
 from packyard.workers.settings import Settings, get_settings
 
 
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Nightly jobs. Today: verify_repo for each PACKYARD_NIGHTLY_REPOS entry (repack joins in a later issue)."""
-    schedule: dict[str, dict[str, Any]] = {}
-    for repo in settings.nightly_repos:
-        schedule[f"nightly-verify:{repo}"] = {
-            "task": "packyard.verify_repo",
-            "schedule": crontab(hour=settings.nightly_hour, minute=0),
-            "kwargs": {"repo": repo},
-        }
-    return schedule
+    """The nightly maintenance window: the planner over the registered repositories at PACKYARD_MAINTENANCE_CRON.
+
+    A new entry (a fresh schedule file) counts as last run one window length ago, so a beat
+    started inside a window (the cron fired less than PACKYARD_MAINTENANCE_WINDOW seconds ago)
+    opens it at once instead of waiting a day; a persisted entry keeps its own last run time.
+    ``verify_repo`` is not scheduled: it stays available on demand (``packyard verify``,
+    ``packyard submit verify_repo``).
+    """
+    from datetime import datetime, timedelta, timezone
+
+    from packyard.workers.commands.plan_maintenance import maintenance_crontab
+
+    return {
+        "maintenance-window": {
+            "task": "packyard.plan_maintenance",
+            "schedule": maintenance_crontab(settings),
+            "kwargs": {"trigger": "window"},
+            "last_run_at": datetime.now(timezone.utc) - timedelta(seconds=settings.maintenance_window),
+        },
+    }
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -25,8 +25,8 @@ from celery.signals import before_task_publish, setup_logging, worker_process_in
 from sqlalchemy.exc import SQLAlchemyError
 
 from packyard.workers import logging as plog
-from packyard.workers.records import JobState, recorder
-from packyard.workers.settings import get_settings
+from packyard.workers.records import JobState, recorder, registry
+from packyard.workers.settings import Settings, get_settings
 
 log = plog.get_logger("packyard.jobs")
 
@@ -130,9 +130,41 @@ def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[st
         log.error("job.finished", error=str(exc), error_type=type(exc).__name__, **event)
     else:
         log.info("job.finished", **event)
+    settings = get_settings()
     record_with_retries("finished", lambda: recorder.record_finished(
-        get_settings(), task_id=task_id, kind=name, repo=repo, state=state, counters=counters,
-        error=str(exc) if exc is not None else None, error_type=type(exc).__name__ if exc is not None else None))
+        settings, task_id=task_id, kind=name, repo=repo, state=state, counters=counters,
+        error=str(exc) if exc is not None else None, error_type=type(exc).__name__ if exc is not None else None,
+        on_ingest_counted=lambda n: plan_after_ingests(settings, repo, n)))
+    if name in registry.MAINTENANCE_KINDS:
+        release_slot(settings, task_id)
+
+
+def plan_after_ingests(settings: Settings, repo: str | None, ingests: int) -> None:
+    """Every PACKYARD_PLAN_AFTER_INGESTS-th ingest since the last repack queues the planner for the repository."""
+    every = settings.plan_after_ingests
+    if repo is None or every <= 0 or ingests % every:
+        return
+    try:
+        from packyard.workers.app import app
+
+        res = app.send_task(registry.PLAN_KIND, kwargs={"repo": repo, "trigger": "ingests"})
+    except Exception as err:  # the ingest is done; the next multiple (or the window) plans it
+        log.warning("maintenance.plan_not_queued", ingests=ingests, error=str(err))
+        return
+    log.info("maintenance.plan_queued", ingests=ingests, plan_job=res.id)
+
+
+def release_slot(settings: Settings, task_id: str) -> None:
+    """A finished maintenance job gives its fleet slot back (a job queued by hand never had one)."""
+    from packyard.workers.slots import fleet_slots
+
+    try:
+        released = fleet_slots(settings).release(task_id)
+    except Exception as err:  # the claim expires on its own; the planner also prunes finished holders
+        log.warning("maintenance.slot_release_failed", error=str(err))
+        return
+    if released:
+        log.info("maintenance.slot_released")
 
 
 def job_retrying(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], reason: str) -> None:

@@ -16,12 +16,36 @@ PACKYARD_LOG_FORMAT            json | console | auto (console on a TTY)     auto
 PACKYARD_LOG_LEVEL             stdlib level name                            INFO
 PACKYARD_MAX_PACK_BYTES        refuse incoming packs larger than this       2 GiB
 PACKYARD_LOCK_TTL              repository lease lifetime in seconds         60
-PACKYARD_NIGHTLY_REPOS         os.pathsep-separated repos verified nightly  (none)
-PACKYARD_NIGHTLY_HOUR          UTC hour of the nightly jobs                 3
+PACKYARD_NIGHTLY_REPOS         os.pathsep-separated repos registered for   (none)
+                               maintenance by each nightly run (`packyard
+                               repos add` registers one for good)
 PACKYARD_TASK_MAX_RETRIES      retries for transient failures               5
 PACKYARD_VISIBILITY_TIMEOUT    seconds before Redis redelivers an unacked   14400
                                job (a host died mid-job); must exceed the
                                longest job
+PACKYARD_MAINTENANCE_CRON      when the nightly maintenance window opens    0 2 * * *
+                               (5-field cron, UTC)
+PACKYARD_MAINTENANCE_WINDOW    seconds the window stays open; repositories  14400
+                               not reached wait for the next window
+PACKYARD_MAINTENANCE_CONCURRENCY  maintenance jobs in flight across the     2
+                               fleet, at most (Redis semaphore)
+PACKYARD_MAINTENANCE_JITTER    a queued maintenance job starts after a      60
+                               random delay up to this many seconds
+PACKYARD_MAINTENANCE_TICK      seconds between planner rounds while every   60
+                               slot is taken
+PACKYARD_PLAN_AFTER_INGESTS    plan a repository after every M ingests     100
+                               (0: only in the window)
+PACKYARD_MAINTENANCE_LOOSE_LIMIT     loose objects that call for a loose   1024
+                               repack (Gitaly)
+PACKYARD_MAINTENANCE_PACK_LIMIT      packs that call for a full repack     50
+                               (git's gc.autoPackLimit)
+PACKYARD_MAINTENANCE_FULL_INTERVAL   seconds between full repacks, at      432000 (5 days)
+                               least
+PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR  git repack --geometric factor      2
+PACKYARD_MAINTENANCE_CRUFT_EXPIRE    seconds an unreachable object stays   1209600 (14 days)
+                               in a cruft pack
+PACKYARD_MAINTENANCE_PRESERVE_FOR    seconds a replaced pack stays in      3600
+                               objects/pack/preserved/
 =============================  ===========================================  =========================
 """
 from __future__ import annotations
@@ -29,7 +53,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping
+
+if TYPE_CHECKING:
+    from packyard.store.maintenance.strategy import MaintenancePolicy
 
 LogFormat = Literal["json", "console", "auto"]
 
@@ -57,6 +84,15 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
         raise ValueError(f"{name} must be a number, got {raw!r}") from None
 
 
+def _cron(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = " ".join(env.get(name, "").split())
+    if not raw:
+        return default
+    if len(raw.split()) != 5:
+        raise ValueError(f"{name} must be a 5-field cron expression (minute hour day month weekday), got {raw!r}")
+    return raw
+
+
 @dataclass(frozen=True)
 class Settings:
     state_dir: Path
@@ -69,9 +105,20 @@ class Settings:
     max_pack_bytes: int = 2 << 30
     lock_ttl: float = 60.0
     nightly_repos: tuple[str, ...] = field(default_factory=tuple)
-    nightly_hour: int = 3
     task_max_retries: int = 5
     visibility_timeout: int = 14400
+    maintenance_cron: str = "0 2 * * *"
+    maintenance_window: float = 14400.0
+    maintenance_concurrency: int = 2
+    maintenance_jitter: float = 60.0
+    maintenance_tick: float = 60.0
+    plan_after_ingests: int = 100
+    maintenance_loose_limit: int = 1024
+    maintenance_pack_limit: int = 50
+    maintenance_full_interval: float = 5 * 86400.0
+    maintenance_geometric_factor: int = 2
+    maintenance_cruft_expire: float = 14 * 86400.0
+    maintenance_preserve_for: float = 3600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -97,9 +144,20 @@ class Settings:
             max_pack_bytes=_int(env, "PACKYARD_MAX_PACK_BYTES", 2 << 30),
             lock_ttl=_float(env, "PACKYARD_LOCK_TTL", 60.0),
             nightly_repos=tuple(str(Path(p).expanduser().resolve()) for p in repos),
-            nightly_hour=_int(env, "PACKYARD_NIGHTLY_HOUR", 3),
             task_max_retries=_int(env, "PACKYARD_TASK_MAX_RETRIES", 5),
             visibility_timeout=_int(env, "PACKYARD_VISIBILITY_TIMEOUT", 14400),
+            maintenance_cron=_cron(env, "PACKYARD_MAINTENANCE_CRON", "0 2 * * *"),
+            maintenance_window=_float(env, "PACKYARD_MAINTENANCE_WINDOW", 14400.0),
+            maintenance_concurrency=_int(env, "PACKYARD_MAINTENANCE_CONCURRENCY", 2),
+            maintenance_jitter=_float(env, "PACKYARD_MAINTENANCE_JITTER", 60.0),
+            maintenance_tick=_float(env, "PACKYARD_MAINTENANCE_TICK", 60.0),
+            plan_after_ingests=_int(env, "PACKYARD_PLAN_AFTER_INGESTS", 100),
+            maintenance_loose_limit=_int(env, "PACKYARD_MAINTENANCE_LOOSE_LIMIT", 1024),
+            maintenance_pack_limit=_int(env, "PACKYARD_MAINTENANCE_PACK_LIMIT", 50),
+            maintenance_full_interval=_float(env, "PACKYARD_MAINTENANCE_FULL_INTERVAL", 5 * 86400.0),
+            maintenance_geometric_factor=_int(env, "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR", 2),
+            maintenance_cruft_expire=_float(env, "PACKYARD_MAINTENANCE_CRUFT_EXPIRE", 14 * 86400.0),
+            maintenance_preserve_for=_float(env, "PACKYARD_MAINTENANCE_PRESERVE_FOR", 3600.0),
         )
 
     @property
@@ -134,10 +192,32 @@ class Settings:
             "PACKYARD_MAX_PACK_BYTES": str(self.max_pack_bytes),
             "PACKYARD_LOCK_TTL": str(self.lock_ttl),
             "PACKYARD_NIGHTLY_REPOS": os.pathsep.join(self.nightly_repos),
-            "PACKYARD_NIGHTLY_HOUR": str(self.nightly_hour),
             "PACKYARD_TASK_MAX_RETRIES": str(self.task_max_retries),
             "PACKYARD_VISIBILITY_TIMEOUT": str(self.visibility_timeout),
+            "PACKYARD_MAINTENANCE_CRON": self.maintenance_cron,
+            "PACKYARD_MAINTENANCE_WINDOW": str(self.maintenance_window),
+            "PACKYARD_MAINTENANCE_CONCURRENCY": str(self.maintenance_concurrency),
+            "PACKYARD_MAINTENANCE_JITTER": str(self.maintenance_jitter),
+            "PACKYARD_MAINTENANCE_TICK": str(self.maintenance_tick),
+            "PACKYARD_PLAN_AFTER_INGESTS": str(self.plan_after_ingests),
+            "PACKYARD_MAINTENANCE_LOOSE_LIMIT": str(self.maintenance_loose_limit),
+            "PACKYARD_MAINTENANCE_PACK_LIMIT": str(self.maintenance_pack_limit),
+            "PACKYARD_MAINTENANCE_FULL_INTERVAL": str(self.maintenance_full_interval),
+            "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR": str(self.maintenance_geometric_factor),
+            "PACKYARD_MAINTENANCE_CRUFT_EXPIRE": str(self.maintenance_cruft_expire),
+            "PACKYARD_MAINTENANCE_PRESERVE_FOR": str(self.maintenance_preserve_for),
         }
+
+    @property
+    def maintenance_policy(self) -> "MaintenancePolicy":
+        """The planning thresholds (store/maintenance/strategy.py) these settings name."""
+        from packyard.store.maintenance.strategy import MaintenancePolicy
+
+        return MaintenancePolicy(
+            loose_objects_limit=self.maintenance_loose_limit, pack_limit=self.maintenance_pack_limit,
+            full_repack_interval=self.maintenance_full_interval,
+            geometric_factor=self.maintenance_geometric_factor, cruft_expire=self.maintenance_cruft_expire,
+            preserve_for=self.maintenance_preserve_for)
 
 
 def get_settings() -> Settings:

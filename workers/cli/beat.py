@@ -10,8 +10,10 @@ from packyard.workers.cli import common
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "beat", help="run the scheduler (nightly jobs)",
-        description="Exec `celery -A packyard.workers.app beat`. Nightly: verify_repo for every repository in "
-                    "PACKYARD_NIGHTLY_REPOS at PACKYARD_NIGHTLY_HOUR (UTC).")
+        description="Exec `celery -A packyard.workers.app beat`. Nightly: the maintenance window opens at "
+                    "PACKYARD_MAINTENANCE_CRON (UTC) and plans every enabled registered repository (packyard "
+                    "repos) for PACKYARD_MAINTENANCE_WINDOW seconds, at most PACKYARD_MAINTENANCE_CONCURRENCY "
+                    "maintenance jobs in flight.")
     p.add_argument("--show-schedule", action="store_true", help="print the schedule and exit")
     p.set_defaults(func=run)
 
@@ -21,12 +23,10 @@ def run(args: argparse.Namespace) -> int:
     if args.show_schedule:
         from packyard.workers.app import beat_schedule
 
-        entries = beat_schedule(s)
-        if not entries:
-            print("no scheduled jobs (set PACKYARD_NIGHTLY_REPOS)")
-        for name, entry in entries.items():
-            print(f"{name}: {entry['task']} {entry['kwargs']} daily at {s.nightly_hour:02d}:00 UTC "
-                  f"({entry['schedule']!r})")
+        for name, entry in beat_schedule(s).items():
+            print(f"{name}: {entry['task']} {entry['kwargs']} at cron '{s.maintenance_cron}' (UTC), open for "
+                  f"{s.maintenance_window:.0f} s, at most {s.maintenance_concurrency} maintenance job(s) in flight, "
+                  f"jitter up to {s.maintenance_jitter:.0f} s; also after every {s.plan_after_ingests} ingests")
         return 0
     common.prepare_embedded(s)
     argv = common.beat_argv(s)

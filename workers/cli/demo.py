@@ -10,7 +10,11 @@ The demo plays a hosting frontend against one fresh repository (``hosted.git``):
 5. ``write_objects`` — a web edit: blobs, a tree and a commit computed by git, written as one
    batch that creates ``refs/heads/web-edit``;
 6. ``verify_repo`` on the result, and on a deliberately corrupted repository (that job fails,
-   and its reason names the damaged file).
+   and its reason names the damaged file);
+7. nightly maintenance: the repository the jobs built and two more made with git (one with many
+   loose objects, one with a big pack and many small pushes) are registered, and the plan the
+   maintenance strategy makes for each is printed with its reasons. Where ``packyard.repack`` is
+   installed, the nightly window then runs through the workers and the repacks are shown.
 
 Every job goes through Redis to two real ``celery worker`` processes (``app.send_task``, as a
 frontend would). Then the status table, and ``git fsck --full`` on the repository the jobs built.
@@ -307,6 +311,83 @@ def check_with_git(hosted: Path, pushes: Pushes) -> bool:
     return ok
 
 
+# -- nightly maintenance: plans and their reasons ------------------------------------------------------
+
+def maintenance_repos(samples: Path, count_loose: int = 1500, pushes: int = 6) -> list[Path]:
+    """Two repositories git builds: many loose objects; a big pack and many small pushes after it."""
+    loose = samples / "busy-loose.git"
+    git("init", "-q", "--bare", str(loose))
+    src = samples / "loose-src"
+    src.mkdir()
+    for i in range(count_loose):
+        (src / f"{i}.txt").write_text(f"generated file {i}\n")
+    names = sorted(src.iterdir(), key=lambda p: int(p.stem))
+    oids = git("hash-object", "-w", "--stdin-paths", git_dir=loose,
+               input="\n".join(map(str, names)).encode() + b"\n").decode().split()
+    tree = git("mktree", git_dir=loose, input="".join(f"100644 blob {o}\t{p.name}\n" for o, p in zip(oids, names))
+               .encode()).decode().strip()
+    git("update-ref", "refs/heads/main", git("commit-tree", tree, "-m", "many files", git_dir=loose).decode().strip(),
+        git_dir=loose)
+    shutil.rmtree(src)
+
+    packs = samples / "many-pushes.git"
+    work = samples / "pushes-work"
+    git("init", "-q", "-b", "main", str(work))
+    git("init", "-q", "--bare", str(packs))
+    git("config", "receive.unpackLimit", "1", git_dir=packs)   # every push is kept as the pack it came in
+    for n in range(pushes + 1):
+        files = 200 if n == 0 else 1
+        for f in range(files):
+            (work / f"push{n}-{f}.txt").write_text(f"push {n} file {f}\n")
+        git("add", "-A", cwd=work)
+        git("commit", "-q", "-m", f"push {n}", cwd=work)
+        git("push", "-q", str(packs), "main", cwd=work)
+    shutil.rmtree(work)
+    return [loose, packs]
+
+
+def show_plans(s: Any, repos: list[Path]) -> None:
+    from packyard.workers.commands.plan_maintenance import assess
+    from packyard.workers.records import registry
+
+    say("nightly maintenance: the plan each registered repository would get now, and why")
+    for repo in repos:
+        registry.register(s, repo)
+        stats, plan = assess(s, repo)
+        say(f"  {repo.name}: {plan.action.value.upper()} — {len(stats.packs)} pack(s), "
+            f"~{stats.loose_estimate:,} loose object(s)")
+        for reason in plan.reasons:
+            say(f"      because {reason}")
+
+
+def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
+    """Where packyard.repack is installed: run the nightly window through the workers, show what it did."""
+    from packyard.workers.app import app
+    from packyard.workers.records import registry
+
+    if "packyard.repack" not in common.known_tasks():
+        say("(the repack task is not installed in this build: plans shown, not run)")
+        return True
+    res = app.send_task("packyard.plan_maintenance", kwargs={"trigger": "window"})
+    say(f"queued plan_maintenance {res.id[:8]}: the nightly window over the registered repositories")
+    paths = {str(r.resolve()) for r in repos}
+
+    def settled() -> bool:
+        rows = [r for r in registry.list_repositories(s) if r["path"] in paths]
+        done = all(r["last_plan"] and r["last_plan"]["outcome"] != "no_slot" for r in rows)
+        return done and not registry.maintenance_in_flight(s)
+    if not common.wait_for(settled, timeout=timeout, interval=0.5):
+        say("the window did not finish in time; see `packyard status`")
+        return False
+    for r in registry.list_repositories(s):
+        if r["path"] in paths:
+            plan = r["last_plan"]
+            say(f"  {Path(r['path']).name}: {plan['action']} -> {plan['outcome']}"
+                + (f" (job {plan['job'][:8]})" if plan.get("job") else ""))
+    show_plans(s, repos)
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     from packyard.store.repo import Repository
     from packyard.workers.records import upgrade_database
@@ -370,7 +451,11 @@ def run(args: argparse.Namespace) -> int:
         print(render_table(fetch(s, None, len(fe.jobs), task_ids=[j.result.id for j in fe.jobs]), width=100))
         print()
         git_ok = check_with_git(hosted, pushes)
-        ok = fe.all_ok and ids_match and git_ok
+        print()
+        fleet = [hosted, *maintenance_repos(samples)]
+        show_plans(s, fleet)
+        window_ok = run_window(s, fleet, max(30.0, fe.deadline - time.monotonic()))
+        ok = fe.all_ok and ids_match and git_ok and window_ok
         say(f"{sum(bool(j.ok) for j in fe.jobs)}/{len(fe.jobs)} jobs as expected, "
             f"{'all checks passed' if ok else 'SOME CHECKS FAILED'} ({time.monotonic() - t_start:.1f}s)")
         say("run `packyard status` (with the same PACKYARD_STATE_DIR) to see these jobs again")

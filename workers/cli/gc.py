@@ -2,7 +2,10 @@
 
 * temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers;
 * index-pack quarantines (``objects/incoming-*``) of ingests that died, once nothing in them
-  was touched for ``--quarantine-after`` seconds (a live ingest keeps writing into its own).
+  was touched for ``--quarantine-after`` seconds (a live ingest keeps writing into its own);
+* ``objects/pack/tmp_*`` older than 14 days and preserved packs older than ``--preserve-for``.
+
+The same cleanup runs as the ``packyard.gc`` job a maintenance plan queues (workers/commands/gc.py).
 """
 from __future__ import annotations
 
@@ -10,8 +13,7 @@ import argparse
 import json
 
 from packyard.workers.cli import common
-
-QUARANTINE_AFTER = 3600.0  # seconds untouched before an incoming-* directory counts as abandoned
+from packyard.workers.commands.gc import PRESERVE_FOR, QUARANTINE_AFTER
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -20,7 +22,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
         description="Scan every loose fan-out directory for tmp_obj_* files. Ours (tmp_obj_<pid>_<host>-<batch>_<n>) "
                     "are removed when their process is dead on this host and they are older than --stale-after; "
                     "others (another host, git's own) only after --foreign-after (git's prune expiry). Also "
-                    "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after. "
+                    "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after, "
+                    "objects/pack/tmp_* older than 14 days and preserved packs older than --preserve-for. "
                     "Prints one JSON line: what was removed.")
     common.add_repo_arg(p)
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
@@ -29,24 +32,25 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="minimum age of temp files we cannot attribute (default 14 days)")
     p.add_argument("--quarantine-after", type=float, default=QUARANTINE_AFTER, metavar="SECONDS",
                    help=f"minimum age of an abandoned index-pack quarantine (default {QUARANTINE_AFTER:.0f})")
+    p.add_argument("--preserve-for", type=float, default=PRESERVE_FOR, metavar="SECONDS",
+                   help=f"minimum age of a preserved pack in objects/pack/preserved/ (default {PRESERVE_FOR:.0f})")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
 def run(args: argparse.Namespace) -> int:
-    from packyard.store import bulk
     from packyard.store.errors import StoreError
-    from packyard.store.indexpack import remove_stale_quarantines
-    from packyard.store.repo import Repository
+    from packyard.workers.commands.gc import run_gc
 
     try:
-        repo = Repository.open(args.repo)
-        result = bulk.gc_stale_tmp(
-            repo, stale_after=bulk.STALE_AFTER if args.stale_after is None else args.stale_after,
-            foreign_after=bulk.FOREIGN_STALE_AFTER if args.foreign_after is None else args.foreign_after)
-        quarantines = remove_stale_quarantines(repo, older_than=args.quarantine_after)
+        result = run_gc(args.repo, stale_after=args.stale_after, foreign_after=args.foreign_after,
+                        quarantine_after=args.quarantine_after, preserve_for=args.preserve_for)
     except StoreError as err:
         print(f"packyard gc: {type(err).__name__}: {err}")
         return 1
-    result["stale_quarantines_removed"] = [f"objects/{p.name}" for p in quarantines]
-    print(json.dumps({"repo": str(repo.path), **result}))
+    c, removed = result["counters"], result["removed"]
+    print(json.dumps({"repo": result["repo"], "stale_tmp_removed": c["stale_tmp_removed"],
+                      "stale_markers_removed": c["stale_markers_removed"],
+                      "stale_quarantines_removed": removed["quarantines"],
+                      "stale_pack_temps_removed": removed["pack_temps"],
+                      "preserved_packs_expired": removed["preserved_packs"]}))
     return 0

@@ -1,4 +1,8 @@
-"""packyard status: recent jobs from the records database, as a table."""
+"""packyard status: recent jobs from the records database, as a table.
+
+With ``--repo R``: first the repository's statistics, the plan the maintenance strategy would
+make if it were planned now (with its reasons), then its recent jobs.
+"""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +18,9 @@ COLUMNS = ("job", "task id", "kind", "repo", "state", "queued (UTC)", "ms", "wor
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser("status", help="recent jobs as a table",
-                              description="Recent jobs from PACKYARD_DATABASE_URL, newest first.")
+                              description="Recent jobs from PACKYARD_DATABASE_URL, newest first. With --repo: "
+                                          "the repository's statistics and the maintenance plan it would get "
+                                          "now, with its reasons, before its jobs.")
     common.add_repo_arg(p, required=False)
     p.add_argument("--limit", type=int, default=20, help="number of jobs (default 20)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of a table")
@@ -28,6 +34,8 @@ KEY_COUNTERS: dict[str, tuple[str, ...]] = {
     "unpack_objects": ("objects", "deltas", "objects_written", "objects_skipped", "flushes"),
     "import_tree": ("files", "objects_written", "objects_skipped", "flushes", "renames"),
     "write_objects": ("objects_written", "objects_skipped", "flushes", "renames"),
+    "plan_maintenance": ("action", "outcome", "packs", "loose_estimate", "queued", "waiting"),
+    "gc": ("stale_tmp_removed", "stale_quarantines_removed", "stale_pack_temps_removed", "preserved_packs_expired"),
 }
 BYTE_COUNTERS = frozenset({"bytes", "bytes_in", "bytes_written", "received_bytes", "peak_rss", "peak_rss_workers"})
 MAX_COUNTERS = 6
@@ -112,6 +120,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"no job records yet ({s.state_dir / 'packyard.db'} does not exist)")
         return 0
     rows = fetch(s, args.repo, args.limit)
+    if args.repo and not args.json:
+        print(render_repository(s, args.repo))
+        print()
     if args.json:
         for r in rows:
             print(json.dumps(r, default=str))
@@ -121,3 +132,52 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(render_table(rows))
     return 0
+
+
+def _ago(seconds: float | None) -> str:
+    if seconds is None:
+        return "never"
+    for unit, size in (("days", 86400), ("hours", 3600), ("minutes", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds / size:.1f} {unit} ago"
+    return f"{seconds:.0f} seconds ago"
+
+
+def render_repository(s, repo: str) -> str:  # type: ignore[no-untyped-def]
+    """The repository's statistics and the plan it would get now, in words."""
+    from packyard.store.errors import StoreError
+    from packyard.workers.commands.plan_maintenance import assess
+    from packyard.workers.records import registry
+
+    row = registry.get(s, repo)
+    path = registry.normalize(repo)
+    if row is None:
+        head = f"repository {path} (not registered)"
+    else:
+        head = (f"repository {path} ({'enabled' if row['enabled'] else 'DISABLED'} for maintenance; "
+                f"{row['ingests_since_repack']} ingest(s) since the last repack)")
+    try:
+        stats, plan = assess(s, repo)
+    except (StoreError, OSError) as err:
+        return f"{head}\n  statistics: {type(err).__name__}: {err}"
+    d = stats.as_dict(s.maintenance_geometric_factor)
+    lines = [
+        head,
+        f"  packs: {d['packs']} ({d['keep_packs']} .keep, {d['cruft_packs']} cruft), "
+        f"{_human_bytes(d['pack_bytes'])}, {d['packed_objects']:,} objects; {d['packs_outside_progression']} "
+        f"outside the geometric progression (factor {s.maintenance_geometric_factor})",
+        f"  loose objects: ~{d['loose_estimate']:,} ({d['loose_sampled']:,} in {d['loose_sample_dirs']} of 256 "
+        f"fan-out directories sampled)",
+        f"  leftovers: {d['stale_tmp_objects']} stale tmp objects (sampled), {d['stale_pack_temps']} old pack "
+        f"temps, {d['stale_quarantines']} abandoned quarantines; {d['preserved_packs']} preserved pack(s)",
+        f"  last full repack: {_ago(d['since_full_repack'])}; last repack: {_ago(d['since_repack'])}",
+    ]
+    last = (row or {}).get("last_plan")
+    if last:
+        lines.append(f"  last planned: {_time(row['last_planned_at']) or '-'} ({last.get('trigger')}): "
+                     f"{last.get('action')} -> {last.get('outcome')}" + (f" job {last['job'][:8]}" if last.get('job') else ""))
+    params = " ".join(f"{k}={v}" for k, v in plan.params)
+    lines.append(f"plan if planned now: {plan.action.value}" + (f" ({params})" if params else ""))
+    lines += [f"  - {r}" for r in plan.reasons]
+    lines += [f"  deferred: {r}" for r in plan.deferred]
+    return "\n".join(lines)

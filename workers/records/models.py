@@ -1,13 +1,13 @@
 """SQLAlchemy 2.0 typed models of the job records.
 
-``repositories`` — every repository packyard has worked on; ``jobs`` — one row per
+``repositories`` — every repository packyard has worked on, and the maintenance registry
+(enabled, ingests since the last repack, last repacks, the last plan); ``jobs`` — one row per
 task run (queued → started → success/failure, counters, error); ``lock_events`` —
 every acquire/renew/release/loss of a repository lease with its fencing token;
 ``race_events`` — races the workers observed (a pack vanished under a lookup, a
 ref moved under a compare-and-swap, …), filled by later issues.
 
-The migration ``migrations/versions/0001_initial.py`` spells the same tables out
-statically; ``tests/test_migrations.py`` checks that they agree.
+The migrations in ``migrations/versions/`` spell the same tables out statically; ``tests/test_migrations.py`` checks that they agree.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, true
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -69,6 +69,14 @@ class Repository(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     last_verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_job_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The maintenance registry (migration 0003): the nightly run plans the enabled repositories;
+    # the counters move as jobs land (recorder.record_finished).
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    ingests_since_repack: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    last_repack_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_full_repack_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_planned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # action, reasons, stats, outcome
 
     jobs: Mapped[list["Job"]] = relationship(back_populates="repository")
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from packyard.workers.records import registry
 from packyard.workers.records.db import session_scope
 from packyard.workers.records.models import Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository, utcnow
 from packyard.workers.settings import Settings
@@ -83,10 +84,18 @@ def record_retry(settings: Settings | str, *, task_id: str, kind: str, repo: str
 
 
 def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, state: JobState,
-                    counters: dict[str, Any] | None, error: str | None, error_type: str | None) -> Job:
+                    counters: dict[str, Any] | None, error: str | None, error_type: str | None,
+                    on_ingest_counted: Callable[[int], None] | None = None) -> Job:
+    """Finish the job row and move the repository registry's counters (registry.count_landed).
+
+    ``on_ingest_counted(n)`` is called after the commit when the job was a successful ingest
+    and the repository has now seen ``n`` ingests since its last repack.
+    """
     now = utcnow()
+    ingests: int | None = None
     with session_scope(settings) as s:
         job = _job(s, task_id, kind, repo)
+        counted_before = job.state is JobState.SUCCESS  # a redelivered job's second finish counts once
         job.state = state
         job.finished_at = now
         started = job.started_at
@@ -103,9 +112,15 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
                 repo_row.last_job_at = now
                 if state is JobState.SUCCESS and kind == "packyard.verify_repo":
                     repo_row.last_verified_at = now
+                s.flush()
+                if not counted_before:
+                    ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params,
+                                                    now=now)
         s.flush()
         s.expunge(job)
-        return job
+    if ingests is not None and on_ingest_counted is not None:
+        on_ingest_counted(ingests)
+    return job
 
 
 def record_lock_event(settings: Settings | str, *, repo: str | None, job_id: str | None, lock_name: str,

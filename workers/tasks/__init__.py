@@ -45,5 +45,7 @@ Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dash
 from packyard.workers.tasks import verify_repo  # noqa: F401
 from packyard.workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
 from packyard.workers.tasks import index_pack  # noqa: F401
+from packyard.workers.tasks import gc, plan_maintenance  # noqa: F401
 
-TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack")
+TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
+                "plan_maintenance")

@@ -112,19 +112,20 @@ class PackyardTask(Task):
 
     @contextmanager
     def repo_lock(self, repo: str, ttl: float | None = None, wait: float = 30.0,
-                  auto_renew: bool = True) -> Iterator[Any]:
+                  auto_renew: bool = True, kind: Any = None) -> Iterator[Any]:
         """The repository lease for this job (fencing token in ``lease.token``; events recorded).
 
         Renewed every ttl/3 in the background while the block runs; ``lease.check()`` still
         raises LockLostError if a renewal failed (stall, Redis restart). A repository that
         stays locked for ``wait`` seconds retries the job later instead of failing it.
+        ``kind=LeaseKind.MAINTENANCE``: the repository's maintenance lease (repack, gc) instead.
         """
-        from packyard.workers.locks import LockTimeout, acquire, db_event_recorder, hold, redis_client
+        from packyard.workers.locks import LeaseKind, LockTimeout, acquire, db_event_recorder, hold, redis_client
 
         settings = get_settings()
         try:
             lease = acquire(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
-                            on_event=db_event_recorder(settings), wait=wait)
+                            on_event=db_event_recorder(settings), wait=wait, kind=kind or LeaseKind.REPO)
         except LockTimeout as err:
             raise self.retry(exc=err, countdown=self.backoff()) from err
         with hold(lease, auto_renew=auto_renew):

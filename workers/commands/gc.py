@@ -1,0 +1,60 @@
+"""gc as a plain function: remove what crashed writers and finished repacks left behind.
+
+The one cleanup behind ``packyard gc`` (in-process) and the ``packyard.gc`` job a maintenance
+plan queues:
+
+* temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers
+  (``store/bulk.py``'s age rules: a dead pid on this host after 10 minutes, anything else
+  after 14 days);
+* index-pack quarantines (``objects/incoming-*``) untouched for ``quarantine_after`` seconds;
+* ``objects/pack/tmp_*`` older than 14 days (``git prune``'s rule);
+* preserved packs (``objects/pack/preserved/``) older than ``preserve_for`` seconds.
+
+``fence`` (the job's maintenance-lease check) runs before each step that deletes, so a job
+that lost its lease stops before deleting anything more.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from packyard.store.maintenance.stats import QUARANTINE_AFTER
+
+Progress = Callable[[str, int, "int | None"], None]
+PRESERVE_FOR = 3600.0
+
+
+def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after: float | None = None,
+           quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
+           fence: Callable[[], None] | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    from packyard.store import bulk
+    from packyard.store.indexpack import remove_stale_quarantines
+    from packyard.store.maintenance.leftovers import expire_preserved_packs, remove_stale_pack_temps
+    from packyard.store.repo import Repository
+
+    check = fence or (lambda: None)
+    r = Repository.open(repo)
+    steps = 4
+
+    def step(n: int, name: str) -> None:
+        if progress:
+            progress("gc", n, steps)
+        check()
+
+    step(0, "tmp objects")
+    tmp = bulk.gc_stale_tmp(r, stale_after=bulk.STALE_AFTER if stale_after is None else stale_after,
+                            foreign_after=bulk.FOREIGN_STALE_AFTER if foreign_after is None else foreign_after)
+    step(1, "quarantines")
+    quarantines = [f"objects/{p.name}" for p in remove_stale_quarantines(r, older_than=quarantine_after)]
+    step(2, "pack temps")
+    pack_temps = remove_stale_pack_temps(r, fence=check)
+    step(3, "preserved packs")
+    preserved = expire_preserved_packs(r, preserve_for=preserve_for, fence=check)
+    if progress:
+        progress("gc", steps, steps)
+    return {
+        "repo": str(r.path),
+        "counters": {**tmp, "stale_quarantines_removed": len(quarantines),
+                     "stale_pack_temps_removed": len(pack_temps), "preserved_packs_expired": len(preserved)},
+        "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved},
+    }

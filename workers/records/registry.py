@@ -1,0 +1,212 @@
+"""The repository registry: which repositories the nightly run maintains, and what the records know about them.
+
+Every repository a job touches has a ``repositories`` row (``recorder.repository_id``), enabled
+by default; ``packyard repos`` adds, removes, enables and disables them. As job rows are
+finished (:func:`count_landed`, called by ``recorder.record_finished``, the one place jobs finish):
+
+* a successful ingest (index_pack, unpack_objects, import_tree, write_objects) adds one to
+  ``ingests_since_repack``;
+* a successful repack resets it and sets ``last_repack_at`` (and ``last_full_repack_at`` for
+  ``mode=full``).
+
+The planner reads a repository's :class:`~packyard.store.maintenance.stats.RepackHistory` from
+here, claims a repository once per window (:func:`claim_for_planning`, a compare-and-set so two
+planners never plan it twice) and leaves the plan on the row (:func:`record_plan`).
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from packyard.store.maintenance.stats import RepackHistory
+from packyard.workers.records.db import session_scope
+from packyard.workers.records.models import Job, JobState, Repository
+from packyard.workers.settings import Settings
+
+INGEST_KINDS = frozenset({"packyard.index_pack", "packyard.unpack_objects", "packyard.import_tree",
+                          "packyard.write_objects"})
+REPACK_KIND = "packyard.repack"
+GC_KIND = "packyard.gc"
+PLAN_KIND = "packyard.plan_maintenance"
+#: Jobs that take the maintenance lease and a fleet slot when the planner queues them.
+MAINTENANCE_KINDS = frozenset({REPACK_KIND, GC_KIND})
+LIVE_STATES = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
+
+
+def epoch(t: datetime | None) -> float | None:
+    """Seconds since the epoch; SQLite hands back naive datetimes, which are UTC here."""
+    if t is None:
+        return None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.timestamp()
+
+
+def from_epoch(t: float) -> datetime:
+    return datetime.fromtimestamp(t, timezone.utc)
+
+
+def normalize(path: str | Path) -> str:
+    return str(Path(path).expanduser().resolve())
+
+
+# -- counting as jobs land (inside record_finished's transaction) -------------------------------------
+
+def count_landed(session: Session, repo_id: int, *, kind: str, state: JobState, params: dict[str, Any] | None,
+                 now: datetime) -> int | None:
+    """Move the registry's counters for a finished job; the new ingest count after an ingest, else None.
+
+    The increment is one ``UPDATE ... RETURNING`` so two ingests landing at once both count
+    and each sees its own number (the planning trigger fires exactly once per multiple of M).
+    """
+    if state is not JobState.SUCCESS:
+        return None
+    if kind in INGEST_KINDS:
+        return session.execute(
+            update(Repository).where(Repository.id == repo_id)
+            .values(ingests_since_repack=Repository.ingests_since_repack + 1)
+            .returning(Repository.ingests_since_repack)).scalar_one_or_none()
+    if kind == REPACK_KIND:
+        values: dict[str, Any] = {"ingests_since_repack": 0, "last_repack_at": now}
+        if (params or {}).get("mode") == "full":
+            values["last_full_repack_at"] = now
+        session.execute(update(Repository).where(Repository.id == repo_id).values(**values))
+    return None
+
+
+# -- packyard repos -----------------------------------------------------------------------------------
+
+def _row(repo: Repository) -> dict[str, Any]:
+    return {
+        "id": repo.id, "path": repo.path, "enabled": bool(repo.enabled),
+        "ingests_since_repack": repo.ingests_since_repack,
+        "last_repack_at": repo.last_repack_at, "last_full_repack_at": repo.last_full_repack_at,
+        "last_planned_at": repo.last_planned_at, "last_verified_at": repo.last_verified_at,
+        "last_job_at": repo.last_job_at, "last_plan": repo.last_plan,
+    }
+
+
+def register(settings: Settings | str, path: str | Path, *, enabled: bool = True) -> tuple[dict[str, Any], bool]:
+    """Add (or find) the repository's row and set ``enabled``; (row, created)."""
+    from packyard.workers.records.recorder import repository_id
+
+    norm = normalize(path)
+    with session_scope(settings) as s:
+        existed = s.scalar(select(Repository.id).where(Repository.path == norm)) is not None
+        rid = repository_id(s, norm)
+        repo = s.get(Repository, rid)
+        repo.enabled = enabled
+        s.flush()
+        return _row(repo), not existed
+
+
+def remove(settings: Settings | str, path: str | Path) -> int | None:
+    """Forget a repository: its row goes, its jobs stay (their repo_id becomes NULL). Jobs unlinked, or None."""
+    norm = normalize(path)
+    with session_scope(settings) as s:
+        rid = s.scalar(select(Repository.id).where(Repository.path == norm))
+        if rid is None:
+            return None
+        jobs = s.scalar(select(func.count()).select_from(Job).where(Job.repo_id == rid)) or 0
+        s.execute(update(Job).where(Job.repo_id == rid).values(repo_id=None))
+        s.execute(delete(Repository).where(Repository.id == rid))
+        return jobs
+
+
+def set_enabled(settings: Settings | str, path: str | Path, enabled: bool) -> bool:
+    """Enable or disable a registered repository; False if it is not registered."""
+    with session_scope(settings) as s:
+        res = s.execute(update(Repository).where(Repository.path == normalize(path)).values(enabled=enabled))
+        return bool(res.rowcount)
+
+
+def list_repositories(settings: Settings | str, *, enabled_only: bool = False) -> list[dict[str, Any]]:
+    with session_scope(settings) as s:
+        q = select(Repository).order_by(Repository.path)
+        if enabled_only:
+            q = q.where(Repository.enabled.is_(True))
+        return [_row(r) for r in s.scalars(q)]
+
+
+def get(settings: Settings | str, path: str | Path) -> dict[str, Any] | None:
+    with session_scope(settings) as s:
+        repo = s.scalar(select(Repository).where(Repository.path == normalize(path)))
+        return None if repo is None else _row(repo)
+
+
+def history(row: dict[str, Any] | None) -> RepackHistory:
+    """What the planner needs from a registry row."""
+    if row is None:
+        return RepackHistory()
+    return RepackHistory(last_full_repack_at=epoch(row["last_full_repack_at"]),
+                         last_repack_at=epoch(row["last_repack_at"]),
+                         ingests_since_repack=row["ingests_since_repack"] or 0)
+
+
+# -- planning -----------------------------------------------------------------------------------------
+
+def due_for_planning(settings: Settings | str, window_start: float) -> list[dict[str, Any]]:
+    """Enabled repositories not yet planned in the window that opened at ``window_start``.
+
+    Oldest plan first (never planned before all), so the ones a short window did not reach
+    come first in the next.
+    """
+    start = from_epoch(window_start)
+    with session_scope(settings) as s:
+        q = (select(Repository).where(Repository.enabled.is_(True))
+             .where(or_(Repository.last_planned_at.is_(None), Repository.last_planned_at < start))
+             .order_by(Repository.last_planned_at.is_not(None), Repository.last_planned_at, Repository.path))
+        return [_row(r) for r in s.scalars(q)]
+
+
+def claim_for_planning(settings: Settings | str, repo_id: int, window_start: float, now: float) -> bool:
+    """Mark the repository planned in this window, unless another planner did (compare-and-set)."""
+    start = from_epoch(window_start)
+    with session_scope(settings) as s:
+        res = s.execute(update(Repository).where(Repository.id == repo_id)
+                        .where(or_(Repository.last_planned_at.is_(None), Repository.last_planned_at < start))
+                        .values(last_planned_at=from_epoch(now)))
+        return bool(res.rowcount)
+
+
+def record_plan(settings: Settings | str, path: str | Path, plan: dict[str, Any], now: float,
+                planned: bool = True) -> None:
+    """Leave the plan (action, reasons, stats, outcome) on the repository's row.
+
+    ``planned=False`` (a plan that found no free slot): the plan is kept, but the repository
+    still counts as not planned, so the window's planner takes it up again.
+    """
+    from packyard.workers.records.recorder import repository_id
+
+    values: dict[str, Any] = {"last_plan": plan}
+    if planned:
+        values["last_planned_at"] = from_epoch(now)
+    with session_scope(settings) as s:
+        rid = repository_id(s, normalize(path))
+        s.execute(update(Repository).where(Repository.id == rid).values(**values))
+
+
+def maintenance_in_flight(settings: Settings | str, path: str | Path | None = None,
+                          newer_than: float | None = None) -> list[str]:
+    """Task ids of maintenance jobs (repack, gc) queued, started or retrying — of one repository, or all."""
+    with session_scope(settings) as s:
+        q = select(Job.task_id).where(Job.kind.in_(sorted(MAINTENANCE_KINDS))).where(Job.state.in_(LIVE_STATES))
+        if path is not None:
+            q = q.join(Repository, Job.repo_id == Repository.id).where(Repository.path == normalize(path))
+        if newer_than is not None:
+            q = q.where(Job.queued_at >= from_epoch(newer_than))
+        return list(s.scalars(q))
+
+
+def annotate_job(settings: Settings | str, task_id: str, **extra: Any) -> bool:
+    """Merge ``extra`` into a job row's params (the plan a maintenance job was queued for)."""
+    with session_scope(settings) as s:
+        job = s.scalar(select(Job).where(Job.task_id == task_id))
+        if job is None:
+            return False
+        job.params = {**(job.params or {}), **extra}
+        return True

@@ -1,0 +1,18 @@
+"""gc: remove leftovers (dead writers' temp files, abandoned quarantines, expired preserved packs)."""
+from __future__ import annotations
+
+from typing import Any
+
+from packyard.workers.app import app
+from packyard.workers.commands import gc as command
+from packyard.workers.locks import LeaseKind
+from packyard.workers.tasks.base import PackyardTask
+
+
+@app.task(name="packyard.gc", bind=True, base=PackyardTask)
+def gc(self: PackyardTask, repo: str, preserve_for: float = command.PRESERVE_FOR,
+       quarantine_after: float = command.QUARANTINE_AFTER) -> dict[str, Any]:
+    """Under the repository's maintenance lease (never beside a repack); every deletion checks it first."""
+    with self.repo_lock(repo, kind=LeaseKind.MAINTENANCE) as lease:
+        return self.call(command.run_gc, repo, preserve_for=preserve_for, quarantine_after=quarantine_after,
+                         fence=lease.check)
