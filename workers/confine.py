@@ -112,7 +112,7 @@ class Confinement:
         text = _text(value, "repository")
         real = Path(os.path.realpath(self.spelled_path(text)))
         if not any(_strictly_inside(real, root) for _name, root in self.roots):
-            raise InvalidInputError(f"repository {text!r} is outside the storage roots "
+            raise InvalidInputError(f"repository is outside the storage roots "
                                     f"(PACKYARD_STORAGE_ROOTS: {self._roots_text()})", path=text)
         return str(real)
 
