@@ -436,3 +436,19 @@ def test_cli_os_errors_are_one_line(pk, tmp_path):
         out = cli(pk, *argv)
         assert out.returncode == 1, out.stdout + out.stderr
         assert out.stderr.strip().splitlines() == [f"packyard write-objects: {fragment}"], out.stderr
+
+
+def test_cli_write_objects_from_an_objects_file(pk, tmp_path):
+    donor = make_worktree_repo(tmp_path / "donor")
+    ids = [i for i in git("rev-list", "--objects", "--all", git_dir=donor).decode().split() if len(i) == 40]
+    batch = tmp_path / "all.batch"
+    batch.write_bytes(git("cat-file", "--batch", git_dir=donor, input="\n".join(ids).encode() + b"\n"))
+    target = tmp_path / "t.git"
+    git("init", "-q", "--bare", str(target))
+    tip = git("rev-parse", "main", git_dir=donor).strip().decode()
+    doc = tmp_path / "refs.json"
+    doc.write_text('{"objects": [], "ref_updates": [{"ref": "refs/heads/main", "old": null, "new": "%s"}]}' % tip)
+    out = cli(pk, "write-objects", "--repo", str(target), "--no-progress", "--objects-file", str(batch), str(doc))
+    assert out.returncode == 0, out.stderr
+    assert git("rev-parse", "main", git_dir=target).strip().decode() == tip
+    git("fsck", "--full", "--no-dangling", git_dir=target)
