@@ -39,7 +39,7 @@ def read_objects_file(f: BinaryIO, *, where: str, max_bytes: int,
         size = None
     if size is not None and size > max_bytes:
         raise _too_big(where, max_bytes, size)
-    stream = f if isinstance(f, io.BufferedIOBase) else io.BufferedReader(f)  # type: ignore[arg-type]
+    stream = f if isinstance(f, io.BufferedIOBase) else io.BufferedReader(f)  # type: ignore[arg-type,type-var]
     out: list[tuple[ObjectType, bytes]] = []
     offset = 0
     while True:

@@ -96,7 +96,8 @@ def pushed(incoming_dir: Path, pack: Path = V1) -> Path:
 
 def test_index_pack_task_on_worker(store_root, incoming, celery_worker, celery_app, pk):
     repo = bare(store_root / "r.git")
-    value, job = run_task(celery_app, pk, repo=str(repo), pack=str(pushed(incoming)), strict=True, keep="pushed by a test",
+    value, job = run_task(celery_app, pk, repo=str(repo), pack=str(pushed(incoming)), strict=True,
+                          keep="pushed by a test",
                           ref_updates=[{"ref": "refs/heads/main", "old": None, "new": V1_TIP}])
     assert job.state.value == "SUCCESS", job.error
     assert job.counters == value["counters"]
@@ -156,8 +157,8 @@ def test_cli_index_pack_file_and_stdin(tmp_path):
 def test_submit_index_pack(store_root, incoming, celery_worker, pk):
     repo = bare(store_root / "r.git")
     pack = pushed(incoming)
-    proc = packyard("submit", "index-pack", "--repo", str(repo), "-p", f"pack={pack.relative_to(pk.incoming_dir)}", "--wait",
-                    env=pk.cli_env())
+    proc = packyard("submit", "index-pack", "--repo", str(repo), "-p", f"pack={pack.relative_to(pk.incoming_dir)}",
+                    "--wait", env=pk.cli_env())
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = proc.stdout.decode()
     body = json.loads(out[out.index("{"):])

@@ -2,7 +2,6 @@
 a branch names a commit, a file given as a repository is "not a directory", a non-pack's bytes are never echoed."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -163,7 +163,8 @@ def test_storage_roots_incoming_and_limits_round_trip(tmp_path):
 
 
 @pytest.mark.parametrize("env, message", [
-    ({"PACKYARD_STORAGE_ROOTS": "main=relative/path"}, "PACKYARD_STORAGE_ROOTS: the path of storage 'main' must be absolute"),
+    ({"PACKYARD_STORAGE_ROOTS": "main=relative/path"},
+     "PACKYARD_STORAGE_ROOTS: the path of storage 'main' must be absolute"),
     ({"PACKYARD_STORAGE_ROOTS": "/just/a/path"}, "PACKYARD_STORAGE_ROOTS: bad entry"),
     ({"PACKYARD_STORAGE_ROOTS": "a=/x,a=/y"}, "storage 'a' is named twice"),
     ({"PACKYARD_INCOMING_DIR": "incoming"}, "PACKYARD_INCOMING_DIR must be an absolute path"),

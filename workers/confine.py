@@ -88,7 +88,7 @@ class Confinement:
     def names_storage(self, value: str) -> bool:
         """Whether ``value`` is ``<storage>:<path>`` for a configured storage (not a path to resolve)."""
         m = _ADDRESS.match(value)
-        return bool(m) and not value.startswith("/") and m.group(1) in dict(self.roots)
+        return m is not None and not value.startswith("/") and m.group(1) in dict(self.roots)
 
     def spelled_path(self, value: str) -> Path:
         """The absolute path ``value`` names (storage addressing expanded), not yet resolved or checked."""

@@ -11,7 +11,8 @@ from packyard.workers.tasks.base import PackyardTask
 
 
 @app.task(name="packyard.unpack_objects", bind=True, base=PackyardTask, inputs={"pack_path": InputKind.FILE})
-def unpack_objects(self: PackyardTask, repo: str, pack_path: str, ref_updates: list[dict] | None = None) -> dict[str, Any]:
+def unpack_objects(self: PackyardTask, repo: str, pack_path: str,
+                   ref_updates: list[dict] | None = None) -> dict[str, Any]:
     """Explode a small pack into loose objects, then apply ref updates."""
     f: BinaryIO = pack_path  # type: ignore[assignment]  # a file in the incoming dir, opened by the task boundary
     with self.repo_lock(repo) as lease:
