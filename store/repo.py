@@ -35,6 +35,8 @@ def find_git_dir(path: str | os.PathLike[str]) -> Path:
         raise NotARepositoryError("repository path is not accessible (permission denied)", path=p)
     for candidate in (p, p / ".git"):
         if (candidate / "objects").is_dir() and (candidate / "refs").is_dir() and (candidate / "HEAD").is_file():
+            if candidate.name == ".git" and candidate.is_symlink():
+                refuse_escape(p.resolve(), candidate)   # a work tree's .git may not lead elsewhere
             git_dir = candidate.resolve()
             check_layout_contained(git_dir)
             return git_dir

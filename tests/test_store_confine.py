@@ -141,3 +141,17 @@ def test_index_pack_of_a_non_pack_names_the_file_not_its_bytes(repo, tmp_path):
     message = str(info.value)
     assert "not a pack file (bad signature)" in message and str(secret) in message
     assert "SECRETTOKEN" not in message and "19000" not in message
+
+
+def test_a_work_trees_dot_git_symlinked_elsewhere_is_refused(repo, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".git").symlink_to(repo)
+    with pytest.raises(InvalidInputError, match="leads outside the repository") as info:
+        Repository.open(work)
+    assert info.value.path == str(work / ".git")
+    inside = work / "real.git"
+    repo.rename(inside)
+    (work / ".git").unlink()
+    (work / ".git").symlink_to("real.git")            # staying inside the work tree is fine
+    assert Repository.open(work).path == inside

@@ -17,6 +17,7 @@ PACKYARD_LOG_LEVEL             stdlib level name                            INFO
 PACKYARD_MAX_PACK_BYTES        refuse incoming packs larger than this       2 GiB
 PACKYARD_LOCK_TTL              repository lease lifetime in seconds         60
 PACKYARD_NIGHTLY_REPOS         os.pathsep-separated repos verified nightly  (none)
+                               (queued jobs: each inside a storage root)
 PACKYARD_NIGHTLY_HOUR          UTC hour of the nightly jobs                 3
 PACKYARD_TASK_MAX_RETRIES      retries for transient failures               5
 PACKYARD_VISIBILITY_TIMEOUT    seconds before Redis redelivers an unacked   14400
