@@ -22,6 +22,18 @@ Layers
 
   - The repository is the parameter named ``repo`` (keyword or first positional): the job
     row's repository and the ``repo`` log field come from it.
+  - Every delivery passes :func:`packyard.workers.tasks.boundary.prepared` before the body runs
+    (no task repeats it): arguments are checked against the function's annotations
+    (InvalidInputError naming the argument), ``repo`` must lie in a storage root and arrives as
+    its resolved absolute path, and each input argument declared with
+    ``@app.task(..., inputs={"pack": InputKind.FILE})`` must lie in the incoming dir: a FILE
+    arrives as an open binary file (closed after the job), a FILE_OR_DIRECTORY as its checked
+    path (:mod:`packyard.workers.confine`). Annotate arguments with the JSON types the message
+    carries (``str``, ``int``, ``bool``, ``list[dict]``, ``X | None``).
+  - Time limits come from PACKYARD_TIME_LIMITS for the task's kind (the name without
+    ``packyard.``): past the soft limit the body gets SoftTimeLimitExceeded and the job fails
+    with a LimitExceededError naming the limit; add the kind's limits to DEFAULT_TIME_LIMITS
+    in workers/settings.py when the ``default`` entry does not fit.
   - ``PackyardTask`` (``packyard.workers.tasks.base``) records the job row (STARTED, then SUCCESS with
     the returned counters or FAILURE with ``str(err)``), binds ``job_id``/``task``/``repo`` to
     every log line, logs one ``job.finished`` summary, acks late and re-queues when the worker

@@ -12,6 +12,9 @@
    receives the open binary file (closed when the job ends); a FILE_OR_DIRECTORY argument
    receives the checked, resolved path.
 
+A direct call of a task function (tests, ``task.apply()`` in-process) is not a delivery and is not
+checked: only what arrives through the broker is untrusted.
+
 Time limits (PACKYARD_TIME_LIMITS, per task kind) are the task's ``soft_time_limit`` and
 ``time_limit``; :class:`BoundedRequest` keeps a message's ``timelimit`` header from raising them
 (it may only lower them). :func:`as_job_error` turns the soft limit's exception into a
