@@ -9,16 +9,18 @@ Layers
 * ``workers/tasks/<name>.py`` — the Celery task, about 15 lines::
 
       from packyard.workers.app import app
-      from packyard.workers.commands import index_pack as command
+      from packyard.workers.commands import unpack_objects as command
+      from packyard.workers.confine import InputKind
       from packyard.workers.tasks.base import PackyardTask
 
 
-      @app.task(name="packyard.index_pack", bind=True, base=PackyardTask)
-      def index_pack(self: PackyardTask, repo: str, pack_path: str) -> dict:
+      @app.task(name="packyard.unpack_objects", bind=True, base=PackyardTask,
+                inputs={"pack_path": InputKind.FILE})   # read from the incoming dir, opened for the body
+      def unpack_objects(self: PackyardTask, repo: str, pack_path: str) -> dict:
           \"\"\"One line: what the job does.\"\"\"
-          self.bind_log(pack=pack_path)                 # extra log context, if any
+          self.bind_log(pack=pack_path.name)            # extra log context, if any
           with self.repo_lock(repo) as lease:          # storage tasks that write: the repo lease
-              return self.call(command.run, repo, pack_path, lease=lease)
+              return self.call(command.unpack_objects, repo, pack_path, lease=lease)
 
   - The repository is the parameter named ``repo`` (keyword or first positional): the job
     row's repository and the ``repo`` log field come from it.
