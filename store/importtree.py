@@ -22,6 +22,12 @@ So a member is read into memory as before, but only up to ``max_tar_member_bytes
 (MAX_TAR_MEMBER_BYTES); a larger member is a LimitExceededError raised by the scan,
 before anything is written. Extract such an archive and import the directory, or
 raise the limit if the memory is there.
+
+Bounds. The scan stops with a LimitExceededError, before anything is written, past
+``max_files`` entries (files, symlinks, directories, tar members) or ``max_bytes`` of
+content (the sum of file and member sizes), and a directory nested deeper than MAX_DEPTH
+is an InvalidInputError: a source that never ends (a huge tree, a tar bomb) is cut at
+the scan. Queued jobs pass PACKYARD_IMPORT_MAX_FILES / PACKYARD_IMPORT_MAX_BYTES.
 """
 from __future__ import annotations
 
@@ -53,6 +59,28 @@ MODE_TREE = b"40000"   # as stored in tree objects (git ls-tree shows 040000)
 LARGE_FILE_THRESHOLD = 8 << 20
 #: Tar members are read into memory; a bigger member is refused (LimitExceededError).
 MAX_TAR_MEMBER_BYTES = 256 << 20
+#: Directories nested deeper than this are refused (the scan recurses once per level).
+MAX_DEPTH = 256
+
+
+@dataclass(slots=True)
+class _Budget:
+    """What the scan may still accept: entries and content bytes (None: unbounded)."""
+
+    max_files: int | None
+    max_bytes: int | None
+    files: int = 0
+    bytes: int = 0
+
+    def take(self, size: int, where: str) -> None:
+        self.files += 1
+        self.bytes += size
+        if self.max_files is not None and self.files > self.max_files:
+            raise LimitExceededError(f"import source has more than {self.max_files} entries (files, links, "
+                                     "directories; PACKYARD_IMPORT_MAX_FILES)", path=where)
+        if self.max_bytes is not None and self.bytes > self.max_bytes:
+            raise LimitExceededError(f"import source holds more than {self.max_bytes} bytes "
+                                     "(PACKYARD_IMPORT_MAX_BYTES)", path=where)
 
 
 @dataclass(frozen=True)
@@ -121,16 +149,19 @@ def _check_link_target(target: bytes, link_rel: str, where: str) -> None:
 
 # -- sources ---------------------------------------------------------------------
 
-def _scan_directory(root: Path) -> tuple[_Dir, int]:
+def _scan_directory(root: Path, budget: _Budget | None = None) -> tuple[_Dir, int]:
     """Walk without following symlinks; the root itself may be a symlink to a directory.
 
     Regular files are recorded by path and size (read later, once, by ``import_tree``).
     """
     root = root.resolve()
     count = 0
+    budget = budget or _Budget(None, None)
 
-    def walk(path: Path, rel: str) -> _Dir:
+    def walk(path: Path, rel: str, depth: int = 0) -> _Dir:
         nonlocal count
+        if depth > MAX_DEPTH:
+            raise InvalidInputError(f"directories nested more than {MAX_DEPTH} deep", path=str(path))
         node = _Dir()
         try:
             it = os.scandir(path)
@@ -145,8 +176,9 @@ def _scan_directory(root: Path) -> tuple[_Dir, int]:
                 st = e.stat(follow_symlinks=False)
             except OSError as err:
                 raise InvalidInputError(f"cannot stat: {err.strerror}", path=e.path) from err
+            budget.take(st.st_size if stat.S_ISREG(st.st_mode) else 0, e.path)
             if stat.S_ISDIR(st.st_mode):
-                sub = walk(Path(e.path), f"{rel}/{e.name}" if rel else e.name)
+                sub = walk(Path(e.path), f"{rel}/{e.name}" if rel else e.name, depth + 1)
                 if sub.entries:
                     node.entries[name] = sub
             elif stat.S_ISLNK(st.st_mode):
@@ -199,16 +231,23 @@ def _read_file(path: str, size: int, limit: int | None = None) -> bytes:
         raise InvalidInputError(f"cannot read file: {err.strerror}", path=path) from err
 
 
-def _scan_tar(path: Path, max_member_bytes: int) -> tuple[_Dir, int, tarfile.TarFile]:
+def _scan_tar(path: Path, max_member_bytes: int, budget: _Budget | None = None) -> tuple[_Dir, int, tarfile.TarFile]:
+    budget = budget or _Budget(None, None)
     try:
         tar = tarfile.open(path, "r:*")
     except (tarfile.TarError, OSError) as err:
         raise InvalidInputError(f"cannot open tar archive: {err}", path=str(path)) from err
+    members: list[tarfile.TarInfo] = []
     try:
-        members = tar.getmembers()
+        for m in tar:   # member by member, so the budget cuts a tar bomb's header list short
+            budget.take(m.size if m.isfile() else 0, f"{path}:{m.name}")
+            members.append(m)
     except (tarfile.TarError, OSError, EOFError) as err:
         tar.close()
         raise InvalidInputError(f"corrupt tar archive: {err}", path=str(path)) from err
+    except BaseException:
+        tar.close()
+        raise
     try:
         return _scan_members(tar, members, path, max_member_bytes)
     except BaseException:
@@ -330,7 +369,8 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                 author: Identity = Identity(), committer: Identity | None = None,
                 counters: BatchCounters | None = None, progress: Progress | None = None,
                 large_file_threshold: int = LARGE_FILE_THRESHOLD,
-                max_tar_member_bytes: int = MAX_TAR_MEMBER_BYTES, **batch_options) -> ImportResult:
+                max_tar_member_bytes: int = MAX_TAR_MEMBER_BYTES, max_files: int | None = None,
+                max_bytes: int | None = None, **batch_options) -> ImportResult:
     """Write ``source`` (directory or tar) as blobs + trees + a commit whose parent is ``ref``'s
     current value, then move ``ref`` by compare-and-swap. Raises InvalidInputError for bad input
     (nothing written), RefUpdateError if the ref moved meanwhile (objects stay unreferenced).
@@ -338,7 +378,8 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     Memory (see the module docstring): directory files over ``large_file_threshold`` bytes are
     streamed in two passes, reported as phases ``hash`` and ``compress`` with byte counts
     between the ``import`` phase's file counts; a file changed between the passes is an
-    InvalidInputError. Tar members over ``max_tar_member_bytes`` are a LimitExceededError."""
+    InvalidInputError. Tar members over ``max_tar_member_bytes`` are a LimitExceededError, and so is a
+    source of more than ``max_files`` entries or ``max_bytes`` of content (found by the scan)."""
     check_ref_name(ref)
     src = Path(source)
     if not src.exists():
@@ -346,10 +387,11 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     t0 = time.monotonic()
     read_limit = max(large_file_threshold, 0)   # a small file that grew past this since the scan is refused
     tar = None
+    budget = _Budget(max_files, max_bytes)
     if src.is_dir():
-        root, nfiles = _scan_directory(src)
+        root, nfiles = _scan_directory(src, budget)
     else:
-        root, nfiles, tar = _scan_tar(src, max_tar_member_bytes)
+        root, nfiles, tar = _scan_tar(src, max_tar_member_bytes, budget)
     counters = counters if counters is not None else BatchCounters()
     counters.add_time("scan", time.monotonic() - t0)
     parent = repo.refs.read(ref)

@@ -36,7 +36,8 @@ def parse_pack_header(head: bytes, *, path: object) -> tuple[int, int]:
     if len(head) < PACK_HEADER_SIZE:
         raise PackFormatError("pack truncated: no complete header", path=path, offset=0)
     if head[:4] != PACK_SIGNATURE:
-        raise PackFormatError(f"not a pack: bad signature {bytes(head[:4])!r}", path=path, offset=0)
+        # Never echo the bytes: the file may be anything the caller named (a key, a password file).
+        raise PackFormatError("not a pack file (bad signature)", path=path, offset=0)
     version, count = struct.unpack_from(">II", head, 4)
     if version not in SUPPORTED_VERSIONS:
         raise PackFormatError(f"unsupported pack version {version}", path=path, offset=4)

@@ -15,7 +15,7 @@ from . import durable
 from . import fence, lockfile
 from .errors import CorruptObjectError, InvalidInputError, RefUpdateError
 from .faults import fault_point
-from .objects import HEX_RE, ZERO_OID
+from .objects import HEX_RE, ZERO_OID, ObjectType
 
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f ~^:?*\[\\]")
 MAX_SYMREF_DEPTH = 5
@@ -50,16 +50,33 @@ def check_ref_name(name: str) -> None:
 
 
 class RefStore:
-    """Reads and updates the refs of one repository (git dir)."""
+    """Reads and updates the refs of one repository (git dir).
 
-    def __init__(self, git_dir: Path, stale_lock_seconds: float | None = STALE_REF_LOCK_SECONDS) -> None:
+    A ref file, ``packed-refs`` or a directory under ``refs/`` that is a symlink leading
+    outside the repository is refused (InvalidInputError) before it is read or written
+    through. ``objects`` (the repository's ObjectDirectory) lets ``update`` refuse to point
+    a branch (``refs/heads/*``) at anything but a commit, as git does.
+    """
+
+    def __init__(self, git_dir: Path, stale_lock_seconds: float | None = STALE_REF_LOCK_SECONDS, *,
+                 objects=None) -> None:
         self.git_dir = git_dir
         self.stale_lock_seconds = stale_lock_seconds
         self.stale_locks_removed = 0
+        self.objects = objects
+
+    def _inside(self, path: Path) -> Path:
+        """``path`` if it stays inside the repository with symlinks resolved, else InvalidInputError."""
+        real = os.path.realpath(path)
+        root = str(self.git_dir)
+        if real != root and not real.startswith(root + os.sep):
+            raise InvalidInputError("a symlink here leads outside the repository; refusing to read or write "
+                                    "through it", path=path)
+        return path
 
     # -- reading -----------------------------------------------------------
     def _packed(self) -> dict[str, bytes]:
-        path = self.git_dir / "packed-refs"
+        path = self._inside(self.git_dir / "packed-refs")
         try:
             text = path.read_bytes()
         except FileNotFoundError:
@@ -76,7 +93,7 @@ class RefStore:
 
     def _read_loose(self, name: str) -> bytes | str | None:
         """A loose ref's value: oid bytes, a symref target (str), or None."""
-        path = self.git_dir / name
+        path = self._inside(self.git_dir / name)
         try:
             raw = path.read_bytes().strip()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
@@ -158,11 +175,24 @@ class RefStore:
             check_ref_name(u.name)
             if len(u.new) != 20 or u.new == ZERO_OID:
                 raise InvalidInputError(f"invalid new value for {u.name}")
+            self._inside(self.git_dir / u.name)
+            self._check_branch_target(u)
         if fence_token is None:
             self._update(updates, counters)
             return
+        self._inside(self.git_dir / FENCE_FILE)   # a symlinked packyard/ must not lead out
         with fence.fenced(self.git_dir, fence_token, f"update {updates[0].name}", counters):
             self._update(updates, counters)
+
+    def _check_branch_target(self, u: RefUpdate) -> None:
+        """A branch names a commit (git: "trying to write non-commit object to branch"); other refs
+        (tags, notes) may name any object. Checked before any lock is taken."""
+        if self.objects is None or not u.name.startswith("refs/heads/"):
+            return
+        obj_type, _size = self.objects.read_header(u.new)
+        if obj_type != ObjectType.COMMIT:
+            raise InvalidInputError(f"trying to write non-commit object ({obj_type.label.decode()}) to branch "
+                                    f"{u.name}", oid=u.new)
 
     def fence_token(self) -> int:
         """The highest fencing token that has changed this repository (0: none yet)."""
@@ -231,4 +261,4 @@ class RefStore:
     def set_symref(self, name: str, target: str) -> None:
         """Point a symbolic ref (e.g. HEAD) at ``target``."""
         check_ref_name(target)
-        durable.write_file_durably(self.git_dir / name, f"ref: {target}\n".encode(), mode=0o644)
+        durable.write_file_durably(self._inside(self.git_dir / name), f"ref: {target}\n".encode(), mode=0o644)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from . import durable
@@ -20,19 +21,64 @@ def find_git_dir(path: str | os.PathLike[str]) -> Path:
     """The git dir for ``path`` (a bare repository or a work tree with .git)."""
     p = Path(path)
     try:
-        exists = p.exists() and os.access(p, os.R_OK | os.X_OK)
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise NotARepositoryError("repository path does not exist", path=p) from None
+    except NotADirectoryError:
+        raise NotARepositoryError("repository path is not a directory (a component of it is a file)",
+                                  path=p) from None
     except OSError as err:
         raise NotARepositoryError(f"repository path is not accessible: {err.strerror}", path=p) from err
-    if not p.exists():
-        raise NotARepositoryError("repository path does not exist", path=p)
-    if not exists:
-        raise NotARepositoryError("repository path is not accessible (permission denied)", path=p)
-    if not p.is_dir():
+    if not stat.S_ISDIR(st.st_mode):   # before the access check: a file is "not a directory", whatever its mode
         raise NotARepositoryError("repository path is not a directory", path=p)
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise NotARepositoryError("repository path is not accessible (permission denied)", path=p)
     for candidate in (p, p / ".git"):
         if (candidate / "objects").is_dir() and (candidate / "refs").is_dir() and (candidate / "HEAD").is_file():
-            return candidate.resolve()
+            if candidate.name == ".git" and candidate.is_symlink():
+                refuse_escape(p.resolve(), candidate)   # a work tree's .git may not lead elsewhere
+            git_dir = candidate.resolve()
+            check_layout_contained(git_dir)
+            return git_dir
     raise NotARepositoryError("not a git repository (no HEAD, objects/ and refs/)", path=p)
+
+
+#: What a repository reads and writes outside refs/ (checked per ref by RefStore) and objects/ (checked here).
+_TOP_LEVEL = ("HEAD", "objects", "refs", "packed-refs", "packyard")
+
+
+def contained(git_dir: Path, path: Path) -> bool:
+    """Whether ``path``, every symlink resolved, lies inside ``git_dir`` (itself a resolved path)."""
+    real = Path(os.path.realpath(path))
+    return real == git_dir or git_dir in real.parents
+
+
+def refuse_escape(git_dir: Path, path: Path) -> None:
+    """InvalidInputError unless ``path`` stays inside the repository once symlinks are resolved."""
+    if not contained(git_dir, path):
+        raise InvalidInputError("a symlink here leads outside the repository; refusing to read or write "
+                                "through it", path=path)
+
+
+def check_layout_contained(git_dir: Path) -> None:
+    """Refuse a repository whose ``HEAD``, ``objects/`` (with its fan-out and pack dirs and pack files),
+    ``refs``, ``packed-refs`` or ``packyard/`` is a symlink leading outside it: the store would read
+    and write there. Symlinks that stay inside are allowed; entries under refs/ are checked per
+    access by the RefStore. Costs one scandir of objects/ and objects/pack (symlinks: a realpath each).
+    """
+    for name in _TOP_LEVEL:
+        p = git_dir / name
+        if p.is_symlink():
+            refuse_escape(git_dir, p)
+    objects = git_dir / "objects"
+    for directory in (objects, objects / "pack"):
+        try:
+            with os.scandir(directory) as it:
+                links = [Path(e.path) for e in it if e.is_symlink()]
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for link in links:
+            refuse_escape(git_dir, link)
 
 
 class Repository:
@@ -41,7 +87,7 @@ class Repository:
     def __init__(self, git_dir: Path) -> None:
         self.path = git_dir
         self.objects = ObjectDirectory(git_dir / "objects")
-        self.refs = RefStore(git_dir)
+        self.refs = RefStore(git_dir, objects=self.objects)
 
     def __repr__(self) -> str:
         return f"Repository({str(self.path)!r})"

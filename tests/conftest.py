@@ -23,7 +23,7 @@ import pytest
 
 # -- the session's environment: set before workers.* is imported anywhere ------------------------
 # Short path under /tmp: a unix socket path must fit in 107 bytes.
-SESSION_DIR = Path(tempfile.mkdtemp(prefix="pky-", dir="/tmp"))
+SESSION_DIR = Path(tempfile.mkdtemp(prefix="pky-", dir="/tmp")).resolve()
 _OVERRIDES = {
     "PACKYARD_STATE_DIR": str(SESSION_DIR),
     "PACKYARD_REDIS_URL": f"unix://{SESSION_DIR / 'redis.sock'}",
@@ -31,8 +31,16 @@ _OVERRIDES = {
     "PACKYARD_LOG_FORMAT": "json",
     "PACKYARD_WORKER_CONCURRENCY": "2",
     "PACKYARD_NIGHTLY_REPOS": "",
+    # Queued jobs may only touch repositories under the storage root and read inputs from the incoming
+    # dir: tests that queue jobs build their repositories and inputs there (fixtures store_root, incoming).
+    "PACKYARD_STORAGE_ROOTS": f"default={SESSION_DIR / 'repos'}",
+    "PACKYARD_INCOMING_DIR": str(SESSION_DIR / "incoming"),
+    # Test-only task kinds with short limits (workers_testtasks.py); the real kinds keep their defaults.
+    "PACKYARD_TIME_LIMITS": "test_stuck=2:60,test_unstoppable=1:3",
 }
 os.environ.update(_OVERRIDES)
+STORAGE_ROOT = SESSION_DIR / "repos"
+INCOMING_DIR = SESSION_DIR / "incoming"
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,6 +64,27 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+# -- where queued jobs may act ----------------------------------------------------------------------
+def _private_dir(base: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60]
+    base.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base)).resolve()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def store_root(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A fresh directory inside the session's storage root: where repositories for queued jobs go."""
+    yield from _private_dir(STORAGE_ROOT, request)
+
+
+@pytest.fixture
+def incoming(request: pytest.FixtureRequest) -> Iterator[Path]:
+    """A fresh directory inside the session's incoming dir: where input files for queued jobs go."""
+    yield from _private_dir(INCOMING_DIR, request)
 
 
 # -- Redis -----------------------------------------------------------------------------------------
@@ -234,6 +263,7 @@ def pk(settings: Any) -> Any:
     return SimpleNamespace(
         WorkerProcess=WorkerProcess,
         session_dir=SESSION_DIR, root=ROOT, free_port=free_port, wait_until=wait_until, cli_env=cli_env,
+        storage_root=STORAGE_ROOT, incoming_dir=INCOMING_DIR,
         job_row=lambda task_id: job_row(settings, task_id),
         wait_job=lambda task_id, timeout=60.0: wait_job(settings, task_id, timeout),
     )

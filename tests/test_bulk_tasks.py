@@ -37,9 +37,9 @@ def run_task(celery_app, pk, name: str, **kwargs):
     return res, value, pk.job_row(res.id)
 
 
-def test_import_tree_task(tmp_path, celery_worker, celery_app, pk):
-    repo = make_worktree_repo(tmp_path / "r")
-    src = make_source(tmp_path)
+def test_import_tree_task(store_root, incoming, celery_worker, celery_app, pk):
+    repo = make_worktree_repo(store_root / "r")
+    src = make_source(incoming)
     old = git("rev-parse", "main", git_dir=repo).strip().decode()
     res, value, job = run_task(celery_app, pk, "packyard.import_tree", repo=str(repo), ref="refs/heads/main",
                                source=str(src), message="imported by a worker")
@@ -56,9 +56,9 @@ def test_import_tree_task(tmp_path, celery_worker, celery_app, pk):
     fsck(repo)
 
 
-def test_import_tree_task_bad_input_fails_and_changes_nothing(tmp_path, celery_worker, celery_app, pk):
-    repo = make_worktree_repo(tmp_path / "r")
-    src = make_source(tmp_path, 5)
+def test_import_tree_task_bad_input_fails_and_changes_nothing(store_root, incoming, celery_worker, celery_app, pk):
+    repo = make_worktree_repo(store_root / "r")
+    src = make_source(incoming, 5)
     (src / "escape").symlink_to("../../etc")
     before = snapshot_tree(repo)
     res, value, job = run_task(celery_app, pk, "packyard.import_tree", repo=str(repo), ref="refs/heads/main",
@@ -70,12 +70,12 @@ def test_import_tree_task_bad_input_fails_and_changes_nothing(tmp_path, celery_w
     fsck(repo)
 
 
-def test_unpack_objects_task(tmp_path, celery_worker, celery_app, pk):
+def test_unpack_objects_task(tmp_path, store_root, incoming, celery_worker, celery_app, pk):
     donor = make_worktree_repo(tmp_path / "donor")
     tip = git("rev-parse", "main", git_dir=donor).strip().decode()
-    pack = tmp_path / "in.pack"
+    pack = incoming / "in.pack"
     pack.write_bytes(git("pack-objects", "-q", "--revs", "--stdout", git_dir=donor, input=b"main\n"))
-    target = tmp_path / "t.git"
+    target = store_root / "t.git"
     git("init", "-q", "--bare", str(target))
     res, value, job = run_task(celery_app, pk, "packyard.unpack_objects", repo=str(target), pack_path=str(pack),
                                ref_updates=[{"ref": "refs/heads/main", "old": None, "new": tip}])
@@ -86,8 +86,8 @@ def test_unpack_objects_task(tmp_path, celery_worker, celery_app, pk):
     fsck(target)
 
 
-def test_write_objects_task_base64(tmp_path, celery_worker, celery_app, pk):
-    repo = make_worktree_repo(tmp_path / "r")
+def test_write_objects_task_base64(store_root, celery_worker, celery_app, pk):
+    repo = make_worktree_repo(store_root / "r")
     main = git("rev-parse", "main", git_dir=repo).strip().decode()
     blob = b"edited in the web UI\n"
     blob_id = hash_object(ObjectType.BLOB, blob)
@@ -107,7 +107,7 @@ def test_write_objects_task_base64(tmp_path, celery_worker, celery_app, pk):
     fsck(repo)
     # CAS failure: the ref moved (old value is stale): job fails, ref untouched
     res, value, job = run_task(celery_app, pk, "packyard.write_objects", repo=str(repo), objects=objects[:1],
-                               ref_updates=[{"ref": "refs/heads/main", "old": main, "new": blob_id.hex()}])
+                               ref_updates=[{"ref": "refs/heads/main", "old": main, "new": main}])
     assert job.state.value == "FAILURE" and job.error_type == "RefUpdateError"
     assert git("rev-parse", "main", git_dir=repo).strip().decode() == commit_id
     fsck(repo)

@@ -83,8 +83,8 @@ def test_verify_in_process(pk, tmp_path):
     assert out.returncode == 1 and "NotARepositoryError" in out.stderr
 
 
-def test_submit_wait_then_status_table(pk, tmp_path, celery_worker):
-    repo = make_worktree_repo(tmp_path)
+def test_submit_wait_then_status_table(pk, store_root, celery_worker):
+    repo = make_worktree_repo(store_root)
     out = run(pk, "submit", "verify-repo", "--repo", str(repo), "--wait", "--timeout", "60")
     assert out.returncode == 0, out.stderr + out.stdout
     assert out.stdout.startswith("queued packyard.verify_repo ")
@@ -93,7 +93,7 @@ def test_submit_wait_then_status_table(pk, tmp_path, celery_worker):
     assert result["state"] == "SUCCESS" and result["task_id"] == task_id
     assert result["result"]["counters"]["objects"] == len(batch_check_all(repo))
 
-    bad = tmp_path / "not-a-repo"
+    bad = store_root / "not-a-repo"
     bad.mkdir()
     out = run(pk, "submit", "verify_repo", "--repo", str(bad), "--wait", "--timeout", "60")
     assert out.returncode == 1

@@ -177,14 +177,14 @@ def submit(pk, task: str, repo: Path, **params) -> str:
 
 
 @pytest.mark.usefixtures("celery_worker")
-def test_status_table_shows_key_counters_for_every_job_kind(pk, tmp_path):
+def test_status_table_shows_key_counters_for_every_job_kind(pk, tmp_path, store_root, incoming):
     src = make_worktree_repo(tmp_path / "src")
     tip = git("rev-parse", "main", git_dir=src).decode().strip()
-    pack = tmp_path / "push.pack"
+    pack = incoming / "push.pack"
     pack.write_bytes(whole_pack(src))
-    repo = tmp_path / "hosted.git"
+    repo = store_root / "hosted.git"
     git("init", "-q", "--bare", str(repo))
-    tree = tmp_path / "tree"
+    tree = incoming / "tree"
     tree.mkdir()
     (tree / "a.txt").write_text("a\n")
 

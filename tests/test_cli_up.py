@@ -16,7 +16,8 @@ from gitutil import CORPUS, git, make_worktree_repo
 
 CORPUS_REFS = CORPUS / "git-v1.0.0.refs"
 
-EMBEDDED_UNSET = ("PACKYARD_REDIS_URL", "PACKYARD_DATABASE_URL")
+# The session's services and confinement dirs: `packyard up`/`demo` must bring up their own.
+EMBEDDED_UNSET = ("PACKYARD_REDIS_URL", "PACKYARD_DATABASE_URL", "PACKYARD_STORAGE_ROOTS", "PACKYARD_INCOMING_DIR")
 
 
 @pytest.fixture
@@ -45,7 +46,8 @@ def test_up_runs_jobs_and_stops_cleanly_on_ctrl_c(embedded_env, tmp_path, pk):
         assert len(pids) == 2  # worker, beat
         assert (state / "redis.sock").exists() and (state / "packyard.db").exists()
 
-        repo = make_worktree_repo(tmp_path)
+        # The embedded default storage root: <state dir>/repositories.
+        repo = make_worktree_repo(state / "repositories")
         out = subprocess.run(["packyard", "submit", "verify_repo", "--repo", str(repo), "--wait", "--timeout", "90"],
                              env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stdout + out.stderr
@@ -95,7 +97,7 @@ def test_demo_runs_the_main_job(embedded_env, pk):
     first = run_demo({**env, "PACKYARD_CORPUS": str(state / "no-corpus-here")}, state)
     assert "no corpus found" in first
     assert not (state / "redis.sock").exists()  # Redis stopped again
-    hosted = state / "demo" / "hosted.git"
+    hosted = state / "demo" / "repositories" / "hosted.git"   # inside the storage root the demo registers
     git("fsck", "--full", git_dir=hosted)  # the oracle, not only the demo's word
 
     second = run_demo(env, state)  # state dir reused: Redis, database, logs, demo/ from the first run
@@ -121,7 +123,7 @@ def test_down_stops_the_embedded_redis_only_when_nothing_uses_it(embedded_env, t
     import redis as redis_py
 
     state, env = embedded_env
-    repo = make_worktree_repo(tmp_path / "r")
+    repo = make_worktree_repo(state / "repositories" / "r")
     sub = subprocess.run(["packyard", "submit", "verify_repo", "--repo", str(repo)], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert sub.returncode == 0, sub.stderr

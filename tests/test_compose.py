@@ -1,11 +1,16 @@
-"""docker-compose.yml describes a deployment packyard can actually run.
+"""docker-compose.yml describes a deployment packyard can actually run, and does not run it open.
 
 Where Debian's docker-compose is installed (.ci/run installs it) the file is
 validated by it; in every case each service that runs the packyard image must
-name a real ``packyard`` subcommand with arguments that subcommand accepts.
+name a real ``packyard`` subcommand with arguments that subcommand accepts, the
+secrets (PostgreSQL password, Flower credentials) must come from the environment
+or .env with no default, Flower must be published on loopback only, and the image
+must run as a non-root user.
 """
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,16 +21,81 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+SECRETS = ("POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH")
+REQUIRED = re.compile(r"\$\{(\w+):\?[^}]*\}")   # ${VAR:?message}: compose refuses to start when VAR is unset/empty
 
 
 def load() -> dict:
     return yaml.safe_load(COMPOSE.read_text())
 
 
+def compose_config(tmp_path: Path, **secrets: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in SECRETS}
+    env.update(secrets)
+    empty = tmp_path / "empty.env"   # a developer's own .env must not decide the outcome
+    empty.write_text("")
+    return subprocess.run(["docker-compose", "-f", str(COMPOSE), "--env-file", str(empty), "config"],
+                          capture_output=True, text=True, env=env)
+
+
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
-def test_docker_compose_config_validates():
-    proc = subprocess.run(["docker-compose", "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True)
+def test_docker_compose_config_validates(tmp_path):
+    proc = compose_config(tmp_path, POSTGRES_PASSWORD="pw-from-env", FLOWER_BASIC_AUTH="ops:a-long-password-from-env")
     assert proc.returncode == 0, proc.stderr
+    assert "pw-from-env" in proc.stdout and "ops:a-long-password-from-env" in proc.stdout
+
+
+@pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
+@pytest.mark.parametrize("missing", SECRETS)
+def test_docker_compose_refuses_to_start_without_secrets(tmp_path, missing):
+    given = {"POSTGRES_PASSWORD": "pw-from-env", "FLOWER_BASIC_AUTH": "ops:a-long-password-from-env"}
+    given[missing] = ""
+    proc = compose_config(tmp_path, **given)
+    assert proc.returncode != 0 and missing in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_secrets_come_from_the_environment_with_no_default():
+    doc = load()
+    text = COMPOSE.read_text()
+    assert "change-me" not in text and ":-" not in text, "a default value for a variable"
+    services = doc["services"]
+    assert REQUIRED.fullmatch(services["postgres"]["environment"]["POSTGRES_PASSWORD"]).group(1) == "POSTGRES_PASSWORD"
+    assert services["flower"]["environment"]["FLOWER_BASIC_AUTH"] == \
+        REQUIRED.search(services["flower"]["environment"]["FLOWER_BASIC_AUTH"]).group(0)
+    assert REQUIRED.search(services["flower"]["environment"]["FLOWER_BASIC_AUTH"]).group(1) == "FLOWER_BASIC_AUTH"
+    for name, svc in _packyard_services(doc):
+        url = (svc.get("environment") or {})["PACKYARD_DATABASE_URL"]
+        assert "${POSTGRES_PASSWORD:?" in url, (name, url)
+        assert not any("--basic-auth" in str(a) for a in svc["command"]), "credentials in argv are visible in ps"
+    example = (ROOT / ".env.example").read_text()
+    for name in SECRETS:   # documented, and empty: copying the example unchanged does not start anything
+        assert re.search(rf"(?m)^{name}=$", example), name
+
+
+def test_flower_is_locked_down():
+    flower = load()["services"]["flower"]
+    assert "--insecure-local" not in flower["command"] and "--unauthenticated-api" not in flower["command"]
+    for port in flower.get("ports", []):
+        assert str(port).startswith("127.0.0.1:"), f"flower published beyond loopback: {port}"
+
+
+def test_image_runs_as_a_non_root_user():
+    lines = [line.strip() for line in DOCKERFILE.read_text().splitlines() if line.strip() and not line.startswith("#")]
+    users = [line.split(None, 1)[1] for line in lines if line.upper().startswith("USER ")]
+    assert users, "no USER: the image runs as root"
+    assert users[-1].split(":")[0] not in ("root", "0")
+    last_user = max(i for i, line in enumerate(lines) if line.upper().startswith("USER "))
+    assert not any(line.upper().startswith("RUN ") for line in lines[last_user:]), "RUN after USER runs as that user"
+
+
+def test_jobs_are_confined_in_the_deployment():
+    """Workers get a storage root and an incoming dir, each on a shared volume."""
+    worker = load()["services"]["worker"]
+    env = worker["environment"]
+    root = env["PACKYARD_STORAGE_ROOTS"].split("=", 1)[1]
+    volumes = {str(v).split(":")[1]: str(v).split(":")[0] for v in worker["volumes"]}
+    assert volumes.get(root) == "repos" and volumes.get(env["PACKYARD_INCOMING_DIR"]) == "incoming"
 
 
 def test_required_services_present():
@@ -47,7 +117,7 @@ def test_every_command_is_a_real_packyard_subcommand():
     services = dict(_packyard_services(doc))
     assert set(services) == {"migrate", "worker", "beat", "flower", "metrics"}
     for name, svc in services.items():
-        argv = [str(a).replace("${FLOWER_BASIC_AUTH:-admin:change-me}", "admin:x") for a in svc["command"]]
+        argv = [str(a) for a in svc["command"]]
         # argparse validates the subcommand and every option before acting on --help.
         proc = subprocess.run([str(Path(sys.executable).parent / "packyard"), *argv, "--help"],
                               capture_output=True, text=True, cwd=ROOT)
@@ -62,6 +132,8 @@ def test_environment_names_match_settings():
     for name, svc in _packyard_services(load()):
         env = svc.get("environment") or {}
         for key in env:
+            if key.startswith("FLOWER_"):   # Flower's own variables (read by packyard flower and by Flower)
+                continue
             assert key in text, f"service {name} sets {key}, which workers/settings.py does not read"
         assert "PACKYARD_REDIS_URL" in env and "PACKYARD_DATABASE_URL" in env
 

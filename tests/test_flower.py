@@ -1,28 +1,41 @@
-"""Flower, started by `packyard flower` against the session broker, lists a finished verify_repo task."""
+"""Flower, started by `packyard flower` against the session broker, lists a finished verify_repo task behind
+basic auth; `packyard flower` refuses to start open to others."""
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import urllib.error
 import urllib.request
 
+import pytest
+
 from gitutil import make_worktree_repo
 
 
-def _get(url: str):
+CREDENTIALS = "operator:a-long-test-password"
+
+
+def _get(url: str, auth: str | None = CREDENTIALS):
+    request = urllib.request.Request(url)
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
     try:
-        with urllib.request.urlopen(url, timeout=2) as r:
+        with urllib.request.urlopen(request, timeout=2) as r:
             return r.status, json.loads(r.read().decode() or "null")
+    except urllib.error.HTTPError as err:
+        return err.code, None
     except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
         return None, None
 
 
-def test_flower_lists_finished_verify_repo(tmp_path, celery_worker, celery_app, pk):
+def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, celery_app, pk):
     from packyard.workers.cli.common import Child
 
     port = pk.free_port()
     log = open(tmp_path / "flower.log", "wb")
-    flower = Child("flower", ["packyard", "flower", "--port", str(port), "--unauthenticated-api"], pk.cli_env(),
+    # Credentials through the environment (not visible in ps), as docker-compose passes them.
+    flower = Child("flower", ["packyard", "flower", "--port", str(port)], pk.cli_env(FLOWER_BASIC_AUTH=CREDENTIALS),
                    stdout=log)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -32,7 +45,9 @@ def test_flower_lists_finished_verify_repo(tmp_path, celery_worker, celery_app, 
             return _get(f"{base}/api/tasks")[0] == 200
         pk.wait_until(ready, 60, interval=0.3, what="flower's HTTP API")
 
-        repo = make_worktree_repo(tmp_path)
+        assert _get(f"{base}/api/tasks", auth=None)[0] == 401            # no credentials, no API
+        assert _get(f"{base}/api/tasks", auth="operator:wrong-password-here")[0] == 401
+        repo = make_worktree_repo(store_root)
         res = celery_app.send_task("packyard.verify_repo", kwargs={"repo": str(repo)})
         value = res.get(timeout=60)
 
@@ -63,3 +78,30 @@ def test_flower_lists_finished_verify_repo(tmp_path, celery_worker, celery_app, 
     assert flower.poll() is not None
     out = subprocess.run(["pgrep", "-g", str(flower.pid)], capture_output=True, text=True)
     assert out.stdout.strip() == "", f"processes left in flower's group: {out.stdout}"
+
+
+@pytest.mark.parametrize("argv, env, reason", [
+    ([], {}, "no credentials"),
+    (["--basic-auth", "admin:change-me"], {}, "well-known default"),
+    ([], {"FLOWER_BASIC_AUTH": "admin:change-me"}, "well-known default"),
+    ([], {"FLOWER_BASIC_AUTH": "admin:"}, "both parts non-empty"),
+    ([], {"FLOWER_BASIC_AUTH": "ops:short"}, "shorter than 12 characters"),
+    (["--unauthenticated-api"], {"FLOWER_BASIC_AUTH": CREDENTIALS}, "needs --insecure-local"),
+    (["--insecure-local", "--address", "0.0.0.0"], {}, "only listens on the loopback interface"),
+])
+def test_flower_refuses_to_start_open(pk, argv, env, reason):
+    proc = subprocess.run(["packyard", "flower", "--port", str(pk.free_port()), *argv], capture_output=True,
+                          text=True, timeout=60, env={**pk.cli_env(FLOWER_BASIC_AUTH=""), **env})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("packyard flower: refusing to start: ") and reason in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_flower_binds_loopback_by_default():
+    from packyard.workers.cli import build_parser
+    from packyard.workers.cli.flower import check_exposure
+
+    args = build_parser(only="flower").parse_args(["flower"])
+    assert args.address == "127.0.0.1"
+    check_exposure("127.0.0.1", None, insecure_local=True, unauthenticated_api=True)   # a developer's machine
+    check_exposure("0.0.0.0", CREDENTIALS, insecure_local=False, unauthenticated_api=False)

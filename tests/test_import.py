@@ -312,3 +312,47 @@ def test_efbig_via_rlimit_fsize(tmp_path, repo_dir):
     assert {k: v for k, v in after.items() if not k.startswith("packyard/")} == \
         {k: v for k, v in before.items() if not k.startswith("packyard/")}
     assert not list((repo_dir / "objects").glob("??/tmp_obj_*"))
+
+
+# -- bounds: a source that never ends is cut at the scan ---------------------------------------------------
+
+@pytest.mark.parametrize("as_tar", [False, True])
+def test_import_bounded_by_entries_and_bytes(tmp_path, as_tar):
+    from packyard.store.errors import LimitExceededError
+
+    bare = tmp_path / "r.git"
+    git("init", "-q", "--bare", str(bare))
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(12):
+        (src / f"f{i}.txt").write_text("z" * 1000)
+    source: Path = src
+    if as_tar:
+        source = tmp_path / "src.tar"
+        with tarfile.open(source, "w") as t:
+            t.add(src, arcname=".")
+    before = snapshot_tree(bare)
+    with pytest.raises(LimitExceededError, match="more than 10 entries"):
+        import_tree(Repository.open(bare), "refs/heads/main", source, author=WHEN, max_files=10)
+    with pytest.raises(LimitExceededError, match="more than 5000 bytes"):
+        import_tree(Repository.open(bare), "refs/heads/main", source, author=WHEN, max_bytes=5000)
+    assert snapshot_tree(bare) == before
+    res = import_tree(Repository.open(bare), "refs/heads/main", source, author=WHEN, max_files=13,
+                      max_bytes=12_000)
+    assert res.files == 12
+    fsck(bare)
+
+
+def test_import_refuses_absurd_nesting(tmp_path):
+    from packyard.store.importtree import MAX_DEPTH
+
+    bare = tmp_path / "r.git"
+    git("init", "-q", "--bare", str(bare))
+    deep = tmp_path / "src"
+    path = deep
+    for _ in range(MAX_DEPTH + 2):
+        path = path / "d"
+    path.mkdir(parents=True)
+    (path / "leaf.txt").write_text("deep\n")
+    with pytest.raises(InvalidInputError, match=f"nested more than {MAX_DEPTH} deep"):
+        import_tree(Repository.open(bare), "refs/heads/main", deep, author=WHEN)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -26,7 +27,7 @@ def bare(path: Path) -> Path:
     return path
 
 
-def incoming(repo: Path) -> list[Path]:
+def quarantines(repo: Path) -> list[Path]:
     return [p for p in (repo / "objects").iterdir() if p.name.startswith("incoming-")]
 
 
@@ -79,7 +80,7 @@ def test_command_lease_lost_before_publish_installs_nothing(tmp_path, redis_clie
 
     with pytest.raises(LockLostError):
         index_pack(repo, V1, lock=stolen_lock)
-    assert snapshot_tree(repo) == before and incoming(repo) == []
+    assert snapshot_tree(repo) == before and quarantines(repo) == []
 
 
 def run_task(celery_app, pk, **kwargs):
@@ -88,10 +89,18 @@ def run_task(celery_app, pk, **kwargs):
     return value, pk.job_row(res.id)
 
 
+def pushed(incoming_dir: Path, pack: Path = V1) -> Path:
+    """The pack as a frontend hands it over: a file in the incoming directory."""
+    dest = incoming_dir / pack.name
+    shutil.copyfile(pack, dest)
+    return dest
+
+
 @needs_corpus('git-v1.0.0')
-def test_index_pack_task_on_worker(tmp_path, celery_worker, celery_app, pk):
-    repo = bare(tmp_path / "r.git")
-    value, job = run_task(celery_app, pk, repo=str(repo), pack=str(V1), strict=True, keep="pushed by a test",
+def test_index_pack_task_on_worker(store_root, incoming, celery_worker, celery_app, pk):
+    repo = bare(store_root / "r.git")
+    value, job = run_task(celery_app, pk, repo=str(repo), pack=str(pushed(incoming)), strict=True,
+                          keep="pushed by a test",
                           ref_updates=[{"ref": "refs/heads/main", "old": None, "new": corpus_tip()}])
     assert job.state.value == "SUCCESS", job.error
     assert job.counters == value["counters"]
@@ -106,15 +115,15 @@ def test_index_pack_task_on_worker(tmp_path, celery_worker, celery_app, pk):
 
 
 @needs_corpus('git-v1.0.0')
-def test_index_pack_task_bad_pack_fails_and_changes_nothing(tmp_path, celery_worker, celery_app, pk):
-    repo = bare(tmp_path / "r.git")
-    broken = tmp_path / "broken.pack"
+def test_index_pack_task_bad_pack_fails_and_changes_nothing(store_root, incoming, celery_worker, celery_app, pk):
+    repo = bare(store_root / "r.git")
+    broken = incoming / "broken.pack"
     broken.write_bytes(V1.read_bytes()[:100_000])
     before = snapshot_tree(repo)
     value, job = run_task(celery_app, pk, repo=str(repo), pack=str(broken))
     assert job.state.value == "FAILURE"
     assert job.error_type == "PackFormatError" and "truncated" in job.error and "offset" in job.error
-    assert snapshot_tree(repo) == before and incoming(repo) == []
+    assert snapshot_tree(repo) == before and quarantines(repo) == []
 
 
 def packyard(*args: str, stdin=None, env=None) -> subprocess.CompletedProcess:
@@ -151,9 +160,11 @@ def test_cli_index_pack_file_and_stdin(tmp_path):
 
 
 @needs_corpus('git-v1.0.0')
-def test_submit_index_pack(tmp_path, celery_worker, pk):
-    repo = bare(tmp_path / "r.git")
-    proc = packyard("submit", "index-pack", "--repo", str(repo), "-p", f"pack={V1}", "--wait", env=pk.cli_env())
+def test_submit_index_pack(store_root, incoming, celery_worker, pk):
+    repo = bare(store_root / "r.git")
+    pack = pushed(incoming)
+    proc = packyard("submit", "index-pack", "--repo", str(repo), "-p", f"pack={pack.relative_to(pk.incoming_dir)}",
+                    "--wait", env=pk.cli_env())
     assert proc.returncode == 0, proc.stderr + proc.stdout
     out = proc.stdout.decode()
     body = json.loads(out[out.index("{"):])

@@ -74,10 +74,10 @@ def _events(worker: Any, name: str) -> list[dict[str, Any]]:
     return [line for line in worker.log_lines() if line.get("event") == name]
 
 
-def test_outage_at_start_retries_the_job_and_touches_nothing(tmp_path, pg_worker, celery_app, pk):
+def test_outage_at_start_retries_the_job_and_touches_nothing(store_root, incoming, pg_worker, celery_app, pk):
     worker, queue, outage, url = pg_worker
-    repo = make_worktree_repo(tmp_path / "r")
-    src = tmp_path / "src"
+    repo = make_worktree_repo(store_root / "r")
+    src = incoming / "src"
     src.mkdir()
     (src / "hello.txt").write_text("written once the records are back\n")
     before = snapshot_tree(repo)
@@ -98,9 +98,9 @@ def test_outage_at_start_retries_the_job_and_touches_nothing(tmp_path, pg_worker
     git("fsck", "--full", "--no-dangling", git_dir=repo)
 
 
-def test_outage_at_finish_is_recorded_when_the_database_returns(tmp_path, pg_worker, celery_app, pk):
+def test_outage_at_finish_is_recorded_when_the_database_returns(store_root, pg_worker, celery_app, pk):
     worker, queue, outage, url = pg_worker
-    repo = make_worktree_repo(tmp_path / "r")
+    repo = make_worktree_repo(store_root / "r")
     res = celery_app.send_task("packyard.test_slow", queue=queue, kwargs={"repo": str(repo), "steps": 15})
     pk.wait_until(lambda: (_job(url, res.id) or None) and _job(url, res.id).state.value == "STARTED", 60,
                   what="the job row to say STARTED")

@@ -153,3 +153,64 @@ def test_maintenance_settings_and_policy(tmp_path):
         ("0 2 * * *", 14400.0, 2)
     with pytest.raises(ValueError, match="PACKYARD_MAINTENANCE_CRON"):
         Settings.from_env({"PACKYARD_MAINTENANCE_CRON": "0 2 * *"})
+
+
+def test_storage_roots_incoming_and_limits_defaults(tmp_path):
+    s = Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path)})
+    assert s.storage_roots == (("default", tmp_path.resolve() / "repositories"),)
+    assert s.incoming_dir == tmp_path.resolve() / "incoming"
+    assert s.time_limit_for("packyard.index_pack") == (3600.0, 3900.0)
+    assert s.time_limit_for("packyard.some_future_task") == s.time_limit_for("default")
+    assert max(hard for _k, _s, hard in s.time_limits) < s.visibility_timeout
+    assert (s.write_objects_max_bytes, s.import_max_files) == (1 << 20, 1_000_000)
+
+
+def test_storage_roots_incoming_and_limits_round_trip(tmp_path):
+    env = {"PACKYARD_STATE_DIR": str(tmp_path), "PACKYARD_REDIS_URL": "redis://cache:6379/2",
+           "PACKYARD_STORAGE_ROOTS": f" main={tmp_path / 'a'} , archive={tmp_path / 'b'}/ ",
+           "PACKYARD_INCOMING_DIR": str(tmp_path / "in"),
+           "PACKYARD_TIME_LIMITS": "index_pack=10:20,packyard.verify_repo=1.5:2.5",
+           "PACKYARD_IMPORT_MAX_BYTES": "1000", "PACKYARD_IMPORT_MAX_FILES": "10",
+           "PACKYARD_WRITE_OBJECTS_MAX_BYTES": "2048", "PACKYARD_OBJECTS_FILE_MAX_BYTES": "4096"}
+    s = Settings.from_env(env)
+    assert s.storage_roots == (("main", tmp_path / "a"), ("archive", tmp_path / "b"))
+    assert s.incoming_dir == tmp_path / "in"
+    assert s.time_limit_for("index_pack") == (10.0, 20.0) and s.time_limit_for("verify_repo") == (1.5, 2.5)
+    assert s.time_limit_for("write_objects") == (600.0, 660.0)   # kinds not named keep their defaults
+    assert (s.import_max_bytes, s.import_max_files, s.write_objects_max_bytes, s.objects_file_max_bytes) == \
+        (1000, 10, 2048, 4096)
+    assert Settings.from_env(s.as_env()) == s
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"PACKYARD_STORAGE_ROOTS": "main=relative/path"},
+     "PACKYARD_STORAGE_ROOTS: the path of storage 'main' must be absolute"),
+    ({"PACKYARD_STORAGE_ROOTS": "/just/a/path"}, "PACKYARD_STORAGE_ROOTS: bad entry"),
+    ({"PACKYARD_STORAGE_ROOTS": "a=/x,a=/y"}, "storage 'a' is named twice"),
+    ({"PACKYARD_INCOMING_DIR": "incoming"}, "PACKYARD_INCOMING_DIR must be an absolute path"),
+    ({"PACKYARD_STORAGE_ROOTS": "a=/srv/x", "PACKYARD_INCOMING_DIR": "/srv/x/in"}, "overlap"),
+    ({"PACKYARD_STORAGE_ROOTS": "a=/srv/x/repos", "PACKYARD_INCOMING_DIR": "/srv/x"}, "overlap"),
+    ({"PACKYARD_TIME_LIMITS": "index_pack=20:10"}, "0 < SOFT < HARD"),
+    ({"PACKYARD_TIME_LIMITS": "index_pack=soon"}, "PACKYARD_TIME_LIMITS: bad entry 'index_pack=soon'"),
+    ({"PACKYARD_VISIBILITY_TIMEOUT": "3600"},
+     r"PACKYARD_VISIBILITY_TIMEOUT \(3600 s\) must be greater than the largest hard time limit \(verify_repo"),
+    ({"PACKYARD_TIME_LIMITS": "import_tree=100:20000"}, r"largest hard time limit \(import_tree: 20000 s"),
+    ({"PACKYARD_WRITE_OBJECTS_MAX_BYTES": "0"}, "PACKYARD_WRITE_OBJECTS_MAX_BYTES must be positive"),
+])
+def test_unsafe_settings_are_refused_at_load(tmp_path, env, message):
+    from packyard.workers.settings import SettingsError
+
+    with pytest.raises(SettingsError, match=message):
+        Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path), **env})
+    with pytest.raises(ValueError):   # SettingsError is a ValueError: older callers still catch it
+        Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path), **env})
+
+
+def test_worker_refuses_to_start_with_a_visibility_timeout_below_a_hard_limit(tmp_path, pk):
+    import subprocess
+
+    proc = subprocess.run(["packyard", "worker"], capture_output=True, text=True, timeout=60,
+                          env=pk.cli_env(PACKYARD_VISIBILITY_TIMEOUT="60", PACKYARD_STATE_DIR=str(tmp_path)))
+    assert proc.returncode != 0
+    assert "PACKYARD_VISIBILITY_TIMEOUT (60 s) must be greater than the largest hard time limit" in proc.stderr
+    assert "Traceback" not in proc.stderr

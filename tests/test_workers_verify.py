@@ -17,8 +17,8 @@ def loose_path(repo, hex_oid):
     return repo / "objects" / hex_oid[:2] / hex_oid[2:]
 
 
-def test_verify_repo_success_recorded_by_worker(tmp_path, celery_worker, celery_app, pk):
-    repo = make_worktree_repo(tmp_path)
+def test_verify_repo_success_recorded_by_worker(store_root, celery_worker, celery_app, pk):
+    repo = make_worktree_repo(store_root)
     oracle = batch_check_all(repo)
     before = snapshot_tree(repo)
 
@@ -85,8 +85,8 @@ def _mismatched_loose(repo):
 
 
 @pytest.mark.parametrize("damage", ["truncated", "mismatched"])
-def test_verify_repo_bad_object_fails_with_reason(tmp_path, celery_worker, celery_app, pk, damage):
-    repo = make_worktree_repo(tmp_path)
+def test_verify_repo_bad_object_fails_with_reason(store_root, celery_worker, celery_app, pk, damage):
+    repo = make_worktree_repo(store_root)
     oid, path = (_truncate_loose if damage == "truncated" else _mismatched_loose)(repo)
     before = snapshot_tree(repo)
 
@@ -104,22 +104,22 @@ def test_verify_repo_bad_object_fails_with_reason(tmp_path, celery_worker, celer
 
 
 @pytest.mark.parametrize("kind", ["missing", "plain-dir"])
-def test_verify_repo_not_a_repository(tmp_path, celery_worker, celery_app, pk, kind):
-    target = tmp_path / "nothing-here.git"
+def test_verify_repo_not_a_repository(store_root, celery_worker, celery_app, pk, kind):
+    target = store_root / "nothing-here.git"
     if kind == "plain-dir":
         target.mkdir()
         (target / "file.txt").write_text("not a repository\n")
-    before = snapshot_tree(tmp_path)
+    before = snapshot_tree(store_root)
     res = celery_app.send_task("packyard.verify_repo", kwargs={"repo": str(target)})
     res.get(timeout=60, propagate=False)
     job = pk.job_row(res.id)
     assert job.state.value == "FAILURE"
     assert job.error_type == "NotARepositoryError"
     assert str(target) in job.error
-    assert snapshot_tree(tmp_path) == before
+    assert snapshot_tree(store_root) == before
 
 
-def test_worker_records_jobs_in_postgres(tmp_path, postgres_url, redis_server, settings, celery_app, pk,
+def test_worker_records_jobs_in_postgres(tmp_path, store_root, postgres_url, redis_server, settings, celery_app, pk,
                                          monkeypatch):
     """Same as the SQLite path, with the worker process (and the publisher) writing to PostgreSQL."""
     import dataclasses
@@ -134,9 +134,9 @@ def test_worker_records_jobs_in_postgres(tmp_path, postgres_url, redis_server, s
     worker = pk.WorkerProcess(pg_settings, f"pg-{os.getpid()}@%h", tmp_path / "pg-worker.log", queues=("pgtest",))
     try:
         worker.wait_ready()
-        repo = make_worktree_repo(tmp_path)
+        repo = make_worktree_repo(store_root)
         ok = celery_app.send_task("packyard.verify_repo", kwargs={"repo": str(repo)}, queue="pgtest")
-        bad = celery_app.send_task("packyard.verify_repo", kwargs={"repo": str(tmp_path / "absent")}, queue="pgtest")
+        bad = celery_app.send_task("packyard.verify_repo", kwargs={"repo": str(store_root / "absent")}, queue="pgtest")
         ok_value = ok.get(timeout=60)
         bad.get(timeout=60, propagate=False)
     finally:

@@ -72,6 +72,39 @@ def test_race(self: PackyardTask, repo: str) -> dict[str, Any]:
     return {"counters": {"races": 1}}
 
 
+def stuck_command(repo: str, seconds: float, *, progress: Progress | None = None) -> dict[str, Any]:
+    """Works (sleeps) for ``seconds``: longer than its kind's soft limit (PACKYARD_TIME_LIMITS in conftest)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return {"counters": {"finished": 1}}
+
+
+def unstoppable_command(repo: str, seconds: float, *, progress: Progress | None = None) -> dict[str, Any]:
+    """Like stuck_command, but swallows the soft limit (as a C loop would not see it): only the hard limit stops it."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            time.sleep(0.05)
+        except SoftTimeLimitExceeded:
+            continue
+    return {"counters": {"finished": 1}}
+
+
+@app.task(name="packyard.test_stuck", bind=True, base=PackyardTask)
+def test_stuck(self: PackyardTask, repo: str, seconds: float) -> dict[str, Any]:
+    with self.repo_lock(repo):
+        return self.call(stuck_command, repo, seconds)
+
+
+@app.task(name="packyard.test_unstoppable", bind=True, base=PackyardTask)
+def test_unstoppable(self: PackyardTask, repo: str, seconds: float) -> dict[str, Any]:
+    with self.repo_lock(repo):
+        return self.call(unstoppable_command, repo, seconds)
+
+
 # -- a stand-in for packyard.repack until the repack engine's task is merged -----------------------
 # The maintenance planner queues "packyard.repack" by name. Where the real task exists (the module
 # packyard.workers.tasks.repack), it is what runs and this stand-in is not registered; until then the

@@ -249,3 +249,16 @@ def hold(lease: Lease, auto_renew: bool = False) -> Iterator[Lease]:
             beat.stopped.set()
             beat.join()
         lease.release()
+
+
+_RELEASE_HELD_BY = """
+local value = redis.call('get', KEYS[1])
+if value and string.find(value, ':' .. ARGV[1] .. ':', 1, true) then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+def release_held_by(client: redis.Redis, repo: str | Path, job_id: str) -> bool:
+    """Delete the repository lease if job ``job_id`` holds it (its process was killed, e.g. at the hard
+    time limit, and cannot release it itself). True if a lease was deleted."""
+    return bool(client.eval(_RELEASE_HELD_BY, 1, KEY_PREFIX + lock_name_for(repo), job_id))

@@ -60,11 +60,14 @@ def record_with_retries(step: str, write: Callable[[], None]) -> bool:
 
 
 def repo_from_call(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> str | None:
-    """The repository a task acts on: ``repo=`` keyword, else the first positional argument."""
+    """The repository a task acts on: ``repo=`` keyword, else the first positional argument, spelled as
+    the job uses it (``<storage>:<path>`` expanded and resolved: see :mod:`packyard.workers.confine`)."""
+    from packyard.workers.confine import canonical_repo
+
     if "repo" in kwargs:
-        return str(kwargs["repo"])
+        return canonical_repo(kwargs["repo"], get_settings())
     if args and isinstance(args[0], str):
-        return args[0]
+        return canonical_repo(args[0], get_settings())
     return None
 
 

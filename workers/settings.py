@@ -22,7 +22,7 @@ PACKYARD_NIGHTLY_REPOS         os.pathsep-separated repos registered for   (none
 PACKYARD_TASK_MAX_RETRIES      retries for transient failures               5
 PACKYARD_VISIBILITY_TIMEOUT    seconds before Redis redelivers an unacked   14400
                                job (a host died mid-job); must exceed the
-                               longest job
+                               largest hard time limit (checked at load)
 PACKYARD_MAINTENANCE_CRON      when the nightly maintenance window opens    0 2 * * *
                                (5-field cron, UTC)
 PACKYARD_MAINTENANCE_WINDOW    seconds the window stays open; repositories  14400
@@ -46,11 +46,32 @@ PACKYARD_MAINTENANCE_CRUFT_EXPIRE    seconds an unreachable object stays   12096
                                in a cruft pack
 PACKYARD_MAINTENANCE_PRESERVE_FOR    seconds a replaced pack stays in      3600
                                objects/pack/preserved/
+PACKYARD_STORAGE_ROOTS         comma-separated ``name=/abs/path`` pairs:    default=<state>/repositories
+                               the only places a queued job may address a
+                               repository (``/abs/path/x.git`` or
+                               ``name:x.git``)
+PACKYARD_INCOMING_DIR          the only place a queued job reads input      <state>/incoming
+                               files from (``pack=``, ``source=``,
+                               ``objects_file=``); relative names are
+                               relative to it
+PACKYARD_TIME_LIMITS           ``kind=soft:hard`` seconds per task kind,    see DEFAULT_TIME_LIMITS
+                               comma-separated (``default=`` for kinds not
+                               listed); soft raises in the job (FAILURE
+                               naming the limit), hard kills its process
+PACKYARD_IMPORT_MAX_BYTES      import_tree: total bytes of the source       4 GiB
+PACKYARD_IMPORT_MAX_FILES      import_tree: entries (files, links, dirs)    1000000
+PACKYARD_WRITE_OBJECTS_MAX_BYTES  write_objects: decoded object bytes in    1 MiB
+                               one message (more: ``objects_file=``)
+PACKYARD_OBJECTS_FILE_MAX_BYTES   write_objects: size of ``objects_file``   512 MiB
 =============================  ===========================================  =========================
+
+Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
+naming the variable): a worker with an unusable configuration does not start.
 """
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Mapping
@@ -62,6 +83,25 @@ LogFormat = Literal["json", "console", "auto"]
 
 SOCKET_NAME = "redis.sock"
 DB_NAME = "packyard.db"
+DEFAULT_ROOT_NAME = "default"
+
+#: (soft, hard) seconds per task kind (the task name without ``packyard.``); ``default`` covers the rest.
+#: A job past its soft limit fails naming the limit (its context managers unwind, its lease is released);
+#: past the hard limit its process is killed. The largest hard limit must stay below the visibility timeout.
+DEFAULT_TIME_LIMITS: dict[str, tuple[float, float]] = {
+    "default": (3600.0, 3900.0),
+    "index_pack": (3600.0, 3900.0),
+    "unpack_objects": (600.0, 660.0),
+    "write_objects": (600.0, 660.0),
+    "import_tree": (3600.0, 3900.0),
+    "verify_repo": (10800.0, 11400.0),
+}
+
+_ROOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+
+
+class SettingsError(ValueError):
+    """A PACKYARD_* variable holds a value packyard cannot run with; the message names the variable."""
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -71,7 +111,7 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from None
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
@@ -81,7 +121,53 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from None
+        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+
+
+def _storage_roots(env: Mapping[str, str], state_dir: Path) -> tuple[tuple[str, Path], ...]:
+    raw = env.get("PACKYARD_STORAGE_ROOTS", "").strip()
+    if not raw:
+        return ((DEFAULT_ROOT_NAME, (state_dir / "repositories").resolve()),)
+    roots: dict[str, Path] = {}
+    for item in (part.strip() for part in raw.split(",")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not _ROOT_NAME.match(name) or not path:
+            raise SettingsError(f"PACKYARD_STORAGE_ROOTS: bad entry {item!r} (want name=/absolute/path, the name "
+                                "made of letters, digits, '_', '.', '-')")
+        if name in roots:
+            raise SettingsError(f"PACKYARD_STORAGE_ROOTS: storage {name!r} is named twice")
+        if not os.path.isabs(os.path.expanduser(path)):
+            raise SettingsError(f"PACKYARD_STORAGE_ROOTS: the path of storage {name!r} must be absolute, got {path!r}")
+        roots[name] = Path(path).expanduser().resolve()
+    if not roots:
+        raise SettingsError("PACKYARD_STORAGE_ROOTS names no storage")
+    return tuple(roots.items())
+
+
+def _time_limits(env: Mapping[str, str]) -> tuple[tuple[str, float, float], ...]:
+    limits = dict(DEFAULT_TIME_LIMITS)
+    for item in (part.strip() for part in env.get("PACKYARD_TIME_LIMITS", "").split(",")):
+        if not item:
+            continue
+        kind, sep, pair = item.partition("=")
+        soft_raw, colon, hard_raw = pair.partition(":")
+        kind = kind.strip().removeprefix("packyard.")
+        try:
+            soft, hard = float(soft_raw), float(hard_raw)
+        except ValueError:
+            soft = hard = -1.0
+        if not sep or not colon or not kind or not 0 < soft < hard:
+            raise SettingsError(f"PACKYARD_TIME_LIMITS: bad entry {item!r} (want kind=SOFT:HARD in seconds, "
+                                "0 < SOFT < HARD, e.g. index_pack=3600:3900)")
+        limits[kind] = (soft, hard)
+    return tuple(sorted((kind, soft, hard) for kind, (soft, hard) in limits.items()))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
 
 
 def _cron(env: Mapping[str, str], name: str, default: str) -> str:
@@ -89,7 +175,7 @@ def _cron(env: Mapping[str, str], name: str, default: str) -> str:
     if not raw:
         return default
     if len(raw.split()) != 5:
-        raise ValueError(f"{name} must be a 5-field cron expression (minute hour day month weekday), got {raw!r}")
+        raise SettingsError(f"{name} must be a 5-field cron expression (minute hour day month weekday), got {raw!r}")
     return raw
 
 
@@ -119,6 +205,58 @@ class Settings:
     maintenance_geometric_factor: int = 2
     maintenance_cruft_expire: float = 14 * 86400.0
     maintenance_preserve_for: float = 3600.0
+    storage_roots: tuple[tuple[str, Path], ...] = ()     # () = the embedded default (see from_env)
+    incoming_dir: Path | None = None                      # None = <state dir>/incoming
+    time_limits: tuple[tuple[str, float, float], ...] = tuple(
+        sorted((k, soft, hard) for k, (soft, hard) in DEFAULT_TIME_LIMITS.items()))
+    import_max_bytes: int = 4 << 30
+    import_max_files: int = 1_000_000
+    write_objects_max_bytes: int = 1 << 20
+    objects_file_max_bytes: int = 512 << 20
+
+    def __post_init__(self) -> None:
+        if not self.storage_roots:
+            object.__setattr__(self, "storage_roots",
+                               ((DEFAULT_ROOT_NAME, (self.state_dir / "repositories").resolve()),))
+        if self.incoming_dir is None:
+            object.__setattr__(self, "incoming_dir", (self.state_dir / "incoming").resolve())
+        self.check()
+
+    def check(self) -> None:
+        """Refuse combinations packyard cannot run safely with (SettingsError naming the variables)."""
+        kind, _soft, hard = max(self.time_limits, key=lambda t: t[2])
+        if self.visibility_timeout <= hard:
+            raise SettingsError(
+                f"PACKYARD_VISIBILITY_TIMEOUT ({self.visibility_timeout} s) must be greater than the largest hard "
+                f"time limit ({kind}: {hard:g} s, PACKYARD_TIME_LIMITS): otherwise Redis hands a job that is "
+                "still running to a second worker")
+        for kind, soft, hard in self.time_limits:
+            if not 0 < soft < hard:
+                raise SettingsError(f"PACKYARD_TIME_LIMITS: {kind} needs 0 < soft ({soft:g}) < hard ({hard:g})")
+        incoming = self.incoming_path
+        for name, root in self.storage_roots:
+            if _inside(incoming, root) or _inside(root, incoming):
+                raise SettingsError(
+                    f"PACKYARD_INCOMING_DIR ({incoming}) and storage root {name} ({root}) overlap: input files "
+                    "and repositories must live apart, or a job could read a repository's files as input")
+        for name, value in (("PACKYARD_IMPORT_MAX_BYTES", self.import_max_bytes),
+                            ("PACKYARD_IMPORT_MAX_FILES", self.import_max_files),
+                            ("PACKYARD_WRITE_OBJECTS_MAX_BYTES", self.write_objects_max_bytes),
+                            ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)):
+            if value <= 0:
+                raise SettingsError(f"{name} must be positive, got {value}")
+
+    @property
+    def incoming_path(self) -> Path:
+        """PACKYARD_INCOMING_DIR, resolved (never None once constructed)."""
+        assert self.incoming_dir is not None
+        return self.incoming_dir
+
+    def time_limit_for(self, task_name: str) -> tuple[float, float]:
+        """(soft, hard) seconds for a task (``packyard.index_pack`` or ``index_pack``); ``default`` otherwise."""
+        kind = task_name.removeprefix("packyard.")
+        table = {k: (soft, hard) for k, soft, hard in self.time_limits}
+        return table.get(kind) or table["default"]
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -131,8 +269,12 @@ class Settings:
         database_url = env.get("PACKYARD_DATABASE_URL", "").strip() or f"sqlite:///{state_dir / DB_NAME}"
         log_format = env.get("PACKYARD_LOG_FORMAT", "auto").strip().lower() or "auto"
         if log_format not in ("json", "console", "auto"):
-            raise ValueError(f"PACKYARD_LOG_FORMAT must be json, console or auto, got {log_format!r}")
+            raise SettingsError(f"PACKYARD_LOG_FORMAT must be json, console or auto, got {log_format!r}")
         repos = tuple(p for p in env.get("PACKYARD_NIGHTLY_REPOS", "").split(os.pathsep) if p.strip())
+        incoming_raw = env.get("PACKYARD_INCOMING_DIR", "").strip()
+        if incoming_raw and not os.path.isabs(os.path.expanduser(incoming_raw)):
+            raise SettingsError(f"PACKYARD_INCOMING_DIR must be an absolute path, got {incoming_raw!r}")
+        incoming = Path(incoming_raw).expanduser().resolve() if incoming_raw else (state_dir / "incoming").resolve()
         return cls(
             state_dir=state_dir,
             redis_url=redis_url,
@@ -158,6 +300,13 @@ class Settings:
             maintenance_geometric_factor=_int(env, "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR", 2),
             maintenance_cruft_expire=_float(env, "PACKYARD_MAINTENANCE_CRUFT_EXPIRE", 14 * 86400.0),
             maintenance_preserve_for=_float(env, "PACKYARD_MAINTENANCE_PRESERVE_FOR", 3600.0),
+            storage_roots=_storage_roots(env, state_dir),
+            incoming_dir=incoming,
+            time_limits=_time_limits(env),
+            import_max_bytes=_int(env, "PACKYARD_IMPORT_MAX_BYTES", 4 << 30),
+            import_max_files=_int(env, "PACKYARD_IMPORT_MAX_FILES", 1_000_000),
+            write_objects_max_bytes=_int(env, "PACKYARD_WRITE_OBJECTS_MAX_BYTES", 1 << 20),
+            objects_file_max_bytes=_int(env, "PACKYARD_OBJECTS_FILE_MAX_BYTES", 512 << 20),
         )
 
     @property
@@ -206,6 +355,13 @@ class Settings:
             "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR": str(self.maintenance_geometric_factor),
             "PACKYARD_MAINTENANCE_CRUFT_EXPIRE": str(self.maintenance_cruft_expire),
             "PACKYARD_MAINTENANCE_PRESERVE_FOR": str(self.maintenance_preserve_for),
+            "PACKYARD_STORAGE_ROOTS": ",".join(f"{name}={path}" for name, path in self.storage_roots),
+            "PACKYARD_INCOMING_DIR": str(self.incoming_path),
+            "PACKYARD_TIME_LIMITS": ",".join(f"{k}={soft!r}:{hard!r}" for k, soft, hard in self.time_limits),
+            "PACKYARD_IMPORT_MAX_BYTES": str(self.import_max_bytes),
+            "PACKYARD_IMPORT_MAX_FILES": str(self.import_max_files),
+            "PACKYARD_WRITE_OBJECTS_MAX_BYTES": str(self.write_objects_max_bytes),
+            "PACKYARD_OBJECTS_FILE_MAX_BYTES": str(self.objects_file_max_bytes),
         }
 
     @property

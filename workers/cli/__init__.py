@@ -46,23 +46,42 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Configuration errors and OS errors (a missing file, a full disk) are one line on
+    stderr naming the variable or the file, and a non-zero exit status; never a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-    if getattr(args, "logs", True):
-        # Commands that run in this process and only print a result (set_defaults(logs=False))
-        # skip it: importing structlog (and the asyncio it pulls in) is ~40 ms per start.
-        from packyard.workers import logging as plog
-        from packyard.workers.settings import get_settings
-
-        plog.configure_from_settings(get_settings())
     from packyard.workers.cli.common import CommandFailed
+    from packyard.workers.settings import SettingsError
 
     try:
+        if getattr(args, "logs", True):
+            # Commands that run in this process and only print a result (set_defaults(logs=False))
+            # skip it: importing structlog (and the asyncio it pulls in) is ~40 ms per start.
+            from packyard.workers import logging as plog
+            from packyard.workers.settings import get_settings
+
+            plog.configure_from_settings(get_settings())
         return int(args.func(args) or 0)
     except CommandFailed:
         return 1  # already reported on stderr by common.call_store
+    except SettingsError as err:
+        print(f"packyard {args.command}: configuration error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"packyard {args.command}: {describe_os_error(err)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
+
+
+def describe_os_error(err: OSError) -> str:
+    """``<file>: <errno text>`` (both files for a rename), or the error's own text when it names none."""
+    text = err.strerror or str(err)
+    if err.filename is not None and err.filename2 is not None:
+        return f"{err.filename} -> {err.filename2}: {text}"
+    if err.filename is not None:
+        return f"{err.filename}: {text}"
+    return text
 
 
 if __name__ == "__main__":

@@ -101,9 +101,9 @@ def beat_argv(s: Settings) -> list[str]:
                        f"--pidfile={s.state_dir / 'celerybeat.pid'}", f"--loglevel={s.log_level}")
 
 
-def flower_argv(port: int, address: str, basic_auth: str | None = None) -> list[str]:
-    extra = [f"--basic-auth={basic_auth}"] if basic_auth else []
-    return celery_argv("flower", f"--port={port}", f"--address={address}", *extra)
+def flower_argv(port: int, address: str) -> list[str]:
+    """Flower's command line; credentials go through its environment (FLOWER_BASIC_AUTH), not argv."""
+    return celery_argv("flower", f"--port={port}", f"--address={address}")
 
 
 def _die_with_parent() -> None:

@@ -18,6 +18,11 @@ The demo plays a hosting frontend against one fresh repository (``hosted.git``):
 
 Every job goes through Redis to two real ``celery worker`` processes (``app.send_task``, as a
 frontend would). Then the status table, and ``git fsck --full`` on the repository the jobs built.
+
+Queued jobs are confined (:mod:`packyard.workers.confine`): the demo registers its own storage
+root (``demo=<state dir>/demo/repositories``) and incoming dir (``<state dir>/demo/incoming``)
+for its workers, creates the repositories there, drops every pack and source it pushes in the
+incoming dir, and addresses them as ``demo:hosted.git`` and by file name.
 """
 from __future__ import annotations
 
@@ -35,6 +40,21 @@ from typing import Any
 from packyard.workers.cli import common
 
 ROOT = Path(__file__).resolve().parents[2]
+#: The storage the demo registers for its workers (PACKYARD_STORAGE_ROOTS), under <state dir>/demo.
+DEMO_STORAGE = "demo"
+
+
+def confine_to(samples: Path) -> tuple[Path, Path]:
+    """Point this process and the workers it starts at the demo's own storage root and incoming dir.
+
+    Queued jobs may only touch repositories inside a storage root and read inputs from the incoming
+    dir; the demo's live under ``samples``. Set in this process's environment too, so the rows it
+    records when it queues a job name the same paths the workers use.
+    """
+    root, incoming = samples / "repositories", samples / "incoming"
+    os.environ["PACKYARD_STORAGE_ROOTS"] = f"{DEMO_STORAGE}={root}"
+    os.environ["PACKYARD_INCOMING_DIR"] = str(incoming)
+    return root, incoming
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -159,14 +179,16 @@ def web_edit(work: Path, parent: str, scratch: Path) -> tuple[list[dict[str, str
     return objects, oids + [tree, commit], commit
 
 
-def make_pushes(samples: Path) -> Pushes:
+def make_pushes(samples: Path, incoming: Path) -> Pushes:
+    """What the frontend pushes, made with git in ``samples``; every input a job reads is put in ``incoming``."""
     work = samples / "frontend-work"
     corpus_pack = corpus_dir() / "git-v1.0.0.pack"
+    base_pack = incoming / "push-0.pack"
     if corpus_pack.exists() and corpus_pack.with_suffix(".refs").exists():
         base_tip = work_tree_from_corpus(work, corpus_pack)
-        base_pack, source = corpus_pack, f"corpus {corpus_pack}"
+        shutil.copyfile(corpus_pack, base_pack)   # handed over like any push: a file in the incoming dir
+        source = f"corpus {corpus_pack}"
     else:
-        base_pack = samples / "push-0.pack"
         base_tip = work_tree_with_git(work, base_pack)
         source = "a history made with git (no corpus found)"
     tracked = sorted(n for n in git("ls-files", cwd=work).decode().splitlines() if n.endswith((".c", ".txt")))
@@ -176,13 +198,13 @@ def make_pushes(samples: Path) -> Pushes:
     for i in range(3):  # thin push: 3 commits touching files the server already has
         tip = commit_changes(work, first[i:i + 1] + first[:1], f"thin push commit {i + 1}")
     thin_tip = tip
-    tp = thin_pack(work, thin_tip, base_tip, samples / "push-1-thin.pack")
+    tp = thin_pack(work, thin_tip, base_tip, incoming / "push-1-thin.pack")
     for i in range(2):  # small push, exploded into loose objects
         tip = commit_changes(work, first[1:2], f"small push commit {i + 1}", new_file=f"NEWS-{i + 1}.txt")
     small_tip = tip
-    sp = thin_pack(work, small_tip, thin_tip, samples / "push-2-small.pack")
+    sp = thin_pack(work, small_tip, thin_tip, incoming / "push-2-small.pack")
 
-    import_dir = samples / "import-src"
+    import_dir = incoming / "import-src"
     (import_dir / "guide").mkdir(parents=True)
     (import_dir / "README.md").write_text("# Documentation\n\nImported by packyard import_tree.\n")
     for n in range(5):
@@ -266,20 +288,25 @@ class Frontend:
 
 
 def drive(fe: Frontend, hosted: Path, broken: Path, pushes: Pushes) -> bool:
-    """The frontend's side of the story; every step waits for the one it builds on."""
-    repo = str(hosted)
-    bad = fe.send("verify_repo", "verify the corrupted repository", expect_ok=False, repo=str(broken))
+    """The frontend's side of the story; every step waits for the one it builds on.
+
+    Repositories are addressed as ``<storage>:<path>`` and inputs by their name in the incoming
+    directory, as a frontend that shares the storage only through packyard's settings would.
+    """
+    repo = f"{DEMO_STORAGE}:{hosted.name}"
+    bad = fe.send("verify_repo", "verify the corrupted repository", expect_ok=False,
+                  repo=f"{DEMO_STORAGE}:{broken.name}")
     fe.run_and_wait("index_pack", "first push: ingest the pack, create refs/heads/main", repo=repo,
-                    pack=str(pushes.base_pack),
+                    pack=pushes.base_pack.name,
                     ref_updates=[{"ref": "refs/heads/main", "old": None, "new": pushes.base_tip}])
     fe.run_and_wait("index_pack", "thin push (3 commits) with fix_thin, move main", repo=repo,
-                    pack=str(pushes.thin_pack), fix_thin=True,
+                    pack=pushes.thin_pack.name, fix_thin=True,
                     ref_updates=[{"ref": "refs/heads/main", "old": pushes.base_tip, "new": pushes.thin_tip}])
     fe.run_and_wait("unpack_objects", "small push (2 commits) exploded into loose objects, move main",
-                    repo=repo, pack_path=str(pushes.small_pack),
+                    repo=repo, pack_path=pushes.small_pack.name,
                     ref_updates=[{"ref": "refs/heads/main", "old": pushes.thin_tip, "new": pushes.small_tip}])
     fe.run_and_wait("import_tree", "import a directory onto refs/heads/docs", repo=repo, ref="refs/heads/docs",
-                    source=str(pushes.import_dir), message="Import the documentation")
+                    source=pushes.import_dir.name, message="Import the documentation")
     written = fe.run_and_wait("write_objects", "web edit: 2 blobs, a tree, a commit; create refs/heads/web-edit",
                               repo=repo, objects=pushes.web_edit,
                               ref_updates=[{"ref": "refs/heads/web-edit", "old": None, "new": pushes.web_edit_tip}])
@@ -393,8 +420,10 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.records import upgrade_database
 
     t_start = time.monotonic()
+    samples = common.settings().state_dir / "demo"
+    root, incoming = confine_to(samples)
     s = common.settings()
-    say(f"state dir {s.state_dir}")
+    say(f"state dir {s.state_dir}; jobs confined to storage {DEMO_STORAGE}={root} and incoming dir {incoming}")
     server = common.prepare_embedded(s, migrate=False)
     if server is not None:
         say(f"redis {'reused' if server.reused else 'started'} on {server.socket} "
@@ -418,11 +447,11 @@ def run(args: argparse.Namespace) -> int:
             say(f"worker-{i} started (pid {workers[-1].pid}, prefork, log {logs / f'worker-{i}.log'})")
 
         # While the workers boot: what the frontend will push, made with git.
-        samples = s.state_dir / "demo"
         shutil.rmtree(samples, ignore_errors=True)
-        samples.mkdir(parents=True)
+        for d in (samples, root, incoming):
+            d.mkdir(parents=True, exist_ok=True)
         try:
-            pushes = make_pushes(samples)
+            pushes = make_pushes(samples, incoming)
         except (RuntimeError, OSError) as err:  # git missing or failing: say so, stop cleanly
             say(f"could not prepare the pushes with git: {err}")
             return 1
@@ -430,9 +459,9 @@ def run(args: argparse.Namespace) -> int:
         say(f"made with git: {pushes.thin_pack.name} ({pushes.thin_pack.stat().st_size} bytes, thin), "
             f"{pushes.small_pack.name} ({pushes.small_pack.stat().st_size} bytes), "
             f"{pushes.import_dir.name}/, a web edit of {len(pushes.web_edit)} objects")
-        hosted = Repository.init(samples / "hosted.git").path
+        hosted = Repository.init(root / "hosted.git").path
         say(f"created the empty repository {hosted}")
-        broken = samples / "corrupted.git"
+        broken = root / "corrupted.git"
         say(f"made {broken}: {corrupted_repo(broken, pushes.base_pack, pushes.base_tip)}")
 
         if not common.wait_for(lambda: len(common.ping_workers()) >= 2, timeout=90, interval=0.5):

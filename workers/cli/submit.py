@@ -14,11 +14,16 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "submit", help="queue a job (by task name)",
         description="Publish a task by name (app.send_task, like a frontend). The queued job row is recorded. "
-                    "Task names: verify_repo (or verify-repo, packyard.verify_repo), …")
+                    "Task names: verify_repo (or verify-repo, packyard.verify_repo), … The repository must lie "
+                    "in a storage root (PACKYARD_STORAGE_ROOTS; --repo PATH or --repo STORAGE:RELATIVE/PATH) and "
+                    "input files (-p pack=, source=, objects_file=) in PACKYARD_INCOMING_DIR (a relative name is "
+                    "relative to it); what this process can check is checked before sending.")
     p.add_argument("task", help="task name, e.g. verify_repo")
     common.add_repo_arg(p)
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="extra task parameter (VALUE parsed as JSON when it is JSON, else a string)")
+    p.add_argument("--no-check", action="store_true",
+                   help="skip the client-side check of argument types and paths (the worker checks regardless)")
     p.add_argument("--wait", action="store_true", help="wait for the result and print it")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait with --wait (default 600)")
     p.set_defaults(func=run)
@@ -45,10 +50,22 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(k.removeprefix('packyard.') for k in known)}", file=sys.stderr)
         return 2
     s = common.settings()
-    common.prepare_embedded(s)
+    from packyard.store.errors import InvalidInputError
     from packyard.workers.app import app
+    from packyard.workers.confine import Confinement
+    from packyard.workers.tasks.boundary import check_call
 
-    kwargs = {"repo": str(Path(args.repo).expanduser().resolve()), **parse_params(args.param)}
+    repo = args.repo
+    if not Confinement.from_settings(s).names_storage(repo):
+        repo = str(Path(repo).expanduser().resolve())
+    kwargs = {"repo": repo, **parse_params(args.param)}
+    if not args.no_check:
+        try:  # the same checks the worker makes (it makes them regardless): fail here, before queueing
+            kwargs = check_call(app.tasks[name], (), kwargs, s)
+        except InvalidInputError as err:
+            print(f"packyard submit: {type(err).__name__}: {err}", file=sys.stderr)
+            return 2
+    common.prepare_embedded(s)
     result = app.send_task(name, kwargs=kwargs)
     print(f"queued {name} {result.id} repo={kwargs['repo']}", flush=True)
     if not args.wait:

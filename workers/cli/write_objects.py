@@ -15,7 +15,10 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "\"ref_updates\": [{\"ref\": ..., \"old\": hex|null, \"new\": hex}]} or just the objects list. "
                     "Objects are validated first, then written with one durable flush; refs move last.")
     common.add_repo_arg(p)
-    p.add_argument("file", nargs="?", default="-")
+    p.add_argument("file", nargs="?", default=None, help="the JSON document (default: stdin, unless --objects-file)")
+    p.add_argument("--objects-file", metavar="FILE",
+                   help="objects in `git cat-file --batch` format (<id> <type> <size> LF content LF), written "
+                        "after the JSON ones; for content too big for JSON")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
@@ -23,15 +26,18 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.write_objects import write_objects
 
-    raw = sys.stdin.read() if args.file == "-" else open(args.file, encoding="utf-8").read()
-    try:
-        doc = json.loads(raw)
-    except ValueError as err:
-        print(f"packyard write-objects: not JSON: {err}", file=sys.stderr)
-        return 2
-    objects, refs = (doc, None) if isinstance(doc, list) else (doc.get("objects", []), doc.get("ref_updates"))
+    source = args.file if args.file is not None else (None if args.objects_file else "-")
+    doc: object = []
+    if source is not None:
+        raw = sys.stdin.read() if source == "-" else open(source, encoding="utf-8").read()
+        try:
+            doc = json.loads(raw)
+        except ValueError as err:
+            print(f"packyard write-objects: not JSON: {err}", file=sys.stderr)
+            return 2
+    objects, refs = (doc, None) if isinstance(doc, list) else (doc.get("objects", []), doc.get("ref_updates"))  # type: ignore[union-attr]
     progress = common.make_progress(args)
     result = common.call_store("write-objects", progress, write_objects, args.repo, objects,
-                               ref_updates=refs, progress=progress)
+                               objects_file=args.objects_file, ref_updates=refs, progress=progress)
     print(json.dumps(result))
     return 0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from packyard.store.errors import InvalidInputError
+from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.objects import from_hex
 from packyard.store.refs import RefUpdate
 
@@ -20,16 +20,28 @@ def flat_counters(counters: dict[str, Any]) -> dict[str, int]:
     return out
 
 
+#: Ref updates in one job: a bound on the loop, far above any real push.
+MAX_REF_UPDATES = 10_000
+
+
 def parse_ref_updates(items: Iterable[dict[str, Any]] | None) -> list[RefUpdate]:
-    """[{"ref": "refs/heads/x", "old": hex | null, "new": hex}, ...] -> RefUpdate list."""
+    """[{"ref": "refs/heads/x", "old": hex | null, "new": hex}, ...] -> RefUpdate list (fields checked by name)."""
     updates = []
     for i, item in enumerate(items or ()):
+        if i >= MAX_REF_UPDATES:
+            raise LimitExceededError(f"more than {MAX_REF_UPDATES} ref updates in one job")
         try:
             name, new = item["ref"], item["new"]
         except (KeyError, TypeError):
             raise InvalidInputError(f"ref update #{i} needs 'ref' and 'new' (and 'old', null = must not exist)") \
                 from None
         old = item.get("old")
+        if not isinstance(name, str):
+            raise InvalidInputError(f"ref update #{i}: 'ref' must be a string, got {type(name).__name__}")
+        for field, value in (("new", new), ("old", old)):
+            if not (isinstance(value, str) or (field == "old" and value is None)):
+                raise InvalidInputError(f"ref update #{i}: {field!r} must be a 40-hex object id"
+                                        f"{' or null' if field == 'old' else ''}, got {type(value).__name__}")
         updates.append(RefUpdate(name, from_hex(old) if old else None, from_hex(new)))
     return updates
 

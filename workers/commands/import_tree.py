@@ -13,14 +13,16 @@ Progress = Callable[[str, int, "int | None"], None]
 
 def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str = "Import",
                 author_name: str = "packyard", author_email: str = "packyard@localhost",
-                author_time: int | None = None, progress: Progress | None = None,
-                lease: Any = None) -> dict[str, Any]:
+                author_time: int | None = None, max_files: int | None = None, max_bytes: int | None = None,
+                progress: Progress | None = None, lease: Any = None) -> dict[str, Any]:
     """Commit ``source`` on top of ``ref`` and move ``ref``. Raises StoreError subclasses for bad input
-    (InvalidInputError: nothing written), RefUpdateError if the ref moved meanwhile."""
+    (InvalidInputError: nothing written; LimitExceededError past ``max_files`` entries or ``max_bytes``),
+    RefUpdateError if the ref moved meanwhile."""
     r = Repository.open(repo)
     res = store_import_tree(r, ref, source, message=message,
                             author=Identity(author_name, author_email, author_time),
-                            progress=progress, **fence_options(lease))
+                            max_files=max_files, max_bytes=max_bytes, progress=progress,
+                            **fence_options(lease))
     return {"repo": str(r.path), "ref": ref, "commit": res.commit.hex(), "tree": res.tree.hex(),
             "parent": res.parent.hex() if res.parent else None,
             "counters": {"files": res.files, "trees": res.trees, **flat_counters(res.counters)}}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, ContextManager
+from typing import Any, BinaryIO, Callable, ContextManager
 
 from packyard.store.indexpack import IncomingPack, IndexPackResult
 from packyard.store.repo import Repository
@@ -48,18 +48,23 @@ def counters_of(result: IndexPackResult) -> dict[str, int]:
     return out
 
 
-def index_pack(repo: str | Path, pack: str | Path, *, fix_thin: bool = False, strict: bool = False,
+def index_pack(repo: str | Path, pack: str | Path | BinaryIO, *, fix_thin: bool = False, strict: bool = False,
                keep: str | None = None, ref_updates: list[dict] | None = None,
                max_pack_bytes: int | None = None, processes: int | None = None,
                progress: Progress | None = None, lock: LockFactory | None = None) -> dict[str, Any]:
-    """Receive and verify ``pack`` (a path, or ``-`` for stdin), install it under ``lock``, then ``ref_updates``.
+    """Receive and verify ``pack`` (a path, ``-`` for stdin, or an open binary file), install it under ``lock``,
+    then ``ref_updates``.
 
     ``ref_updates``: ``[{"ref": "refs/heads/x", "old": hex | None, "new": hex}, ...]`` (all or nothing).
     Raises the store's typed errors for bad input; the repository is then unchanged.
     """
     r = Repository.open(repo)
     updates = parse_ref_updates(ref_updates)
-    source = sys.stdin.buffer if str(pack) == "-" else Path(pack)
+    source: BinaryIO | Path
+    if hasattr(pack, "read"):
+        source = pack  # type: ignore[assignment]
+    else:
+        source = sys.stdin.buffer if str(pack) == "-" else Path(pack)  # type: ignore[arg-type]
     with IncomingPack.begin(r, source, fix_thin=fix_thin, strict=strict, keep_message=keep,
                             max_pack_bytes=max_pack_bytes, processes=processes, progress=progress) as incoming:
         with (lock() if lock is not None else nullcontext()) as lease:

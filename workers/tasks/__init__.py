@@ -9,19 +9,33 @@ Layers
 * ``workers/tasks/<name>.py`` — the Celery task, about 15 lines::
 
       from packyard.workers.app import app
-      from packyard.workers.commands import index_pack as command
+      from packyard.workers.commands import unpack_objects as command
+      from packyard.workers.confine import InputKind
       from packyard.workers.tasks.base import PackyardTask
 
 
-      @app.task(name="packyard.index_pack", bind=True, base=PackyardTask)
-      def index_pack(self: PackyardTask, repo: str, pack_path: str) -> dict:
+      @app.task(name="packyard.unpack_objects", bind=True, base=PackyardTask,
+                inputs={"pack_path": InputKind.FILE})   # read from the incoming dir, opened for the body
+      def unpack_objects(self: PackyardTask, repo: str, pack_path: str) -> dict:
           \"\"\"One line: what the job does.\"\"\"
-          self.bind_log(pack=pack_path)                 # extra log context, if any
+          self.bind_log(pack=pack_path.name)            # extra log context, if any
           with self.repo_lock(repo) as lease:          # storage tasks that write: the repo lease
-              return self.call(command.run, repo, pack_path, lease=lease)
+              return self.call(command.unpack_objects, repo, pack_path, lease=lease)
 
   - The repository is the parameter named ``repo`` (keyword or first positional): the job
     row's repository and the ``repo`` log field come from it.
+  - Every delivery passes :func:`packyard.workers.tasks.boundary.prepared` before the body runs
+    (no task repeats it): arguments are checked against the function's annotations
+    (InvalidInputError naming the argument), ``repo`` must lie in a storage root and arrives as
+    its resolved absolute path, and each input argument declared with
+    ``@app.task(..., inputs={"pack": InputKind.FILE})`` must lie in the incoming dir: a FILE
+    arrives as an open binary file (closed after the job), a FILE_OR_DIRECTORY as its checked
+    path (:mod:`packyard.workers.confine`). Annotate arguments with the JSON types the message
+    carries (``str``, ``int``, ``bool``, ``list[dict]``, ``X | None``).
+  - Time limits come from PACKYARD_TIME_LIMITS for the task's kind (the name without
+    ``packyard.``): past the soft limit the body gets SoftTimeLimitExceeded and the job fails
+    with a LimitExceededError naming the limit; add the kind's limits to DEFAULT_TIME_LIMITS
+    in workers/settings.py when the ``default`` entry does not fit.
   - ``PackyardTask`` (``packyard.workers.tasks.base``) records the job row (STARTED, then SUCCESS with
     the returned counters or FAILURE with ``str(err)``), binds ``job_id``/``task``/``repo`` to
     every log line, logs one ``job.finished`` summary, acks late and re-queues when the worker

@@ -13,7 +13,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from packyard.store.errors import LockLostError, StoreError
 from packyard.workers import logging as plog
 from packyard.workers import recording
+from packyard.workers.confine import InputKind
 from packyard.workers.settings import get_settings
+from packyard.workers.tasks import boundary
 
 T = TypeVar("T")
 
@@ -29,6 +31,9 @@ class PackyardTask(Task):
     """
 
     abstract = True
+    Request = "packyard.workers.tasks.boundary:BoundedRequest"   # a message cannot raise the time limits
+    #: Input arguments confined to PACKYARD_INCOMING_DIR (``@app.task(..., inputs={"pack": InputKind.FILE})``).
+    inputs: dict[str, InputKind] = {}
     acks_late = True
     reject_on_worker_lost = True
     track_started = True
@@ -44,6 +49,16 @@ class PackyardTask(Task):
     def max_retries(self) -> int:  # type: ignore[override]
         return get_settings().task_max_retries
 
+    @property
+    def soft_time_limit(self) -> float:  # type: ignore[override]
+        """PACKYARD_TIME_LIMITS for this kind: past it the job fails (LimitExceededError naming the limit)."""
+        return get_settings().time_limit_for(self.name)[0]
+
+    @property
+    def time_limit(self) -> float:  # type: ignore[override]
+        """PACKYARD_TIME_LIMITS for this kind: past it the job's process is killed (see on_failure)."""
+        return get_settings().time_limit_for(self.name)[1]
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         req = self.request
         if req.id is None or req.is_eager:  # a direct call (tests, in-process): no job row
@@ -56,12 +71,17 @@ class PackyardTask(Task):
             plog.clear_job()
             raise self.retry(exc=err, countdown=self.backoff()) from err
         try:
-            result = self.run(*args, **kwargs)
+            # Arguments checked, repo confined to the storage roots, inputs to the incoming dir.
+            with boundary.prepared(self, args, kwargs) as (run_args, run_kwargs):
+                result = self.run(*run_args, **run_kwargs)
         except Retry as r:
             recording.job_retrying(req.id, self.name, args, kwargs, str(r.exc or r.message or r))
             raise
         except Exception as exc:
-            recording.job_finished(req.id, self.name, args, kwargs, started, exc=exc)
+            error = boundary.as_job_error(self, exc)
+            recording.job_finished(req.id, self.name, args, kwargs, started, exc=error)
+            if error is not exc:
+                raise error from exc
             raise
         else:
             # The work is done: a records outage must not turn a finished job into a failed one
@@ -70,6 +90,26 @@ class PackyardTask(Task):
             return result
         finally:
             plog.clear_job()
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        """Past the hard time limit Celery kills the job's process and calls this in the worker's main
+        process: record the FAILURE the job could not record, and release the lease it held."""
+        from celery.exceptions import TimeLimitExceeded
+
+        if not isinstance(exc, TimeLimitExceeded):
+            return
+        error = boundary.hard_limit_error(self)
+        args, kwargs = tuple(args or ()), dict(kwargs or {})
+        started = time.monotonic() - self.time_limit
+        recording.job_finished(task_id, self.name, args, kwargs, started, exc=error)
+        repo = recording.repo_from_call(args, kwargs)
+        if repo is not None:
+            from packyard.workers.locks import redis_client, release_held_by
+
+            try:
+                release_held_by(redis_client(get_settings()), repo, task_id)
+            except redis.RedisError as err:  # the lease then expires after its TTL
+                plog.get_logger("packyard.jobs").warning("job.lease_release_failed", error=str(err))
 
     # -- what a task body uses -------------------------------------------------------------------
 
