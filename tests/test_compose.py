@@ -22,7 +22,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-SECRETS = ("POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH")
+SECRETS = ("POSTGRES_PASSWORD", "FLOWER_BASIC_AUTH", "GRAFANA_ADMIN_PASSWORD")
 REQUIRED = re.compile(r"\$\{(\w+):\?[^}]*\}")   # ${VAR:?message}: compose refuses to start when VAR is unset/empty
 
 
@@ -41,7 +41,8 @@ def compose_config(tmp_path: Path, **secrets: str) -> subprocess.CompletedProces
 
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
 def test_docker_compose_config_validates(tmp_path):
-    proc = compose_config(tmp_path, POSTGRES_PASSWORD="pw-from-env", FLOWER_BASIC_AUTH="ops:a-long-password-from-env")
+    proc = compose_config(tmp_path, POSTGRES_PASSWORD="pw-from-env", FLOWER_BASIC_AUTH="ops:a-long-password-from-env",
+                          GRAFANA_ADMIN_PASSWORD="grafana-pw-from-env")
     assert proc.returncode == 0, proc.stderr
     assert "pw-from-env" in proc.stdout and "ops:a-long-password-from-env" in proc.stdout
 
@@ -49,7 +50,8 @@ def test_docker_compose_config_validates(tmp_path):
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
 @pytest.mark.parametrize("missing", SECRETS)
 def test_docker_compose_refuses_to_start_without_secrets(tmp_path, missing):
-    given = {"POSTGRES_PASSWORD": "pw-from-env", "FLOWER_BASIC_AUTH": "ops:a-long-password-from-env"}
+    given = {"POSTGRES_PASSWORD": "pw-from-env", "FLOWER_BASIC_AUTH": "ops:a-long-password-from-env",
+             "GRAFANA_ADMIN_PASSWORD": "grafana-pw-from-env"}
     given[missing] = ""
     proc = compose_config(tmp_path, **given)
     assert proc.returncode != 0 and missing in proc.stderr, proc.stdout + proc.stderr
@@ -71,6 +73,13 @@ def test_secrets_come_from_the_environment_with_no_default():
     example = (ROOT / ".env.example").read_text()
     for name in SECRETS:   # documented, and empty: copying the example unchanged does not start anything
         assert re.search(rf"(?m)^{name}=$", example), name
+
+
+def test_dashboards_are_published_on_loopback_only():
+    """Metrics, Prometheus and Grafana show repository paths and job details: loopback, like Flower."""
+    for name, svc in load()["services"].items():
+        for port in svc.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} published beyond loopback: {port}"
 
 
 def test_flower_is_locked_down():
@@ -145,12 +154,19 @@ def test_prometheus_scrapes_the_exporter_and_flower_and_grafana_gets_the_dashboa
     metrics_port = services["metrics"]["command"][services["metrics"]["command"].index("--port") + 1]
     flower_port = services["flower"]["command"][services["flower"]["command"].index("--port") + 1]
     assert targets == {f"metrics:{metrics_port}", f"flower:{flower_port}"}
-    # Every file a container mounts exists in the checkout.
+    # Every file a container mounts exists in the checkout, except secrets the operator creates
+    # (kept out of version control by .gitignore and documented in .env.example).
+    ignored = set((ROOT / ".gitignore").read_text().split())
+    example = (ROOT / ".env.example").read_text()
     for name in ("prometheus", "grafana"):
         for vol in services[name]["volumes"]:
             src = vol.split(":")[0]
-            if src.startswith("./"):
+            if src.startswith("./") and src[2:] in ignored:
+                assert src[2:] in example, f"{name} mounts the secret {src}: .env.example must say how to make it"
+            elif src.startswith("./"):
                 assert (ROOT / src).exists(), f"{name} mounts {src}, which does not exist"
+    flower_job = next(job for job in prom["scrape_configs"] if job["job_name"] == "flower")
+    assert flower_job["basic_auth"]["password_file"], "Flower refuses anonymous scrapes"
     provider = yaml.safe_load((ROOT / "deploy/grafana/provisioning/dashboards/packyard.yml").read_text())
     mounted = {v.split(":")[1] for v in services["grafana"]["volumes"]}
     assert provider["providers"][0]["options"]["path"] in mounted

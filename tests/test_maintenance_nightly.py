@@ -53,6 +53,8 @@ class Fleet:
             "PACKYARD_MAINTENANCE_WINDOW": "3600", "PACKYARD_MAINTENANCE_CONCURRENCY": str(N),
             "PACKYARD_MAINTENANCE_TICK": "1", "PACKYARD_MAINTENANCE_JITTER": "0.3",
             "PACKYARD_PLAN_AFTER_INGESTS": "3", "PACKYARD_NIGHTLY_REPOS": "",
+            # the fleet's repositories live under ``base``: its only storage root
+            "PACKYARD_STORAGE_ROOTS": f"fleet={base}", "PACKYARD_INCOMING_DIR": str(self.state / "incoming"),
         }
         self.settings = Settings.from_env(self.env)
         self.url = self.settings.database_url

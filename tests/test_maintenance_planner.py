@@ -202,10 +202,10 @@ def test_an_unreadable_repository_fails_its_own_plan_with_the_reason(planner_env
 
 # -- the gc job through a real worker ---------------------------------------------------------------------------
 
-def test_gc_job_removes_leftovers_under_the_maintenance_lease(celery_worker, celery_app, pk, tmp_path):
+def test_gc_job_removes_leftovers_under_the_maintenance_lease(celery_worker, celery_app, pk, tmp_path, store_root):
     from packyard.workers.records import LockEvent, session_scope
 
-    repo = tmp_path / "gc.git"
+    repo = store_root / "gc.git"
     git("init", "-q", "--bare", str(repo))
     commit_blobs(repo, tmp_path / "scratch", "main", 5)
     git("repack", "-q", "-a", "-d", git_dir=repo)

@@ -166,7 +166,9 @@ def test_gathering_lists_only_what_it_samples(bare, tmp_path, monkeypatch):
     st.gather_stats(bare)
     fanouts = {p.split("/")[1] for p in listed if p.startswith("objects/") and len(p) == 10}
     assert fanouts <= set(st.SAMPLE_FANOUTS), fanouts
-    assert len(listed) <= 3 + len(st.SAMPLE_FANOUTS) + 2, listed
+    # objects/ and objects/pack may be listed twice: once by Repository.open's containment check
+    # (symlinks leading out), once by the statistics themselves.
+    assert len(listed) <= 3 + len(st.SAMPLE_FANOUTS) + 4, listed
 
 
 def test_not_a_repository(tmp_path):
