@@ -12,6 +12,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
+from packyard.workers import embedded
 from packyard.workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
 from packyard.workers.settings import Settings, get_settings
 
@@ -66,3 +67,5 @@ def create_app(settings: Settings | None = None) -> Celery:
 
 
 app = create_app()
+# `packyard worker/beat/flower` started the embedded Redis and exec()ed Celery: reap it here.
+embedded.adopt_from_env()
