@@ -173,3 +173,67 @@ def test_stalled_holder_is_refused_by_the_storage(redis_client, tmp_path):
     assert refs_and_fence(snapshot_tree(repo_path)) == refs_and_fence(before), "no ref or fence file changed"
     assert any(str(k).startswith("refs/heads/main") for k in before)
     git("fsck", "--full", git_dir=repo_path)
+
+
+# -- fences survive the lease service: tokens never at or below the repository's fence --------------
+
+def test_acquire_script_raises_the_counter_to_the_floor(redis_client, tmp_path):
+    """The Lua script itself: a counter below the floor (or missing) is raised to it before INCR; one
+    above the floor is left alone; a held lease is never touched."""
+    from packyard.workers.locks import _ACQUIRE
+
+    base = f"test:seed:{tmp_path.name}"
+    lease, counter = f"{base}:lease", f"{base}:counter"
+
+    def acquire_once(floor: int):
+        token = redis_client.eval(_ACQUIRE, 2, lease, counter, "owner", 10_000, floor)
+        redis_client.delete(lease)
+        return token
+
+    assert redis_client.get(counter) is None
+    assert acquire_once(11) == 12                     # missing: seeded from the fence, then INCR
+    redis_client.set(counter, 5)
+    assert acquire_once(11) == 12                     # below the floor (a Redis that lost its data)
+    redis_client.set(counter, 20)
+    assert acquire_once(11) == 21                     # above the floor: tokens keep growing from there
+    assert acquire_once(0) == 22
+    redis_client.delete(counter)
+    assert acquire_once(0) == 1                       # no fence yet: from 1, as before
+    redis_client.set(lease, "7:someone", px=10_000)
+    assert redis_client.eval(_ACQUIRE, 2, lease, counter, "owner", 10_000, 50) is None
+    assert int(redis_client.get(counter)) == 1, "a refused acquisition does not move the counter"
+    redis_client.delete(lease, counter)
+
+
+def test_leases_start_above_the_repository_fence_after_redis_lost_its_data(redis_client, tmp_path):
+    """A Redis that lost its counters (a restart without persistence, a new server): the next leases get
+    tokens above the fence files, per kind, and the ref store accepts them (no 'stale fencing token')."""
+    from gitutil import make_worktree_repo
+    from packyard.store import RefUpdate, Repository
+    from packyard.store.errors import CorruptObjectError
+    from packyard.workers.locks import LeaseKind, fence_floor, lock_name_for
+
+    repo_path = make_worktree_repo(tmp_path / "r")
+    git_dir = repo_path / ".git" if (repo_path / ".git").is_dir() else repo_path
+    repo = Repository.open(repo_path)
+    main = repo.refs.read("refs/heads/main")
+    repo.refs.update([RefUpdate("refs/heads/before", None, main)], fence_token=11)   # refs moved under token 11
+    (git_dir / "packyard" / "maintenance-fence").write_text("3\n")
+    assert fence_floor(repo_path) == 11 and fence_floor(repo_path, LeaseKind.MAINTENANCE) == 3
+    assert fence_floor(tmp_path / "no-such-repo") == 0
+    name = lock_name_for(repo_path)
+    redis_client.delete(LeaseKind.REPO.fence_prefix + name, LeaseKind.MAINTENANCE.fence_prefix + name)
+
+    lease = try_acquire(redis_client, repo_path, ttl=10)
+    assert lease is not None and lease.token == 12
+    repo.refs.update([RefUpdate("refs/heads/after", None, main)], fence_token=lease.token)
+    lease.release()
+    maint = try_acquire(redis_client, repo_path, ttl=10, kind=LeaseKind.MAINTENANCE)
+    assert maint is not None and maint.token == 4     # its own sequence, above its own fence
+    maint.release()
+    assert repo.refs.fence_token() == 12 and repo.refs.read("refs/heads/after") == main
+
+    (git_dir / "packyard" / "fence").chmod(0o644)
+    (git_dir / "packyard" / "fence").write_text("not a token\n")
+    with pytest.raises(CorruptObjectError, match="fencing-token file"):
+        try_acquire(redis_client, repo_path, ttl=10)

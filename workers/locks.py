@@ -1,9 +1,19 @@
 """Redis lease lock per repository, with fencing tokens.
 
 A lease is the Redis key ``packyard:lock:<repo>`` holding ``<token>:<owner>``,
-with a TTL. Acquisition is one Lua script: if the key is free, INCR the per-repo
-counter ``packyard:fence:<repo>`` (so tokens only ever grow, across holders and
-across expiries) and SET the key with that token and the TTL. Renewal is a Lua
+with a TTL. Acquisition is one Lua script: if the key is free, raise the per-repo
+counter ``packyard:fence:<repo>`` to the repository's own fence (the floor, see below),
+INCR it (so tokens only ever grow, across holders and across expiries) and SET the key
+with that token and the TTL.
+
+The repository's fence file (``packyard/fence``, ``packyard/maintenance-fence``;
+:mod:`packyard.store.fence`) is the source of truth for tokens, not Redis: it holds the
+highest token that has changed the repository. A Redis that lost its data (a restart
+without persistence, a flush, a new server) starts its counters at 0; without the floor
+it would hand out tokens the storage then refuses as stale ("stale fencing token 6:
+refs here were already moved under token 11") until the counter caught up. The floor is
+read from the file before each attempt and applied inside the script, atomically with
+the INCR, so a token is never at or below the fence. Renewal is a Lua
 compare-and-extend and release a Lua compare-and-delete, so a holder whose lease
 expired can never extend or delete its successor's lease.
 
@@ -30,6 +40,7 @@ from typing import Callable, Iterator
 
 import redis
 
+from packyard.store import fence as store_fence
 from packyard.store.errors import LockLostError
 from packyard.workers.records.models import LockEventKind
 from packyard.workers.settings import Settings
@@ -56,8 +67,18 @@ class LeaseKind(enum.Enum):
     def fence_prefix(self) -> str:
         return self.value[1]
 
+    @property
+    def fence_kind(self) -> store_fence.FenceKind:
+        """The repository fence file whose tokens this lease's token sequence must stay above."""
+        return store_fence.FenceKind.REFS if self is LeaseKind.REPO else store_fence.FenceKind.MAINTENANCE
+
+
+# KEYS[1] lease key, KEYS[2] token counter; ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] floor (the fence).
 _ACQUIRE = """
 if redis.call('exists', KEYS[1]) == 1 then return false end
+local floor = tonumber(ARGV[3])
+local current = tonumber(redis.call('get', KEYS[2]) or '0')
+if current < floor then redis.call('set', KEYS[2], floor) end
 local token = redis.call('incr', KEYS[2])
 redis.call('set', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return token
@@ -90,6 +111,20 @@ OnEvent = Callable[[LockEvent], None]
 
 def lock_name_for(repo: str | Path) -> str:
     return str(Path(repo).expanduser().resolve())
+
+
+def fence_floor(repo: str | Path, kind: LeaseKind = LeaseKind.REPO) -> int:
+    """The highest token of ``kind`` recorded in the repository's fence file (0: none, or no repository yet).
+
+    ``repo`` is a bare repository or a work tree with ``.git``. A fence file that is not a
+    number raises CorruptObjectError (naming it): no token can be trusted against it.
+    """
+    path = Path(repo).expanduser()
+    git_dir = path / ".git" if (path / ".git").is_dir() else path
+    try:
+        return store_fence.recorded_token(git_dir, kind.fence_kind)
+    except (NotADirectoryError, PermissionError):
+        return 0
 
 
 def redis_client(settings: Settings) -> redis.Redis:
@@ -180,10 +215,12 @@ class Lease:
 
 def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
                 on_event: OnEvent | None = None, kind: LeaseKind = LeaseKind.REPO) -> Lease | None:
-    """One attempt: a Lease, or None if someone else holds it."""
+    """One attempt: a Lease, or None if someone else holds it. Its token is above the repository's fence."""
     name = lock_name_for(repo)
     owner = f"{job_id or '-'}:{uuid.uuid4().hex}"
-    token = client.eval(_ACQUIRE, 2, kind.key_prefix + name, kind.fence_prefix + name, owner, int(ttl * 1000))
+    floor = fence_floor(repo, kind)
+    token = client.eval(_ACQUIRE, 2, kind.key_prefix + name, kind.fence_prefix + name, owner, int(ttl * 1000),
+                        floor)
     if token is None:
         return None
     lease = Lease(client, name, int(token), owner, ttl, job_id, on_event, kind)
@@ -248,4 +285,12 @@ def hold(lease: Lease, auto_renew: bool = False) -> Iterator[Lease]:
         if beat is not None:
             beat.stopped.set()
             beat.join()
-        lease.release()
+        try:
+            lease.release()
+        except redis.RedisError as err:
+            # The lease service is unreachable (restarting): the lease runs out after its TTL. Raising
+            # here would turn the block's outcome (often finished work) into a failure.
+            from packyard.workers import logging as plog
+
+            plog.get_logger("packyard.locks").warning("lease.release_failed", lock=lease.key, token=lease.token,
+                                                      error=str(err))
