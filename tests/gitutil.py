@@ -88,3 +88,20 @@ def batch_check_all(bare: Path) -> dict[str, tuple[str, int]]:
 def snapshot_tree(path: Path) -> dict[str, bytes]:
     """Every file under ``path`` with its bytes: compare before/after to prove nothing changed."""
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def commit_objects(base: Path, text: str, parent: str | None = None) -> tuple[list[dict[str, str]], str]:
+    """A commit of one file made by git in a scratch repository under ``base``, as a ``write_objects``
+    payload ([{"type", "data" (base64)}], blob, tree, commit) and the commit's id (hex)."""
+    import base64
+
+    scratch = base / "scratch.git"
+    if not scratch.exists():
+        git("init", "-q", "--bare", str(scratch))
+    blob = git("hash-object", "-w", "--stdin", git_dir=scratch, input=text.encode()).decode().strip()
+    tree = git("mktree", git_dir=scratch, input=f"100644 blob {blob}\tfile.txt\n".encode()).decode().strip()
+    extra = ["-p", parent] if parent else []
+    commit = git("commit-tree", tree, *extra, "-m", text[:40], git_dir=scratch).decode().strip()
+    objects = [{"type": kind, "data": base64.b64encode(git("cat-file", kind, oid, git_dir=scratch)).decode()}
+               for kind, oid in (("blob", blob), ("tree", tree), ("commit", commit))]
+    return objects, commit

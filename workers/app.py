@@ -12,7 +12,7 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab
 
-from packyard.workers import embedded
+from packyard.workers import broker, embedded
 from packyard.workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
 from packyard.workers.settings import Settings, get_settings
 
@@ -40,7 +40,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         result_serializer="json",
         accept_content=["json"],
         result_accept_content=["json"],
-        result_extended=True,            # task name/args in the backend, for dashboards
+        # Results only: with result_extended the backend kept every job's arguments (a write_objects
+        # payload, whole) for result_expires. Dashboards get names and (bounded) argument reprs
+        # from task events; the job rows keep a summary of the arguments.
+        result_extended=False,
         result_expires=7 * 24 * 3600,
         timezone="UTC",
         enable_utc=True,
@@ -49,9 +52,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         worker_prefetch_multiplier=1,    # long storage jobs: do not hoard messages in one process
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_track_started=True,
+        task_track_started=False,        # see PackyardTask.track_started
         task_acks_late=True,
         task_reject_on_worker_lost=True,
+        # A broker connection lost while jobs run does not kill them (the default, stated): their
+        # messages stay unacknowledged in the broker (persisted) and are acknowledged when they
+        # finish, or put back by the reconciler (workers/reconcile.py).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         beat_schedule=beat_schedule(settings),
         beat_schedule_filename=str(settings.state_dir / "celerybeat-schedule"),
@@ -66,6 +73,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     return celery_app
 
 
+broker.install_restore_guard(get_settings().redis_py_url)
 app = create_app()
 # `packyard worker/beat/flower` started the embedded Redis and exec()ed Celery: reap it here.
 embedded.adopt_from_env()

@@ -22,6 +22,13 @@ PACKYARD_TASK_MAX_RETRIES      retries for transient failures               5
 PACKYARD_VISIBILITY_TIMEOUT    seconds before Redis redelivers an unacked   14400
                                job (a host died mid-job); must exceed the
                                longest job
+PACKYARD_LOST_AFTER            seconds a pending job's message must stay    600
+                               unseen (no queue, no delivery, no worker)
+                               before the reconciler marks the job LOST;
+                               beat reconciles every half of it
+PACKYARD_BROKER_OUTAGE_WAIT    seconds a job that must be retried waits     600
+                               for an unreachable broker to publish its
+                               retry (then: requeued when it is back)
 =============================  ===========================================  =========================
 """
 from __future__ import annotations
@@ -72,6 +79,8 @@ class Settings:
     nightly_hour: int = 3
     task_max_retries: int = 5
     visibility_timeout: int = 14400
+    lost_after: float = 600.0
+    broker_outage_wait: float = 600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -100,6 +109,8 @@ class Settings:
             nightly_hour=_int(env, "PACKYARD_NIGHTLY_HOUR", 3),
             task_max_retries=_int(env, "PACKYARD_TASK_MAX_RETRIES", 5),
             visibility_timeout=_int(env, "PACKYARD_VISIBILITY_TIMEOUT", 14400),
+            lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
+            broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
         )
 
     @property
@@ -137,6 +148,8 @@ class Settings:
             "PACKYARD_NIGHTLY_HOUR": str(self.nightly_hour),
             "PACKYARD_TASK_MAX_RETRIES": str(self.task_max_retries),
             "PACKYARD_VISIBILITY_TIMEOUT": str(self.visibility_timeout),
+            "PACKYARD_LOST_AFTER": str(self.lost_after),
+            "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
         }
 
 

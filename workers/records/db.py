@@ -116,9 +116,9 @@ def upgrade_database(settings: Settings | str, revision: str = "head") -> None:
         command.upgrade(alembic_config(url), revision)
         return
     # Embedded mode: several `packyard` processes may start at once and each migrates; serialize them.
-    from packyard.workers.embedded import file_lock
+    from packyard.workers.embedded import ensure_private_dir, file_lock
 
-    sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(sqlite_file.parent)
     with file_lock(sqlite_file.with_name(sqlite_file.name + ".migrate-lock")):
         command.upgrade(alembic_config(url), revision)
 
