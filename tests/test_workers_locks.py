@@ -237,3 +237,36 @@ def test_leases_start_above_the_repository_fence_after_redis_lost_its_data(redis
     (git_dir / "packyard" / "fence").write_text("not a token\n")
     with pytest.raises(CorruptObjectError, match="fencing-token file"):
         try_acquire(redis_client, repo_path, ttl=10)
+
+
+def test_a_lease_held_by_a_dead_process_is_broken_at_once(redis_client, redis_server, tmp_path, events):
+    """A worker SIGKILLed while holding a lease: the next acquirer on the same host breaks it at once
+    (instead of waiting out the TTL); a live holder's lease is never broken."""
+    import subprocess
+    import sys
+
+    from packyard.workers.locks import lease_holder
+
+    seen, on_event = events
+    repo = tmp_path / "r.git"
+    code = ("import os, sys, signal, redis\n"
+            "from packyard.workers.locks import try_acquire\n"
+            "c = redis.Redis(unix_socket_path=sys.argv[1])\n"
+            "lease = try_acquire(c, sys.argv[2], ttl=600, job_id='doomed-job')\n"
+            "print(lease.token, os.getpid(), flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(redis_server.socket), str(repo)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    dead_token, dead_pid = map(int, proc.stdout.split())
+    key = KEY_PREFIX + str(repo.resolve())
+    holder = lease_holder(redis_client.get(key))
+    assert holder is not None and holder.pid == dead_pid
+    assert redis_client.pttl(key) > 500_000, "the dead holder's lease would block the repository for 10 minutes"
+
+    live = try_acquire(redis_client, repo, ttl=10, job_id="next", on_event=on_event)
+    assert live is not None and live.token > dead_token
+    assert [(e.event, e.token) for e in seen[:2]] == [(LockEventKind.BROKEN, dead_token),
+                                                     (LockEventKind.ACQUIRED, live.token)]
+    assert try_acquire(redis_client, repo, ttl=10, job_id="third") is None, "a live holder's lease stands"
+    live.release()

@@ -17,6 +17,13 @@ the INCR, so a token is never at or below the fence. Renewal is a Lua
 compare-and-extend and release a Lua compare-and-delete, so a holder whose lease
 expired can never extend or delete its successor's lease.
 
+The value names its holder process (an owner record, :mod:`packyard.store.owner`: pid,
+host, boot id, start time) after a ``|``. A waiter that finds the lease held by a process
+that is provably dead (same host; pid gone or reused, or the host rebooted) deletes it at
+once (compare-and-delete on the exact value) instead of waiting out the TTL: a worker
+SIGKILLed mid-job no longer blocks its repository -- and its own redelivered job -- for
+up to ``PACKYARD_LOCK_TTL``. A holder on another host is never judged; its lease expires.
+
 A lease can be lost (the process stalled past the TTL, Redis restarted):
 :meth:`Lease.check` raises :class:`packyard.store.errors.LockLostError` when the key no
 longer holds our value, and every write that must be fenced carries ``lease.token``:
@@ -41,6 +48,7 @@ from typing import Callable, Iterator
 import redis
 
 from packyard.store import fence as store_fence
+from packyard.store import owner as store_owner
 from packyard.store.errors import LockLostError
 from packyard.workers.records.models import LockEventKind
 from packyard.workers.settings import Settings
@@ -91,6 +99,7 @@ _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
+OWNER_SEPARATOR = "|"
 
 
 class LockTimeout(TimeoutError):
@@ -215,17 +224,49 @@ class Lease:
 
 def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
                 on_event: OnEvent | None = None, kind: LeaseKind = LeaseKind.REPO) -> Lease | None:
-    """One attempt: a Lease, or None if someone else holds it. Its token is above the repository's fence."""
+    """One attempt: a Lease, or None if someone else holds it. Its token is above the repository's fence.
+
+    A lease held by a process that is provably dead is broken first (see the module doc).
+    """
     name = lock_name_for(repo)
-    owner = f"{job_id or '-'}:{uuid.uuid4().hex}"
+    record = store_owner.current_owner().encode().decode().strip()
+    owner = f"{job_id or '-'}:{uuid.uuid4().hex}{OWNER_SEPARATOR}{record}"
     floor = fence_floor(repo, kind)
-    token = client.eval(_ACQUIRE, 2, kind.key_prefix + name, kind.fence_prefix + name, owner, int(ttl * 1000),
-                        floor)
+    keys = (kind.key_prefix + name, kind.fence_prefix + name)
+    token = client.eval(_ACQUIRE, 2, *keys, owner, int(ttl * 1000), floor)
+    if token is None and break_if_holder_dead(client, keys[0], name, on_event):
+        token = client.eval(_ACQUIRE, 2, *keys, owner, int(ttl * 1000), fence_floor(repo, kind))
     if token is None:
         return None
     lease = Lease(client, name, int(token), owner, ttl, job_id, on_event, kind)
     lease._emit(LockEventKind.ACQUIRED)
     return lease
+
+
+def lease_holder(value: bytes | str | None) -> store_owner.Owner | None:
+    """The owner record in a lease value (None: free, or written by a version without one)."""
+    if value is None:
+        return None
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    _, sep, record = text.partition(OWNER_SEPARATOR)
+    return store_owner.Owner.decode(record.encode()) if sep else None
+
+
+def break_if_holder_dead(client: redis.Redis, key: str, repo: str, on_event: OnEvent | None = None) -> bool:
+    """Delete the lease ``key`` if its holder is provably dead (compare-and-delete); True if it was deleted."""
+    value = client.get(key)
+    holder = lease_holder(value)
+    if holder is None or store_owner.liveness(holder) is not store_owner.Liveness.DEAD:
+        return False
+    if not client.eval(_RELEASE, 1, key, value):
+        return False              # released, expired or taken meanwhile: try again normally
+    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    token_text = text.split(":", 1)[0]
+    job = text.split(":", 2)[1] if text.count(":") >= 2 else None
+    if on_event is not None:
+        on_event(LockEvent(repo, key, None if job in (None, "-") else job, LockEventKind.BROKEN,
+                           int(token_text) if token_text.isdigit() else None))
+    return True
 
 
 def acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,

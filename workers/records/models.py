@@ -64,6 +64,7 @@ class LockEventKind(str, enum.Enum):
     RELEASED = "released"
     LOST = "lost"        # another holder owns the lease now
     EXPIRED = "expired"  # the lease ran out and nobody holds it
+    BROKEN = "broken"    # deleted by a waiter because its holder process was provably dead (job = the dead holder's)
 
 
 def _enum(cls: type[enum.Enum], name: str) -> Enum:
