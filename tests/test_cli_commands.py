@@ -127,12 +127,13 @@ def test_status_on_empty_database(pk, tmp_path):
 
 
 def test_beat_schedule_is_what_is_configured(pk, tmp_path):
-    out = run(pk, "beat", "--show-schedule")
-    assert out.returncode == 0 and "no scheduled jobs" in out.stdout
+    out = run(pk, "beat", "--show-schedule", PACKYARD_LOST_AFTER="120")
+    assert out.returncode == 0 and "no nightly jobs" in out.stdout
+    assert "reconcile-jobs: packyard.reconcile_jobs every 60s" in out.stdout
     import os
 
     repos = os.pathsep.join([str(tmp_path / "a.git"), str(tmp_path / "b.git")])
     out = run(pk, "beat", "--show-schedule", PACKYARD_NIGHTLY_REPOS=repos, PACKYARD_NIGHTLY_HOUR="4")
-    lines = out.stdout.splitlines()
+    lines = [line for line in out.stdout.splitlines() if "verify_repo" in line]
     assert len(lines) == 2 and all("packyard.verify_repo" in line for line in lines)
     assert str(tmp_path / "a.git") in lines[0] and "daily at 04:00 UTC" in lines[0]

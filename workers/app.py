@@ -17,9 +17,16 @@ from packyard.workers import recording  # noqa: F401  (connects the queued-job s
 from packyard.workers.settings import Settings, get_settings
 
 
+RECONCILE_TASK = "packyard.reconcile_jobs"
+
+
 def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
-    """Nightly jobs. Today: verify_repo for each PACKYARD_NIGHTLY_REPOS entry (repack joins in a later issue)."""
-    schedule: dict[str, dict[str, Any]] = {}
+    """The reconciler every PACKYARD_LOST_AFTER / 2 seconds; nightly verify_repo for each
+    PACKYARD_NIGHTLY_REPOS entry (repack joins in a later issue)."""
+    schedule: dict[str, dict[str, Any]] = {
+        "reconcile-jobs": {"task": RECONCILE_TASK, "schedule": max(1.0, settings.lost_after / 2),
+                           "options": {"expires": max(1.0, settings.lost_after / 2)}},
+    }
     for repo in settings.nightly_repos:
         schedule[f"nightly-verify:{repo}"] = {
             "task": "packyard.verify_repo",

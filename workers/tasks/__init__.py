@@ -45,5 +45,6 @@ Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dash
 from packyard.workers.tasks import verify_repo  # noqa: F401
 from packyard.workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
 from packyard.workers.tasks import index_pack  # noqa: F401
+from packyard.workers.tasks import reconcile_jobs  # noqa: F401  (bookkeeping, not a job: see its module)
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack")
