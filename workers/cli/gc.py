@@ -2,7 +2,10 @@
 
 * temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers;
 * index-pack quarantines (``objects/incoming-*``) of ingests that died, once nothing in them
-  was touched for ``--quarantine-after`` seconds (a live ingest keeps writing into its own).
+  was touched for ``--quarantine-after`` seconds (a live ingest keeps writing into its own);
+* ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``) whose owner is provably
+  dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files
+  (``dead_locks_removed``: path, verdict, owner).
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
         description="Scan every loose fan-out directory for tmp_obj_* files. Ours (tmp_obj_<pid>_<host>-<batch>_<n>) "
                     "are removed when their process is dead on this host and they are older than --stale-after; "
                     "others (another host, git's own) only after --foreign-after (git's prune expiry). Also "
-                    "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after. "
+                    "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after, and "
+                    "ref/fence lock files whose owner is dead (or unknown and older than 10 minutes). "
                     "Prints one JSON line: what was removed.")
     common.add_repo_arg(p)
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
@@ -36,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from packyard.store import bulk
     from packyard.store.errors import StoreError
     from packyard.store.indexpack import remove_stale_quarantines
+    from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
 
     try:
@@ -44,9 +49,11 @@ def run(args: argparse.Namespace) -> int:
             repo, stale_after=bulk.STALE_AFTER if args.stale_after is None else args.stale_after,
             foreign_after=bulk.FOREIGN_STALE_AFTER if args.foreign_after is None else args.foreign_after)
         quarantines = remove_stale_quarantines(repo, older_than=args.quarantine_after)
+        dead_locks = remove_dead_claims(repo.path)
     except StoreError as err:
         print(f"packyard gc: {type(err).__name__}: {err}")
         return 1
     result["stale_quarantines_removed"] = [f"objects/{p.name}" for p in quarantines]
+    result["dead_locks_removed"] = [c.as_dict() for c in dead_locks]
     print(json.dumps({"repo": str(repo.path), **result}))
     return 0
