@@ -106,3 +106,51 @@ def test_git_lock_blocks_us_and_multi_ref_updates_stay_all_or_nothing(repo):
     assert not list((repo / "packyard" / "tmp").iterdir()), "the temp files were renamed over the refs"
     assert not list((repo / "refs").rglob("*.lock"))
     git("fsck", "--full", "--strict", git_dir=repo)
+
+
+def test_worker_killed_inside_a_ref_update_then_its_job_and_another_ref_succeed_within_seconds(
+        pk, settings, celery_app, migrated_db, tmp_path, monkeypatch):
+    """A worker process SIGKILLed at refs.before_rename (claims held, new value flushed): the redelivered
+    job and a job on another ref of the same repository both succeed within seconds -- not after the
+    10-minute stale-lock age nor the (here 300 s) lease TTL -- and git fsck --full passes."""
+    import time
+    import uuid
+    from dataclasses import replace
+
+    from gitutil import commit_objects
+
+    repo = tmp_path / "r.git"
+    git("init", "-q", "--bare", str(repo))
+    objects1, c1 = commit_objects(tmp_path, "first\n")
+    objects2, c2 = commit_objects(tmp_path, "second\n")
+    once = tmp_path / "fault-once"
+    once.mkdir()
+    monkeypatch.setenv("PACKYARD_FAULT", "refs.before_rename:kill-once")
+    monkeypatch.setenv("PACKYARD_FAULT_ONCE_DIR", str(once))
+    queue = f"refkill-{uuid.uuid4().hex[:6]}"
+    worker = pk.WorkerProcess(replace(settings, lock_ttl=300.0), f"refkill-{os.getpid()}@%h",
+                              tmp_path / "worker.log", queues=(queue,))
+    try:
+        worker.wait_ready()
+        first = celery_app.send_task("packyard.write_objects", queue=queue, kwargs={
+            "repo": str(repo), "objects": objects1, "ref_updates": [{"ref": "refs/heads/main", "old": None,
+                                                                      "new": c1}]})
+        pk.wait_until(lambda: (once / "refs.before_rename").exists(), 60, what="the worker process to be killed")
+        killed_at = time.monotonic()
+        other = celery_app.send_task("packyard.write_objects", queue=queue, kwargs={
+            "repo": str(repo), "objects": objects2, "ref_updates": [{"ref": "refs/heads/other", "old": None,
+                                                                      "new": c2}]})
+        for res in (first, other):
+            res.get(timeout=120)
+        elapsed = time.monotonic() - killed_at
+        assert elapsed < 60, f"took {elapsed:.0f}s after the kill"
+        job = pk.job_row(first.id)
+        assert job.state.value == "SUCCESS" and job.attempts == 2, (job.state, job.attempts, job.error)
+        assert pk.job_row(other.id).state.value == "SUCCESS"
+        assert oid(repo, "refs/heads/main") == c1 and oid(repo, "refs/heads/other") == c2
+        assert not list(repo.rglob("*.lock")), "every claim was broken or released"
+        git("fsck", "--full", "--strict", git_dir=repo)
+        lines = worker.log_lines()
+        assert any(line.get("event") == "job.started" and line.get("attempt") == 2 for line in lines)
+    finally:
+        worker.stop()
