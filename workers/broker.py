@@ -102,28 +102,44 @@ def snapshot(client: redis.Redis) -> BrokerSnapshot:
 
 @dataclass(frozen=True)
 class WorkerView:
-    """What the workers that answered hold: running, prefetched, or waiting for their ETA."""
+    """What the workers that answered hold: running, prefetched, or waiting for their ETA.
+
+    ``complete`` is False when a question could not be asked (the broker connection failed twice):
+    then absence from ``task_ids`` proves nothing.
+    """
 
     task_ids: frozenset[str]
     workers: frozenset[str]
+    complete: bool = True
 
 
 def held_by_workers(app: Any, timeout: float = 1.0) -> WorkerView:
     """Ask every worker (one broadcast per question, asked at once) for the jobs it holds."""
-    def ask(method: str) -> dict[str, list[dict[str, Any]]]:
-        return getattr(app.control.inspect(timeout=timeout), method)() or {}
+    from kombu.exceptions import OperationalError
+
+    def ask(method: str) -> dict[str, list[dict[str, Any]]] | None:
+        for _ in range(2):   # a pooled connection from before a broker restart fails once, then reconnects
+            try:
+                return getattr(app.control.inspect(timeout=timeout), method)() or {}
+            except (OperationalError, redis.RedisError, OSError) as err:
+                log.warning("broker.inspect_failed", question=method, error=str(err))
+        return None
 
     ids: set[str] = set()
     workers: set[str] = set()
+    complete = True
     with concurrent.futures.ThreadPoolExecutor(3) as pool:
         for replies in pool.map(ask, ("active", "reserved", "scheduled")):
+            if replies is None:
+                complete = False
+                continue
             for worker, requests in replies.items():
                 workers.add(worker)
                 for req in requests or ():
                     req = req.get("request", req) if isinstance(req, dict) else {}
                     if req.get("id"):
                         ids.add(str(req["id"]))
-    return WorkerView(frozenset(ids), frozenset(workers))
+    return WorkerView(frozenset(ids), frozenset(workers), complete)
 
 
 def restore_delivery(app: Any, tag: str) -> None:

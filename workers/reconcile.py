@@ -103,7 +103,10 @@ def reconcile(settings: Settings, app: Any, client: Any = None, *, inspect_timeo
         if record_lost(settings, job_id, unseen_since, reason):
             report.lost[task_id] = reason
             log.warning("job.lost", job_id=task_id, task=kind, reason=reason)
-    report.restored = restore_stranded(app, client, snap, held, grace)
+    if held.complete:
+        report.restored = restore_stranded(app, client, snap, held, grace)
+    else:  # without the workers' answer a running job's delivery looks stranded: decide next pass
+        log.warning("reconcile.stranded_skipped", reason="the workers could not be asked")
     return report
 
 
