@@ -39,7 +39,8 @@ def state_dir() -> Iterator[Path]:
     """A short private state dir (unix socket paths must fit in 107 bytes)."""
     d = Path(tempfile.mkdtemp(prefix="pkr-", dir="/tmp"))
     yield d
-    shutil.rmtree(d, ignore_errors=True)
+    if not os.environ.get("PKR_KEEP"):
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def own_app(settings: Any) -> Any:
@@ -91,3 +92,106 @@ def test_killed_embedded_redis_is_reaped_by_the_worker_that_started_it(state_dir
         if restarted is not None:
             restarted.stop()
         EmbeddedRedis(state_dir).stop(force=True)
+
+
+def start_worker(settings: Any, name: str, log_path: Path, concurrency: int = 1) -> Any:
+    """A real prefork worker (test tasks included) against ``settings``' broker."""
+    from packyard.workers.cli import common
+
+    root = Path(__file__).resolve().parent.parent
+    argv = common.worker_argv(settings, name=name, concurrency=concurrency, loglevel="INFO",
+                              include=("workers_testtasks",))
+    env = common.child_env(settings)
+    env["PYTHONPATH"] = f"{root / 'tests'}{os.pathsep}{env['PYTHONPATH']}"
+    return common.Child(name, argv, env, stdout=open(log_path, "ab"), cwd=str(root))
+
+
+def test_redis_killed_and_restarted_with_jobs_queued_running_and_finished(state_dir, settings, migrated_db, pk,
+                                                                          tmp_path):
+    """SIGKILL the broker while one job runs, two wait in the queue and one has finished; restart it.
+    The queued jobs run (the append-only file kept them), the running one is retried and succeeds,
+    every ref moves under a token above the repository's fence (no 'stale fencing token'), the
+    finished job is left alone, the killed server is reaped (no zombie), the worker survives, and
+    nothing stays stranded in the broker."""
+    from packyard.store import fence
+    from packyard.workers.broker import snapshot
+    from packyard.workers.embedded import EmbeddedRedis
+    from packyard.workers.reconcile import reconcile
+
+    repo = tmp_path / "r.git"
+    git("init", "-q", "--bare", str(repo))
+    from gitutil import commit_objects
+
+    objects, commit = commit_objects(tmp_path, "restart\n")
+    scratch = tmp_path / "scratch.git"
+    pack = git("pack-objects", "--stdout", "--revs", git_dir=scratch, input=f"{commit}\n".encode())
+    git("index-pack", "--stdin", git_dir=repo, input=pack)
+    (repo / "packyard").mkdir()
+    (repo / "packyard" / "fence").write_text("11\n")          # refs here already moved under token 11
+
+    server = EmbeddedRedis(state_dir).start()
+    own = replace(settings, state_dir=state_dir, redis_url=f"unix://{state_dir / 'redis.sock'}",
+                  embedded_redis=False, lock_ttl=2.0, broker_outage_wait=120.0)
+    app = own_app(own)
+    name = f"restart-{os.getpid()}@%h"
+    worker = start_worker(own, name, state_dir / "worker.log")
+    restarted = None
+    try:
+        pk.wait_until(lambda: ping(app, name.replace("%h", os.uname().nodename)), 60, interval=0.2,
+                      what="the worker to answer")
+
+        def send(ref: str, steps: int) -> str:
+            return app.send_task("packyard.test_slow_ref",
+                                 kwargs={"repo": str(repo), "ref": ref, "new": commit, "steps": steps}).id
+
+        def state(task_id: str) -> str | None:
+            job = pk.job_row(task_id)
+            return job.state.value if job is not None else None
+
+        finished = send("refs/heads/finished", 1)
+        pk.wait_until(lambda: state(finished) == "SUCCESS", 60, what="the finished job")
+        finished_row = pk.job_row(finished)
+        running = send("refs/heads/running", 50)
+        pk.wait_until(lambda: state(running) == "STARTED", 60, what="the running job to start")
+        queued = [send(f"refs/heads/queued{i}", 1) for i in range(2)]
+        with server.client() as c:
+            pk.wait_until(lambda: set(queued) <= snapshot(c).queued, 30, what="two jobs waiting in the queue")
+
+        killed = server.process.pid
+        os.kill(killed, signal.SIGKILL)
+        pk.wait_until(lambda: proc_state(killed) is None, 30, interval=0.1,
+                      what="the killed redis-server to be reaped, not left a zombie")
+        time.sleep(5)   # the outage: longer than the 2 s lease TTL, so the running job's lease is gone
+        restarted = EmbeddedRedis(state_dir).start()
+
+        jobs = [running, *queued]
+        pk.wait_until(lambda: all(state(t) == "SUCCESS" for t in jobs), 180, interval=0.5,
+                      what=f"the running and queued jobs to succeed (states: {[state(t) for t in jobs]})")
+        run_row = pk.job_row(running)
+        assert run_row.retries >= 1 and run_row.attempts >= 2, "the running job was retried, not failed"
+        tokens = [pk.job_row(t).counters["token"] for t in (finished, *jobs)]
+        assert min(tokens) > 11 and len(set(tokens)) == len(tokens)
+        assert fence.recorded_token(repo) == max(tokens)
+        for ref in ("finished", "running", "queued0", "queued1"):
+            assert git("rev-parse", f"refs/heads/{ref}", git_dir=repo).decode().strip() == commit
+        git("fsck", "--full", "--strict", git_dir=repo)
+        assert worker.poll() is None, "the worker survived the restart"
+        log = (state_dir / "worker.log").read_text(errors="replace")
+        assert "Unrecoverable error" not in log and "stale fencing token" not in log
+
+        # Nothing stays stranded: the reconciler puts back any delivery nobody holds, and the
+        # redelivery of a finished job is acknowledged without running.
+        with restarted.client() as c:
+            def drained() -> bool:
+                reconcile(replace(own, lost_after=1.0), app, c, inspect_timeout=1.0)
+                return not snapshot(c).deliveries and not snapshot(c).queued
+            pk.wait_until(drained, 60, interval=0.5, what="no delivery left in the broker")
+        assert all(state(t) == "SUCCESS" for t in (finished, *jobs))
+        again = pk.job_row(finished)
+        assert (again.attempts, again.finished_at, again.counters) == (1, finished_row.finished_at,
+                                                                        finished_row.counters)
+    finally:
+        worker.stop()
+        if restarted is not None:
+            restarted.stop()
+        server.stop()
