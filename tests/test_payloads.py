@@ -45,6 +45,25 @@ def test_job_params_and_result_backend_keep_no_object_content(celery_worker, cel
     assert objects[0]["data"][:64].encode() not in stored
 
 
+def test_message_argument_reprs_are_summaries(celery_app, redis_client, migrated_db, tmp_path):
+    """Events (and Flower, which builds its task list from them) show argsrepr/kwargsrepr from the
+    message headers: the summary, not the first KiB of the objects."""
+    import uuid
+
+    queue = f"nobody-{uuid.uuid4().hex[:6]}"
+    data = base64.b64encode(b"secret content " * 100).decode()
+    res = celery_app.send_task("packyard.write_objects", queue=queue,
+                               kwargs={"repo": str(tmp_path), "objects": [{"type": "blob", "data": data}]})
+    try:
+        (raw,) = redis_client.lrange(queue, 0, -1)
+        headers = json.loads(raw)["headers"]
+        assert headers["id"] == res.id
+        assert "'count': 1" in headers["kwargsrepr"] and "'sha256':" in headers["kwargsrepr"]
+        assert data[:32] not in headers["kwargsrepr"] and str(tmp_path) in headers["kwargsrepr"]
+    finally:
+        redis_client.delete(queue)
+
+
 def test_state_dir_database_and_redis_files_are_private(pk):
     from packyard.workers.embedded import EmbeddedRedis
 
