@@ -124,6 +124,8 @@ def reconcile_first(s) -> str | None:  # type: ignore[no-untyped-def]
         return "reconcile: " + reconcile(s, app).summary()
     except (redis.RedisError, OSError) as err:
         return f"reconcile skipped: broker unreachable ({err})"
+    except Exception as err:  # noqa: BLE001 - the listing below must not depend on the reconciler
+        return f"reconcile failed: {type(err).__name__}: {err}"
 
 
 def _short_path(p: str | None) -> str:
