@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import time
 import uuid
