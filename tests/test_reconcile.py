@@ -93,3 +93,23 @@ def test_a_killed_workers_delivery_is_put_back_and_run_again(celery_worker, cele
         first.stop()
         if second is not None:
             second.stop()
+
+
+def test_the_beat_task_runs_a_pass_and_records_no_job_row(celery_worker, celery_app, pk, redis_client):
+    """packyard.reconcile_jobs (what beat sends) runs on a worker; bookkeeping, not a job: no row."""
+    from packyard.workers.app import beat_schedule
+    from packyard.workers.settings import get_settings
+
+    entry = beat_schedule(replace(get_settings(), lost_after=120.0))["reconcile-jobs"]
+    assert entry["task"] == "packyard.reconcile_jobs" and entry["schedule"] == 60.0
+    res = celery_app.send_task("packyard.reconcile_jobs")
+    pk.wait_until(lambda: any(line.get("event") == "reconcile.pass" and line.get("job_id") is None
+                              for line in celery_worker.log_lines()), 60, what="the worker to log the pass")
+    pk.wait_until(lambda: res.id not in _broker_ids(redis_client), 60, what="its message to be acknowledged")
+    assert pk.job_row(res.id) is None
+
+
+def _broker_ids(redis_client) -> frozenset:
+    from packyard.workers.broker import snapshot
+
+    return snapshot(redis_client).task_ids

@@ -22,6 +22,10 @@ Two repairs, one rule for both: something must be *unseen in two passes at least
   queue once it was seen stranded twice ``lost_after`` apart. If the job had finished
   meanwhile, the redelivery is acknowledged without running (exactly-once outcomes), and
   counted on the row. The first-seen times live in the broker (``packyard:reconcile:stranded``).
+  A live worker that did not answer ``inspect`` in time in both passes gets its running job
+  redelivered too: the copy waits for the repository lease and, once the first run has
+  recorded its outcome, is acknowledged without running -- wasted work, never a second
+  outcome. Beat asks with a 5 s timeout, ``packyard status`` with 1 s.
 """
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ from typing import Any
 
 from packyard.workers.app import app
 
+#: Beat is not interactive: give busy workers time to answer (see workers/reconcile.py).
+BEAT_INSPECT_TIMEOUT = 5.0
+
 
 @app.task(name="packyard.reconcile_jobs", ignore_result=True, acks_late=False)
 def reconcile_jobs() -> dict[str, Any]:
@@ -17,7 +20,7 @@ def reconcile_jobs() -> dict[str, Any]:
     from packyard.workers.reconcile import reconcile
     from packyard.workers.settings import get_settings
 
-    report = reconcile(get_settings(), app)
+    report = reconcile(get_settings(), app, inspect_timeout=BEAT_INSPECT_TIMEOUT)
     plog.get_logger("packyard.reconcile").info("reconcile.pass", summary=report.summary(), lost=report.lost,
                                                restored=report.restored)
     return {"lost": report.lost, "restored": report.restored, "pending": report.pending}
