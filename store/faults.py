@@ -8,6 +8,8 @@ module is imported (so it reaches worker and child processes started with it)::
     PACKYARD_FAULT=bulk.after_renames            # SIGKILL this process there
     PACKYARD_FAULT=bulk.after_renames:raise      # raise InjectedFault instead
     PACKYARD_FAULT=bulk.write_object:kill@37     # kill on the 37th time it is reached
+    PACKYARD_FAULT=refs.before_rename:kill-once  # kill only the first process of all to get there
+                                                 # (needs PACKYARD_FAULT_ONCE_DIR, shared by them)
 
 or in-process with :func:`arm` / :func:`disarm`. A process that changes
 ``PACKYARD_FAULT`` after import calls :func:`reload_env`.
@@ -63,6 +65,22 @@ def disarm(name: str | None = None) -> None:
         _armed.pop(name, None)
 
 
+def _first_of_all(name: str) -> bool:
+    """For ``-once`` modes: True in the one process that creates ``$PACKYARD_FAULT_ONCE_DIR/<name>``.
+
+    Worker pools fork a fresh child after a kill; without this the redelivered job would be killed
+    at the same point again, forever.
+    """
+    directory = os.environ.get("PACKYARD_FAULT_ONCE_DIR")
+    if not directory:
+        raise InjectedFault(f"fault {name}: a -once mode needs PACKYARD_FAULT_ONCE_DIR")
+    try:
+        os.close(os.open(os.path.join(directory, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        return False
+    return True
+
+
 def fault_point(name: str) -> None:
     """Crash or raise here if a test armed this point; otherwise do nothing."""
     armed = _armed.get(name)
@@ -72,6 +90,10 @@ def fault_point(name: str) -> None:
     if armed.hits < armed.at:
         return
     mode = armed.mode.removeprefix("local-")
+    if mode.endswith("-once"):
+        if not _first_of_all(name):
+            return
+        mode = mode.removesuffix("-once")
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise InjectedFault(f"injected fault at {name}")

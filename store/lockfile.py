@@ -9,6 +9,12 @@ packyard) is broken only once it is older than ``stale_after`` (the age rule git
 apply by hand). A claim held by a live owner is never broken: the caller gets
 :class:`~.errors.LockContendedError` (retry later) after waiting up to ``wait`` seconds.
 
+A claim is never visible without its owner record: the record is written to a unique
+side file first (``<claim>.<hex>.lock``) which is then hard-linked to the claim's name
+(``link`` fails if the name exists: the same exclusivity as O_EXCL, and safe on NFS);
+a writer killed between create and write would otherwise leave an empty claim nobody can
+judge. Side files and broken-aside names end in ``.lock`` so git never reads them as refs.
+
 Breaking is done by renaming the claim to a unique name first and checking that the
 file renamed is the one judged (inode, mtime, owner record): two waiters breaking the same dead claim
 cannot remove a fresh claim that a third process created in between.
@@ -16,6 +22,7 @@ cannot remove a fresh claim that a third process created in between.
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import time
 import uuid
@@ -77,7 +84,7 @@ def break_if_dead(path: str | os.PathLike[str], *, stale_after: float | None = D
     verdict, owner = judge(path, stale_after=stale_after)
     if verdict not in (BreakVerdict.OWNER_DEAD, BreakVerdict.AGED_OUT):
         return verdict
-    aside = f"{path}.broken-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    aside = f"{path}.broken-{os.getpid()}-{uuid.uuid4().hex[:8]}.lock"
     try:
         os.rename(path, aside)
     except FileNotFoundError:
@@ -99,10 +106,11 @@ def break_if_dead(path: str | os.PathLike[str], *, stale_after: float | None = D
 
 @dataclass(frozen=True)
 class Claim:
-    """A held claim file, and the claims of dead owners broken to get it."""
+    """A held claim file, the owner record written into it, and the claims of dead owners broken to get it."""
 
     path: Path
     broken: tuple[BreakVerdict, ...] = ()
+    owner: Owner | None = None
 
 
 def acquire(path: str | os.PathLike[str], what: str, *, wait: float = 0.0,
@@ -117,34 +125,83 @@ def acquire(path: str | os.PathLike[str], what: str, *, wait: float = 0.0,
     deadline = time.monotonic() + wait
     breaks = 0
     broken: list[BreakVerdict] = []
-    while True:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-        except FileExistsError:
-            if breaks < MAX_BREAKS:
-                verdict = break_if_dead(path, stale_after=stale_after)
-                if verdict in (BreakVerdict.OWNER_DEAD, BreakVerdict.AGED_OUT, BreakVerdict.GONE):
-                    breaks += 1
-                    if verdict is not BreakVerdict.GONE:
-                        broken.append(verdict)
+    me = current_owner()
+    side = _write_side_file(path, me, mode)
+    try:
+        while True:
+            try:
+                _link_exclusively(side, path, me, mode)
+            except FileExistsError:
+                if breaks < MAX_BREAKS:
+                    verdict = break_if_dead(path, stale_after=stale_after)
+                    if verdict in (BreakVerdict.OWNER_DEAD, BreakVerdict.AGED_OUT, BreakVerdict.GONE):
+                        breaks += 1
+                        if verdict is not BreakVerdict.GONE:
+                            broken.append(verdict)
+                        continue
+                if time.monotonic() < deadline:
+                    time.sleep(POLL)
                     continue
-            if time.monotonic() < deadline:
-                time.sleep(POLL)
-                continue
-            holder = read_owner(path)
-            by = f" ({holder.describe()})" if holder is not None else ""
-            raise LockContendedError(f"{what} is locked by another writer{by}", path=path) from None
-        try:
-            os.write(fd, current_owner().encode())
-        finally:
-            os.close(fd)
-        return Claim(path, tuple(broken))
+                holder = read_owner(path)
+                by = f" ({holder.describe()})" if holder is not None else ""
+                raise LockContendedError(f"{what} is locked by another writer{by}", path=path) from None
+            return Claim(path, tuple(broken), me)
+    finally:
+        _unlink_quietly(side)
 
 
-def release(path: str | os.PathLike[str] | Claim) -> None:
-    """Remove a claim this process holds (missing is fine: released or broken already)."""
-    if isinstance(path, Claim):
-        path = path.path
+def _write_side_file(path: Path, me: Owner, mode: int) -> Path:
+    """The owner record in a unique file next to the claim (why: the claim appears with its record)."""
+    side = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.lock")
+    fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.write(fd, me.encode())
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(side)
+        raise
+    os.close(fd)
+    return side
+
+
+def _link_exclusively(side: Path, path: Path, me: Owner, mode: int) -> None:
+    """Give the side file the claim's name; FileExistsError if the claim is held.
+
+    Where the filesystem has no hard links, fall back to O_EXCL and write (the record then
+    follows the create by one system call).
+    """
+    try:
+        os.link(side, path)
+        return
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.write(fd, me.encode())
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(path: str | os.PathLike[str]) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def release(claim: str | os.PathLike[str] | Claim) -> None:
+    """Remove a claim this process holds (missing is fine: released or broken already).
+
+    Given the :class:`Claim`, a file that no longer carries our owner record is left alone:
+    our claim was broken (age rule) and the file is now someone else's claim.
+    """
+    if isinstance(claim, Claim):
+        path: str | os.PathLike[str] = claim.path
+        if claim.owner is not None and read_owner(path) not in (claim.owner, None):
+            return
+    else:
+        path = claim
     try:
         os.unlink(path)
     except FileNotFoundError:

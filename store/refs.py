@@ -2,11 +2,25 @@
 
 Ref updates are the last durability step of every write: objects first, then
 refs, so that a ref never names an object that is not durably installed.
+
+The update protocol differs from git's in one way, so that a claim always names its owner.
+git writes the new value *into* ``<ref>.lock`` and renames the lock over the ref; a writer
+killed between the two leaves a lock holding only an object id, which nobody can attribute
+and which blocks the ref until it ages out. Here ``<ref>.lock`` is a pure claim: created
+exclusively (git's writers and ours exclude each other exactly as before) and holding the
+owner record (pid, host, job) from creation to release. The new value goes to a temp file
+under ``packyard/tmp/`` (not in ``refs/``: git checks the names of every non-``.lock`` file
+there), is flushed, and is renamed over the ref while the claim is held; the claims are
+released last. A writer killed at any step leaves claims whose owner is provably dead, which
+the next writer breaks at once (:mod:`.lockfile`), and at most an orphaned temp file that
+``packyard gc`` removes.
 """
 from __future__ import annotations
 
 import os
 import re
+import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -24,6 +38,9 @@ MAX_SYMREF_DEPTH = 5
 #: removes it. A lock whose owner is provably dead is broken at once (store/lockfile.py).
 STALE_REF_LOCK_SECONDS = lockfile.DEFAULT_STALE_AFTER
 FENCE_FILE = fence.FENCE_FILE
+#: Where new ref values are written before they are renamed over the ref (same filesystem).
+REF_TMP_DIR = "packyard/tmp"
+REF_TMP_PREFIX = "ref-"
 
 
 @dataclass(frozen=True)
@@ -134,8 +151,8 @@ class RefStore:
         root = self.git_dir / "refs"
         for dirpath, _dirs, files in os.walk(root):
             for fname in files:
-                if fname.endswith(".lock"):
-                    continue
+                if fname.endswith(".lock") or fname.startswith("."):
+                    continue  # claims, and names git never reads as refs
                 full = Path(dirpath) / fname
                 name = full.relative_to(self.git_dir).as_posix()
                 value = self._read_loose(name)
@@ -152,10 +169,12 @@ class RefStore:
                counters: durable.DurabilityCounters | None = None, *, fence_token: int | None = None) -> None:
         """All-or-nothing compare-and-swap of several refs.
 
-        Steps: lock every ref (``<ref>.lock``, O_EXCL), check every old value,
-        write and flush the new values into the lock files, rename them over
-        the refs, fsync the refs' directories. On any failure before the
-        renames, every lock file is removed and no ref changed.
+        Steps: claim every ref (``<ref>.lock``, O_EXCL, holding our owner record),
+        check every old value, write and flush each new value to a temp file,
+        rename the temps over the refs, fsync the refs' directories, release the
+        claims. On any failure before the renames, the temps and claims are
+        removed and no ref changed. (A crash during the renames can leave some
+        refs moved and others not, as with git's own multi-ref transactions.)
 
         ``fence_token`` (the writer's repository lease token) makes the storage itself
         refuse a stale writer: under ``packyard/fence.lock`` the token must be at least
@@ -201,29 +220,30 @@ class RefStore:
     def _update(self, updates: list[RefUpdate], counters: durable.DurabilityCounters | None) -> None:
         """The CAS itself, on validated updates (see ``update``)."""
         names = [u.name for u in updates]
-        locks: list[Path] = []
+        claims: list[lockfile.Claim] = []
+        temps: list[Path] = []
         renamed = 0
         try:
             for u in updates:
-                locks.append(self._lock_ref(u.name))
+                claims.append(self._claim_ref(u.name))
             self._check_old_values(updates)
-            for u, lock in zip(updates, locks):
-                self._write_lock(lock, u.new, counters)
+            for u in updates:
+                temps.append(self._write_new_value(u.new, counters))
             fault_point("refs.before_rename")
-            for u, lock in zip(updates, locks):
-                durable.rename(lock, self.git_dir / u.name, counters)
+            for u, tmp in zip(updates, temps):
+                self._publish_new_value(tmp, u.name, counters)
                 renamed += 1
+            self._fsync_ref_dirs(names, counters)
         except BaseException:
-            for lock in locks[renamed:]:
-                try:
-                    lock.unlink()
-                except FileNotFoundError:
-                    pass
+            for tmp in temps[renamed:]:
+                _unlink_if_present(tmp)
             raise
-        for directory in sorted({(self.git_dir / n).parent for n in names}):
-            durable.fsync_dir(directory, counters)
+        finally:
+            for claim in claims:
+                lockfile.release(claim)  # last: the next writer starts from durable values
 
-    def _lock_ref(self, name: str) -> Path:
+    def _claim_ref(self, name: str) -> lockfile.Claim:
+        """Claim ``<ref>.lock`` (our owner record in it): git's writers and ours exclude each other."""
         path = self.git_dir / name
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -232,7 +252,33 @@ class RefStore:
         except (NotADirectoryError, IsADirectoryError, FileExistsError) as err:
             raise RefUpdateError(f"ref {name} conflicts with an existing ref", path=path) from err
         self.stale_locks_removed += len(claim.broken)
-        return claim.path
+        return claim
+
+    def _write_new_value(self, new: bytes, counters: durable.DurabilityCounters | None) -> Path:
+        """Write one new value to a temp file on the repository's filesystem and flush it (why: the
+        rename that publishes it must never expose a ref file whose content is not on disk)."""
+        tmp_dir = self.git_dir / REF_TMP_DIR
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        tmp = tmp_dir / f"{REF_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, new.hex().encode() + b"\n")
+            durable.flush_file(fd, counters)
+        except BaseException:
+            os.close(fd)
+            _unlink_if_present(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    def _publish_new_value(self, tmp: Path, name: str, counters: durable.DurabilityCounters | None) -> None:
+        """Rename the flushed temp over the ref (why: one atomic step; readers see old or new, never half)."""
+        durable.rename(tmp, self.git_dir / name, counters)
+
+    def _fsync_ref_dirs(self, names: list[str], counters: durable.DurabilityCounters | None) -> None:
+        """fsync every directory a ref was renamed into (why: the renames survive a crash)."""
+        for directory in sorted({(self.git_dir / n).parent for n in names}):
+            durable.fsync_dir(directory, counters)
 
     def _check_old_values(self, updates: list[RefUpdate]) -> None:
         packed = None
@@ -249,16 +295,58 @@ class RefStore:
                 want = u.old.hex() if u.old else "nothing"
                 raise RefUpdateError(f"ref {u.name} moved: expected {want}, found {have}")
 
-    @staticmethod
-    def _write_lock(lock: Path, new: bytes, counters) -> None:
-        fd = os.open(lock, os.O_WRONLY | os.O_TRUNC)
-        try:
-            os.write(fd, new.hex().encode() + b"\n")
-            durable.flush_file(fd, counters)
-        finally:
-            os.close(fd)
-
     def set_symref(self, name: str, target: str) -> None:
         """Point a symbolic ref (e.g. HEAD) at ``target``."""
         check_ref_name(target)
         durable.write_file_durably(self._inside(self.git_dir / name), f"ref: {target}\n".encode(), mode=0o644)
+
+
+def _unlink_if_present(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+
+
+@dataclass(frozen=True)
+class RemovedClaim:
+    """A claim file (or orphaned ref temp) ``packyard gc`` removed, and why."""
+
+    path: str            # relative to the git dir
+    verdict: str         # owner-dead | aged-out
+    owner: str | None    # "pid 4242 on web-3 job 6f1c…", when the file named one
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"path": self.path, "verdict": self.verdict, "owner": self.owner}
+
+
+def remove_dead_claims(git_dir: Path, stale_after: float = STALE_REF_LOCK_SECONDS) -> list[RemovedClaim]:
+    """Remove the claim files under ``refs/`` and ``packyard/`` left by writers that died.
+
+    A claim (``<ref>.lock``, ``packyard/fence.lock``, their side files) whose owner record
+    names a provably dead process goes at once; one that cannot be judged (another host, git's
+    own lock) once it is older than ``stale_after``; a live owner's never (:func:`lockfile.judge`).
+    Ref temp files (``packyard/tmp/ref-*``) live only while their writer holds the ref's claim,
+    for milliseconds: those older than ``stale_after`` are orphans.
+    """
+    removed: list[RemovedClaim] = []
+    candidates: list[Path] = []
+    for top in (git_dir / "refs", git_dir / "packyard"):
+        for dirpath, _dirs, files in os.walk(top):
+            candidates += [Path(dirpath) / f for f in files if f.endswith(".lock")]
+    for path in sorted(candidates):
+        owner_record = lockfile.read_owner(path)
+        verdict = lockfile.break_if_dead(path, stale_after=stale_after)
+        if verdict in (lockfile.BreakVerdict.OWNER_DEAD, lockfile.BreakVerdict.AGED_OUT):
+            removed.append(RemovedClaim(path.relative_to(git_dir).as_posix(), verdict.value,
+                                        owner_record.describe() if owner_record is not None else None))
+    now = time.time()
+    tmp_dir = git_dir / REF_TMP_DIR
+    for tmp in sorted(tmp_dir.glob(f"{REF_TMP_PREFIX}*")) if tmp_dir.is_dir() else []:
+        try:
+            if now - tmp.stat().st_mtime >= stale_after:
+                tmp.unlink()
+                removed.append(RemovedClaim(tmp.relative_to(git_dir).as_posix(), "aged-out", None))
+        except FileNotFoundError:
+            continue
+    return removed

@@ -133,3 +133,20 @@ def commit_blobs(bare: Path, scratch: Path, branch: str, files: int, parent: str
     commit = git("commit-tree", tree, "-m", branch, *(["-p", parent] if parent else []), git_dir=bare).decode().strip()
     git("update-ref", f"refs/heads/{branch}", commit, git_dir=bare)
     return commit
+
+
+def commit_objects(base: Path, text: str, parent: str | None = None) -> tuple[list[dict[str, str]], str]:
+    """A commit of one file made by git in a scratch repository under ``base``, as a ``write_objects``
+    payload ([{"type", "data" (base64)}], blob, tree, commit) and the commit's id (hex)."""
+    import base64
+
+    scratch = base / "scratch.git"
+    if not scratch.exists():
+        git("init", "-q", "--bare", str(scratch))
+    blob = git("hash-object", "-w", "--stdin", git_dir=scratch, input=text.encode()).decode().strip()
+    tree = git("mktree", git_dir=scratch, input=f"100644 blob {blob}\tfile.txt\n".encode()).decode().strip()
+    extra = ["-p", parent] if parent else []
+    commit = git("commit-tree", tree, *extra, "-m", text[:40], git_dir=scratch).decode().strip()
+    objects = [{"type": kind, "data": base64.b64encode(git("cat-file", kind, oid, git_dir=scratch)).decode()}
+               for kind, oid in (("blob", blob), ("tree", tree), ("commit", commit))]
+    return objects, commit

@@ -145,11 +145,21 @@ def test_down_stops_the_embedded_redis_only_when_nothing_uses_it(embedded_env, t
     assert not sock.exists()
     again = subprocess.run(["packyard", "down"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert again.returncode == 0 and "no embedded Redis running" in again.stdout
-    # --force: a server with a queued job is stopped anyway, and says what it dropped.
+    # --force: a server with a queued job is stopped anyway, and says what it keeps for the next start.
     sub = subprocess.run(["packyard", "submit", "verify_repo", "--repo", str(repo)], env=env, cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert sub.returncode == 0, sub.stderr
     forced = subprocess.run(["packyard", "down", "--force"], env=env, cwd=tmp_path, capture_output=True, text=True,
                             timeout=60)
-    assert forced.returncode == 0 and "dropped: 1 queued job message(s)" in forced.stdout, forced.stdout
+    assert forced.returncode == 0, forced.stderr
+    assert "still there for the next start: 1 queued job message(s)" in forced.stdout, forced.stdout
     assert not sock.exists()
+    # The append-only file kept it: the next server starts with the job still queued.
+    from packyard.workers.embedded import EmbeddedRedis
+
+    server = EmbeddedRedis(state).start()
+    try:
+        with server.client() as c:
+            assert sum(c.llen(k) for k in c.scan_iter(_type="list")) == 1
+    finally:
+        server.stop()

@@ -4,10 +4,17 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import inspect, select
+from sqlalchemy import inspect, select, text
 
 TABLES = {"repositories", "jobs", "lock_events", "race_events"}
 HEAD = "0003"
+
+
+
+def get_engine_for(url):
+    from packyard.workers.records import get_engine
+
+    return get_engine(url)
 
 
 def _tables(url):
@@ -36,20 +43,52 @@ def _roundtrip(url):
     from packyard.workers.records.models import Job
     from packyard.workers.records.recorder import record_finished, record_queued, record_started
 
+    from packyard.workers.records.recorder import DeliveryVerdict, mark_unseen, record_lost
+
+    # 0001 -> 0002 keeps the rows: a job that had started counts one delivery.
+    upgrade_database(url, "0001")
+    with get_engine_for(url).begin() as c:
+        c.execute(text("INSERT INTO jobs (task_id, kind, state, retries, started_at) "
+                       "VALUES ('old-1', 'packyard.verify_repo', 'SUCCESS', 0, '2026-01-02 03:04:05')"))
     upgrade_database(url)
     assert TABLES <= _tables(url)
     assert _revision(url) == HEAD
     assert _diff(url) == [], "models and migrations disagree"
+    with session_scope(url) as s:
+        old = s.scalar(select(Job).where(Job.task_id == "old-1"))
+        assert old.attempts == 1 and old.first_started_at is not None and old.last_started_at is not None
 
     # The schema works for what the recorder does.
     record_queued(url, task_id="t-1", kind="packyard.verify_repo", repo="/srv/r.git", params={"x": 1})
-    record_started(url, task_id="t-1", kind="packyard.verify_repo", repo="/srv/r.git", params=None,
-                   hostname="w@h", pid=42)
+    first = record_started(url, task_id="t-1", kind="packyard.verify_repo", repo="/srv/r.git", params=None,
+                           hostname="w@h", pid=42)
+    assert first.verdict is DeliveryVerdict.RUN and first.attempts == 1
     record_finished(url, task_id="t-1", kind="packyard.verify_repo", repo="/srv/r.git", state=JobState.SUCCESS,
                     counters={"objects": 3}, error=None, error_type=None)
+    again = record_started(url, task_id="t-1", kind="packyard.verify_repo", repo="/srv/r.git", params=None,
+                           hostname="w@h", pid=43)
+    assert again.verdict is DeliveryVerdict.ALREADY_FINISHED and again.attempts == 2
     with session_scope(url) as s:
         job = s.scalar(select(Job).where(Job.task_id == "t-1"))
         assert job.state is JobState.SUCCESS and job.counters == {"objects": 3} and job.duration_ms >= 0
+        assert job.attempts == 2 and job.worker_pid == 42 and job.last_started_at >= job.first_started_at
+
+    # LOST is stored (no DDL for a new state); a downgrade turns it into a FAILURE the old code can read.
+    record_queued(url, task_id="t-2", kind="packyard.nope", repo=None)
+    with session_scope(url) as s:
+        t2 = s.scalar(select(Job).where(Job.task_id == "t-2"))
+    from packyard.workers.records import utcnow
+
+    assert mark_unseen(url, t2.id, utcnow())
+    with session_scope(url) as s:
+        unseen = s.scalar(select(Job.unseen_since).where(Job.id == t2.id))
+    assert record_lost(url, t2.id, unseen, "no worker knows task 'packyard.nope'")
+    with session_scope(url) as s:
+        assert s.scalar(select(Job.state).where(Job.id == t2.id)) is JobState.LOST
+    downgrade_database(url, "0001")
+    with get_engine_for(url).connect() as c:
+        assert c.execute(text("SELECT state, error FROM jobs WHERE task_id = 't-2'")).one() == (
+            "FAILURE", "LOST: no worker knows task 'packyard.nope'")
 
     downgrade_database(url, "base")
     assert not (TABLES & _tables(url))

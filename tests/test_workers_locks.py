@@ -183,3 +183,100 @@ def test_stalled_holder_is_refused_by_the_storage(redis_client, tmp_path):
     assert refs_and_fence(snapshot_tree(repo_path)) == refs_and_fence(before), "no ref or fence file changed"
     assert any(str(k).startswith("refs/heads/main") for k in before)
     git("fsck", "--full", git_dir=repo_path)
+
+
+# -- fences survive the lease service: tokens never at or below the repository's fence --------------
+
+def test_acquire_script_raises_the_counter_to_the_floor(redis_client, tmp_path):
+    """The Lua script itself: a counter below the floor (or missing) is raised to it before INCR; one
+    above the floor is left alone; a held lease is never touched."""
+    from packyard.workers.locks import _ACQUIRE
+
+    base = f"test:seed:{tmp_path.name}"
+    lease, counter = f"{base}:lease", f"{base}:counter"
+
+    def acquire_once(floor: int):
+        token = redis_client.eval(_ACQUIRE, 2, lease, counter, "owner", 10_000, floor)
+        redis_client.delete(lease)
+        return token
+
+    assert redis_client.get(counter) is None
+    assert acquire_once(11) == 12                     # missing: seeded from the fence, then INCR
+    redis_client.set(counter, 5)
+    assert acquire_once(11) == 12                     # below the floor (a Redis that lost its data)
+    redis_client.set(counter, 20)
+    assert acquire_once(11) == 21                     # above the floor: tokens keep growing from there
+    assert acquire_once(0) == 22
+    redis_client.delete(counter)
+    assert acquire_once(0) == 1                       # no fence yet: from 1, as before
+    redis_client.set(lease, "7:someone", px=10_000)
+    assert redis_client.eval(_ACQUIRE, 2, lease, counter, "owner", 10_000, 50) is None
+    assert int(redis_client.get(counter)) == 1, "a refused acquisition does not move the counter"
+    redis_client.delete(lease, counter)
+
+
+def test_leases_start_above_the_repository_fence_after_redis_lost_its_data(redis_client, tmp_path):
+    """A Redis that lost its counters (a restart without persistence, a new server): the next leases get
+    tokens above the fence files, per kind, and the ref store accepts them (no 'stale fencing token')."""
+    from gitutil import make_worktree_repo
+    from packyard.store import RefUpdate, Repository
+    from packyard.store.errors import CorruptObjectError
+    from packyard.workers.locks import LeaseKind, fence_floor, lock_name_for
+
+    repo_path = make_worktree_repo(tmp_path / "r")
+    git_dir = repo_path / ".git" if (repo_path / ".git").is_dir() else repo_path
+    repo = Repository.open(repo_path)
+    main = repo.refs.read("refs/heads/main")
+    repo.refs.update([RefUpdate("refs/heads/before", None, main)], fence_token=11)   # refs moved under token 11
+    (git_dir / "packyard" / "maintenance-fence").write_text("3\n")
+    assert fence_floor(repo_path) == 11 and fence_floor(repo_path, LeaseKind.MAINTENANCE) == 3
+    assert fence_floor(tmp_path / "no-such-repo") == 0
+    name = lock_name_for(repo_path)
+    redis_client.delete(LeaseKind.REPO.fence_prefix + name, LeaseKind.MAINTENANCE.fence_prefix + name)
+
+    lease = try_acquire(redis_client, repo_path, ttl=10)
+    assert lease is not None and lease.token == 12
+    repo.refs.update([RefUpdate("refs/heads/after", None, main)], fence_token=lease.token)
+    lease.release()
+    maint = try_acquire(redis_client, repo_path, ttl=10, kind=LeaseKind.MAINTENANCE)
+    assert maint is not None and maint.token == 4     # its own sequence, above its own fence
+    maint.release()
+    assert repo.refs.fence_token() == 12 and repo.refs.read("refs/heads/after") == main
+
+    (git_dir / "packyard" / "fence").chmod(0o644)
+    (git_dir / "packyard" / "fence").write_text("not a token\n")
+    with pytest.raises(CorruptObjectError, match="fencing-token file"):
+        try_acquire(redis_client, repo_path, ttl=10)
+
+
+def test_a_lease_held_by_a_dead_process_is_broken_at_once(redis_client, redis_server, tmp_path, events):
+    """A worker SIGKILLed while holding a lease: the next acquirer on the same host breaks it at once
+    (instead of waiting out the TTL); a live holder's lease is never broken."""
+    import subprocess
+    import sys
+
+    from packyard.workers.locks import lease_holder
+
+    seen, on_event = events
+    repo = tmp_path / "r.git"
+    code = ("import os, sys, signal, redis\n"
+            "from packyard.workers.locks import try_acquire\n"
+            "c = redis.Redis(unix_socket_path=sys.argv[1])\n"
+            "lease = try_acquire(c, sys.argv[2], ttl=600, job_id='doomed-job')\n"
+            "print(lease.token, os.getpid(), flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(redis_server.socket), str(repo)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == -9, proc.stderr
+    dead_token, dead_pid = map(int, proc.stdout.split())
+    key = KEY_PREFIX + str(repo.resolve())
+    holder = lease_holder(redis_client.get(key))
+    assert holder is not None and holder.pid == dead_pid
+    assert redis_client.pttl(key) > 500_000, "the dead holder's lease would block the repository for 10 minutes"
+
+    live = try_acquire(redis_client, repo, ttl=10, job_id="next", on_event=on_event)
+    assert live is not None and live.token > dead_token
+    assert [(e.event, e.token) for e in seen[:2]] == [(LockEventKind.BROKEN, dead_token),
+                                                     (LockEventKind.ACQUIRED, live.token)]
+    assert try_acquire(redis_client, repo, ttl=10, job_id="third") is None, "a live holder's lease stands"
+    live.release()

@@ -30,7 +30,11 @@ def corrupt_command(repo: str, *, progress: Progress | None = None) -> dict[str,
     raise CorruptObjectError("bad object for the test", path=repo, oid="ab" * 20)
 
 
-def slow_command(repo: str, steps: int, *, progress: Progress | None = None) -> dict[str, Any]:
+def slow_command(repo: str, steps: int, key: str | None = None, *, progress: Progress | None = None) -> dict[str, Any]:
+    if key is not None:   # count the runs (a duplicate delivery must not run the command again)
+        from packyard.workers.locks import redis_client
+
+        redis_client(get_settings()).incr(key)
     for i in range(steps):
         if progress:
             progress("stepping", i, steps)
@@ -50,13 +54,35 @@ def test_corrupt(self: PackyardTask, repo: str) -> dict[str, Any]:
     return self.call(corrupt_command, repo)
 
 
+def slow_ref_command(repo: str, ref: str, new: str, steps: int, *, lease: Any,
+                     progress: Progress | None = None) -> dict[str, Any]:
+    """``steps`` tenths of a second of work, then move ``ref`` to ``new`` under the lease's fencing token."""
+    from packyard.store import RefUpdate, Repository
+
+    for i in range(steps):
+        if progress:
+            progress("stepping", i, steps)
+        time.sleep(0.1)
+    r = Repository.open(repo)
+    lease.check()
+    r.refs.update([RefUpdate(ref, r.refs.read(ref), bytes.fromhex(new))], fence_token=lease.token)
+    return {"counters": {"steps": steps, "token": lease.token}}
+
+
 @app.task(name="packyard.test_slow", bind=True, base=PackyardTask, progress_interval=0.05)
-def test_slow(self: PackyardTask, repo: str, steps: int) -> dict[str, Any]:
+def test_slow(self: PackyardTask, repo: str, steps: int, key: str | None = None) -> dict[str, Any]:
     with self.repo_lock(repo) as lease:
         self.bind_log(step_count=steps)
-        result = self.call(slow_command, repo, steps)
+        result = self.call(slow_command, repo, steps, key)
         lease.check()
         return result
+
+
+@app.task(name="packyard.test_slow_ref", bind=True, base=PackyardTask, progress_interval=0.05,
+          retry_backoff_base=0.5)
+def test_slow_ref(self: PackyardTask, repo: str, ref: str, new: str, steps: int) -> dict[str, Any]:
+    with self.repo_lock(repo) as lease:
+        return self.call(slow_ref_command, repo, ref, new, steps, lease=lease)
 
 
 @app.task(name="packyard.test_locked", bind=True, base=PackyardTask, retry_backoff_base=0.2)

@@ -11,18 +11,26 @@ from typing import Any
 
 from celery import Celery
 
+from packyard.workers import broker, embedded
 from packyard.workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
 from packyard.workers.settings import Settings, get_settings
 
 
-def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
-    """The nightly maintenance window: the planner over the registered repositories at PACKYARD_MAINTENANCE_CRON.
+RECONCILE_TASK = "packyard.reconcile_jobs"
 
+
+def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The nightly maintenance window and the job reconciler.
+
+    ``maintenance-window``: the planner over the registered repositories at PACKYARD_MAINTENANCE_CRON.
     A new entry (a fresh schedule file) counts as last run one window length ago, so a beat
     started inside a window (the cron fired less than PACKYARD_MAINTENANCE_WINDOW seconds ago)
     opens it at once instead of waiting a day; a persisted entry keeps its own last run time.
     ``verify_repo`` is not scheduled: it stays available on demand (``packyard verify``,
     ``packyard submit verify_repo``).
+
+    ``reconcile-jobs``: every PACKYARD_LOST_AFTER / 2 seconds, rows whose message no broker holds
+    and no worker runs become LOST (workers/reconcile.py).
     """
     from datetime import datetime, timedelta, timezone
 
@@ -35,6 +43,8 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "kwargs": {"trigger": "window"},
             "last_run_at": datetime.now(timezone.utc) - timedelta(seconds=settings.maintenance_window),
         },
+        "reconcile-jobs": {"task": RECONCILE_TASK, "schedule": max(1.0, settings.lost_after / 2),
+                           "options": {"expires": max(1.0, settings.lost_after / 2)}},
     }
 
 
@@ -49,7 +59,10 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         result_serializer="json",
         accept_content=["json"],
         result_accept_content=["json"],
-        result_extended=True,            # task name/args in the backend, for dashboards
+        # Results only: with result_extended the backend kept every job's arguments (a write_objects
+        # payload, whole) for result_expires. Dashboards get names and (bounded) argument reprs
+        # from task events; the job rows keep a summary of the arguments.
+        result_extended=False,
         result_expires=7 * 24 * 3600,
         timezone="UTC",
         enable_utc=True,
@@ -58,9 +71,13 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         worker_prefetch_multiplier=1,    # long storage jobs: do not hoard messages in one process
         worker_send_task_events=True,
         task_send_sent_event=True,
-        task_track_started=True,
+        task_track_started=False,        # see PackyardTask.track_started
         task_acks_late=True,
         task_reject_on_worker_lost=True,
+        # A broker connection lost while jobs run does not kill them (the default, stated): their
+        # messages stay unacknowledged in the broker (persisted) and are acknowledged when they
+        # finish, or put back by the reconciler (workers/reconcile.py).
+        worker_cancel_long_running_tasks_on_connection_loss=False,
         worker_hijack_root_logger=False,
         beat_schedule=beat_schedule(settings),
         beat_schedule_filename=str(settings.state_dir / "celerybeat-schedule"),
@@ -75,4 +92,7 @@ def create_app(settings: Settings | None = None) -> Celery:
     return celery_app
 
 
+broker.install_restore_guard(get_settings().redis_py_url)
 app = create_app()
+# `packyard worker/beat/flower` started the embedded Redis and exec()ed Celery: reap it here.
+embedded.adopt_from_env()

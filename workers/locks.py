@@ -1,11 +1,28 @@
 """Redis lease lock per repository, with fencing tokens.
 
 A lease is the Redis key ``packyard:lock:<repo>`` holding ``<token>:<owner>``,
-with a TTL. Acquisition is one Lua script: if the key is free, INCR the per-repo
-counter ``packyard:fence:<repo>`` (so tokens only ever grow, across holders and
-across expiries) and SET the key with that token and the TTL. Renewal is a Lua
+with a TTL. Acquisition is one Lua script: if the key is free, raise the per-repo
+counter ``packyard:fence:<repo>`` to the repository's own fence (the floor, see below),
+INCR it (so tokens only ever grow, across holders and across expiries) and SET the key
+with that token and the TTL.
+
+The repository's fence file (``packyard/fence``, ``packyard/maintenance-fence``;
+:mod:`packyard.store.fence`) is the source of truth for tokens, not Redis: it holds the
+highest token that has changed the repository. A Redis that lost its data (a restart
+without persistence, a flush, a new server) starts its counters at 0; without the floor
+it would hand out tokens the storage then refuses as stale ("stale fencing token 6:
+refs here were already moved under token 11") until the counter caught up. The floor is
+read from the file before each attempt and applied inside the script, atomically with
+the INCR, so a token is never at or below the fence. Renewal is a Lua
 compare-and-extend and release a Lua compare-and-delete, so a holder whose lease
 expired can never extend or delete its successor's lease.
+
+The value names its holder process (an owner record, :mod:`packyard.store.owner`: pid,
+host, boot id, start time) after a ``|``. A waiter that finds the lease held by a process
+that is provably dead (same host; pid gone or reused, or the host rebooted) deletes it at
+once (compare-and-delete on the exact value) instead of waiting out the TTL: a worker
+SIGKILLed mid-job no longer blocks its repository -- and its own redelivered job -- for
+up to ``PACKYARD_LOCK_TTL``. A holder on another host is never judged; its lease expires.
 
 A lease can be lost (the process stalled past the TTL, Redis restarted):
 :meth:`Lease.check` raises :class:`packyard.store.errors.LockLostError` when the key no
@@ -30,6 +47,8 @@ from typing import Callable, Iterator
 
 import redis
 
+from packyard.store import fence as store_fence
+from packyard.store import owner as store_owner
 from packyard.store.errors import LockLostError
 from packyard.workers.records.models import LockEventKind
 from packyard.workers.settings import Settings
@@ -56,8 +75,18 @@ class LeaseKind(enum.Enum):
     def fence_prefix(self) -> str:
         return self.value[1]
 
+    @property
+    def fence_kind(self) -> store_fence.FenceKind:
+        """The repository fence file whose tokens this lease's token sequence must stay above."""
+        return store_fence.FenceKind.REFS if self is LeaseKind.REPO else store_fence.FenceKind.MAINTENANCE
+
+
+# KEYS[1] lease key, KEYS[2] token counter; ARGV[1] owner, ARGV[2] TTL (ms), ARGV[3] floor (the fence).
 _ACQUIRE = """
 if redis.call('exists', KEYS[1]) == 1 then return false end
+local floor = tonumber(ARGV[3])
+local current = tonumber(redis.call('get', KEYS[2]) or '0')
+if current < floor then redis.call('set', KEYS[2], floor) end
 local token = redis.call('incr', KEYS[2])
 redis.call('set', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
 return token
@@ -70,6 +99,7 @@ _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
+OWNER_SEPARATOR = "|"
 
 
 class LockTimeout(TimeoutError):
@@ -90,6 +120,20 @@ OnEvent = Callable[[LockEvent], None]
 
 def lock_name_for(repo: str | Path) -> str:
     return str(Path(repo).expanduser().resolve())
+
+
+def fence_floor(repo: str | Path, kind: LeaseKind = LeaseKind.REPO) -> int:
+    """The highest token of ``kind`` recorded in the repository's fence file (0: none, or no repository yet).
+
+    ``repo`` is a bare repository or a work tree with ``.git``. A fence file that is not a
+    number raises CorruptObjectError (naming it): no token can be trusted against it.
+    """
+    path = Path(repo).expanduser()
+    git_dir = path / ".git" if (path / ".git").is_dir() else path
+    try:
+        return store_fence.recorded_token(git_dir, kind.fence_kind)
+    except (NotADirectoryError, PermissionError):
+        return 0
 
 
 def redis_client(settings: Settings) -> redis.Redis:
@@ -180,15 +224,49 @@ class Lease:
 
 def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
                 on_event: OnEvent | None = None, kind: LeaseKind = LeaseKind.REPO) -> Lease | None:
-    """One attempt: a Lease, or None if someone else holds it."""
+    """One attempt: a Lease, or None if someone else holds it. Its token is above the repository's fence.
+
+    A lease held by a process that is provably dead is broken first (see the module doc).
+    """
     name = lock_name_for(repo)
-    owner = f"{job_id or '-'}:{uuid.uuid4().hex}"
-    token = client.eval(_ACQUIRE, 2, kind.key_prefix + name, kind.fence_prefix + name, owner, int(ttl * 1000))
+    record = store_owner.current_owner().encode().decode().strip()
+    owner = f"{job_id or '-'}:{uuid.uuid4().hex}{OWNER_SEPARATOR}{record}"
+    floor = fence_floor(repo, kind)
+    keys = (kind.key_prefix + name, kind.fence_prefix + name)
+    token = client.eval(_ACQUIRE, 2, *keys, owner, int(ttl * 1000), floor)
+    if token is None and break_if_holder_dead(client, keys[0], name, on_event):
+        token = client.eval(_ACQUIRE, 2, *keys, owner, int(ttl * 1000), fence_floor(repo, kind))
     if token is None:
         return None
     lease = Lease(client, name, int(token), owner, ttl, job_id, on_event, kind)
     lease._emit(LockEventKind.ACQUIRED)
     return lease
+
+
+def lease_holder(value: bytes | str | None) -> store_owner.Owner | None:
+    """The owner record in a lease value (None: free, or written by a version without one)."""
+    if value is None:
+        return None
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    _, sep, record = text.partition(OWNER_SEPARATOR)
+    return store_owner.Owner.decode(record.encode()) if sep else None
+
+
+def break_if_holder_dead(client: redis.Redis, key: str, repo: str, on_event: OnEvent | None = None) -> bool:
+    """Delete the lease ``key`` if its holder is provably dead (compare-and-delete); True if it was deleted."""
+    value = client.get(key)
+    holder = lease_holder(value)
+    if holder is None or store_owner.liveness(holder) is not store_owner.Liveness.DEAD:
+        return False
+    if not client.eval(_RELEASE, 1, key, value):
+        return False              # released, expired or taken meanwhile: try again normally
+    text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+    token_text = text.split(":", 1)[0]
+    job = text.split(":", 2)[1] if text.count(":") >= 2 else None
+    if on_event is not None:
+        on_event(LockEvent(repo, key, None if job in (None, "-") else job, LockEventKind.BROKEN,
+                           int(token_text) if token_text.isdigit() else None))
+    return True
 
 
 def acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
@@ -248,7 +326,15 @@ def hold(lease: Lease, auto_renew: bool = False) -> Iterator[Lease]:
         if beat is not None:
             beat.stopped.set()
             beat.join()
-        lease.release()
+        try:
+            lease.release()
+        except redis.RedisError as err:
+            # The lease service is unreachable (restarting): the lease runs out after its TTL. Raising
+            # here would turn the block's outcome (often finished work) into a failure.
+            from packyard.workers import logging as plog
+
+            plog.get_logger("packyard.locks").warning("lease.release_failed", lock=lease.key, token=lease.token,
+                                                      error=str(err))
 
 
 _RELEASE_HELD_BY = """
@@ -259,6 +345,10 @@ return 0
 
 
 def release_held_by(client: redis.Redis, repo: str | Path, job_id: str) -> bool:
-    """Delete the repository lease if job ``job_id`` holds it (its process was killed, e.g. at the hard
-    time limit, and cannot release it itself). True if a lease was deleted."""
-    return bool(client.eval(_RELEASE_HELD_BY, 1, KEY_PREFIX + lock_name_for(repo), job_id))
+    """Delete the repository's leases (either kind) that job ``job_id`` holds (its process was killed,
+    e.g. at the hard time limit, and cannot release them itself). True if a lease was deleted.
+
+    A lease value is ``<token>:<job id>:<uuid>|<owner>``: the job id is matched between colons."""
+    name = lock_name_for(repo)
+    deleted = [client.eval(_RELEASE_HELD_BY, 1, kind.key_prefix + name, job_id) for kind in LeaseKind]
+    return any(deleted)

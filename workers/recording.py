@@ -17,6 +17,8 @@ No task repeats any of this: a task is ``@app.task(base=PackyardTask)`` and retu
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from typing import Any, Callable
@@ -31,6 +33,8 @@ from packyard.workers.settings import Settings, get_settings
 log = plog.get_logger("packyard.jobs")
 
 TASK_PREFIX = "packyard."
+#: Bookkeeping tasks that are not jobs: no job row (beat would fill the table with them).
+UNRECORDED_TASKS = frozenset({"packyard.reconcile_jobs"})
 
 #: Seconds between attempts to write a finished (or retrying) job's row while the database
 #: is unreachable: a restart or failover should not leave a finished job's row at STARTED.
@@ -71,11 +75,53 @@ def repo_from_call(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) ->
     return None
 
 
+#: An argument whose JSON is longer than this is recorded as its size and hash, not its content.
+MAX_PARAM_JSON = 1024
+
+
 def params_from_call(args: tuple[Any, ...] | list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    params = {k: v for k, v in kwargs.items() if k != "repo"}
+    """The job row's ``params``: the call's arguments (without ``repo``) as a summary.
+
+    Small values are kept as they are (ref names, ids, flags, paths). Object content never is:
+    ``objects`` (write_objects) becomes its count, the total object bytes and the sha256 of its
+    JSON; any other value longer than MAX_PARAM_JSON becomes its size and sha256. One 40 MiB blob
+    used to be stored whole in ``jobs.params`` (and a second time in the result backend).
+    """
+    params = {k: summarize_param(k, v) for k, v in kwargs.items() if k != "repo"}
     if args:
-        params["args"] = list(args)
+        params["args"] = summarize_param("args", list(args))
     return params
+
+
+def summarize_param(name: str, value: Any) -> Any:
+    encoded = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+    if name == "objects" and isinstance(value, list):
+        return {"count": len(value), "bytes": sum(_object_bytes(o) for o in value),
+                "sha256": hashlib.sha256(encoded).hexdigest()}
+    if len(encoded) <= MAX_PARAM_JSON:
+        return value
+    summary: dict[str, Any] = {"json_bytes": len(encoded), "sha256": hashlib.sha256(encoded).hexdigest()}
+    if isinstance(value, (list, dict)):
+        summary["count"] = len(value)
+    return summary
+
+
+def _object_bytes(item: Any) -> int:
+    """Decoded size of one ``{"type": ..., "data": <base64>}`` entry, from the base64 length alone."""
+    data = item.get("data") if isinstance(item, dict) else None
+    if not isinstance(data, str):
+        return 0
+    return len(data) * 3 // 4 - len(data) + len(data.rstrip("="))
+
+
+def _summarized_repr(args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | None:
+    """argsrepr/kwargsrepr for the message headers when an argument had to be summarized (events and
+    Flower show these; Celery's own repr would carry the first KiB of the content), else None."""
+    summary_args = [summarize_param("args", a) for a in args] if args else []
+    summary_kwargs = {k: (v if k == "repo" else summarize_param(k, v)) for k, v in kwargs.items()}
+    if summary_args == list(args) and summary_kwargs == kwargs:
+        return None
+    return repr(tuple(summary_args)), repr(summary_kwargs)
 
 
 def counters_of(value: Any) -> dict[str, Any] | None:
@@ -93,14 +139,19 @@ def counters_of(value: Any) -> dict[str, Any] | None:
 @before_task_publish.connect
 def _on_publish(sender: str | None = None, headers: dict[str, Any] | None = None, body: Any = None,
                 **_: Any) -> None:
-    headers = headers or {}
+    headers = headers if headers is not None else {}
     name = sender or headers.get("task")
-    if not name or not name.startswith(TASK_PREFIX) or headers.get("retries"):
+    if not name or not name.startswith(TASK_PREFIX) or name in UNRECORDED_TASKS:
         return
     args: Any = ()
     kwargs: dict[str, Any] = {}
     if isinstance(body, (tuple, list)) and len(body) >= 2:
         args, kwargs = body[0] or (), body[1] or {}
+    reprs = _summarized_repr(args, kwargs)
+    if reprs is not None:
+        headers["argsrepr"], headers["kwargsrepr"] = reprs
+    if headers.get("retries"):
+        return
     repo = repo_from_call(args, kwargs)
     try:
         recorder.record_queued(get_settings(), task_id=headers["id"], kind=name, repo=repo,
@@ -112,14 +163,14 @@ def _on_publish(sender: str | None = None, headers: dict[str, Any] | None = None
 
 
 def job_started(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any],
-                hostname: str | None) -> float:
-    started = time.monotonic()
+                hostname: str | None) -> recorder.Delivery:
+    """Count this delivery on the job row; its verdict says whether the job runs (see PackyardTask)."""
     repo = repo_from_call(args, kwargs)
     plog.bind_job(job_id=task_id, task=name, repo=repo)
-    recorder.record_started(get_settings(), task_id=task_id, kind=name, repo=repo,
-                            params=params_from_call(args, kwargs), hostname=hostname, pid=os.getpid())
-    log.info("job.started", worker=hostname, pid=os.getpid())
-    return started
+    delivery = recorder.record_started(get_settings(), task_id=task_id, kind=name, repo=repo,
+                                       params=params_from_call(args, kwargs), hostname=hostname, pid=os.getpid())
+    log.info("job.started", worker=hostname, pid=os.getpid(), attempt=delivery.attempts)
+    return delivery
 
 
 def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], started: float,

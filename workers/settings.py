@@ -63,6 +63,13 @@ PACKYARD_IMPORT_MAX_FILES      import_tree: entries (files, links, dirs)    1000
 PACKYARD_WRITE_OBJECTS_MAX_BYTES  write_objects: decoded object bytes in    1 MiB
                                one message (more: ``objects_file=``)
 PACKYARD_OBJECTS_FILE_MAX_BYTES   write_objects: size of ``objects_file``   512 MiB
+PACKYARD_LOST_AFTER            seconds a pending job's message must stay    600
+                               unseen (no queue, no delivery, no worker)
+                               before the reconciler marks the job LOST;
+                               beat reconciles every half of it
+PACKYARD_BROKER_OUTAGE_WAIT    seconds a job that must be retried waits     600
+                               for an unreachable broker to publish its
+                               retry (then: requeued when it is back)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -214,6 +221,9 @@ class Settings:
     write_objects_max_bytes: int = 1 << 20
     objects_file_max_bytes: int = 512 << 20
 
+    lost_after: float = 600.0
+    broker_outage_wait: float = 600.0
+
     def __post_init__(self) -> None:
         if not self.storage_roots:
             object.__setattr__(self, "storage_roots",
@@ -307,6 +317,8 @@ class Settings:
             import_max_files=_int(env, "PACKYARD_IMPORT_MAX_FILES", 1_000_000),
             write_objects_max_bytes=_int(env, "PACKYARD_WRITE_OBJECTS_MAX_BYTES", 1 << 20),
             objects_file_max_bytes=_int(env, "PACKYARD_OBJECTS_FILE_MAX_BYTES", 512 << 20),
+            lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
+            broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
         )
 
     @property
@@ -362,6 +374,8 @@ class Settings:
             "PACKYARD_IMPORT_MAX_FILES": str(self.import_max_files),
             "PACKYARD_WRITE_OBJECTS_MAX_BYTES": str(self.write_objects_max_bytes),
             "PACKYARD_OBJECTS_FILE_MAX_BYTES": str(self.objects_file_max_bytes),
+            "PACKYARD_LOST_AFTER": str(self.lost_after),
+            "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
         }
 
     @property

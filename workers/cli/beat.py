@@ -10,7 +10,8 @@ from packyard.workers.cli import common
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "beat", help="run the scheduler (nightly jobs)",
-        description="Exec `celery -A packyard.workers.app beat`. Nightly: the maintenance window opens at "
+        description="Exec `celery -A packyard.workers.app beat`. Every PACKYARD_LOST_AFTER/2 seconds: the "
+                    "job reconciler (LOST jobs, stranded deliveries). Nightly: the maintenance window opens at "
                     "PACKYARD_MAINTENANCE_CRON (UTC) and plans every enabled registered repository (packyard "
                     "repos) for PACKYARD_MAINTENANCE_WINDOW seconds, at most PACKYARD_MAINTENANCE_CONCURRENCY "
                     "maintenance jobs in flight.")
@@ -24,6 +25,9 @@ def run(args: argparse.Namespace) -> int:
         from packyard.workers.app import beat_schedule
 
         for name, entry in beat_schedule(s).items():
+            if isinstance(entry["schedule"], (int, float)):
+                print(f"{name}: {entry['task']} every {entry['schedule']:g}s")
+                continue
             print(f"{name}: {entry['task']} {entry['kwargs']} at cron '{s.maintenance_cron}' (UTC), open for "
                   f"{s.maintenance_window:.0f} s, at most {s.maintenance_concurrency} maintenance job(s) in flight, "
                   f"jitter up to {s.maintenance_jitter:.0f} s; also after every {s.plan_after_ingests} ingests")

@@ -1,9 +1,11 @@
 """packyard down: stop the embedded Redis that worker / beat / flower / submit left running.
 
-The embedded server keeps nothing on disk (``save ""``, no AOF): stopping it drops every
-queued job and every repository lease. So it is stopped only when nothing still uses it --
-no other client connected, no message queued or delivered-but-unacknowledged, no lease
-held -- unless ``--force``; otherwise the command says what is still there and exits 1.
+The embedded server keeps its data in an append-only file under the state dir: queued and
+delivered jobs survive a stop and run when it starts again. Stopping it still cuts off the
+workers, beat and flower connected to it and stalls the jobs in flight, so it is stopped only
+when nothing still uses it -- no other client connected, no message queued or
+delivered-but-unacknowledged, no lease held -- unless ``--force``; otherwise the command says
+what is still there and exits 1.
 An external Redis (PACKYARD_REDIS_URL) is never touched.
 """
 from __future__ import annotations
@@ -19,8 +21,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
         "down", help="stop the embedded Redis left running under the state dir",
         description="Stop the embedded Redis under PACKYARD_STATE_DIR once nothing uses it: no other client "
                     "(worker, beat, flower), no queued or unacknowledged job, no repository lease. Its data is "
-                    "not saved, so stopping it with --force drops queued jobs.")
-    p.add_argument("--force", action="store_true", help="stop it even though clients, jobs or leases remain")
+                    "kept (append-only file): with --force, queued jobs wait for the next start.")
+    p.add_argument("--force", action="store_true",
+                   help="stop it even though clients, jobs or leases remain (jobs are kept for the next start)")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
@@ -63,13 +66,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"packyard down: the embedded Redis under {server.dir} is still in use:", file=sys.stderr)
         for line in in_use:
             print(f"  {line}", file=sys.stderr)
-        print("stop the workers first, or use --force (queued jobs and leases are lost)", file=sys.stderr)
+        print("stop the workers first, or use --force (queued jobs are kept for the next start)", file=sys.stderr)
         return 1
     pid = server.pid_from_file()
     server.stop(force=True)
     if server.ping():
         print(f"packyard down: the embedded Redis under {server.dir} is still answering", file=sys.stderr)
         return 1
-    dropped = f" (dropped: {'; '.join(in_use)})" if in_use else ""
+    dropped = f" (still there for the next start: {'; '.join(in_use)})" if in_use else ""
     print(f"packyard down: stopped the embedded Redis (pid {pid}) under {server.dir}{dropped}")
     return 0

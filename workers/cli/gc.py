@@ -3,7 +3,10 @@
 * temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers;
 * index-pack quarantines (``objects/incoming-*``) of ingests that died, once nothing in them
   was touched for ``--quarantine-after`` seconds (a live ingest keeps writing into its own);
-* ``objects/pack/tmp_*`` older than 14 days and preserved packs older than ``--preserve-for``.
+* ``objects/pack/tmp_*`` older than 14 days and preserved packs older than ``--preserve-for``;
+* ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``) whose owner is provably
+  dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files
+  (``dead_locks_removed``: path, verdict, owner).
 
 The same cleanup runs as the ``packyard.gc`` job a maintenance plan queues (workers/commands/gc.py).
 """
@@ -23,7 +26,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "are removed when their process is dead on this host and they are older than --stale-after; "
                     "others (another host, git's own) only after --foreign-after (git's prune expiry). Also "
                     "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after, "
-                    "objects/pack/tmp_* older than 14 days and preserved packs older than --preserve-for. "
+                    "objects/pack/tmp_* older than 14 days, preserved packs older than --preserve-for, and "
+                    "ref/fence lock files whose owner is dead (or unknown and older than 10 minutes). "
                     "Prints one JSON line: what was removed.")
     common.add_repo_arg(p)
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
@@ -52,5 +56,6 @@ def run(args: argparse.Namespace) -> int:
                       "stale_markers_removed": c["stale_markers_removed"],
                       "stale_quarantines_removed": removed["quarantines"],
                       "stale_pack_temps_removed": removed["pack_temps"],
-                      "preserved_packs_expired": removed["preserved_packs"]}))
+                      "preserved_packs_expired": removed["preserved_packs"],
+                      "dead_locks_removed": removed["dead_locks"]}))
     return 0

@@ -15,10 +15,11 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    from packyard.workers.embedded import ensure_private_dir
     from packyard.workers.records import downgrade_database, upgrade_database
 
     s = common.settings()
-    s.state_dir.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(s.state_dir)
     if args.downgrade:
         downgrade_database(s, args.downgrade)
         print(f"downgraded {_safe(s.database_url)} to {args.downgrade}")

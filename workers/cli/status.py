@@ -2,18 +2,24 @@
 
 With ``--repo R``: first the repository's statistics, the plan the maintenance strategy would
 make if it were planned now (with its reasons), then its recent jobs.
+
+Before listing, one reconciler pass (workers/reconcile.py) checks the pending jobs against the
+broker and the workers: a job whose message is nowhere is marked LOST once it stayed unseen for
+PACKYARD_LOST_AFTER; ``--no-reconcile`` lists the rows as they are.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
 from packyard.workers.cli import common
 
-COLUMNS = ("job", "task id", "kind", "repo", "state", "queued (UTC)", "ms", "worker", "counters", "error")
+COLUMNS = ("job", "task id", "kind", "repo", "state", "tries", "queued (UTC)", "ms", "worker", "counters",
+           "error")
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -24,6 +30,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     common.add_repo_arg(p, required=False)
     p.add_argument("--limit", type=int, default=20, help="number of jobs (default 20)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    p.add_argument("--no-reconcile", action="store_true",
+                   help="do not check pending jobs against the broker and workers first (no LOST marking)")
     p.set_defaults(func=run)
 
 
@@ -84,13 +92,14 @@ def fetch(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
             "id": job.id, "task_id": job.task_id, "kind": job.kind, "repo": path, "state": job.state.value,
             "queued_at": job.queued_at, "started_at": job.started_at, "finished_at": job.finished_at,
             "duration_ms": job.duration_ms, "counters": job.counters, "error": job.error,
-            "worker": job.worker_hostname, "pid": job.worker_pid,
+            "worker": job.worker_hostname, "pid": job.worker_pid, "attempts": job.attempts, "retries": job.retries,
+            "first_started_at": job.first_started_at, "last_started_at": job.last_started_at,
         } for job, path in session.execute(q)]
 
 
 def render_table(rows: Sequence[dict[str, Any]], width: int = 60) -> str:
     cells = [(str(r["id"]), r["task_id"][:8], r["kind"].removeprefix("packyard."),
-              _short_path(r["repo"]), r["state"], _time(r["queued_at"] or r["started_at"]),
+              _short_path(r["repo"]), r["state"], _tries(r), _time(r["queued_at"] or r["started_at"]),
               "" if r["duration_ms"] is None else str(r["duration_ms"]),
               f"{(r['worker'] or '').split('@')[0]}/{r['pid']}" if r["worker"] else "", _counters(r["counters"], r["kind"]),
               _clip((r["error"] or "").replace("\n", " "), width)) for r in rows]
@@ -99,6 +108,31 @@ def render_table(rows: Sequence[dict[str, Any]], width: int = 60) -> str:
     out = [line(COLUMNS), line(["-" * w for w in widths])]
     out += [line(c) for c in cells]
     return "\n".join(out)
+
+
+def _tries(r: dict[str, Any]) -> str:
+    """Deliveries of the job's message (a redelivery shows as 2+), with retries when there were any."""
+    tries = str(r.get("attempts") or 0)
+    return f"{tries} ({r['retries']} retries)" if r.get("retries") else tries
+
+
+def reconcile_first(s) -> str | None:  # type: ignore[no-untyped-def]
+    """One reconciler pass against the configured broker; a one-line summary, or why it was skipped."""
+    import redis
+
+    from packyard.workers.embedded import EmbeddedRedis
+
+    if s.embedded_redis and not EmbeddedRedis.for_settings(s).ping():
+        return "reconcile skipped: the embedded Redis is not running"
+    from packyard.workers.app import app
+    from packyard.workers.reconcile import reconcile
+
+    try:
+        return "reconcile: " + reconcile(s, app).summary()
+    except (redis.RedisError, OSError) as err:
+        return f"reconcile skipped: broker unreachable ({err})"
+    except Exception as err:  # noqa: BLE001 - the listing below must not depend on the reconciler
+        return f"reconcile failed: {type(err).__name__}: {err}"
 
 
 def _short_path(p: str | None) -> str:
@@ -119,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
     if common.is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
         print(f"no job records yet ({s.state_dir / 'packyard.db'} does not exist)")
         return 0
+    note = None if args.no_reconcile else reconcile_first(s)
+    if note:
+        print(note, file=sys.stderr)   # stdout stays the table (or JSON lines)
     rows = fetch(s, args.repo, args.limit)
     if args.repo and not args.json:
         print(render_repository(s, args.repo))

@@ -8,7 +8,9 @@ plan queues:
   after 14 days);
 * index-pack quarantines (``objects/incoming-*``) untouched for ``quarantine_after`` seconds;
 * ``objects/pack/tmp_*`` older than 14 days (``git prune``'s rule);
-* preserved packs (``objects/pack/preserved/``) older than ``preserve_for`` seconds.
+* preserved packs (``objects/pack/preserved/``) older than ``preserve_for`` seconds;
+* ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``) whose owner is provably
+  dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files.
 
 ``fence`` (the job's maintenance-lease check) runs before each step that deletes, so a job
 that lost its lease stops before deleting anything more.
@@ -30,11 +32,12 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     from packyard.store import bulk
     from packyard.store.indexpack import remove_stale_quarantines
     from packyard.store.maintenance.leftovers import expire_preserved_packs, remove_stale_pack_temps
+    from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
 
     check = fence or (lambda: None)
     r = Repository.open(repo)
-    steps = 4
+    steps = 5
 
     def step(n: int, name: str) -> None:
         if progress:
@@ -50,11 +53,15 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     pack_temps = remove_stale_pack_temps(r, fence=check)
     step(3, "preserved packs")
     preserved = expire_preserved_packs(r, preserve_for=preserve_for, fence=check)
+    step(4, "dead claims")
+    dead_locks = [c.as_dict() for c in remove_dead_claims(r.path)]
     if progress:
         progress("gc", steps, steps)
     return {
         "repo": str(r.path),
         "counters": {**tmp, "stale_quarantines_removed": len(quarantines),
-                     "stale_pack_temps_removed": len(pack_temps), "preserved_packs_expired": len(preserved)},
-        "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved},
+                     "stale_pack_temps_removed": len(pack_temps), "preserved_packs_expired": len(preserved),
+                     "dead_locks_removed": len(dead_locks)},
+        "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved,
+                    "dead_locks": dead_locks},
     }

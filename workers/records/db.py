@@ -36,13 +36,28 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         path = url.split("///", 1)[1] if "///" in url else ""
         if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            create_private_sqlite_file(Path(path))
         engine = create_engine(url, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url[len("postgresql://"):]
     return create_engine(url, pool_pre_ping=True)
+
+
+def create_private_sqlite_file(path: Path) -> None:
+    """Create a missing SQLite database file 0600 (its directory 0700) before SQLite opens it.
+
+    SQLite would create it with the umask's mode (usually 0644: job parameters readable by every
+    user of the host); its -wal and -shm files take the database file's mode.
+    """
+    from packyard.workers.embedded import ensure_private_dir
+
+    ensure_private_dir(path.parent)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def get_engine(url: str) -> Engine:
@@ -101,9 +116,9 @@ def upgrade_database(settings: Settings | str, revision: str = "head") -> None:
         command.upgrade(alembic_config(url), revision)
         return
     # Embedded mode: several `packyard` processes may start at once and each migrates; serialize them.
-    from packyard.workers.embedded import file_lock
+    from packyard.workers.embedded import ensure_private_dir, file_lock
 
-    sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(sqlite_file.parent)
     with file_lock(sqlite_file.with_name(sqlite_file.name + ".migrate-lock")):
         command.upgrade(alembic_config(url), revision)
 

@@ -2,7 +2,9 @@
 
 ``repositories`` — every repository packyard has worked on, and the maintenance registry
 (enabled, ingests since the last repack, last repacks, the last plan); ``jobs`` — one row per
-task run (queued → started → success/failure, counters, error); ``lock_events`` —
+job (task id): queued → started → success/failure, counters, error; every delivery of
+its message is counted (``attempts``, first and last start), so a redelivery shows, and a
+job whose message vanished is marked ``LOST`` by the reconciler; ``lock_events`` —
 every acquire/renew/release/loss of a repository lease with its fencing token;
 ``race_events`` — races the workers observed (a pack vanished under a lookup, a
 ref moved under a compare-and-swap, …), filled by later issues.
@@ -15,7 +17,7 @@ import enum
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, true
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, text, true
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -41,10 +43,19 @@ class JobState(str, enum.Enum):
     RETRY = "RETRY"
     SUCCESS = "SUCCESS"
     FAILURE = "FAILURE"
+    #: No broker queue holds its message and no worker runs it (the reconciler's verdict, with the
+    #: reason in ``error``). Not an outcome: a LOST job that later starts or finishes is overwritten.
+    LOST = "LOST"
 
     @property
     def finished(self) -> bool:
+        """The job has its outcome: a later delivery of it is acknowledged without running."""
         return self in (JobState.SUCCESS, JobState.FAILURE)
+
+    @property
+    def pending(self) -> bool:
+        """Queued, running or waiting for a retry: the reconciler looks for its message."""
+        return self in (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
 
 
 class LockEventKind(str, enum.Enum):
@@ -53,6 +64,7 @@ class LockEventKind(str, enum.Enum):
     RELEASED = "released"
     LOST = "lost"        # another holder owns the lease now
     EXPIRED = "expired"  # the lease ran out and nobody holds it
+    BROKEN = "broken"    # deleted by a waiter because its holder process was provably dead (job = the dead holder's)
 
 
 def _enum(cls: type[enum.Enum], name: str) -> Enum:
@@ -91,7 +103,7 @@ class Job(Base):
     state: Mapped[JobState] = mapped_column(_enum(JobState, "job_state"), index=True)
     params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))   # the run that set the state
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     duration_ms: Mapped[int | None] = mapped_column(BigInteger)
     counters: Mapped[dict[str, Any] | None] = mapped_column(JSON)
@@ -100,6 +112,12 @@ class Job(Base):
     retries: Mapped[int] = mapped_column(Integer, default=0)
     worker_hostname: Mapped[str | None] = mapped_column(String(255))
     worker_pid: Mapped[int | None] = mapped_column(Integer)
+    # Deliveries of the job's message to a worker (each counted, also one acknowledged without running).
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    first_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Set by the reconciler when it finds the job pending but its message nowhere; cleared by any write.
+    unseen_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     repository: Mapped[Repository | None] = relationship(back_populates="jobs")
 

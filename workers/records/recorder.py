@@ -5,11 +5,13 @@ database transaction open while it works on a repository.
 """
 from __future__ import annotations
 
+import enum
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -50,44 +52,105 @@ def _job(session: Session, task_id: str, kind: str, repo: str | None) -> Job:
     return job
 
 
+FINISHED_STATES = (JobState.SUCCESS, JobState.FAILURE)
+PENDING_STATES = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
+
+
 def record_queued(settings: Settings | str, *, task_id: str, kind: str, repo: str | None,
                   params: dict[str, Any] | None = None) -> None:
+    """A message for the job was published. A job that has its outcome is left as it is (a republish)."""
     with session_scope(settings) as s:
         job = _job(s, task_id, kind, repo)
+        if job.state in FINISHED_STATES:
+            return
         job.queued_at = job.queued_at or utcnow()
         job.params = params
-        if job.started_at is None:
+        job.unseen_since = None
+        if job.started_at is None or job.state is JobState.LOST:
             job.state = JobState.QUEUED
 
 
+class DeliveryVerdict(enum.Enum):
+    """What a worker does with a delivery of a job's message (a result, not a boolean)."""
+
+    RUN = "run"                            # no outcome yet: the job runs (STARTED)
+    ALREADY_FINISHED = "already-finished"  # SUCCESS/FAILURE recorded: acknowledge without running
+
+
+@dataclass(frozen=True)
+class Delivery:
+    verdict: DeliveryVerdict
+    attempts: int
+    state: JobState
+    started_at: datetime
+
+
 def record_started(settings: Settings | str, *, task_id: str, kind: str, repo: str | None,
-                   params: dict[str, Any] | None, hostname: str | None, pid: int) -> datetime:
+                   params: dict[str, Any] | None, hostname: str | None, pid: int) -> Delivery:
+    """A worker received the job's message: count the delivery, and start the job unless it has an outcome.
+
+    Each statement is one atomic UPDATE (attempts = attempts + 1), so two deliveries counted at
+    once by two processes are both counted, and only one of "start" / "already finished" applies.
+    """
     now = utcnow()
+    for _ in range(2):  # a second round only if another process created the row between our statements
+        with session_scope(settings) as s:
+            started = s.execute(
+                update(Job).where(Job.task_id == task_id, Job.state.not_in(FINISHED_STATES))
+                .values(attempts=Job.attempts + 1, first_started_at=func.coalesce(Job.first_started_at, now),
+                        last_started_at=now, state=JobState.STARTED, started_at=now, finished_at=None,
+                        worker_hostname=hostname, worker_pid=pid, unseen_since=None)
+                .execution_options(synchronize_session=False)).rowcount
+            if not started:
+                finished = s.execute(
+                    update(Job).where(Job.task_id == task_id, Job.state.in_(FINISHED_STATES))
+                    .values(attempts=Job.attempts + 1, last_started_at=now)
+                    .execution_options(synchronize_session=False)).rowcount
+                if finished:
+                    job = s.scalar(select(Job).where(Job.task_id == task_id))
+                    assert job is not None
+                    return Delivery(DeliveryVerdict.ALREADY_FINISHED, job.attempts, job.state, now)
+                try:
+                    with s.begin_nested():
+                        s.add(Job(task_id=task_id, kind=kind, repo_id=repository_id(s, repo), state=JobState.STARTED,
+                                  params=params, retries=0, attempts=1, first_started_at=now, last_started_at=now,
+                                  started_at=now, worker_hostname=hostname, worker_pid=pid))
+                except IntegrityError:
+                    continue
+                return Delivery(DeliveryVerdict.RUN, 1, JobState.STARTED, now)
+            job = s.scalar(select(Job).where(Job.task_id == task_id))
+            assert job is not None
+            if job.params is None:
+                job.params = params
+            return Delivery(DeliveryVerdict.RUN, job.attempts, JobState.STARTED, now)
+    raise RuntimeError(f"job row {task_id} could neither be created nor found")  # pragma: no cover
+
+
+def job_state(settings: Settings | str, task_id: str) -> JobState | None:
+    """The recorded state of a job (None: no row)."""
     with session_scope(settings) as s:
-        job = _job(s, task_id, kind, repo)
-        if job.params is None:
-            job.params = params
-        job.state = JobState.STARTED
-        job.started_at = now
-        job.finished_at = None
-        job.worker_hostname = hostname
-        job.worker_pid = pid
-    return now
+        return s.scalar(select(Job.state).where(Job.task_id == task_id))
 
 
 def record_retry(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, reason: str) -> None:
+    """The job will run again (a retry message is published). A job with an outcome keeps it."""
     with session_scope(settings) as s:
         job = _job(s, task_id, kind, repo)
+        if job.state in FINISHED_STATES:
+            return
         job.state = JobState.RETRY
         job.retries = (job.retries or 0) + 1
         job.error = reason
+        job.unseen_since = None
 
 
 def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, state: JobState,
                     counters: dict[str, Any] | None, error: str | None, error_type: str | None,
                     on_ingest_counted: Callable[[int], None] | None = None) -> Job:
-    """Finish the job row and move the repository registry's counters (registry.count_landed).
+    """The job's outcome, and the repository registry's counters moved (registry.count_landed).
 
+    The first outcome recorded stands: a later one (a duplicate run that slipped past the checks)
+    is not written, the recorded row is returned, and nothing is counted twice.
     ``on_ingest_counted(n)`` is called after the commit when the job was a successful ingest
     and the repository has now seen ``n`` ingests since its last repack.
     """
@@ -95,7 +158,11 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
     ingests: int | None = None
     with session_scope(settings) as s:
         job = _job(s, task_id, kind, repo)
-        counted_before = job.state is JobState.SUCCESS  # a redelivered job's second finish counts once
+        if job.state in FINISHED_STATES:
+            s.flush()
+            s.expunge(job)
+            return job
+        job.unseen_since = None
         job.state = state
         job.finished_at = now
         started = job.started_at
@@ -113,14 +180,38 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
                 if state is JobState.SUCCESS and kind == "packyard.verify_repo":
                     repo_row.last_verified_at = now
                 s.flush()
-                if not counted_before:
-                    ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params,
-                                                    now=now)
+                ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params, now=now)
         s.flush()
         s.expunge(job)
     if ingests is not None and on_ingest_counted is not None:
         on_ingest_counted(ingests)
     return job
+
+
+def mark_unseen(settings: Settings | str, job_id: int, now: datetime) -> bool:
+    """The reconciler did not find a pending job's message: start its grace period (if nothing wrote it since)."""
+    with session_scope(settings) as s:
+        return bool(s.execute(
+            update(Job).where(Job.id == job_id, Job.state.in_(PENDING_STATES), Job.unseen_since.is_(None))
+            .values(unseen_since=now).execution_options(synchronize_session=False)).rowcount)
+
+
+def mark_seen(settings: Settings | str, job_id: int) -> None:
+    """The reconciler found the job's message again: forget its grace period."""
+    with session_scope(settings) as s:
+        s.execute(update(Job).where(Job.id == job_id, Job.unseen_since.is_not(None)).values(unseen_since=None)
+                  .execution_options(synchronize_session=False))
+
+
+def record_lost(settings: Settings | str, job_id: int, unseen_since: datetime, reason: str) -> bool:
+    """Mark a pending job LOST, only if nothing wrote its row since it went unseen at ``unseen_since``
+    (every write clears ``unseen_since``): a job that started meanwhile is never marked."""
+    now = utcnow()
+    with session_scope(settings) as s:
+        return bool(s.execute(
+            update(Job).where(Job.id == job_id, Job.state.in_(PENDING_STATES), Job.unseen_since == unseen_since)
+            .values(state=JobState.LOST, error=reason, error_type="JobLost", finished_at=now)
+            .execution_options(synchronize_session=False)).rowcount)
 
 
 def record_lock_event(settings: Settings | str, *, repo: str | None, job_id: str | None, lock_name: str,

@@ -40,16 +40,22 @@ Layers
     the returned counters or FAILURE with ``str(err)``), binds ``job_id``/``task``/``repo`` to
     every log line, logs one ``job.finished`` summary, acks late and re-queues when the worker
     process dies. The queued row is written when the task is published (any publisher).
+    Every delivery is counted (``attempts``); a delivery of a job that already has its
+    outcome is acknowledged without running (checked at start and under the lease). Claim
+    files the store creates during the job name it (``owner.bind_job``).
   - ``self.call(fn, *args, **kw)`` passes ``progress=self.progress`` and maps errors:
-    StoreError → the job fails (no retry); LockLostError and Redis connection/timeouts →
-    retry with exponential backoff (PACKYARD_TASK_MAX_RETRIES, then the job fails).
+    StoreError → the job fails (no retry); LockLostError, LockContendedError and Redis
+    connection/timeouts (also when raised in the task body itself) → ``self.retry_later(err)``:
+    retry with exponential backoff (PACKYARD_TASK_MAX_RETRIES, then the job fails), the retry
+    published once the broker answers (it may be restarting).
   - ``self.progress(phase, done, total)`` → ``update_state("PROGRESS", {phase, done, total})``
     at most every 0.5 s per phase, which Flower and dashboards show.
   - ``self.repo_lock(repo)`` → the repository lease (:mod:`packyard.workers.locks`) with the configured TTL,
     renewed in the background; events go to ``lock_events``; ``lease.token`` is the fencing token
     (commands pass it to their ref updates, and the ref store refuses a token older than one it saw);
     ``lease.check()`` raises LockLostError (→ retry). A repository locked for more than 30 s
-    retries the job later.
+    retries the job later; a lease whose holder process is dead is broken at once. Once the
+    lease is held, a job another delivery finished meanwhile stops (AlreadyFinished).
   - ``self.record_race(kind, repo, **detail)`` → a ``race_events`` row (and a warning log line).
 * Register the module below (one import line), add the CLI command in ``workers/cli/``
   and, for benchmarks, a module in ``workers/cli/bench/``.
@@ -60,6 +66,7 @@ from packyard.workers.tasks import verify_repo  # noqa: F401
 from packyard.workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
 from packyard.workers.tasks import index_pack  # noqa: F401
 from packyard.workers.tasks import gc, plan_maintenance  # noqa: F401
+from packyard.workers.tasks import reconcile_jobs  # noqa: F401  (bookkeeping, not a job: see its module)
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
                 "plan_maintenance")

@@ -3,24 +3,38 @@ from __future__ import annotations
 
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterator, NoReturn, TypeVar
 
 import redis
 from celery import Task
-from celery.exceptions import Retry
+from celery.exceptions import Ignore, Reject, Retry
+from kombu.exceptions import OperationalError
 from sqlalchemy.exc import SQLAlchemyError
 
-from packyard.store.errors import LockLostError, StoreError
+from packyard.store import owner
+from packyard.store.errors import LockContendedError, LockLostError, StoreError
 from packyard.workers import logging as plog
 from packyard.workers import recording
 from packyard.workers.confine import InputKind
+from packyard.workers.records.recorder import DeliveryVerdict
 from packyard.workers.settings import get_settings
 from packyard.workers.tasks import boundary
 
 T = TypeVar("T")
 
-# Errors that say "try again later", not "this input is bad".
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (LockLostError, redis.ConnectionError, redis.TimeoutError)
+# Errors that say "try again later", not "this input is bad". LockContendedError: a claim file
+# (<ref>.lock, packyard/fence.lock) is held by a live writer -- a moment's contention, unlike a
+# compare-and-swap that found the ref moved (RefUpdateError, a failure).
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (LockLostError, LockContendedError, redis.ConnectionError,
+                                                     redis.TimeoutError, OperationalError)
+# What a lost broker connection looks like from a task (redis-py directly, or through kombu/Celery).
+BROKER_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, OperationalError)
+
+log = plog.get_logger("packyard.jobs")
+
+
+class AlreadyFinished(Ignore):
+    """A delivery of a job whose row already has its outcome: acknowledged without running (no new result)."""
 
 
 class PackyardTask(Task):
@@ -28,6 +42,11 @@ class PackyardTask(Task):
 
     Storage tasks acknowledge late and are re-queued if the worker process dies,
     so a SIGKILLed worker's job runs again elsewhere (the store code is crash-safe).
+
+    Exactly-once outcomes: every delivery is counted on the job row (``attempts``); a delivery
+    of a job that already has its outcome (SUCCESS/FAILURE) is acknowledged without running,
+    checked when it starts and again once it holds the repository lease (a second delivery can
+    start while the first still runs, and wait for the lease behind it).
     """
 
     abstract = True
@@ -36,7 +55,10 @@ class PackyardTask(Task):
     inputs: dict[str, InputKind] = {}
     acks_late = True
     reject_on_worker_lost = True
-    track_started = True
+    # No STARTED state in the result backend: Celery writes it before the task body runs, so a
+    # redelivery of a finished job would overwrite its stored result before the delivery check
+    # below can acknowledge it untouched. The job row and the task-started event say STARTED.
+    track_started = False
     throws = (StoreError,)      # expected failures: logged by Celery without a traceback
     progress_interval = 0.5     # seconds between PROGRESS updates within one phase
     retry_backoff_base = 2.0    # seconds; doubled per retry
@@ -44,6 +66,7 @@ class PackyardTask(Task):
 
     _progress_phase: str | None = None
     _progress_at: float = 0.0
+    _progress_dropped: int = 0
 
     @property
     def max_retries(self) -> int:  # type: ignore[override]
@@ -63,22 +86,45 @@ class PackyardTask(Task):
         req = self.request
         if req.id is None or req.is_eager:  # a direct call (tests, in-process): no job row
             return self.run(*args, **kwargs)
-        self._progress_phase, self._progress_at = None, 0.0
+        self._progress_phase, self._progress_at, self._progress_dropped = None, 0.0, 0
+        # Every claim file the store creates during the job (ref locks, fence lock, ...) names it.
+        with owner.bind_job(req.id):
+            try:
+                return self._run_recorded(req, args, kwargs)
+            finally:
+                plog.clear_job()
+
+    def _run_recorded(self, req: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
-            started = recording.job_started(req.id, self.name, args, kwargs, req.hostname)
+            delivery = recording.job_started(req.id, self.name, args, kwargs, req.hostname)
         except SQLAlchemyError as err:  # records unavailable: do not touch the repository unrecorded
-            plog.get_logger("packyard.jobs").error("job.record_failed", step="started", error=str(err))
-            plog.clear_job()
-            raise self.retry(exc=err, countdown=self.backoff()) from err
+            log.error("job.record_failed", step="started", error=str(err))
+            self.retry_later(err)
+        if delivery.verdict is DeliveryVerdict.ALREADY_FINISHED:
+            log.warning("job.duplicate_delivery", state=delivery.state.value, attempts=delivery.attempts,
+                        when="delivered")
+            raise AlreadyFinished(f"job {req.id} already {delivery.state.value}; delivery {delivery.attempts} "
+                                  "acknowledged without running")
+        started = time.monotonic()
         try:
-            # Arguments checked, repo confined to the storage roots, inputs to the incoming dir.
-            with boundary.prepared(self, args, kwargs) as (run_args, run_kwargs):
-                result = self.run(*run_args, **run_kwargs)
+            try:
+                # Arguments checked, repo confined to the storage roots, inputs to the incoming dir.
+                with boundary.prepared(self, args, kwargs) as (run_args, run_kwargs):
+                    result = self.run(*run_args, **run_kwargs)
+            except TRANSIENT_ERRORS as err:  # also outside self.call (a lease check in the task body)
+                self.retry_later(err)
+        except AlreadyFinished:
+            raise  # a duplicate found out under the lease: the first delivery's outcome stands
         except Retry as r:
             recording.job_retrying(req.id, self.name, args, kwargs, str(r.exc or r.message or r))
             raise
+        except Reject as r:
+            # Only retry_later rejects: the retry could not be published (broker unreachable). The
+            # message is requeued, or stays unacknowledged in the broker for the reconciler.
+            recording.job_retrying(req.id, self.name, args, kwargs, f"redelivered when the broker is back: {r.reason}")
+            raise
         except Exception as exc:
-            error = boundary.as_job_error(self, exc)
+            error = boundary.as_job_error(self, exc)   # e.g. the soft time limit, named
             recording.job_finished(req.id, self.name, args, kwargs, started, exc=error)
             if error is not exc:
                 raise error from exc
@@ -88,12 +134,10 @@ class PackyardTask(Task):
             # (job_finished retries the row write and never raises a database error).
             recording.job_finished(req.id, self.name, args, kwargs, started, result=result)
             return result
-        finally:
-            plog.clear_job()
 
     def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
         """Past the hard time limit Celery kills the job's process and calls this in the worker's main
-        process: record the FAILURE the job could not record, and release the lease it held."""
+        process: record the FAILURE the job could not record, and release the leases it held."""
         from celery.exceptions import TimeLimitExceeded
 
         if not isinstance(exc, TimeLimitExceeded):
@@ -109,19 +153,28 @@ class PackyardTask(Task):
             try:
                 release_held_by(redis_client(get_settings()), repo, task_id)
             except redis.RedisError as err:  # the lease then expires after its TTL
-                plog.get_logger("packyard.jobs").warning("job.lease_release_failed", error=str(err))
+                log.warning("job.lease_release_failed", error=str(err))
 
     # -- what a task body uses -------------------------------------------------------------------
 
     def progress(self, phase: str, done: int, total: int | None = None) -> None:
-        """Report progress as a PROGRESS state {phase, done, total} (Flower/dashboards), at a modest rate."""
+        """Report progress as a PROGRESS state {phase, done, total} (Flower/dashboards), at a modest rate.
+
+        Best effort: a report the result backend cannot take (broker restarting) is dropped; the
+        job itself decides at its next lease check whether it can go on.
+        """
         now = time.monotonic()
         finished = total is not None and done >= total
         if phase == self._progress_phase and not finished and now - self._progress_at < self.progress_interval:
             return
         self._progress_phase, self._progress_at = phase, now
         if self.request.id is not None and not self.request.is_eager:
-            self.update_state(state="PROGRESS", meta={"phase": phase, "done": done, "total": total})
+            try:
+                self.update_state(state="PROGRESS", meta={"phase": phase, "done": done, "total": total})
+            except BROKER_ERRORS as err:
+                self._progress_dropped += 1
+                if self._progress_dropped == 1:   # once per job: an outage drops every report
+                    log.warning("job.progress_dropped", phase=phase, done=done, error=str(err))
 
     def bind_log(self, **values: Any) -> None:
         """Add context (beyond job_id/task/repo, which are bound already) to every log line of this job."""
@@ -130,15 +183,37 @@ class PackyardTask(Task):
     def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run one command function with ``progress=self.progress``; map its errors.
 
-        StoreError subclasses fail the job (bad input does not get better by retrying);
-        LockLostError and Redis connection errors are retried with exponential backoff.
+        StoreError subclasses fail the job (bad input does not get better by retrying); lost
+        leases, contended claim files and broker connection errors are retried with exponential
+        backoff (:meth:`retry_later`).
         """
         try:
             return fn(*args, progress=self.progress, **kwargs)
         except TRANSIENT_ERRORS as err:
-            raise self.retry(exc=err, countdown=self.backoff()) from err
-        except StoreError:
-            raise
+            self.retry_later(err)
+
+    def retry_later(self, exc: BaseException, countdown: float | None = None) -> NoReturn:
+        """Retry the job after ``countdown`` (default: exponential backoff); raises, never returns.
+
+        Publishing the retry needs the broker. Celery tries for a few seconds and then rejects
+        the message *without* requeueing it, so a job that hit a Redis restart used to end as
+        FAILURE ("Error 111 connecting to …redis.sock") and vanish. Here a failed publish waits
+        for the broker to answer again (up to ``PACKYARD_BROKER_OUTAGE_WAIT`` seconds) and is
+        tried again; if the broker stays away, the message is rejected *with* requeue: put back
+        at once if the broker answers by then, else left unacknowledged in the broker, where the
+        reconciler finds it. After PACKYARD_TASK_MAX_RETRIES retries, ``exc`` itself is raised.
+        """
+        settings = get_settings()
+        deadline = time.monotonic() + settings.broker_outage_wait
+        delay = self.backoff() if countdown is None else countdown
+        while True:
+            try:
+                raise self.retry(exc=exc, countdown=delay)
+            except Reject as rejected:   # Celery's "the retry message could not be published"
+                if time.monotonic() >= deadline or not wait_for_broker(settings, deadline):
+                    log.error("job.retry_unpublished", error=str(rejected.reason), cause=str(exc))
+                    raise Reject(rejected.reason, requeue=True) from exc
+                log.warning("job.retry_republishing", error=str(rejected.reason))
 
     def record_race(self, kind: str, repo: str | None = None, **detail: Any) -> None:
         """Record a race this job observed (pack vanished under a lookup, ref moved under a CAS, …)."""
@@ -150,6 +225,22 @@ class PackyardTask(Task):
     def backoff(self) -> float:
         return min(self.retry_backoff_cap, self.retry_backoff_base * (2 ** self.request.retries))
 
+    def abort_if_finished(self) -> None:
+        """Raise AlreadyFinished if another delivery of this job recorded its outcome meanwhile.
+
+        Called once the repository lease is held: a second delivery that started while the first
+        still ran waited for the lease behind it, and must not run the job again.
+        """
+        from packyard.workers.records.recorder import job_state
+
+        req = self.request
+        if req.id is None or req.is_eager:
+            return
+        state = job_state(get_settings(), req.id)
+        if state is not None and state.finished:
+            log.warning("job.duplicate_delivery", state=state.value, when="under the lease")
+            raise AlreadyFinished(f"job {req.id} already {state.value} (another delivery finished it)")
+
     @contextmanager
     def repo_lock(self, repo: str, ttl: float | None = None, wait: float = 30.0,
                   auto_renew: bool = True, kind: Any = None) -> Iterator[Any]:
@@ -157,7 +248,9 @@ class PackyardTask(Task):
 
         Renewed every ttl/3 in the background while the block runs; ``lease.check()`` still
         raises LockLostError if a renewal failed (stall, Redis restart). A repository that
-        stays locked for ``wait`` seconds retries the job later instead of failing it.
+        stays locked for ``wait`` seconds, or a lease service that cannot be reached, retries
+        the job later instead of failing it. Once held, a job that another delivery finished
+        meanwhile stops here (:meth:`abort_if_finished`).
         ``kind=LeaseKind.MAINTENANCE``: the repository's maintenance lease (repack, gc) instead.
         """
         from packyard.workers.locks import LeaseKind, LockTimeout, acquire, db_event_recorder, hold, redis_client
@@ -166,8 +259,27 @@ class PackyardTask(Task):
         try:
             lease = acquire(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
                             on_event=db_event_recorder(settings), wait=wait, kind=kind or LeaseKind.REPO)
-        except LockTimeout as err:
-            raise self.retry(exc=err, countdown=self.backoff()) from err
+        except (LockTimeout, *BROKER_ERRORS) as err:
+            self.retry_later(err)
         with hold(lease, auto_renew=auto_renew):
             self.bind_log(fencing_token=lease.token)
+            self.abort_if_finished()
             yield lease
+
+
+def wait_for_broker(settings: Any, deadline: float, interval: float = 1.0) -> bool:
+    """Ping the broker every ``interval`` seconds until it answers (True) or ``deadline`` passes (False)."""
+    from packyard.workers.locks import redis_client
+
+    client = redis_client(settings)
+    try:
+        while time.monotonic() < deadline:
+            try:
+                if client.ping():
+                    return True
+            except BROKER_ERRORS:
+                pass
+            time.sleep(interval)
+        return False
+    finally:
+        client.close()
