@@ -23,9 +23,9 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def test_job_params_and_result_backend_keep_no_object_content(celery_worker, celery_app, pk, tmp_path,
+def test_job_params_and_result_backend_keep_no_object_content(celery_worker, celery_app, pk, tmp_path, store_root,
                                                              redis_client):
-    repo = tmp_path / "r.git"
+    repo = store_root / "r.git"
     git("init", "-q", "--bare", str(repo))
     content = os.urandom(300 * 1024)
     objects = [{"type": "blob", "data": base64.b64encode(content).decode()}]

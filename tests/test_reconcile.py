@@ -28,16 +28,16 @@ def reconcile_until(pk, settings, app, predicate, what: str, timeout: float = 60
     return reports
 
 
-def test_unknown_task_ends_lost_and_live_jobs_never_do(celery_worker, celery_app, pk, settings, tmp_path,
+def test_unknown_task_ends_lost_and_live_jobs_never_do(celery_worker, celery_app, pk, settings, store_root,
                                                        redis_client):
     from packyard.workers.broker import snapshot
 
-    nope = celery_app.send_task("packyard.nope", kwargs={"repo": str(tmp_path)})
+    nope = celery_app.send_task("packyard.nope", kwargs={"repo": str(store_root)})
     assert pk.job_row(nope.id).state.value == "QUEUED"
     # A job waiting in a queue no worker consumes, and one running for a while: both alive.
-    waiting = celery_app.send_task("packyard.test_slow", kwargs={"repo": str(tmp_path / "w"), "steps": 1},
+    waiting = celery_app.send_task("packyard.test_slow", kwargs={"repo": str(store_root / "w"), "steps": 1},
                                    queue=f"nobody-{uuid.uuid4().hex[:6]}")
-    running = celery_app.send_task("packyard.test_slow", kwargs={"repo": str(tmp_path / "r"), "steps": 60})
+    running = celery_app.send_task("packyard.test_slow", kwargs={"repo": str(store_root / "r"), "steps": 60})
     pk.wait_until(lambda: nope.id not in snapshot(redis_client).task_ids, 30,
                   what="the worker to discard the unknown task's message")
     pk.wait_until(lambda: pk.job_row(running.id).state.value == "STARTED", 30, what="the slow job to start")
@@ -55,7 +55,7 @@ def test_unknown_task_ends_lost_and_live_jobs_never_do(celery_worker, celery_app
     assert running.get(timeout=60) == {"counters": {"steps": 60}}
 
     # `packyard status` reconciles too and shows the state and the deliveries.
-    out = subprocess.run(["packyard", "status", "--repo", str(tmp_path), "--limit", "5"], env=pk.cli_env(),
+    out = subprocess.run(["packyard", "status", "--repo", str(store_root), "--limit", "5"], env=pk.cli_env(),
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     row = next(line for line in out.stdout.splitlines() if line.split()[1:2] == [nope.id[:8]])
@@ -63,7 +63,8 @@ def test_unknown_task_ends_lost_and_live_jobs_never_do(celery_worker, celery_app
     assert out.stderr.startswith("reconcile: ")
 
 
-def test_a_killed_workers_delivery_is_put_back_and_run_again(celery_worker, celery_app, pk, settings, tmp_path):
+def test_a_killed_workers_delivery_is_put_back_and_run_again(celery_worker, celery_app, pk, settings, tmp_path,
+                                                            store_root):
     """A whole worker SIGKILLed mid-job (parent included: nobody rejects its message) leaves the delivery
     unacknowledged; kombu would wait for the visibility timeout (hours). The reconciler puts it back once
     no worker holds it for the grace period, and another worker runs it: SUCCESS, attempts 2."""
@@ -74,7 +75,7 @@ def test_a_killed_workers_delivery_is_put_back_and_run_again(celery_worker, cele
     second = None
     try:
         first.wait_ready()
-        repo = make_worktree_repo(tmp_path / "r")
+        repo = make_worktree_repo(store_root / "r")
         res = celery_app.send_task("packyard.test_slow", kwargs={"repo": str(repo), "steps": 40}, queue=queue)
         pk.wait_until(lambda: (j := pk.job_row(res.id)) is not None and j.state.value == "STARTED", 60,
                       what="the job to start")

@@ -117,7 +117,9 @@ def test_redis_killed_and_restarted_with_jobs_queued_running_and_finished(state_
     from packyard.workers.embedded import EmbeddedRedis
     from packyard.workers.reconcile import reconcile
 
-    repo = tmp_path / "r.git"
+    root = settings.storage_roots[0][1]          # queued jobs address repositories inside a storage root
+    root.mkdir(parents=True, exist_ok=True)
+    repo = root / "r.git"
     git("init", "-q", "--bare", str(repo))
     from gitutil import commit_objects
 

@@ -109,7 +109,7 @@ def test_git_lock_blocks_us_and_multi_ref_updates_stay_all_or_nothing(repo):
 
 
 def test_worker_killed_inside_a_ref_update_then_its_job_and_another_ref_succeed_within_seconds(
-        pk, settings, celery_app, migrated_db, tmp_path, monkeypatch):
+        pk, settings, celery_app, migrated_db, tmp_path, store_root, monkeypatch):
     """A worker process SIGKILLed at refs.before_rename (claims held, new value flushed): the redelivered
     job and a job on another ref of the same repository both succeed within seconds -- not after the
     10-minute stale-lock age nor the (here 300 s) lease TTL -- and git fsck --full passes."""
@@ -119,7 +119,7 @@ def test_worker_killed_inside_a_ref_update_then_its_job_and_another_ref_succeed_
 
     from gitutil import commit_objects
 
-    repo = tmp_path / "r.git"
+    repo = store_root / "r.git"
     git("init", "-q", "--bare", str(repo))
     objects1, c1 = commit_objects(tmp_path, "first\n")
     objects2, c2 = commit_objects(tmp_path, "second\n")
