@@ -21,7 +21,7 @@ from typing import Iterator
 from .errors import CorruptObjectError, ObjectMissingError
 from .loose import LooseObjects
 from .objects import ObjectType, hash_object
-from .packdir import PackDirectory, PackList
+from .pack.packdir import PackDirectory, PackList
 
 
 class Location(enum.Enum):

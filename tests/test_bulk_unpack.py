@@ -9,7 +9,7 @@ import pytest
 from gitutil import batch_check_all, git, repo_from_corpus, snapshot_tree
 from packyard.store import RefUpdate, Repository
 from packyard.store.errors import LimitExceededError, PackFormatError
-from packyard.store.unpack import parse_pack, unpack_objects
+from packyard.store.pack.unpack import parse_pack, unpack_objects
 
 N_BACK = 15
 

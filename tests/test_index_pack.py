@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from packyard.store.errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                           ObjectMissingError, PackFormatError, RefUpdateError, StoreError)
-from packyard.store.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
+from packyard.store.pack.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
 from packyard.store.objects import ObjectType, encode_loose, hash_object
 from packyard.store.refs import RefUpdate
 from packyard.store.repo import Repository
@@ -178,7 +178,7 @@ def test_already_present_and_identical_existing_objects(tmp_path, small_src):
 
 
 def test_existing_ids_probed_through_large_pack_idx(tmp_path, small_src, monkeypatch):
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     monkeypatch.setattr(ip, "SMALL_PACK_IDS", 0)  # every existing pack is "large": probed via its idx
     data = pack_of(small_src)
@@ -239,7 +239,7 @@ def thin_case(tmp_path_factory, v1_repo):
 @pytest.mark.parametrize("kind", ["ref", "ofs"])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind, parallel, monkeypatch):
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     if parallel:  # thin bases appended at once and resolved by forked processes (large pushes)
         monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)
@@ -273,7 +273,7 @@ def test_thin_base_also_produced_by_a_thin_delta_matches_git(tmp_path, monkeypat
     order reaches d2 twice and git refuses the pack. The parallel path must notice both and
     fall back to git's sequential order.
     """
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)
     x_data, y_data = b"base object X\n" * 3, b"object Y, also in the repository\n"
@@ -390,7 +390,7 @@ def test_delta_result_size_mismatch(tmp_path):
 
 
 def test_bad_delta_reported_from_forked_resolver(tmp_path, monkeypatch):
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)  # fork resolver processes even for this tiny pack
     entries = []
@@ -518,7 +518,7 @@ STRICT_BAD = {
                                    + b"committer C <c@x> notadate +0000\n"), True),
     "tag-no-type": (4, b"object " + BLOB_ID.hex().encode() + b"\ntag v1\n" + _ident(b"tagger") + b"\nmsg\n", True),
     "tree-dotgit": (2, _tree((b"100644", b".git", BLOB_ID)), True),
-    # git only warns about a bad mode; packyard refuses it (see store/packstrict.py).
+    # git only warns about a bad mode; packyard refuses it (see store/pack/strict.py).
     "tree-bad-mode": (2, _tree((b"100600", b"a", BLOB_ID)), False),
 }
 
@@ -548,7 +548,7 @@ def test_strict_rejects_malformed_objects(tmp_path, case):
                           st.sampled_from([BLOB_ID, b"\0" * 20, b" .git\0" + b"\1" * 14, b"\0" * 19 + b"1"])),
                 max_size=6))
 def test_strict_tree_fast_path_agrees_with_exact_check(entries):
-    from packyard.store.packstrict import StrictError, _check_tree_exact, check_tree
+    from packyard.store.pack.strict import StrictError, _check_tree_exact, check_tree
 
     data = _tree(*entries)
     try:
@@ -584,7 +584,7 @@ def _run_ingest_subprocess(repo: Path, pack: Path, env_extra: dict[str, str] | N
                            strace_log: Path | None = None, processes: int = 2,
                            ref: tuple[str, str] | None = None, keep: str | None = None) -> subprocess.CompletedProcess:
     refs = f"[RefUpdate({ref[0]!r}, None, bytes.fromhex({ref[1]!r}))]" if ref else "()"
-    code = ("import sys; from packyard.store.repo import Repository; from packyard.store.indexpack import index_pack; "
+    code = ("import sys; from packyard.store.repo import Repository; from packyard.store.pack.indexpack import index_pack; "
             "from packyard.store.refs import RefUpdate; "
             f"r = index_pack(Repository.open({str(repo)!r}), {str(pack)!r}, processes={processes}, "
             f"ref_updates={refs}, keep_message={keep!r}); print(r.pack_name)")

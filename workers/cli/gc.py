@@ -35,7 +35,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.store import bulk
     from packyard.store.errors import StoreError
-    from packyard.store.indexpack import remove_stale_quarantines
+    from packyard.store.pack.indexpack import remove_stale_quarantines
     from packyard.store.repo import Repository
 
     try:

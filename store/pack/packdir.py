@@ -19,9 +19,9 @@ from typing import Iterator
 
 from typing import TYPE_CHECKING
 
-from .errors import CorruptObjectError, ObjectMissingError, PackFormatError
-from .objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
-from .packformat import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_delta_header, decode_entry_header
+from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
+from ..objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
+from .format import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_delta_header, decode_entry_header
 
 if TYPE_CHECKING:
     from dulwich.pack import PackData

@@ -59,15 +59,15 @@ from typing import BinaryIO, Callable, ContextManager, Sequence
 from dulwich._pack import apply_delta
 from dulwich.errors import ApplyDeltaError
 
-from . import durable
-from .errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
-                     ObjectMissingError, PackFormatError, StoreError)
-from .faults import fault_point
+from .. import durable
+from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
+                      ObjectMissingError, PackFormatError, StoreError)
+from ..faults import fault_point
+from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
+from ..refs import RefUpdate
+from .format import PACK_HEADER_SIZE, decode_delta_header, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
-from .objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
-from .packformat import PACK_HEADER_SIZE, decode_delta_header, encode_entry_header, parse_pack_header
-from .packstrict import check_object
-from .refs import RefUpdate
+from .strict import check_object
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -402,7 +402,7 @@ class _Receiver:
             blen = len(buf)
             bpos = self.bpos
             start = self.boff + bpos
-            # Entry header: an inlined copy of packformat.decode_entry_header (same bounds, messages
+            # Entry header: an inlined copy of format.decode_entry_header (same bounds, messages
             # and offsets; tests/test_packformat.py feeds both the same bad entries). Calling it here
             # cost ~3% of the receive phase's CPU (one call per entry, 164k entries), so it is inlined.
             p = bpos

@@ -25,7 +25,7 @@ from array import array
 from dataclasses import dataclass
 from typing import BinaryIO, Sequence
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 IDX_MAGIC = b"\377tOc"
 RIDX_MAGIC = b"RIDX"

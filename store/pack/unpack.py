@@ -14,12 +14,12 @@ from typing import Callable, Iterator, Sequence
 
 from dulwich.pack import apply_delta
 
-from .bulk import BatchCounters, begin_batch
-from .tuning import gc_paused
-from .errors import LimitExceededError, ObjectMissingError, PackFormatError, StoreError
-from .objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
-from .packformat import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_entry_header, parse_pack_header
-from .refs import RefUpdate
+from ..bulk import BatchCounters, begin_batch
+from ..errors import LimitExceededError, ObjectMissingError, PackFormatError, StoreError
+from ..objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
+from ..refs import RefUpdate
+from ..tuning import gc_paused
+from .format import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_entry_header, parse_pack_header
 
 Progress = Callable[[str, int, "int | None"], None]
 
