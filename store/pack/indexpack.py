@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import enum
 import hashlib
 import mmap
 import os
@@ -63,6 +62,7 @@ from .. import durable
 from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                       ObjectMissingError, PackFormatError, StoreError)
 from ..faults import fault_point
+from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
 from ..refs import RefUpdate
 from .format import PACK_HEADER_SIZE, decode_delta_header, encode_entry_header, parse_pack_header
@@ -80,13 +80,6 @@ FORK_MIN_DELTAS = 2000          # below this, resolving in-process beats forking
 SMALL_PACK_IDS = 50_000         # ids of the smallest existing packs copied into one set (<= ~5 MB); larger packs are probed via their idx (~3 us)
 
 _TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
-
-
-class InstallOutcome(enum.Enum):
-    """What installing did: a result, not a boolean."""
-
-    INSTALLED = "installed"              # new pack-<checksum>.{pack,rev,idx} in objects/pack
-    ALREADY_PRESENT = "already-present"  # a pack with this checksum was already installed
 
 
 @dataclass(frozen=True)
@@ -1252,7 +1245,7 @@ class IncomingPack:
     # -- install -----------------------------------------------------------------
     def commit(self, ref_updates: Sequence[RefUpdate] = (), *, peak_rss_hint: int = 0,
                fence_token: int | None = None) -> IndexPackResult:
-        """Install the pack, then update refs. Durability order, one step per function below.
+        """Install the pack, then update refs: the durability order of store/install.py.
 
         ``fence_token``: the writer's lease token, checked by the storage at the ref update
         (RefStore.update refuses a token older than one that already moved refs here)."""
@@ -1261,33 +1254,11 @@ class IncomingPack:
         ref_updates = list(ref_updates)
         self._check_ref_targets(ref_updates)
         t0 = time.monotonic()
-        final = {ext: self.pack_dir / f"{self.pack_name}.{ext}" for ext in ("pack", "rev", "idx", "keep")}
-        fds = [self.fd_pack] + [os.open(p, os.O_RDONLY) for p in (self.tmp_rev, self.tmp_idx)]
-        if self.tmp_keep is not None:
-            fds.append(os.open(self.tmp_keep, os.O_RDONLY))
-        try:
-            writeout_each(fds, self.counters)
-            fault_point("index_pack.after_writeout")
-            barrier_flush(fds, self.counters)
-            fault_point("index_pack.after_flush")
-        finally:
-            for fd in fds[1:]:
-                os.close(fd)
-        create_pack_dir_if_needed(self.pack_dir, self.counters)
-        outcome = InstallOutcome.ALREADY_PRESENT if already_installed(final["idx"]) else InstallOutcome.INSTALLED
-        keep_path = publish_keep(self.tmp_keep, final["keep"]) if self.tmp_keep is not None else None
-        fault_point("index_pack.after_keep")
-        try:
-            if outcome is InstallOutcome.INSTALLED:
-                publish_renames([(self.tmp_pack, final["pack"]), (self.tmp_rev, final["rev"]),
-                                 (self.tmp_idx, final["idx"])], self.counters)
-                fault_point("index_pack.after_renames")
-            fsync_dirs([self.pack_dir], self.counters)
-            fault_point("index_pack.after_fsync_dirs")
-        except BaseException:
-            if keep_path is not None:
-                release_keep(keep_path)
-            raise
+        files = PackFiles(name=self.pack_name, pack=self.tmp_pack, idx=self.tmp_idx, rev=self.tmp_rev,
+                          keep=self.tmp_keep)
+        outcome, keep_path = install_pack(files, self.pack_dir, self.counters, fault_prefix="index_pack",
+                                          open_fds=[self.fd_pack])
+        final = files.finals(self.pack_dir)
         self.remove_quarantine()
         fault_point("index_pack.after_quarantine_removed")
         self.committed = True
@@ -1341,75 +1312,6 @@ class IncomingPack:
 
     def __exit__(self, *exc) -> None:
         self.abort()
-
-
-# --------------------------------------------------------------------------------------
-# Install steps, in order. Each is one durability step.
-
-def writeout_each(fds: Sequence[int], counters: durable.DurabilityCounters) -> None:
-    # Start write-back of pack, rev, idx (and keep) together so the flushes below overlap.
-    for fd in fds:
-        durable.start_writeout(fd, counters)
-
-
-def barrier_flush(fds: Sequence[int], counters: durable.DurabilityCounters) -> None:
-    # Contents must be on stable storage before any name for them is published.
-    for fd in fds:
-        durable.flush_file(fd, counters)
-
-
-def create_pack_dir_if_needed(pack_dir: Path, counters: durable.DurabilityCounters) -> None:
-    # git creates objects/pack on demand; a new directory entry is made durable before files go in it.
-    if not pack_dir.is_dir():
-        pack_dir.mkdir(exist_ok=True)
-        durable.fsync_dir(pack_dir.parent, counters)
-
-
-def already_installed(idx_path: Path) -> bool:
-    # One stat per ingest (not per object): a pack with this checksum is already visible to readers.
-    return idx_path.exists()
-
-
-def publish_keep(tmp_keep: Path, final_keep: Path) -> Path | None:
-    # The .keep goes in before the pack so a concurrent repack never sees the pack unprotected;
-    # link() fails if a keep already exists (someone else's: we neither overwrite nor release it).
-    try:
-        os.link(tmp_keep, final_keep)
-    except FileExistsError:
-        return None
-    return final_keep
-
-
-def publish_renames(pairs: Sequence[tuple[Path, Path]], counters: durable.DurabilityCounters) -> None:
-    # pack, then rev, then idx LAST: readers discover packs by their idx, so everything it needs exists first.
-    done: list[Path] = []
-    try:
-        for src, dst in pairs:
-            durable.rename(src, dst, counters)
-            done.append(dst)
-            if dst.suffix == ".pack":
-                fault_point("index_pack.after_pack_rename")
-    except BaseException:
-        if not any(p.suffix == ".idx" for p in done):
-            for p in done:  # not yet discoverable: take the orphans back out
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
-        raise
-
-
-def fsync_dirs(dirs: Sequence[Path], counters: durable.DurabilityCounters) -> None:
-    # The renames are only durable once the directory holding the new names is flushed.
-    for d in dirs:
-        durable.fsync_dir(d, counters)
-
-
-def update_refs(repo, updates: Sequence[RefUpdate], counters: durable.DurabilityCounters,
-                fence_token: int | None = None) -> None:
-    # Last: a ref may only name objects that are durably installed (all-or-nothing compare-and-swap).
-    if updates:
-        repo.refs.update(updates, counters, fence_token=fence_token)
 
 
 # --------------------------------------------------------------------------------------
