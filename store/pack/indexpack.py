@@ -55,9 +55,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, ContextManager, Sequence
 
-from dulwich._pack import apply_delta
-from dulwich.errors import ApplyDeltaError
-
 from .. import durable
 from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                       ObjectMissingError, PackFormatError, StoreError)
@@ -65,8 +62,9 @@ from ..faults import fault_point
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
 from ..refs import RefUpdate
-from .format import PACK_HEADER_SIZE, decode_delta_header, encode_entry_header, parse_pack_header
+from .format import PACK_HEADER_SIZE, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
+from .resolve import apply_delta_checked
 from .strict import check_object
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -656,26 +654,8 @@ class _Resolver:
                 raise PackFormatError("REF_DELTA already resolved (duplicate base object in the pack?)",
                                       path=where, offset=offsets[ch])
             delta = self.inflate(ch)
-            src_size, dst_size, _ = decode_delta_header(delta, path=where, offset=offsets[ch])
-            if src_size != len(base):
-                raise PackFormatError(f"delta expects a {src_size}-byte base, base has {len(base)} bytes",
-                                      path=where, offset=offsets[ch])
-            # Every delta opcode byte yields at most max(127, len(base)) bytes: refuse impossible sizes
-            # before the C code allocates them.
-            if dst_size > len(delta) * max(127, len(base)):
-                raise PackFormatError(f"delta result size {dst_size} is impossible for this delta",
-                                      path=where, offset=offsets[ch])
-            try:
-                chunks = apply_delta(base, delta)
-            except ApplyDeltaError as err:
-                raise PackFormatError(f"delta does not apply (result size mismatch or bad opcode): {err}",
-                                      path=where, offset=offsets[ch]) from err
+            obj = apply_delta_checked(base, delta, path=where, offset=offsets[ch])
             del delta
-            obj = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            del chunks
-            if len(obj) != dst_size:
-                raise PackFormatError(f"delta result has {len(obj)} bytes, delta header says {dst_size}",
-                                      path=where, offset=offsets[ch])
             h = sha1(header)
             h.update(b"%d\0" % len(obj))
             h.update(obj)
