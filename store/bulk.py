@@ -75,6 +75,7 @@ from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFail
 from .faults import fault_point
 from .objdir import Location
 from .objects import ObjectType, hash_object
+from .owner import current_owner
 from .refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -817,18 +818,24 @@ def _marker_dir(repo) -> Path:
 
 
 def _create_marker(repo, pid: int, batch_id: str) -> Path:
-    """An empty file naming a live batch, so the next batch learns cheaply that one crashed."""
+    """A file naming a live batch, so the next batch learns cheaply that one crashed; it holds the
+    batch's owner record (pid, host, job, boot id: store/owner.py) for whoever cleans up after it."""
     d = _marker_dir(repo)
     path = d / f"{pid}_{batch_id}"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileNotFoundError:
-        d.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, current_owner().encode())
+        finally:
+            os.close(fd)
     except OSError as err:
+        _unlink_quiet(str(path))
         raise WriteFailedError(f"cannot create batch marker: {err.strerror}", errno=err.errno,
                                path=path) from err
-    os.close(fd)
     return path
 
 

@@ -19,6 +19,7 @@ from packyard.store.errors import (CollisionError, CorruptObjectError, InvalidIn
                           ObjectMissingError, PackFormatError, RefUpdateError, StoreError)
 from packyard.store.pack.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
 from packyard.store.objects import ObjectType, encode_loose, hash_object
+from packyard.store.owner import split_owner
 from packyard.store.refs import RefUpdate
 from packyard.store.repo import Repository
 from packbuild import entry_header, ofs_bytes, varint
@@ -200,7 +201,8 @@ def test_keep_file_until_released(tmp_path, small_src):
     repo = fresh_repo(tmp_path)
     result = index_pack(repo, _write(tmp_path / "a.pack", pack_of(small_src)), keep_message="receive-pack 42")
     assert result.keep_path == result.pack_path.with_suffix(".keep")
-    assert result.keep_path.read_text() == "receive-pack 42\n"
+    owner, message = split_owner(result.keep_path.read_bytes())   # packyard's owner record, then git's message
+    assert owner is not None and owner.pid == os.getpid() and message == b"receive-pack 42\n"
     assert release_keep(result) is True
     assert not result.keep_path.exists()
     assert release_keep(result) is False

@@ -57,10 +57,11 @@ from typing import BinaryIO, Callable, ContextManager, Sequence
 
 from .. import durable
 from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
-                      ObjectMissingError, PackFormatError, StoreError)
+                      ObjectMissingError, PackFormatError, StoreError, WriteFailedError)
 from ..faults import fault_point
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
+from ..owner import current_owner, with_owner
 from ..refs import RefUpdate
 from .format import PACK_HEADER_SIZE, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
@@ -122,6 +123,23 @@ class IndexPackResult:
 
 
 QUARANTINE_PREFIX = "incoming-"
+QUARANTINE_OWNER = "packyard-owner"   # the owner record inside each quarantine (store/owner.py)
+
+
+def create_quarantine(objects_dir: Path) -> Path:
+    """``objects/incoming-<random>`` holding an owner record (who is ingesting into it: pid, host, job)."""
+    try:
+        q = Path(tempfile.mkdtemp(prefix=QUARANTINE_PREFIX, dir=objects_dir))
+    except OSError as err:
+        raise WriteFailedError(f"cannot create the quarantine directory: {err.strerror}", errno=err.errno,
+                               path=objects_dir) from err
+    try:
+        (q / QUARANTINE_OWNER).write_bytes(current_owner().encode())
+    except OSError as err:
+        shutil.rmtree(q, ignore_errors=True)
+        raise WriteFailedError(f"cannot write the quarantine's owner record: {err.strerror}", errno=err.errno,
+                               path=q / QUARANTINE_OWNER) from err
+    return q
 
 
 def remove_stale_quarantines(repo, *, older_than: float = 3600.0, now: float | None = None) -> list[Path]:
@@ -856,10 +874,16 @@ class IncomingPack:
         snapshot = repo.objects.snapshot()
         existing = _ExistingIds(snapshot)
         self.snapshot = snapshot
-        self.quarantine = Path(tempfile.mkdtemp(prefix=QUARANTINE_PREFIX, dir=objects_dir))
+        self.quarantine = create_quarantine(objects_dir)
+        self._writing = self.quarantine   # the file being written: what a full disk's error names
         try:
             self._build(source, existing, fix_thin=fix_thin, strict=strict, max_pack_bytes=max_pack_bytes,
                         processes=processes, progress=progress, off32_limit=off32_limit, t0=t0)
+        except OSError as err:
+            # Reading the source already raised InvalidInputError: this is our own writing (ENOSPC, EFBIG, EIO).
+            self.abort()
+            raise WriteFailedError(f"writing the incoming pack failed: {err.strerror}", errno=err.errno,
+                                   path=self._writing) from err
         except BaseException:
             self.abort()
             raise
@@ -870,7 +894,7 @@ class IncomingPack:
         q = self.quarantine
         self.strict = strict
         fd_pack, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=q)
-        self.tmp_pack = Path(tmp_pack)
+        self.tmp_pack = self._writing = Path(tmp_pack)
         self.fd_pack = fd_pack
         stream, close_stream = _open_source(source)
         # Errors name the input (offsets are offsets in it), not the quarantine file that is removed.
@@ -950,6 +974,7 @@ class IncomingPack:
         # ---- index
         offsets = entries.offsets[:nobj]
         fd_idx, tmp_idx = tempfile.mkstemp(prefix="tmp_idx_", dir=self.quarantine)
+        self._writing = Path(tmp_idx)
         fd_rev, tmp_rev = tempfile.mkstemp(prefix="tmp_rev_", dir=self.quarantine)
         with open(fd_idx, "wb", buffering=1 << 16) as f_idx, open(fd_rev, "wb", buffering=1 << 16) as f_rev:
             info = write_index(f_idx, f_rev, oids, offsets, entries.crcs, checksum, off32_limit=off32_limit)
@@ -962,8 +987,8 @@ class IncomingPack:
         self.pack_name = f"pack-{checksum.hex()}"
         self.tmp_keep = None
         if self.keep_message is not None:
-            self.tmp_keep = self._write_tmp("tmp_keep_", (self.keep_message + "\n").encode()
-                                            if self.keep_message else b"", mode=0o644)
+            # git ignores a .keep's content: packyard's owner record first, the message after it.
+            self.tmp_keep = self._write_tmp("tmp_keep_", with_owner(self.keep_message), mode=0o644)
         os.fchmod(self.fd_pack, 0o444)
         self.objects = nobj
         self.deltas = entries.deltas
@@ -986,6 +1011,7 @@ class IncomingPack:
 
     def _write_tmp(self, prefix: str, data: bytes, mode: int = 0o444) -> Path:
         fd, path = tempfile.mkstemp(prefix=prefix, dir=self.quarantine)
+        self._writing = Path(path)
         try:
             view = memoryview(data)
             while view:

@@ -10,6 +10,7 @@ from celery import Task
 from celery.exceptions import Retry
 from sqlalchemy.exc import SQLAlchemyError
 
+from packyard.store import owner
 from packyard.store.errors import LockLostError, StoreError
 from packyard.workers import logging as plog
 from packyard.workers import recording
@@ -55,6 +56,7 @@ class PackyardTask(Task):
             plog.get_logger("packyard.jobs").error("job.record_failed", step="started", error=str(err))
             plog.clear_job()
             raise self.retry(exc=err, countdown=self.backoff()) from err
+        owner.set_job(req.id)   # claim files this job creates (.keep, markers, quarantines) name it
         try:
             result = self.run(*args, **kwargs)
         except Retry as r:
@@ -69,6 +71,7 @@ class PackyardTask(Task):
             recording.job_finished(req.id, self.name, args, kwargs, started, result=result)
             return result
         finally:
+            owner.set_job(None)
             plog.clear_job()
 
     # -- what a task body uses -------------------------------------------------------------------
