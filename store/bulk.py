@@ -428,7 +428,12 @@ class LooseBatch:
                 self.counters.skipped_loose += 1
                 return WriteResult.EXISTS_LOOSE
         else:
-            pack, _ = self.snapshot.packs.find(oid)
+            found = self.snapshot.packs.find_not_cruft(oid)
+            if found is None:
+                # Only in a cruft pack: write it anew rather than touch the cruft pack (as git does), so
+                # the next full repack sees a fresh copy and the cruft entry can age out.
+                return WriteResult.QUEUED
+            pack, _ = found
             if pack.name in self._freshened_packs:
                 self.counters.skipped_packed += 1
                 return WriteResult.EXISTS_PACKED

@@ -254,11 +254,12 @@ class ObjectDirectory:
                 yield oid
 
     def freshen(self, oid: bytes) -> Location:
-        """Touch the object's loose file or containing pack (git's check-and-freshen)."""
+        """Touch the object's loose file or containing pack (git's check-and-freshen); an object found
+        only in a cruft pack is MISSING (the caller writes it anew, as git does)."""
         if self.loose.freshen(oid):
             return Location.LOOSE
         for packs in self._listings():
-            found = packs.find(oid)
+            found = packs.find_not_cruft(oid)   # a cruft pack's mtime is never touched: write it anew
             if found is not None and found[0].freshen():
                 return Location.PACKED
         return Location.MISSING

@@ -54,6 +54,7 @@ class PackFile:
         self._map: mmap.mmap | None = None
         self._end = 0                     # offset of the trailer: entries end there
         self._types: dict[int, int] = {}  # offset -> base object type, for header_at
+        self._cruft: bool | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -102,6 +103,25 @@ class PackFile:
         """Offset of the pack's trailer (where entries end)."""
         self.buffer()
         return self._end
+
+    @property
+    def mtimes_path(self) -> Path:
+        return self.idx_path.with_suffix(".mtimes")
+
+    @property
+    def is_cruft(self) -> bool:
+        """A cruft pack (it has a ``.mtimes``): unreachable objects with their ages; never freshened."""
+        if self._cruft is None:
+            self._cruft = self.mtimes_path.exists()
+        return self._cruft
+
+    @property
+    def keep_path(self) -> Path:
+        return self.idx_path.with_suffix(".keep")
+
+    def is_kept(self) -> bool:
+        """Does a ``.keep`` protect this pack from repacking (asked afresh each time)?"""
+        return self.keep_path.exists()
 
     def tables(self) -> IdxTables:
         """Every id, CRC and offset of the idx as arrays (read whole; for jobs visiting every entry)."""
@@ -258,6 +278,22 @@ class PackList:
                 if is_gone(err):
                     if gone is not None:
                         gone.append(pack)
+                    continue
+                raise
+            if offset is not None:
+                return pack, offset
+        return None
+
+    def find_not_cruft(self, oid: bytes) -> tuple[PackFile, int] | None:
+        """Like :meth:`find`, skipping cruft packs: where an object can be freshened (git never
+        freshens a cruft pack; an object only there is written anew)."""
+        for pack in self.packs:
+            if pack.is_cruft:
+                continue
+            try:
+                offset = pack.find_offset(oid)
+            except OSError as err:
+                if is_gone(err):
                     continue
                 raise
             if offset is not None:
