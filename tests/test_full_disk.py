@@ -60,3 +60,22 @@ def test_index_pack_cli_on_a_full_disk_prints_one_line(small_fs):
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("packyard index-pack: WriteFailedError:") and "tmp_pack_" in lines[0]
     assert not list(Path(repo.path, "objects").glob("incoming-*"))
+
+
+def test_pack_writer_on_a_full_disk_names_the_temp_file_and_leaves_nothing(small_fs):
+    from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+    from packyard.store.objects import ObjectType, encode_loose, hash_object
+
+    repo = Repository.init(small_fs / "r.git")
+    # A loose object that fits once (stored) but not twice (packed alongside it): random bytes do not compress.
+    data = os.urandom(1_200_000)
+    oid = hash_object(ObjectType.BLOB, data)
+    path = repo.objects.loose.path_for(oid)
+    path.parent.mkdir()
+    path.write_bytes(encode_loose(ObjectType.BLOB, data, level=0))
+    before = snapshot_tree(repo.path)
+    with pytest.raises(WriteFailedError) as info:
+        repack(repo, RepackOptions(mode=RepackMode.LOOSE))
+    err = info.value
+    assert err.errno == 28 and "/objects/pack/tmp_pack_" in err.path, str(err)
+    assert snapshot_tree(repo.path) == before, "temp files removed, the loose object untouched"

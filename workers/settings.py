@@ -22,6 +22,8 @@ PACKYARD_TASK_MAX_RETRIES      retries for transient failures               5
 PACKYARD_VISIBILITY_TIMEOUT    seconds before Redis redelivers an unacked   14400
                                job (a host died mid-job); must exceed the
                                longest job
+PACKYARD_PRESERVE_SECONDS      how long a pack replaced by a repack stays   3600
+                               readable in objects/pack/preserved/
 =============================  ===========================================  =========================
 """
 from __future__ import annotations
@@ -72,6 +74,7 @@ class Settings:
     nightly_hour: int = 3
     task_max_retries: int = 5
     visibility_timeout: int = 14400
+    preserve_seconds: float = 3600.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
@@ -100,6 +103,7 @@ class Settings:
             nightly_hour=_int(env, "PACKYARD_NIGHTLY_HOUR", 3),
             task_max_retries=_int(env, "PACKYARD_TASK_MAX_RETRIES", 5),
             visibility_timeout=_int(env, "PACKYARD_VISIBILITY_TIMEOUT", 14400),
+            preserve_seconds=_float(env, "PACKYARD_PRESERVE_SECONDS", 3600.0),
         )
 
     @property
@@ -137,6 +141,7 @@ class Settings:
             "PACKYARD_NIGHTLY_HOUR": str(self.nightly_hour),
             "PACKYARD_TASK_MAX_RETRIES": str(self.task_max_retries),
             "PACKYARD_VISIBILITY_TIMEOUT": str(self.visibility_timeout),
+            "PACKYARD_PRESERVE_SECONDS": str(self.preserve_seconds),
         }
 
 

@@ -36,6 +36,9 @@ Layers
     (commands pass it to their ref updates, and the ref store refuses a token older than one it saw);
     ``lease.check()`` raises LockLostError (→ retry). A repository locked for more than 30 s
     retries the job later.
+  - ``self.maintenance_lock(repo)`` → the repository's *maintenance* lease (repack, prune, gc; never taken
+    by ingestion), its own token sequence; the store's maintenance fence checks ``lease.token`` before
+    deletions.
   - ``self.record_race(kind, repo, **detail)`` → a ``race_events`` row (and a warning log line).
 * Register the module below (one import line), add the CLI command in ``workers/cli/``
   and, for benchmarks, a module in ``workers/cli/bench/``.
@@ -45,5 +48,6 @@ Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dash
 from packyard.workers.tasks import verify_repo  # noqa: F401
 from packyard.workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
 from packyard.workers.tasks import index_pack  # noqa: F401
+from packyard.workers.tasks import repack  # noqa: F401
 
-TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack")
+TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "repack")

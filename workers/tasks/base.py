@@ -133,3 +133,21 @@ class PackyardTask(Task):
         with hold(lease, auto_renew=auto_renew):
             self.bind_log(fencing_token=lease.token)
             yield lease
+
+    @contextmanager
+    def maintenance_lock(self, repo: str, ttl: float | None = None, wait: float = 30.0) -> Iterator[Any]:
+        """The repository's maintenance lease (repack, prune, gc; never taken by ingestion), renewed in the
+        background. ``lease.token`` is what the store's maintenance fence checks before deletions;
+        ``lease.check()`` raises LockLostError if a renewal failed. Held by another job for ``wait``
+        seconds: the job is retried later."""
+        from packyard.workers.locks import LeaseKind, LockTimeout, acquire, db_event_recorder, hold, redis_client
+
+        settings = get_settings()
+        try:
+            lease = acquire(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
+                            on_event=db_event_recorder(settings), wait=wait, kind=LeaseKind.MAINTENANCE)
+        except LockTimeout as err:
+            raise self.retry(exc=err, countdown=self.backoff()) from err
+        with hold(lease, auto_renew=True):
+            self.bind_log(maintenance_token=lease.token)
+            yield lease
