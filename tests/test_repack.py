@@ -389,3 +389,46 @@ def test_unsafe_delete_unlinks_at_once(shapes):
     assert not (bare / "objects" / "pack" / "preserved").exists()
     for name in result.packs_deleted:
         assert not list((bare / "objects" / "pack").glob(f"{name}.*"))
+
+
+# -- the walk on two processes gives the single walk's lists ------------------------------------------------
+
+def test_forked_walk_gives_the_same_order_as_one_process(shapes, monkeypatch):
+    from packyard.store.maintenance import walk as walk_mod
+    from packyard.store.maintenance.sources import SourceIndex
+    from packyard.store.maintenance.tips import read_tips
+
+    repo = Repository.open(shapes.bare)
+    snap = repo.objects.snapshot()
+    sources = SourceIndex(snap, list(snap.packs), [], read_fresh=repo.objects.read)
+    tips = sorted(read_tips(repo).items())
+    one = walk_mod.walk(tips, sources.read, processes=1)
+    monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)
+    for share in (0.2, 0.5, 0.8):
+        monkeypatch.setattr(walk_mod, "FORK_SHARE", share)
+        two = walk_mod.walk(tips, sources.read, processes=2)
+        assert (two.commits, two.tags, two.trees, two.blobs) == (one.commits, one.tags, one.trees, one.blobs)
+        assert two.names == one.names
+    listed = {line.split()[0].decode() for line in ru.reachable_listing(shapes.bare).splitlines()}
+    assert {o.hex() for o, _t in one.in_order()} == listed
+
+
+def test_corrupt_tree_met_by_the_forked_walk_is_reported(shapes, monkeypatch):
+    from packyard.store.maintenance import walk as walk_mod
+
+    bare = shapes.bare
+    monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)
+    monkeypatch.setattr(walk_mod, "FORK_SHARE", 0.0)   # every commit's tree is walked by the child
+    # A root tree that is only loose (a commit written loose, on a branch), overwritten with another object's bytes.
+    blob = git("hash-object", "-w", "--stdin", git_dir=bare, input=b"only loose\n").decode().strip()
+    tree = git("mktree", git_dir=bare, input=f"100644 blob {blob}\tf\n".encode()).decode().strip()
+    commit = git("commit-tree", tree, "-m", "loose", git_dir=bare).decode().strip()
+    git("update-ref", "refs/heads/loose-only", commit, git_dir=bare)
+    path = ru._loose_path(bare, tree)
+    path.chmod(0o644)
+    path.write_bytes(zlib.compress(b"tree 0\0"))
+    before = snapshot_tree(bare)
+    with pytest.raises(CorruptObjectError) as info:
+        repack(Repository.open(bare), RepackOptions(mode=FULL))
+    assert info.value.oid == tree and "hash" in str(info.value), str(info.value)
+    assert snapshot_tree(bare) == before

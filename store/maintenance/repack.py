@@ -74,6 +74,7 @@ class RepackOptions:
     preserve_for: float = DEFAULT_PRESERVE_SECONDS   # seconds a replaced pack stays in preserved/
     preserve: bool = True                            # False: replaced packs are unlinked at once
     compression: int = PACK_COMPRESSION              # zlib level for objects written whole
+    processes: int = 2                               # the reachability walk forks one helper when > 1
     now: float | None = None                         # the clock (tests)
 
 
@@ -312,7 +313,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
                progress: Progress | None) -> _Plan:
     """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
     tips = read_tips(repo)
-    reach = walk(sorted(tips.items()), sources.read, progress=progress)
+    reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes)
     plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids))
     plan.main = [oid for oid, _t in reach.in_order() if oid in sources]
     seen = reach.seen
@@ -478,25 +479,26 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: Re
                 offsets[k] = _write_whole(writer, oid, sources, c)
                 if sources.is_loose(oid):
                     c.loose_packed += 1
+            elif sources.is_whole_entry(gid):
+                # The common case, kept short: a whole object's entry is copied as it is.
+                p, i = sources.entry(gid)
+                offsets[k] = writer.copy_raw(oid, p.buffer, p.offsets[i], p.ends[i], p.crcs[i], path=p.pack.pack_path)
+                c.entries_copied += 1
             else:
                 p, i, h = sources.header(gid)
-                if h.base is None:
-                    offsets[k] = writer.copy_entry(oid, p.pack.buffer(), h, p.ends[i], p.crcs[i], path=p.pack.pack_path)
-                    c.entries_copied += 1
+                base = sources.base_of(p, h)
+                bk = index.get(base) if base is not None else None
+                if bk is not None and state[bk] == 0:
+                    state[k] = 1
+                    stack.append(bk)   # its base first (it comes later in the order)
+                    continue
+                if bk is not None and state[bk] == 2:
+                    offsets[k] = writer.copy_entry(oid, p.pack.buffer(), h, p.ends[i], p.crcs[i],
+                                                   path=p.pack.pack_path, base_offset=offsets[bk])
+                    c.deltas_reused += 1
                 else:
-                    base = sources.base_of(p, h)
-                    bk = index.get(base) if base is not None else None
-                    if bk is not None and state[bk] == 0:
-                        state[k] = 1
-                        stack.append(bk)   # its base first (it comes later in the order)
-                        continue
-                    if bk is not None and state[bk] == 2:
-                        offsets[k] = writer.copy_entry(oid, p.pack.buffer(), h, p.ends[i], p.crcs[i],
-                                                       path=p.pack.pack_path, base_offset=offsets[bk])
-                        c.deltas_reused += 1
-                    else:
-                        # The base is not in this pack (or waits on this one: a cycle between packs).
-                        offsets[k] = _write_whole(writer, oid, sources, c)
+                    # The base is not in this pack (or waits on this one: a cycle between packs).
+                    offsets[k] = _write_whole(writer, oid, sources, c)
             state[k] = 2
             stack.pop()
             if mtimes is not None:

@@ -31,6 +31,7 @@ class _PackEntries:
     sorted_offsets: array     # 'Q', pack order
     order: array              # 'I', idx positions in pack order
     mtimes: array | None      # cruft packs: each object's mtime, idx order
+    buffer: object = None     # the pack's bytes (mmap)
 
 
 class SourceIndex:
@@ -64,7 +65,7 @@ class SourceIndex:
                 ends[order[-1]] = trailer
             mtimes = read_mtimes(pack.mtimes_path, t.count, t.pack_checksum) if pack.is_cruft else None
             self.packs.append(_PackEntries(pack, total, t.count, t.oids, t.offsets, t.crcs, ends, sorted_offsets,
-                                           order, mtimes))
+                                           order, mtimes, pack.buffer()))
             loc = self.loc
             oids = t.oids
             kept_ids = self.kept_ids
@@ -74,6 +75,10 @@ class SourceIndex:
                     loc[oid] = total + i
             total += t.count
         self._starts = [p.base for p in self.packs]
+        # Global entry number -> its pack's position in self.packs (no bisection per object).
+        self.pack_no = array("H" if len(self.packs) < 1 << 16 else "I")
+        for k, p in enumerate(self.packs):
+            self.pack_no.extend(array(self.pack_no.typecode, [k]) * p.count)
 
     # -- where ----------------------------------------------------------------------------------
     def packed(self, oid: bytes) -> int | None:
@@ -82,7 +87,7 @@ class SourceIndex:
 
     def entry(self, gid: int) -> tuple[_PackEntries, int]:
         """(pack, idx position) of a global entry number."""
-        p = self.packs[bisect.bisect_right(self._starts, gid) - 1]
+        p = self.packs[self.pack_no[gid]]
         return p, gid - p.base
 
     def is_loose(self, oid: bytes) -> bool:
@@ -91,6 +96,11 @@ class SourceIndex:
     def __contains__(self, oid: bytes) -> bool:
         """Is ``oid`` one of the objects this repack may rewrite (not in a .keep pack)?"""
         return oid in self.loc or (oid in self.loose_ids and oid not in self.kept_ids)
+
+    def is_whole_entry(self, gid: int) -> bool:
+        """Is the entry a whole object (type 1-4 in its first byte), not a delta? No header parsing."""
+        p = self.packs[self.pack_no[gid]]
+        return ((p.buffer[p.offsets[gid - p.base]] >> 4) & 7) < 6
 
     def header(self, gid: int) -> tuple[_PackEntries, int, EntryHeader]:
         p, i = self.entry(gid)

@@ -28,7 +28,7 @@ from binascii import unhexlify
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
-from ..errors import CorruptObjectError, ObjectMissingError
+from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
 
@@ -39,6 +39,11 @@ _TREE_ENTRY = re.compile(rb"([0-7]+) ([^\0]+)\0(.{20})", re.S)
 _DIR_MODES = frozenset({b"40000", b"040000"})
 _GITLINK = b"160000"
 COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
+#: Below this many commits the tree walk stays in one process (forking costs more than it saves).
+FORK_MIN_COMMITS = 2000
+#: Share of the commits (newest first) whose trees the parent walks; the child walks the rest, which in a
+#: growing history has smaller trees.
+FORK_SHARE = 0.35
 
 
 @dataclass
@@ -106,15 +111,36 @@ def parse_tree_entries(data: bytes, oid: bytes) -> list[tuple[bytes, bytes, byte
     return entries
 
 
+def fresh_tree_entries(data: bytes, oid: bytes, seen: set[bytes]) -> list[tuple[bytes, bytes, bytes]]:
+    """The entries of a tree whose ids are not in ``seen``, in tree order (a tree's id checked as in
+    :func:`parse_tree_entries`). Most entries of most trees were seen in an earlier version of the tree:
+    they are filtered with set operations instead of one Python step per entry."""
+    entries = _TREE_ENTRY.findall(data)
+    if not entries:
+        if data:
+            raise CorruptObjectError("tree does not parse (malformed entry)", oid=oid)
+        return entries
+    modes, names, ids = zip(*entries)
+    if sum(map(len, modes)) + sum(map(len, names)) + 22 * len(ids) != len(data):
+        raise CorruptObjectError("tree does not parse (malformed entry)", oid=oid)
+    fresh = set(ids).difference(seen)
+    if not fresh:
+        return []
+    if 16 * len(fresh) >= len(ids):
+        return [e for e in entries if e[2] in fresh]
+    return [entries[k] for k in sorted({ids.index(e) for e in fresh})]
+
+
 class Walker:
     """One reachability walk. ``read(oid) -> (type, data)``; ``known(oid)``: already accounted for
     elsewhere (not added, not descended into -- the rescue walk before deletions uses it)."""
 
     def __init__(self, read: Read, *, known: Callable[[bytes], bool] | None = None,
-                 progress: Progress | None = None) -> None:
+                 progress: Progress | None = None, processes: int = 1) -> None:
         self.read = read
         self.known = known
         self.progress = progress
+        self.processes = processes if known is None else 1
         self.result = Reachable()
         self._counter = 0
 
@@ -165,20 +191,54 @@ class Walker:
             n += 1
             if self.progress is not None and n % 1000 == 0:
                 self.progress("counting commits", n, None)
-        # Trees and blobs: what tips name directly, then every commit's tree.
-        for oid, typ, name, referrer in pending:
-            if typ == BLOB:
-                res.blobs.append(oid)
-                res.names[oid] = name
-            else:
-                self._tree(oid, name, referrer)
+        # Trees and blobs: what tips name directly, then every commit's tree. With two processes the
+        # older part of the history is walked in a forked child at the same time (see _walk_in_child).
+        split = len(roots)
+        child = None
+        if self.processes > 1 and len(roots) >= FORK_MIN_COMMITS:
+            split = int(len(roots) * FORK_SHARE)
+            child = _ChildWalk.start(self, roots[split:])
+        try:
+            for oid, typ, name, referrer in pending:
+                if typ == BLOB:
+                    res.blobs.append(oid)
+                    res.names[oid] = name
+                else:
+                    self._tree(oid, name, referrer)
+            for tree, referrer in roots[:split]:
+                if not self._skip(tree):
+                    seen.add(tree)
+                    self._tree(tree, b"", f"commit {referrer}")
+            if child is not None:
+                self._merge(child.result())
+        finally:
+            if child is not None:
+                child.close()
+        if self.progress is not None:
+            self.progress("counting objects", len(res), len(res))
+        return res
+
+    def _walk_roots(self, roots: list[tuple[bytes, str]]) -> None:
+        seen = self.result.seen
         for tree, referrer in roots:
             if not self._skip(tree):
                 seen.add(tree)
                 self._tree(tree, b"", f"commit {referrer}")
-        if self.progress is not None:
-            self.progress("counting objects", len(res), len(res))
-        return res
+
+    def _merge(self, other: tuple[list[bytes], list[bytes], dict[bytes, bytes]]) -> None:
+        """Append what the child found and this walk did not, in the child's order: the same lists a
+        single walk would have made (everything below a tree this walk saw was seen here too)."""
+        res = self.result
+        seen, names = res.seen, res.names
+        trees, blobs, child_names = other
+        for src, dst in ((trees, res.trees), (blobs, res.blobs)):
+            for oid in src:
+                if oid not in seen:
+                    seen.add(oid)
+                    dst.append(oid)
+                    name = child_names.get(oid)
+                    if name:
+                        names[oid] = name
 
     def _queue_commit(self, heap, oid: bytes, data: bytes) -> None:
         _tree, _parents, when = parse_commit(data, oid)
@@ -212,14 +272,14 @@ class Walker:
         trees.append(root)
         if name:
             names[root] = name
-        stack = [(parse_tree_entries(read(root, TREE, referrer)[1], root), 0, root)]
+        stack = [(fresh_tree_entries(read(root, TREE, referrer)[1], root, seen), 0, root)]
         while stack:
             entries, i, parent = stack[-1]
             n = len(entries)
             while i < n:
                 mode, ename, eid = entries[i]
                 i += 1
-                if eid in seen or mode == _GITLINK:
+                if mode == _GITLINK or eid in seen:   # (seen: twice in one tree, or reached meanwhile)
                     continue
                 seen.add(eid)
                 if known is not None and known(eid):
@@ -228,7 +288,8 @@ class Walker:
                     stack[-1] = (entries, i, parent)
                     trees.append(eid)
                     names[eid] = ename
-                    stack.append((parse_tree_entries(read(eid, TREE, f"tree {parent.hex()}")[1], eid), 0, eid))
+                    data = read(eid, TREE, f"tree {parent.hex()}")[1]
+                    stack.append((fresh_tree_entries(data, eid, seen), 0, eid))
                     break
                 blobs.append(eid)
                 names[eid] = ename
@@ -238,10 +299,108 @@ class Walker:
                     self.progress("counting objects", len(res), None)
 
 
+class _ChildWalk:
+    """The older part of the roots walked in a forked process; its lists come back over a pipe.
+
+    The child inherits the walk so far (commits, tags, the read path and its caches) copy-on-write,
+    walks with its own ``seen``, and exits; an error it meets (corrupt or missing object) is raised
+    again in the parent. A child left behind by an exception is killed (it dies with its parent too).
+    """
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid, self.fd = pid, fd
+
+    @classmethod
+    def start(cls, walker: "Walker", roots: list[tuple[bytes, str]]) -> "_ChildWalk":
+        import os
+        import pickle
+
+        rfd, wfd = os.pipe()
+        pid = os.fork()
+        if pid == 0:   # ---- child: never returns
+            code = 70
+            try:
+                os.close(rfd)
+                _die_with_parent()
+                walker.progress = None
+                try:
+                    walker._walk_roots(roots)
+                    r = walker.result
+                    payload = pickle.dumps(("ok", r.trees, r.blobs, r.names), protocol=5)
+                    code = 0
+                except StoreError as err:
+                    payload = pickle.dumps(("error", type(err).__name__, err.message, err.path, err.oid,
+                                            err.offset), protocol=5)
+                    code = 1
+                except BaseException as err:  # noqa: BLE001 - reported to the parent
+                    payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
+                    code = 2
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(wfd, view):]
+            finally:
+                os._exit(code)
+        os.close(wfd)
+        return cls(pid, rfd)
+
+    def result(self) -> tuple[list[bytes], list[bytes], dict[bytes, bytes]]:
+        import os
+        import pickle
+
+        chunks = []
+        while True:
+            chunk = os.read(self.fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        os.close(self.fd)
+        self.fd = -1
+        _pid, status = os.waitpid(self.pid, 0)
+        self.pid = 0
+        data = b"".join(chunks)
+        msg = pickle.loads(data) if data else ("crash", f"walker process exited with status {status}")
+        if msg[0] == "ok":
+            return msg[1], msg[2], msg[3]
+        if msg[0] == "error":
+            _kind, name, message, path, oid, offset = msg
+            raise _ERRORS.get(name, StoreError)(message, path=path, oid=oid, offset=offset)
+        raise StoreError(f"reachability walk process failed: {msg[1]}")
+
+    def close(self) -> None:
+        import os
+        import signal
+
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = 0
+
+
+def _die_with_parent() -> None:
+    """Let the kernel SIGKILL this child if its parent dies (Linux), as index-pack's resolvers do."""
+    import ctypes
+    import signal
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+_ERRORS = {cls.__name__: cls for cls in (CorruptObjectError, ObjectMissingError, PackFormatError, StoreError)}
+
+
 def walk(tips: Iterable[tuple[str, bytes]], read: Read, *, known: Callable[[bytes], bool] | None = None,
-         progress: Progress | None = None) -> Reachable:
-    """Everything ``tips`` reach (see :class:`Reachable`); ``known`` objects are neither added nor descended."""
-    return Walker(read, known=known, progress=progress).run(tips)
+         progress: Progress | None = None, processes: int = 1) -> Reachable:
+    """Everything ``tips`` reach (see :class:`Reachable`); ``known`` objects are neither added nor descended.
+    With ``processes`` > 1 the older half of the history's trees is walked in a forked process."""
+    return Walker(read, known=known, progress=progress, processes=processes).run(tips)
 
 
-__all__ = ["Reachable", "Walker", "walk", "parse_commit", "parse_tree_entries"]
+__all__ = ["Reachable", "Walker", "walk", "parse_commit", "parse_tree_entries", "fresh_tree_entries"]

@@ -175,6 +175,21 @@ class PackWriter:
         self.deltas += 1
         return self._record(oid, offset, crc)
 
+    def copy_raw(self, oid: bytes, buf, start: int, end: int, source_crc: int, *, path: object) -> int:
+        """Copy a whole (non-delta) entry ``buf[start:end]`` as it is, after checking its CRC32 (see copy_entry)."""
+        with memoryview(buf) as view:
+            raw = view[start:end]
+            crc = zlib.crc32(raw)
+            if crc != source_crc:
+                raw.release()
+                raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
+                                      f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=start)
+            offset = self._pos
+            self._append(raw)
+            raw.release()
+        self.bytes_copied += end - start
+        return self._record(oid, offset, crc)
+
     def copy_entry(self, oid: bytes, buf, header: EntryHeader, end: int, source_crc: int, *,
                    path: object, base_offset: int | None = None) -> int:
         """Copy the entry ``buf[header.offset:end]`` of another pack without inflating it.
