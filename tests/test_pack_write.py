@@ -2,7 +2,6 @@
 verbatim copies with their CRC checked, REF_DELTA turned into OFS_DELTA, and the .mtimes git writes."""
 from __future__ import annotations
 
-import zlib
 from pathlib import Path
 
 import pytest

@@ -39,8 +39,9 @@ from ..errors import CorruptObjectError, InvalidInputError, ObjectMissingError, 
 from ..faults import fault_point
 from ..fence import FenceKind, fenced
 from ..objdir import PRESERVED_DIR
-from ..objects import ObjectType, hash_object
+from ..objects import REF_DELTA, ObjectType, hash_object
 from ..owner import Liveness, Owner, current_owner, liveness
+from ..pack.format import decode_entry_header
 from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter, tmp_owner_tag, this_host_tag
 from ..parse import object_links
@@ -202,6 +203,18 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     if hooks.after_plan is not None:
         hooks.after_plan()
 
+    try:
+        return _write_and_delete(repo, plan, sources, options, now, progress, check_lease, fence_token, hooks,
+                                 result, timer, dur, pack_dir, rescans0)
+    finally:
+        sources.release()
+
+
+def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, now: float,
+                      progress: Progress | None, check_lease, fence_token: int | None, hooks: RepackHooks,
+                      result: RepackResult, timer: "_Timer", dur: durable.DurabilityCounters, pack_dir: Path,
+                      rescans0: int) -> RepackResult:
+    c = result.counters
     if not plan.main and not plan.cruft and not plan.packs and not plan.loose:
         result.nothing_to_do = True
         _finish_counters(result, repo, rescans0, dur)
@@ -464,9 +477,13 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: Re
     n = len(ids)
     state = bytearray(n)            # 0: to do, 1: waiting for its base, 2: written
     offsets = [0] * n
+    waiting: dict[int, tuple] = {}  # a delta waiting for its base: its parsed entry, not parsed twice
     mtimes: list[int] | None = [] if mtime_of is not None else None
     step = max(1, min(5000, n // 100 or 1))
     done = 0
+    # The loop runs once per object (500,000 in a large repository): names are looked up once here.
+    loc_get, packs, pack_no, index_get = sources.loc.get, sources.packs, sources.pack_no, index.get
+    copy_raw, copy_delta = writer.copy_raw, writer.copy_delta
     for k0 in range(n):
         if state[k0] == 2:
             continue
@@ -474,31 +491,42 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: Re
         while stack:
             k = stack[-1]
             oid = ids[k]
-            gid = sources.packed(oid)
+            gid = loc_get(oid)
             if gid is None:
                 offsets[k] = _write_whole(writer, oid, sources, c)
                 if sources.is_loose(oid):
                     c.loose_packed += 1
-            elif sources.is_whole_entry(gid):
-                # The common case, kept short: a whole object's entry is copied as it is.
-                p, i = sources.entry(gid)
-                offsets[k] = writer.copy_raw(oid, p.buffer, p.offsets[i], p.ends[i], p.crcs[i], path=p.pack.pack_path)
-                c.entries_copied += 1
             else:
-                p, i, h = sources.header(gid)
-                base = sources.base_of(p, h)
-                bk = index.get(base) if base is not None else None
-                if bk is not None and state[bk] == 0:
-                    state[k] = 1
-                    stack.append(bk)   # its base first (it comes later in the order)
-                    continue
-                if bk is not None and state[bk] == 2:
-                    offsets[k] = writer.copy_entry(oid, p.pack.buffer(), h, p.ends[i], p.crcs[i],
-                                                   path=p.pack.pack_path, base_offset=offsets[bk])
-                    c.deltas_reused += 1
+                entry = waiting.pop(k, None)
+                if entry is None:
+                    p = packs[pack_no[gid]]
+                    i = gid - p.base
+                    off = p.offsets[i]
+                    if (p.buffer[off] >> 4) & 7 < 6:
+                        # The common case, kept short: a whole object's entry is copied as it is.
+                        offsets[k] = copy_raw(oid, p.view, off, p.ends[i], p.crcs[i], path=p.path)
+                        c.entries_copied += 1
+                        bk = -1
+                    else:
+                        typ, size, base, data_off = decode_entry_header(p.buffer, off, p.end, off, p.path)
+                        base_oid = base if typ == REF_DELTA else sources.oid_at(p, base)
+                        bk = index_get(base_oid, None) if base_oid is not None else None
+                        entry = (p, i, off, size, data_off, bk)
                 else:
-                    # The base is not in this pack (or waits on this one: a cycle between packs).
-                    offsets[k] = _write_whole(writer, oid, sources, c)
+                    p, i, off, size, data_off, bk = entry
+                if entry is not None:
+                    if bk is not None and state[bk] == 0:
+                        state[k] = 1
+                        waiting[k] = entry
+                        stack.append(bk)   # its base first (it comes later in the order)
+                        continue
+                    if bk is not None and state[bk] == 2:
+                        offsets[k] = copy_delta(oid, p.view, off, data_off, p.ends[i], p.crcs[i], size,
+                                                offsets[bk], path=p.path)
+                        c.deltas_reused += 1
+                    else:
+                        # The base is not in this pack (or waits on this one: a cycle between packs).
+                        offsets[k] = _write_whole(writer, oid, sources, c)
             state[k] = 2
             stack.pop()
             if mtimes is not None:

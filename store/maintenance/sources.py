@@ -14,8 +14,6 @@ from dataclasses import dataclass
 
 from ..errors import ObjectMissingError
 from ..objdir import ObjectSnapshot
-from ..objects import OFS_DELTA
-from ..pack.entries import EntryHeader, read_header
 from ..pack.packdir import PackFile
 
 
@@ -32,6 +30,9 @@ class _PackEntries:
     order: array              # 'I', idx positions in pack order
     mtimes: array | None      # cruft packs: each object's mtime, idx order
     buffer: object = None     # the pack's bytes (mmap)
+    view: memoryview | None = None  # a view of them (slices without copies)
+    end: int = 0              # where entries end (the trailer)
+    path: str = ""
 
 
 class SourceIndex:
@@ -65,7 +66,8 @@ class SourceIndex:
                 ends[order[-1]] = trailer
             mtimes = read_mtimes(pack.mtimes_path, t.count, t.pack_checksum) if pack.is_cruft else None
             self.packs.append(_PackEntries(pack, total, t.count, t.oids, t.offsets, t.crcs, ends, sorted_offsets,
-                                           order, mtimes, pack.buffer()))
+                                           order, mtimes, pack.buffer(), memoryview(pack.buffer()), trailer,
+                                           str(pack.pack_path)))
             loc = self.loc
             oids = t.oids
             kept_ids = self.kept_ids
@@ -97,25 +99,20 @@ class SourceIndex:
         """Is ``oid`` one of the objects this repack may rewrite (not in a .keep pack)?"""
         return oid in self.loc or (oid in self.loose_ids and oid not in self.kept_ids)
 
-    def is_whole_entry(self, gid: int) -> bool:
-        """Is the entry a whole object (type 1-4 in its first byte), not a delta? No header parsing."""
-        p = self.packs[self.pack_no[gid]]
-        return ((p.buffer[p.offsets[gid - p.base]] >> 4) & 7) < 6
-
-    def header(self, gid: int) -> tuple[_PackEntries, int, EntryHeader]:
-        p, i = self.entry(gid)
-        buf = p.pack.buffer()
-        return p, i, read_header(buf, p.offsets[i], end=p.pack.end, path=p.pack.pack_path)
-
-    def base_of(self, p: _PackEntries, header: EntryHeader) -> bytes | None:
-        """The id of a delta entry's base (OFS: by offset in the same pack; REF: named), None if not an entry."""
-        if header.type != OFS_DELTA:
-            return header.base
-        k = bisect.bisect_left(p.sorted_offsets, header.base)
-        if k >= p.count or p.sorted_offsets[k] != header.base:
+    def oid_at(self, p: _PackEntries, offset: int) -> bytes | None:
+        """The id of the entry starting at ``offset`` in ``p`` (None if no entry starts there)."""
+        k = bisect.bisect_left(p.sorted_offsets, offset)
+        if k >= p.count or p.sorted_offsets[k] != offset:
             return None
         i = p.order[k]
         return p.oids[20 * i:20 * i + 20]
+
+    def release(self) -> None:
+        """Drop the views on the packs' maps (so the packs can be closed)."""
+        for p in self.packs:
+            if p.view is not None:
+                p.view.release()
+                p.view = None
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, oid: bytes) -> tuple[int, bytes]:

@@ -175,20 +175,37 @@ class PackWriter:
         self.deltas += 1
         return self._record(oid, offset, crc)
 
-    def copy_raw(self, oid: bytes, buf, start: int, end: int, source_crc: int, *, path: object) -> int:
-        """Copy a whole (non-delta) entry ``buf[start:end]`` as it is, after checking its CRC32 (see copy_entry)."""
-        with memoryview(buf) as view:
-            raw = view[start:end]
-            crc = zlib.crc32(raw)
-            if crc != source_crc:
-                raw.release()
-                raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
-                                      f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=start)
-            offset = self._pos
-            self._append(raw)
-            raw.release()
+    def copy_raw(self, oid: bytes, view: memoryview, start: int, end: int, source_crc: int, *, path: object) -> int:
+        """Copy a whole (non-delta) entry ``view[start:end]`` as it is, after checking its CRC32 (see copy_entry)."""
+        raw = view[start:end]
+        crc = zlib.crc32(raw)
+        if crc != source_crc:
+            raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
+                                  f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=start)
+        offset = self._pos
+        self._append(raw)
         self.bytes_copied += end - start
         return self._record(oid, offset, crc)
+
+    def copy_delta(self, oid: bytes, view: memoryview, start: int, data_start: int, end: int, source_crc: int,
+                   size: int, base_offset: int, *, path: object) -> int:
+        """Copy the delta entry ``view[start:end]`` (its instructions start at ``data_start``, ``size`` bytes
+        inflated) as OFS_DELTA against ``base_offset`` in this pack, without inflating it; CRC32 checked."""
+        raw = view[start:end]
+        crc = zlib.crc32(raw)
+        if crc != source_crc:
+            raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
+                                  f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=start)
+        offset = self._pos
+        if not 0 < offset - base_offset <= offset:
+            raise InvalidInputError(f"a delta is copied only after its base (object {oid.hex()})")
+        header = encode_entry_header(OFS_DELTA, size) + ofs_encoding(offset - base_offset)
+        body = view[data_start:end]
+        self._append(header)
+        self._append(body)
+        self.deltas += 1
+        self.bytes_copied += end - start
+        return self._record(oid, offset, zlib.crc32(body, zlib.crc32(header)))
 
     def copy_entry(self, oid: bytes, buf, header: EntryHeader, end: int, source_crc: int, *,
                    path: object, base_offset: int | None = None) -> int:
@@ -199,26 +216,12 @@ class PackWriter:
         ``base_offset``, where its base already is in *this* pack: it is stored as OFS_DELTA.
         """
         with memoryview(buf) as view:
-            raw = view[header.offset:end]
-            crc = zlib.crc32(raw)
-            if crc != source_crc:
-                raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
-                                      f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=header.offset)
-            offset = self._pos
             if header.type == OFS_DELTA or header.type == REF_DELTA:
-                if base_offset is None or not 0 < offset - base_offset <= offset:
+                if base_offset is None:
                     raise InvalidInputError(f"a delta is copied only after its base (object {oid.hex()})")
-                new_header = encode_entry_header(OFS_DELTA, header.size) + ofs_encoding(offset - base_offset)
-                body = raw[header.data_offset - header.offset:]
-                crc = zlib.crc32(body, zlib.crc32(new_header))
-                self._append(new_header)
-                self._append(body)
-                self.deltas += 1
-            else:
-                self._append(raw)   # the entry as it was: its CRC is the source's
-            self.bytes_copied += end - header.offset
-            raw.release()
-        return self._record(oid, offset, crc)
+                return self.copy_delta(oid, view, header.offset, header.data_offset, end, source_crc, header.size,
+                                       base_offset, path=path)
+            return self.copy_raw(oid, view, header.offset, end, source_crc, path=path)
 
     # -- finishing ----------------------------------------------------------------------------
     def finish(self, *, mtimes: Sequence[int] | None = None, keep: bytes | None = None) -> PackFiles:

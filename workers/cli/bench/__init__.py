@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("verify", "loose", "index_pack")
+BENCHMARKS = ("verify", "loose", "index_pack", "repack")
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
