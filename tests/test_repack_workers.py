@@ -144,3 +144,12 @@ def test_repack_cli_bad_input_prints_one_line(shapes, pk):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("packyard repack: ObjectMissingError:"), proc.stderr
     assert "2" * 40 in lines[0] and "refs/heads/ghost" in lines[0]
+
+
+def test_repack_cli_with_lock_fences_its_deletions(shapes, pk, redis_server):
+    bare = shapes.bare
+    proc = subprocess.run([*PACKYARD, "repack", "--repo", str(bare), "--mode", "geometric", "--lock", "--json"],
+                          capture_output=True, text=True, env=pk.cli_env(), cwd=pk.root)
+    assert proc.returncode == 0, proc.stderr
+    token = json.loads(proc.stdout)["counters"]["fence_token"]
+    assert token >= 1 and recorded_token(bare, FenceKind.MAINTENANCE) == token
