@@ -35,31 +35,25 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import durable
-from ..errors import CorruptObjectError, InvalidInputError, ObjectMissingError, StoreError
+from ..errors import InvalidInputError, ObjectMissingError
 from ..faults import fault_point
 from ..fence import FenceKind, fenced
-from ..objdir import PRESERVED_DIR
-from ..objects import REF_DELTA, ObjectType, hash_object
-from ..owner import Liveness, Owner, current_owner, liveness
-from ..pack.format import decode_entry_header
+from ..objects import ObjectType
 from ..pack.packdir import PackFile
-from ..pack.write import PACK_COMPRESSION, PackWriter, tmp_owner_tag, this_host_tag
+from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..parse import object_links
 from ..tuning import gc_paused
+from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
 from .tips import read_tips
 from .walk import Reachable, walk
+from .writeplan import write_plan
 
 Progress = Callable[[str, int, "int | None"], None]
 
 #: git's gc.pruneExpire default: unreachable objects younger than this are kept (in the cruft pack).
 DEFAULT_EXPIRE_SECONDS = 14 * 24 * 3600.0
-#: A writer temp file or an orphaned pack file (no idx) of a dead or unknown owner older than this is removed.
-STALE_AFTER = 600.0
-#: Temp files we cannot attribute (git's own tmp_pack_XXXXXX, another host's) go at git's prune expiry.
-FOREIGN_STALE_AFTER = DEFAULT_EXPIRE_SECONDS
-
 
 class RepackMode(enum.Enum):
     FULL = "full"
@@ -459,101 +453,6 @@ def _plan_loose(repo, sources: SourceIndex, snapshot, progress: Progress | None)
     return plan
 
 
-# -- writing -----------------------------------------------------------------------------------------
-
-def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: RepackCounters, *,
-               progress: Progress | None = None, phase: str = "writing objects",
-               mtime_of: dict[bytes, int] | None = None) -> list[int] | None:
-    """Write every id of ``ids`` once, in that order except that a delta's base always goes first.
-
-    A delta whose base is in ``ids`` is copied verbatim (OFS_DELTA to the base's new offset);
-    a delta whose base is not (or a base cycle between packs) is resolved and written whole,
-    as is every loose object. Returns the mtimes in written order when ``mtime_of`` is given.
-
-    This is the seam for the delta search (issue 10): objects written whole here are the ones
-    a search would try to deltify against their neighbours.
-    """
-    index = {oid: k for k, oid in enumerate(ids)}
-    n = len(ids)
-    state = bytearray(n)            # 0: to do, 1: waiting for its base, 2: written
-    offsets = [0] * n
-    waiting: dict[int, tuple] = {}  # a delta waiting for its base: its parsed entry, not parsed twice
-    mtimes: list[int] | None = [] if mtime_of is not None else None
-    step = max(1, min(5000, n // 100 or 1))
-    done = 0
-    # The loop runs once per object (500,000 in a large repository): names are looked up once here.
-    loc_get, packs, pack_no, index_get = sources.loc.get, sources.packs, sources.pack_no, index.get
-    copy_raw, copy_delta = writer.copy_raw, writer.copy_delta
-    for k0 in range(n):
-        if state[k0] == 2:
-            continue
-        stack = [k0]
-        while stack:
-            k = stack[-1]
-            oid = ids[k]
-            gid = loc_get(oid)
-            if gid is None:
-                offsets[k] = _write_whole(writer, oid, sources, c)
-                if sources.is_loose(oid):
-                    c.loose_packed += 1
-            else:
-                entry = waiting.pop(k, None)
-                if entry is None:
-                    p = packs[pack_no[gid]]
-                    i = gid - p.base
-                    off = p.offsets[i]
-                    if (p.buffer[off] >> 4) & 7 < 6:
-                        # The common case, kept short: a whole object's entry is copied as it is.
-                        offsets[k] = copy_raw(oid, p.view, off, p.ends[i], p.crcs[i], path=p.path)
-                        c.entries_copied += 1
-                        bk = -1
-                    else:
-                        typ, size, base, data_off = decode_entry_header(p.buffer, off, p.end, off, p.path)
-                        base_oid = base if typ == REF_DELTA else sources.oid_at(p, base)
-                        bk = index_get(base_oid, None) if base_oid is not None else None
-                        entry = (p, i, off, size, data_off, bk)
-                else:
-                    p, i, off, size, data_off, bk = entry
-                if entry is not None:
-                    if bk is not None and state[bk] == 0:
-                        state[k] = 1
-                        waiting[k] = entry
-                        stack.append(bk)   # its base first (it comes later in the order)
-                        continue
-                    if bk is not None and state[bk] == 2:
-                        offsets[k] = copy_delta(oid, p.view, off, data_off, p.ends[i], p.crcs[i], size,
-                                                offsets[bk], path=p.path)
-                        c.deltas_reused += 1
-                    else:
-                        # The base is not in this pack (or waits on this one: a cycle between packs).
-                        offsets[k] = _write_whole(writer, oid, sources, c)
-            state[k] = 2
-            stack.pop()
-            if mtimes is not None:
-                mtimes.append(mtime_of[oid])
-            done += 1
-            if progress is not None and done % step == 0:
-                progress(phase, done, n)
-    if progress is not None:
-        progress(phase, n, n)
-    return mtimes
-
-
-def _write_whole(writer: PackWriter, oid: bytes, sources: SourceIndex, c: RepackCounters) -> int:
-    """Resolve, check and store one object whole; errors name the object, its file and offset."""
-    try:
-        typ, data = sources.read(oid)
-    except StoreError as err:
-        where, offset = sources.where(oid)
-        raise type(err)(f"cannot repack object: {err.message}", oid=oid, path=err.path or where,
-                        offset=err.offset if err.offset is not None else offset) from err
-    if hash_object(typ, data) != oid:
-        where, offset = sources.where(oid)
-        raise CorruptObjectError("object does not hash to its name; not repacked", oid=oid, path=where, offset=offset)
-    c.rewritten_whole += 1
-    return writer.write_whole(oid, typ, data)
-
-
 # -- before deleting ----------------------------------------------------------------------------------
 
 def _recheck_tips(repo, plan: _Plan, sources: SourceIndex) -> set[bytes]:
@@ -605,60 +504,6 @@ def _spare_freshened(plan: _Plan, packs: list[PackFile], loose: set[bytes], sour
     if keep_packs or spared:
         c.kept_freshened += len(keep_packs) + len(spared)
     return [p for p in packs if p.name not in keep_packs], loose - spared
-
-
-# -- leftovers of dead repacks --------------------------------------------------------------------------
-
-def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_after: float = STALE_AFTER,
-                            foreign_after: float = FOREIGN_STALE_AFTER) -> int:
-    """Remove writer temp files of dead repacks and pack files left without their idx; returns how many.
-
-    Ours (``tmp_<kind>_<pid>_<host>-<rand>``) from this host go as soon as the pid is dead and they are
-    older than ``stale_after``; others named ``tmp_*`` (git's, another host's) after ``foreign_after``.
-    A ``pack-*.pack``/``.rev``/``.mtimes`` without its ``.idx`` is invisible to readers: if the idx is in
-    preserved/ (a repack died moving the pack there) the move is finished; otherwise (an install killed
-    between renames) it is removed once older than ``stale_after``.
-    """
-    now = time.time() if now is None else now
-    try:
-        entries = list(os.scandir(pack_dir))
-    except FileNotFoundError:
-        return 0
-    names = {e.name for e in entries}
-    removed = 0
-    for e in entries:
-        name = e.name
-        try:
-            age = now - e.stat(follow_symlinks=False).st_mtime
-        except FileNotFoundError:
-            continue
-        if name.startswith("tmp_"):
-            tag = tmp_owner_tag(name)
-            if tag is not None and tag[1] == this_host_tag():
-                # Our own name, this host: the writer's pid tells (a reused pid reads as alive: kept).
-                stale = liveness(Owner(pid=tag[0], host=current_owner().host)) is Liveness.DEAD \
-                    or age >= foreign_after
-            else:
-                stale = age >= foreign_after
-        elif name.startswith("pack-") and name.rsplit(".", 1)[-1] in ("pack", "rev", "mtimes", "bitmap"):
-            stem = name.rsplit(".", 1)[0]
-            if f"{stem}.idx" in names:
-                continue
-            if (Path(pack_dir) / PRESERVED_DIR / f"{stem}.idx").exists():
-                # A repack died while moving this pack to preserved/ (idx first): finish the move.
-                preserve_pack(pack_dir, stem, now=now)
-                removed += 1
-                continue
-            stale = age >= stale_after
-        else:
-            continue
-        if stale:
-            try:
-                os.unlink(e.path)
-                removed += 1
-            except FileNotFoundError:
-                pass
-    return removed
 
 
 __all__ = ["RepackMode", "RepackOptions", "RepackCounters", "RepackResult", "RepackHooks", "repack",

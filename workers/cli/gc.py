@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from packyard.store import bulk
     from packyard.store.errors import StoreError
     from packyard.store.maintenance.preserved import expire_preserved
-    from packyard.store.maintenance.repack import remove_stale_temp_files
+    from packyard.store.maintenance.leftovers import remove_stale_temp_files
     from packyard.store.pack.indexpack import remove_stale_quarantines
     from packyard.store.repo import Repository
 

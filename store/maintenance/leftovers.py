@@ -1,0 +1,72 @@
+"""Leftovers of repacks that died: their temp files, and packs they left half-moved or half-installed."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..objdir import PRESERVED_DIR
+from ..owner import Liveness, Owner, current_owner, liveness
+from ..pack.write import tmp_owner_tag, this_host_tag
+from .preserved import preserve_pack
+
+#: A writer temp file or an orphaned pack file (no idx) of a dead or unknown owner older than this is removed.
+STALE_AFTER = 600.0
+#: Temp files we cannot attribute (git's own tmp_pack_XXXXXX, another host's) go at git's prune expiry.
+FOREIGN_STALE_AFTER = 14 * 24 * 3600.0
+
+
+def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_after: float = STALE_AFTER,
+                            foreign_after: float = FOREIGN_STALE_AFTER) -> int:
+    """Remove writer temp files of dead repacks and pack files left without their idx; returns how many.
+
+    Ours (``tmp_<kind>_<pid>_<host>-<rand>``) from this host go as soon as the pid is dead and they are
+    older than ``stale_after``; others named ``tmp_*`` (git's, another host's) after ``foreign_after``.
+    A ``pack-*.pack``/``.rev``/``.mtimes`` without its ``.idx`` is invisible to readers: if the idx is in
+    preserved/ (a repack died moving the pack there) the move is finished; otherwise (an install killed
+    between renames) it is removed once older than ``stale_after``.
+    """
+    now = time.time() if now is None else now
+    try:
+        entries = list(os.scandir(pack_dir))
+    except FileNotFoundError:
+        return 0
+    names = {e.name for e in entries}
+    removed = 0
+    for e in entries:
+        name = e.name
+        try:
+            age = now - e.stat(follow_symlinks=False).st_mtime
+        except FileNotFoundError:
+            continue
+        if name.startswith("tmp_"):
+            tag = tmp_owner_tag(name)
+            if tag is not None and tag[1] == this_host_tag():
+                # Our own name, this host: the writer's pid tells (a reused pid reads as alive: kept).
+                stale = liveness(Owner(pid=tag[0], host=current_owner().host)) is Liveness.DEAD \
+                    or age >= foreign_after
+            else:
+                stale = age >= foreign_after
+        elif name.startswith("pack-") and name.rsplit(".", 1)[-1] in ("pack", "rev", "mtimes", "bitmap"):
+            stem = name.rsplit(".", 1)[0]
+            if f"{stem}.idx" in names:
+                continue
+            if (Path(pack_dir) / PRESERVED_DIR / f"{stem}.idx").exists():
+                # A repack died while moving this pack to preserved/ (idx first): finish the move.
+                preserve_pack(pack_dir, stem, now=now)
+                removed += 1
+                continue
+            stale = age >= stale_after
+        else:
+            continue
+        if stale:
+            try:
+                os.unlink(e.path)
+                removed += 1
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+
+__all__ = ["remove_stale_temp_files", "STALE_AFTER", "FOREIGN_STALE_AFTER"]
