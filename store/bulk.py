@@ -11,7 +11,7 @@ fsync that git's batch mode leaves out::
                                               #   snapshot and freshened
     batch.add_file(path, size)                # a big blob: hashed in one streamed pass, then
                                               #   re-hashed + compressed in a second; one chunk in memory
-    batch.commit(ref_updates=[RefUpdate(...)])
+    batch.commit(ref_updates=[RefUpdate(...)])  # the steps of store/install.py, loose variants:
         writeout_each    start write-out of any tmp file not started yet (fallback path)
         barrier_flush    ONE durable flush of every tmp file's data and inode (after the
                          last write; it waits for a background syncfs still running first)
@@ -69,12 +69,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from . import durable
+from . import durable, install
 from .tuning import gc_paused, keep_heap_slack_if_needed
 from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
 from .faults import fault_point
 from .objdir import Location
 from .objects import ObjectType, hash_object
+from .owner import current_owner
 from .refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -427,7 +428,12 @@ class LooseBatch:
                 self.counters.skipped_loose += 1
                 return WriteResult.EXISTS_LOOSE
         else:
-            pack, _ = self.snapshot.packs.find(oid)
+            found = self.snapshot.packs.find_not_cruft(oid)
+            if found is None:
+                # Only in a cruft pack: write it anew rather than touch the cruft pack (as git does), so
+                # the next full repack sees a fresh copy and the cruft entry can age out.
+                return WriteResult.QUEUED
+            pack, _ = found
             if pack.name in self._freshened_packs:
                 self.counters.skipped_packed += 1
                 return WriteResult.EXISTS_PACKED
@@ -622,7 +628,8 @@ class LooseBatch:
             if not p.writeout_started:
                 fd = os.open(p.tmp, os.O_RDONLY)
                 try:
-                    p.writeout_started = durable.start_writeout(fd, self.counters.durable)
+                    install.writeout_each([fd], self.counters.durable)
+                    p.writeout_started = durable.HAVE_WRITEOUT
                 finally:
                     os.close(fd)
 
@@ -638,7 +645,7 @@ class LooseBatch:
                 for p in self._pending:
                     fd = os.open(p.tmp, os.O_RDONLY)
                     try:
-                        durable.flush_file(fd, self.counters.durable)
+                        install.barrier_flush([fd], self.counters.durable)
                     finally:
                         os.close(fd)
         except OSError as err:
@@ -647,35 +654,22 @@ class LooseBatch:
 
     def _sync_filesystems(self) -> None:
         """syncfs of the objects directory's filesystem, then of each other one a fan-out dir is on."""
-        durable.sync_filesystem(self._fs_fd, self.counters.durable)
-        for fd in self._other_fs.values():
-            durable.sync_filesystem(fd, self.counters.durable)
+        install.barrier_syncfs([self._fs_fd, *self._other_fs.values()], self.counters.durable)
 
     def publish_renames(self) -> None:
         """Rename every tmp file to its object name, never replacing one (why: objects appear only complete)."""
-        total = len(self._pending)
-        dir_fds = dict(self._fanouts.values())
-        rename_at = durable.rename_noreplace_at
-        renamed = 0
-        try:
-            for i, p in enumerate(self._pending):
-                fault_point("bulk.publish_rename")
-                try:
-                    placed = rename_at(dir_fds[p.fanout], p.tmp_name.encode(), p.final_name.encode())
-                except OSError as err:
-                    raise WriteFailedError(f"renaming temp file into place failed: {err.strerror}",
-                                           errno=err.errno, path=p.tmp, oid=p.oid) from err
-                if placed:
-                    renamed += 1
-                else:
-                    # Another writer installed the same object meanwhile: same bytes by definition.
-                    _unlink_quiet(p.tmp)
-                    self.counters.exists_at_rename += 1
-                self._published = i + 1
-                if self.progress is not None and (i + 1) % 1000 == 0:
-                    self.progress("publish", i + 1, total)
-        finally:
-            self.counters.durable.renames += renamed
+
+        def published(n: int) -> None:
+            self._published = n
+
+        def exists(p: _Pending) -> None:
+            # Another writer installed the same object meanwhile: same bytes by definition.
+            _unlink_quiet(p.tmp)
+            self.counters.exists_at_rename += 1
+
+        install.publish_renames_noreplace(self._pending, dict(self._fanouts.values()), self.counters.durable,
+                                          published=published, exists=exists, fault="bulk.publish_rename",
+                                          progress=self.progress)
 
     def fsync_dirs(self) -> None:
         """Make the renames durable (why: a ref must not name an object whose directory entry a crash can lose)."""
@@ -688,16 +682,14 @@ class LooseBatch:
                 raise WriteFailedError(f"syncfs after renames failed: {err.strerror}", errno=err.errno,
                                        path=self._objects_dir) from err
             return
-        dir_fds = dict(self._fanouts.values())
-        for fanout in sorted({p.fanout for p in self._pending}):
-            durable.fsync_dir_fd(dir_fds[fanout], self.counters.durable)
+        dirs = sorted({p.fanout for p in self._pending})
         if self._created_fanouts:
-            durable.fsync_dir(self._objects_dir, self.counters.durable)
+            dirs.append(self._objects_dir)   # the new fan-out directories' own entries
+        install.fsync_dirs(dirs, self.counters.durable)
 
     def update_refs(self, ref_updates: Sequence[RefUpdate]) -> None:
         """Compare-and-swap the refs (why: last, so a ref never names a non-durable object)."""
-        if ref_updates:
-            self.repo.refs.update(ref_updates, counters=self.counters.durable, fence_token=self.fence_token)
+        install.update_refs(self.repo, ref_updates, self.counters.durable, self.fence_token)
 
     # -- abort ---------------------------------------------------------------
     def abort(self) -> None:
@@ -831,18 +823,24 @@ def _marker_dir(repo) -> Path:
 
 
 def _create_marker(repo, pid: int, batch_id: str) -> Path:
-    """An empty file naming a live batch, so the next batch learns cheaply that one crashed."""
+    """A file naming a live batch, so the next batch learns cheaply that one crashed; it holds the
+    batch's owner record (pid, host, job, boot id: store/owner.py) for whoever cleans up after it."""
     d = _marker_dir(repo)
     path = d / f"{pid}_{batch_id}"
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except FileNotFoundError:
-        d.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            _write_all(fd, current_owner().encode())
+        finally:
+            os.close(fd)
     except OSError as err:
+        _unlink_quiet(str(path))
         raise WriteFailedError(f"cannot create batch marker: {err.strerror}", errno=err.errno,
                                path=path) from err
-    os.close(fd)
     return path
 
 

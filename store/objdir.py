@@ -7,21 +7,30 @@ Lookup rules (seed 000_9777a3acf68a3210.txt):
   a loose file or an old pack into a new pack;
 * ``quick=True`` skips that re-listing, for callers where a miss is the normal
   case (git's OBJECT_INFO_QUICK), e.g. a collision check on incoming objects;
-* a directory's mtime/stat data is never used to skip the re-listing.
+* a directory's mtime/stat data is never used to skip the re-listing;
+* a pack that vanished under a reader (ENOENT, or ESTALE over NFS: a repack replaced it)
+  is dropped, the directory re-listed and the object looked up in the new packs; a *read*
+  that still misses looks in ``objects/pack/preserved/`` (packs a repack replaced, kept
+  there for a while: JGit's preserved packs) before it says "missing". Existence checks
+  (``locate``/``has``/``freshen``) never answer from ``preserved/``: a writer that skipped an
+  object because it exists there would lose it when the preserved pack expires.
 
-Bulk callers take one :class:`ObjectSnapshot` instead of asking per object.
+Bulk callers take one :class:`ObjectSnapshot` instead of asking per object; its ``read``
+falls back to a fresh lookup when a pack of the snapshot has been repacked away.
 """
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterator
 
 from .errors import CorruptObjectError, ObjectMissingError
 from .loose import LooseObjects
 from .objects import ObjectType, hash_object
-from .packdir import PackDirectory, PackList
+from .pack.packdir import PackDirectory, PackList, is_gone
+
+PRESERVED_DIR = "preserved"   # objects/pack/preserved: packs a repack replaced (JGit's preserved packs)
 
 
 class Location(enum.Enum):
@@ -46,6 +55,7 @@ class ObjectSnapshot:
     packs: PackList
     loose_ids: frozenset[bytes]
     loose: LooseObjects = field(repr=False)
+    objects: "ObjectDirectory | None" = field(default=None, repr=False, compare=False)
 
     def locate(self, oid: bytes) -> Location:
         if oid in self.loose_ids:
@@ -58,13 +68,38 @@ class ObjectSnapshot:
         return self.locate(oid) is not Location.MISSING
 
     def read(self, oid: bytes) -> tuple[ObjectType, bytes]:
+        """The object as the snapshot knows it; if its pack or loose file is gone since (a repack
+        moved it), a fresh lookup through the object directory's rules."""
         found = self.packs.find(oid)
-        if found is not None:
-            pack, offset = found
-            return pack.read_at(offset)
-        if oid in self.loose_ids:
-            return self.loose.read(oid)
-        raise ObjectMissingError("object not in snapshot", oid=oid)
+        try:
+            if found is not None:
+                pack, offset = found
+                return pack.read_at(offset)
+            if oid in self.loose_ids:
+                return self.loose.read(oid)
+        except ObjectMissingError:
+            if self.objects is None:
+                raise
+        except OSError as err:
+            if not is_gone(err) or self.objects is None:
+                raise
+        else:
+            raise ObjectMissingError("object not in snapshot", oid=oid)
+        self.objects.counters.snapshot_fallbacks += 1
+        return self.objects.read(oid)
+
+
+@dataclass
+class LookupCounters:
+    """What the lookup rules had to do (the race harness and job records read these)."""
+
+    packs_vanished: int = 0       # a listed pack was gone when opened (ENOENT/ESTALE): dropped, re-listed
+    relisted_hits: int = 0        # found only after re-listing objects/pack
+    preserved_hits: int = 0       # found only in objects/pack/preserved/
+    snapshot_fallbacks: int = 0   # an ObjectSnapshot read fell back to a fresh lookup
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
 
 
 class ObjectDirectory:
@@ -74,6 +109,8 @@ class ObjectDirectory:
         self.path = objects_dir
         self.loose = LooseObjects(objects_dir)
         self.packs = PackDirectory(objects_dir / "pack")
+        self.preserved = PackDirectory(objects_dir / "pack" / PRESERVED_DIR)
+        self.counters = LookupCounters()
 
     def _listings(self) -> Iterator[PackList]:
         """The current pack list, then -- only if the caller keeps looking -- one fresh listing.
@@ -104,46 +141,81 @@ class ObjectDirectory:
         return self.locate(oid, quick=quick) is not Location.MISSING
 
     # -- reading -----------------------------------------------------------
-    def _read_once(self, oid: bytes, packs: PackList, verify: bool) -> tuple[ObjectType, bytes] | None:
-        for _attempt in range(2):
-            found = packs.find(oid)
+    def _read_packed(self, oid: bytes, packs: PackList, directory: PackDirectory | None,
+                     verify: bool) -> tuple[ObjectType, bytes] | None:
+        """Look in ``packs``; a pack found gone is dropped and ``directory`` re-listed (once per vanished pack)."""
+        while True:
+            gone: list = []
+            found = packs.find(oid, gone)
+            self.counters.packs_vanished += len(gone)
             if found is None:
-                break
+                return None
             pack, offset = found
             try:
                 obj_type, data = pack.read_at(offset, resolve_ref=self.read)
-            except FileNotFoundError:
-                # The pack vanished between listing and opening (repacked away): re-list once.
-                packs = self.packs.reprepare()
+            except OSError as err:
+                if not is_gone(err):
+                    raise
+                # The pack vanished between listing and opening (repacked away): drop it, re-list.
+                self.counters.packs_vanished += 1
+                packs = directory.reprepare() if directory is not None else packs.without(pack)
+                packs = packs.without(pack)
                 continue
             if verify and hash_object(obj_type, data) != oid:
                 raise CorruptObjectError("packed object does not hash to its name", oid=oid,
                                          path=pack.pack_path, offset=offset)
             return obj_type, data
+
+    def _read_once(self, oid: bytes, packs: PackList, verify: bool) -> tuple[ObjectType, bytes] | None:
+        got = self._read_packed(oid, packs, self.packs, verify)
+        if got is not None:
+            return got
         try:
             return self.loose.read(oid, verify=verify)
         except ObjectMissingError:
             return None
 
     def read(self, oid: bytes, *, verify: bool = False) -> tuple[ObjectType, bytes]:
-        """The object's type and content; raises ObjectMissingError only after one re-listing."""
-        for packs in self._listings():
-            got = self._read_once(oid, packs, verify)
-            if got is not None:
-                return got
-        raise ObjectMissingError("object not found (pack directory re-listed once)", oid=oid,
-                                 path=self.path)
+        """The object's type and content; ObjectMissingError only after one re-listing and a look in preserved/."""
+        got = self._read_once(oid, self.packs.prepare(), verify)
+        if got is not None:
+            return got
+        # A concurrent repack may have moved it into a new pack (and deleted the loose file or old pack).
+        got = self._read_once(oid, self.packs.reprepare(), verify)
+        if got is not None:
+            self.counters.relisted_hits += 1
+            return got
+        # ...or replaced the pack this reader's view of the refs still needs: preserved/ has it for a while.
+        got = self._read_packed(oid, self.preserved.reprepare(), self.preserved, verify)
+        if got is not None:
+            self.counters.preserved_hits += 1
+            return got
+        raise ObjectMissingError("object not found (pack directory re-listed once, preserved packs searched)",
+                                 oid=oid, path=self.path)
 
     def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
-        for packs in self._listings():
-            found = packs.find(oid)
-            if found is not None:
-                return found[0].header_at(found[1])
-            try:
-                return self.loose.read_header(oid)
-            except ObjectMissingError:
-                continue
-        raise ObjectMissingError("object not found (pack directory re-listed once)", oid=oid, path=self.path)
+        """Type and size; the same rules as :meth:`read` (one re-listing, then preserved/)."""
+        for attempt in range(3):
+            packs = (self.packs.prepare() if attempt == 0 else self.packs.reprepare() if attempt == 1
+                     else self.preserved.reprepare())
+            while True:
+                found = packs.find(oid)
+                if found is None:
+                    break
+                try:
+                    return found[0].header_at(found[1])
+                except OSError as err:
+                    if not is_gone(err):
+                        raise
+                    self.counters.packs_vanished += 1
+                    packs = packs.without(found[0])
+            if attempt < 2:
+                try:
+                    return self.loose.read_header(oid)
+                except ObjectMissingError:
+                    continue
+        raise ObjectMissingError("object not found (pack directory re-listed once, preserved packs searched)",
+                                 oid=oid, path=self.path)
 
     # -- bulk --------------------------------------------------------------
     def snapshot(self) -> ObjectSnapshot:
@@ -158,12 +230,14 @@ class ObjectDirectory:
         for pack in packs:
             try:
                 pack.index
-            except FileNotFoundError:
+            except OSError as err:
+                if not is_gone(err):
+                    raise
                 continue  # deleted between the listing and the open: it is not part of this snapshot
             opened.append(pack)
         if len(opened) != len(packs):
             packs = PackList(tuple(opened))
-        return ObjectSnapshot(packs=packs, loose_ids=self.loose.list_ids(), loose=self.loose)
+        return ObjectSnapshot(packs=packs, loose_ids=self.loose.list_ids(), loose=self.loose, objects=self)
 
     def iter_ids(self) -> Iterator[bytes]:
         """Every object id (duplicates across packs/loose removed)."""
@@ -180,11 +254,12 @@ class ObjectDirectory:
                 yield oid
 
     def freshen(self, oid: bytes) -> Location:
-        """Touch the object's loose file or containing pack (git's check-and-freshen)."""
+        """Touch the object's loose file or containing pack (git's check-and-freshen); an object found
+        only in a cruft pack is MISSING (the caller writes it anew, as git does)."""
         if self.loose.freshen(oid):
             return Location.LOOSE
         for packs in self._listings():
-            found = packs.find(oid)
+            found = packs.find_not_cruft(oid)   # a cruft pack's mtime is never touched: write it anew
             if found is not None and found[0].freshen():
                 return Location.PACKED
         return Location.MISSING

@@ -151,6 +151,22 @@ def liveness(owner: Owner) -> Liveness:
     return Liveness.ALIVE
 
 
+def with_owner(message: str | bytes | None = None) -> bytes:
+    """Content for a claim file that also carries a message (a ``.keep``): this process's record
+    first, then the message (git ignores a ``.keep``'s content; old readers skip the JSON line)."""
+    if isinstance(message, str):
+        message = message.encode()
+    return current_owner().encode() + ((message + b"\n") if message else b"")
+
+
+def split_owner(data: bytes) -> tuple[Owner | None, bytes]:
+    """(owner record, the rest) of a claim file's content; (None, data) when it has no record."""
+    found = Owner.decode(data)
+    if found is None:
+        return None, data
+    return found, data.split(b"\n", 1)[1] if b"\n" in data else b""
+
+
 def read_owner(path: str | os.PathLike[str]) -> Owner | None:
     """The owner record at the start of the file ``path`` (None: absent, unreadable or no record)."""
     try:

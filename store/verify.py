@@ -1,20 +1,21 @@
 """verify_repository: every object checked (hash, parse), then connectivity from the refs.
 
-Packs are walked delta-chain by delta-chain so each object is inflated once
-(as ``git index-pack --verify`` does), rather than resolving chains per object.
+Packs are walked delta-chain by delta-chain by the one resolver (:mod:`.pack.resolve`), so
+each object is resolved once (as ``git index-pack --verify`` does), rather than resolving
+chains per object; every zlib stream must end exactly where the next entry starts.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from dulwich.pack import UnpackedObjectIterator
-
 from .errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
 from .objects import ObjectType
+from .pack.entries import read_header
+from .pack.format import PACK_HEADER_SIZE, parse_pack_header
+from .pack.resolve import resolve_all
 from .parse import object_links
 from .repo import Repository
 
@@ -121,32 +122,28 @@ def _pack_links(obj_type, data: bytes, oid: bytes, where) -> bytes:
 
 
 def _verify_pack(pack, known: dict, report: VerifyReport, tick: _Tick) -> None:
+    """Every entry of ``pack`` resolved once (the one resolver, chain by chain) and checked against its idx."""
     pack.verify_checksums()
-    names = {offset: oid for oid, offset in pack.iter_entries()}
-    try:
-        walker = UnpackedObjectIterator.for_pack_data(pack.data)
-        for unpacked in walker:
-            offset = unpacked.offset
-            obj_type = unpacked.obj_type_num
-            h = hashlib.sha1(ObjectType(obj_type).label + b" %d\0" % sum(map(len, unpacked.obj_chunks)))
-            for chunk in unpacked.obj_chunks:
-                h.update(chunk)
-            oid = h.digest()
-            expected = names.pop(offset, None)
-            if expected is None:
-                raise PackFormatError("pack holds an entry the idx does not list", path=pack.pack_path,
-                                      offset=offset)
-            if expected != oid:
-                raise CorruptObjectError(f"packed object hashes to {oid.hex()}, idx names it {expected.hex()}",
-                                         oid=expected, path=pack.pack_path, offset=offset)
-            data = b"".join(unpacked.obj_chunks)
-            known[oid] = (obj_type, len(data), _pack_links(obj_type, data, oid, pack.pack_path))
-            report.packed_objects += 1
-            tick.add()
-    except StoreError:
-        raise
-    except Exception as err:  # dulwich: zlib.error, ApplyDeltaError, UnresolvedDeltas, AssertionError
-        raise PackFormatError(f"pack does not parse: {type(err).__name__}: {err}", path=pack.pack_path) from err
+    tables = pack.tables()
+    names = {tables.offsets[i]: tables.oid(i) for i in range(tables.count)}
+    buf = pack.buffer()
+    end = pack.end
+    _version, count = parse_pack_header(buf[:PACK_HEADER_SIZE], path=pack.pack_path)
+    if count != tables.count:
+        raise PackFormatError(f"pack header declares {count} objects, its idx lists {tables.count}",
+                              path=pack.pack_path, offset=8)
+    headers = [read_header(buf, off, end=end, path=pack.pack_path) for off in sorted(names)]
+    if headers and headers[0].offset != PACK_HEADER_SIZE:
+        raise PackFormatError("the first entry does not follow the pack header", path=pack.pack_path,
+                              offset=PACK_HEADER_SIZE)
+    for h, obj_type, data, oid in resolve_all(buf, headers, end=end, path=pack.pack_path, check_layout=True):
+        expected = names.pop(h.offset)
+        if expected != oid:
+            raise CorruptObjectError(f"packed object hashes to {oid.hex()}, idx names it {expected.hex()}",
+                                     oid=expected, path=pack.pack_path, offset=h.offset)
+        known[oid] = (obj_type, len(data), _pack_links(obj_type, data, oid, pack.pack_path))
+        report.packed_objects += 1
+        tick.add()
     if names:
         offset, oid = next(iter(names.items()))
         raise PackFormatError(f"idx lists {len(names)} objects the pack does not resolve", oid=oid,

@@ -9,7 +9,7 @@ import pytest
 from gitutil import batch_check_all, git, repo_from_corpus, snapshot_tree
 from packyard.store import RefUpdate, Repository
 from packyard.store.errors import LimitExceededError, PackFormatError
-from packyard.store.unpack import parse_pack, unpack_objects
+from packyard.store.pack.unpack import parse_pack, unpack_objects
 
 N_BACK = 15
 
@@ -45,7 +45,7 @@ def copy_of(setup, name: str) -> Path:
 def test_thin_pack_exploded_like_git_unpack_objects(setup, kind):
     pack = setup["packs"][kind]
     entries = parse_pack(pack)
-    types = {e.type_num for e in entries}
+    types = {e.type for e in entries}
     assert (6 if kind == "ofs" else 7) in types, "the pack really carries deltas of that kind"
     ours = copy_of(setup, f"ours-{kind}.git")
     theirs = copy_of(setup, f"theirs-{kind}.git")

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from packyard.store.errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                           ObjectMissingError, PackFormatError, RefUpdateError, StoreError)
-from packyard.store.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
+from packyard.store.pack.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
 from packyard.store.objects import ObjectType, encode_loose, hash_object
+from packyard.store.owner import split_owner
 from packyard.store.refs import RefUpdate
 from packyard.store.repo import Repository
 from packbuild import entry_header, ofs_bytes, varint
@@ -181,7 +182,7 @@ def test_already_present_and_identical_existing_objects(tmp_path, small_src):
 
 
 def test_existing_ids_probed_through_large_pack_idx(tmp_path, small_src, monkeypatch):
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     monkeypatch.setattr(ip, "SMALL_PACK_IDS", 0)  # every existing pack is "large": probed via its idx
     data = pack_of(small_src)
@@ -203,7 +204,8 @@ def test_keep_file_until_released(tmp_path, small_src):
     repo = fresh_repo(tmp_path)
     result = index_pack(repo, _write(tmp_path / "a.pack", pack_of(small_src)), keep_message="receive-pack 42")
     assert result.keep_path == result.pack_path.with_suffix(".keep")
-    assert result.keep_path.read_text() == "receive-pack 42\n"
+    owner, message = split_owner(result.keep_path.read_bytes())   # packyard's owner record, then git's message
+    assert owner is not None and owner.pid == os.getpid() and message == b"receive-pack 42\n"
     assert release_keep(result) is True
     assert not result.keep_path.exists()
     assert release_keep(result) is False
@@ -243,7 +245,7 @@ def thin_case(tmp_path_factory, v1_repo):
 @pytest.mark.parametrize("kind", ["ref", "ofs"])
 @pytest.mark.parametrize("parallel", [False, True])
 def test_thin_pack_fix_thin_matches_git(tmp_path, thin_case, kind, parallel, monkeypatch):
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     if parallel:  # thin bases appended at once and resolved by forked processes (large pushes)
         monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)
@@ -277,7 +279,7 @@ def test_thin_base_also_produced_by_a_thin_delta_matches_git(tmp_path, monkeypat
     order reaches d2 twice and git refuses the pack. The parallel path must notice both and
     fall back to git's sequential order.
     """
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)
     x_data, y_data = b"base object X\n" * 3, b"object Y, also in the repository\n"
@@ -394,7 +396,7 @@ def test_delta_result_size_mismatch(tmp_path):
 
 
 def test_bad_delta_reported_from_forked_resolver(tmp_path, monkeypatch):
-    import packyard.store.indexpack as ip
+    import packyard.store.pack.indexpack as ip
 
     monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 1)  # fork resolver processes even for this tiny pack
     entries = []
@@ -522,7 +524,7 @@ STRICT_BAD = {
                                    + b"committer C <c@x> notadate +0000\n"), True),
     "tag-no-type": (4, b"object " + BLOB_ID.hex().encode() + b"\ntag v1\n" + _ident(b"tagger") + b"\nmsg\n", True),
     "tree-dotgit": (2, _tree((b"100644", b".git", BLOB_ID)), True),
-    # git only warns about a bad mode; packyard refuses it (see store/packstrict.py).
+    # git only warns about a bad mode; packyard refuses it (see store/pack/strict.py).
     "tree-bad-mode": (2, _tree((b"100600", b"a", BLOB_ID)), False),
 }
 
@@ -552,7 +554,7 @@ def test_strict_rejects_malformed_objects(tmp_path, case):
                           st.sampled_from([BLOB_ID, b"\0" * 20, b" .git\0" + b"\1" * 14, b"\0" * 19 + b"1"])),
                 max_size=6))
 def test_strict_tree_fast_path_agrees_with_exact_check(entries):
-    from packyard.store.packstrict import StrictError, _check_tree_exact, check_tree
+    from packyard.store.pack.strict import StrictError, _check_tree_exact, check_tree
 
     data = _tree(*entries)
     try:
@@ -589,7 +591,7 @@ def _run_ingest_subprocess(repo: Path, pack: Path, env_extra: dict[str, str] | N
                            strace_log: Path | None = None, processes: int = 2,
                            ref: tuple[str, str] | None = None, keep: str | None = None) -> subprocess.CompletedProcess:
     refs = f"[RefUpdate({ref[0]!r}, None, bytes.fromhex({ref[1]!r}))]" if ref else "()"
-    code = ("import sys; from packyard.store.repo import Repository; from packyard.store.indexpack import index_pack; "
+    code = ("import sys; from packyard.store.repo import Repository; from packyard.store.pack.indexpack import index_pack; "
             "from packyard.store.refs import RefUpdate; "
             f"r = index_pack(Repository.open({str(repo)!r}), {str(pack)!r}, processes={processes}, "
             f"ref_updates={refs}, keep_message={keep!r}); print(r.pack_name)")

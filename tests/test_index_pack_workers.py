@@ -13,6 +13,7 @@ import pytest
 
 from gitutil import CORPUS, corpus_tip, needs_corpus, ROOT, batch_check_all, git, snapshot_tree
 from packyard.store.errors import LockLostError
+from packyard.store.owner import split_owner
 from packyard.workers.commands.index_pack import index_pack
 
 V1 = CORPUS / "git-v1.0.0.pack"
@@ -108,7 +109,8 @@ def test_index_pack_task_on_worker(store_root, incoming, celery_worker, celery_a
         assert key in job.counters, key
     assert job.counters["objects"] == 12233 and job.counters["workers"] == 2
     keep = Path(value["keep"])
-    assert keep.read_text() == "pushed by a test\n"
+    owner, message = split_owner(keep.read_bytes())
+    assert owner is not None and owner.job == job.task_id and message == b"pushed by a test\n"
     keep.unlink()
     git("fsck", "--full", "--no-dangling", git_dir=repo)
     assert len(batch_check_all(repo)) == 12233

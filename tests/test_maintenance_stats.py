@@ -11,7 +11,8 @@ from gitutil import git
 
 from packyard.store.errors import NotARepositoryError, PackFormatError
 from packyard.store.maintenance import stats as st
-from packyard.store.maintenance.leftovers import expire_preserved_packs, remove_stale_pack_temps
+from packyard.store.maintenance.leftovers import remove_stale_temp_files
+from packyard.store.maintenance.preserved import expire_preserved
 from packyard.store.repo import Repository
 
 
@@ -190,12 +191,13 @@ def test_gc_leftovers_remove_only_expired(bare, tmp_path):
     preserved.mkdir()
     for suffix in (".pack", ".idx", ".rev"):
         (preserved / f"pack-{'2' * 40}{suffix}").write_bytes(b"old")
-    repo = Repository.open(bare)
     fenced = []
-    assert remove_stale_pack_temps(repo, fence=lambda: fenced.append(1)) == ["objects/pack/tmp_pack_dead"]
+    # git's own temp file (no owner in its name) goes at git's prune age; a young one stays
+    assert remove_stale_temp_files(pack_dir, fence=lambda: fenced.append(1)) == 1
     assert young.exists() and not old.exists() and fenced == [1]
-    assert expire_preserved_packs(repo, preserve_for=3600) == []        # just preserved: kept
-    assert expire_preserved_packs(repo, preserve_for=3600, now=now + 3601) == [f"pack-{'2' * 40}"]
+    assert expire_preserved(pack_dir, 3600, fence=lambda: fenced.append(2)) == []   # just preserved: kept
+    assert expire_preserved(pack_dir, 3600, now=now + 3601, fence=lambda: fenced.append(2)) == [f"pack-{'2' * 40}"]
+    assert fenced == [1, 2]
     assert list(preserved.iterdir()) == []
     git("fsck", "--full", git_dir=bare)
     assert git("rev-parse", "main", git_dir=bare).decode().strip() == main

@@ -1,4 +1,4 @@
-"""packyard.store.packformat: the one pack-format decoder shared by packdir, index-pack and unpack-objects.
+"""packyard.store.pack.format: the one pack-format decoder shared by packdir, index-pack and unpack-objects.
 
 Table-driven edge cases (varints, truncation, OFS offsets out of range, absurd sizes), a
 round trip against the encoder, and real git as the oracle: every entry header of packs
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from packyard.store.errors import PackFormatError
-from packyard.store.packformat import (decode_delta_header, decode_entry_header, encode_entry_header,
+from packyard.store.pack.format import (decode_delta_header, decode_entry_header, encode_entry_header,
                               parse_pack_header)
 from gitutil import git, make_worktree_repo
 from packbuild import ofs_bytes as ofs
@@ -200,9 +200,9 @@ def test_unpack_and_index_pack_refuse_alike(tmp_path, bad, message):
     """index-pack's receive loop has an inlined copy of decode_entry_header: this keeps them in step."""
     import zlib
 
-    from packyard.store.indexpack import index_pack
+    from packyard.store.pack.indexpack import index_pack
     from packyard.store.repo import Repository
-    from packyard.store.unpack import parse_pack
+    from packyard.store.pack.unpack import parse_pack
 
     first = encode_entry_header(3, len(BLOB)) + zlib.compress(BLOB)
     pack = build_pack([first, bad + zlib.compress(b"x")])
@@ -218,7 +218,7 @@ def test_unpack_refuses_a_stream_longer_than_declared_without_inflating_it():
     """A 10-byte header over a stream that inflates to 8 MiB: refused, the 8 MiB never held."""
     import zlib
 
-    from packyard.store.unpack import parse_pack
+    from packyard.store.pack.unpack import parse_pack
 
     pack = build_pack([encode_entry_header(3, 10) + zlib.compress(b"\0" * (8 << 20), 9)])
     tracemalloc.start()

@@ -1,15 +1,7 @@
-"""What a ``gc`` plan removes beyond ``packyard gc``'s temp files: old pack temps and expired preserved packs.
+"""Leftovers of pack writers that died: their temp files, and packs they left half-moved or half-installed.
 
-Both are leftovers no reader or writer can still need:
-
-* ``objects/pack/tmp_*`` older than two weeks — a pack writer that died (git's ``pack-objects``
-  or ours) left them; ``git prune`` removes them with the same age rule;
-* preserved packs (``objects/pack/preserved/``) moved aside by a repack longer ago than the
-  preservation delay: a reader on another host that still had the old pack open has had that
-  long to re-list. The idx goes first, so a reader never finds an idx whose pack is gone.
-
-Each removal calls ``fence()`` first (the worker passes its maintenance lease's check), so a
-holder that lost its lease stops before deleting anything more.
+Run by every repack before it starts, and by ``packyard gc`` / the ``packyard.gc`` job. Expired
+preserved packs are :func:`.preserved.expire_preserved`'s.
 """
 from __future__ import annotations
 
@@ -18,56 +10,76 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..repo import Repository
-from .stats import PACK_TEMP_AFTER, preserved_packs
+from ..objdir import PRESERVED_DIR
+from ..owner import Liveness, Owner, current_owner, liveness
+from ..pack.write import tmp_owner_tag, this_host_tag
+from .preserved import preserve_pack
 
-# Within one preserved pack: the idx first (readers find packs by their idx), then the rest.
-_SUFFIX_ORDER = (".idx", ".old-idx", ".rev", ".mtimes", ".pack", ".old-pack")
+#: A writer temp file or an orphaned pack file (no idx) of a dead or unknown owner older than this is removed.
+STALE_AFTER = 600.0
+#: Temp files we cannot attribute (git's own tmp_pack_XXXXXX, another host's) go at git's prune expiry.
+FOREIGN_STALE_AFTER = 14 * 24 * 3600.0
 
 
-def _order(path: Path) -> int:
-    suffix = path.name[path.name.find("."):] if "." in path.name else ""
-    return _SUFFIX_ORDER.index(suffix) if suffix in _SUFFIX_ORDER else len(_SUFFIX_ORDER)
+def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_after: float = STALE_AFTER,
+                            foreign_after: float = FOREIGN_STALE_AFTER,
+                            fence: Callable[[], None] | None = None) -> int:
+    """Remove writer temp files of dead repacks and pack files left without their idx; returns how many.
 
+    Ours (``tmp_<kind>_<pid>_<host>-<rand>``) from this host go as soon as the pid is dead and they are
+    older than ``stale_after``; others named ``tmp_*`` (git's, another host's) after ``foreign_after``.
+    A ``pack-*.pack``/``.rev``/``.mtimes`` without its ``.idx`` is invisible to readers: if the idx is in
+    preserved/ (a repack died moving the pack there) the move is finished; otherwise (an install killed
+    between renames) it is removed once older than ``stale_after``.
 
-def remove_stale_pack_temps(repo: Repository, *, older_than: float = PACK_TEMP_AFTER, now: float | None = None,
-                            fence: Callable[[], None] | None = None) -> list[str]:
-    """Delete ``objects/pack/tmp_*`` files older than ``older_than``; the names removed."""
+    ``fence()`` (a job's maintenance-lease check) runs before each removal: a holder that lost its
+    lease stops before deleting anything more.
+    """
     now = time.time() if now is None else now
-    pack_dir = repo.objects.path / "pack"
-    removed = []
     try:
-        with os.scandir(pack_dir) as it:
-            candidates = [e for e in it if e.name.startswith("tmp_") and e.is_file(follow_symlinks=False)]
+        entries = list(os.scandir(pack_dir))
     except FileNotFoundError:
-        return removed
-    for e in candidates:
+        return 0
+    names = {e.name for e in entries}
+    removed = 0
+    for e in entries:
+        name = e.name
         try:
-            if now - e.stat(follow_symlinks=False).st_mtime < older_than:
-                continue
-            if fence is not None:
-                fence()
-            os.unlink(e.path)
+            age = now - e.stat(follow_symlinks=False).st_mtime
         except FileNotFoundError:
             continue
-        removed.append(f"objects/pack/{e.name}")
-    return removed
-
-
-def expire_preserved_packs(repo: Repository, *, preserve_for: float, now: float | None = None,
-                           fence: Callable[[], None] | None = None) -> list[str]:
-    """Delete preserved packs moved aside at least ``preserve_for`` seconds ago; the pack names removed."""
-    now = time.time() if now is None else now
-    removed = []
-    for stem, (at, files) in sorted(preserved_packs(repo.objects.path / "pack").items()):
-        if now - at < preserve_for:
+        if name.startswith("tmp_"):
+            tag = tmp_owner_tag(name)
+            if tag is not None and tag[1] == this_host_tag():
+                # Our own name, this host: the writer's pid tells (a reused pid reads as alive: kept).
+                stale = liveness(Owner(pid=tag[0], host=current_owner().host)) is Liveness.DEAD \
+                    or age >= foreign_after
+            else:
+                stale = age >= foreign_after
+        elif name.startswith("pack-") and name.rsplit(".", 1)[-1] in ("pack", "rev", "mtimes", "bitmap"):
+            stem = name.rsplit(".", 1)[0]
+            if f"{stem}.idx" in names:
+                continue
+            if (Path(pack_dir) / PRESERVED_DIR / f"{stem}.idx").exists():
+                # A repack died while moving this pack to preserved/ (idx first): finish the move.
+                if fence is not None:
+                    fence()
+                preserve_pack(pack_dir, stem, now=now)
+                removed += 1
+                continue
+            stale = age >= stale_after
+        else:
             continue
-        if fence is not None:
-            fence()
-        for path in sorted(files, key=_order):
+        if stale:
+            if fence is not None:
+                fence()
             try:
-                os.unlink(path)
+                os.unlink(e.path)
+                removed += 1
             except FileNotFoundError:
                 pass
-        removed.append(stem)
     return removed
+
+
+
+__all__ = ["remove_stale_temp_files", "STALE_AFTER", "FOREIGN_STALE_AFTER"]

@@ -274,7 +274,7 @@ def _sample_loose(objects_dir: Path, sample: Sequence[str], now: float) -> tuple
 
 
 def _stale_quarantines(objects_dir: Path, now: float) -> int:
-    from ..indexpack import QUARANTINE_PREFIX
+    from ..pack.indexpack import QUARANTINE_PREFIX
 
     stale = 0
     try:

@@ -1,1 +1,10 @@
-"""Pack format, reading, writing and delta code."""
+"""Packs: git's pack format, reading packs, writing them, and ingesting pushed ones.
+
+* :mod:`.format` — byte-level pieces of the pack format (header, entry header, delta header);
+* :mod:`.idxwrite` — the ``.idx`` v2 / ``.rev`` writer;
+* :mod:`.packdir` — installed packs (``objects/pack``) and the immutable pack list;
+* :mod:`.indexpack` — index-pack: a pushed pack verified in quarantine and installed;
+* :mod:`.unpack` — unpack-objects: a small pack exploded into loose objects;
+* :mod:`.strict` — git fsck's checks for incoming objects (``--strict``);
+* :mod:`.delta` — the delta encoder (C extension ``_delta``, pure-Python fallback ``_delta_py``).
+"""

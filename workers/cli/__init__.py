@@ -22,7 +22,7 @@ COMMANDS = {
     "init": "init", "worker": "worker", "beat": "beat", "flower": "flower", "migrate": "migrate", "up": "up",
     "submit": "submit", "status": "status", "verify": "verify", "demo": "demo", "bench": "bench", "down": "down",
     "import": "import_tree", "unpack-objects": "unpack_objects", "write-objects": "write_objects", "gc": "gc",
-    "index-pack": "index_pack", "repos": "repos", "metrics": "metrics",
+    "index-pack": "index_pack", "repos": "repos", "metrics": "metrics", "repack": "repack",
 }
 
 

@@ -3,7 +3,8 @@
 * temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers;
 * index-pack quarantines (``objects/incoming-*``) of ingests that died, once nothing in them
   was touched for ``--quarantine-after`` seconds (a live ingest keeps writing into its own);
-* ``objects/pack/tmp_*`` older than 14 days and preserved packs older than ``--preserve-for``;
+* pack writers' temp files (``objects/pack/tmp_*``) of writers that died, packs left half-moved,
+  and packs a repack replaced that stayed in ``objects/pack/preserved/`` longer than ``--preserve-for``;
 * ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``) whose owner is provably
   dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files
   (``dead_locks_removed``: path, verdict, owner).
@@ -16,7 +17,7 @@ import argparse
 import json
 
 from packyard.workers.cli import common
-from packyard.workers.commands.gc import PRESERVE_FOR, QUARANTINE_AFTER
+from packyard.workers.commands.gc import QUARANTINE_AFTER
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -26,7 +27,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "are removed when their process is dead on this host and they are older than --stale-after; "
                     "others (another host, git's own) only after --foreign-after (git's prune expiry). Also "
                     "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after, "
-                    "objects/pack/tmp_* older than 14 days, preserved packs older than --preserve-for, and "
+                    "pack writers' temp files of dead writers, preserved packs older than --preserve-for, and "
                     "ref/fence lock files whose owner is dead (or unknown and older than 10 minutes). "
                     "Prints one JSON line: what was removed.")
     common.add_repo_arg(p)
@@ -36,8 +37,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="minimum age of temp files we cannot attribute (default 14 days)")
     p.add_argument("--quarantine-after", type=float, default=QUARANTINE_AFTER, metavar="SECONDS",
                    help=f"minimum age of an abandoned index-pack quarantine (default {QUARANTINE_AFTER:.0f})")
-    p.add_argument("--preserve-for", type=float, default=PRESERVE_FOR, metavar="SECONDS",
-                   help=f"minimum age of a preserved pack in objects/pack/preserved/ (default {PRESERVE_FOR:.0f})")
+    p.add_argument("--preserve-for", type=float, default=None, metavar="SECONDS",
+                   help="remove preserved packs (objects/pack/preserved/) older than this "
+                        "(default: PACKYARD_MAINTENANCE_PRESERVE_FOR, 3600)")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
@@ -47,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         result = run_gc(args.repo, stale_after=args.stale_after, foreign_after=args.foreign_after,
-                        quarantine_after=args.quarantine_after, preserve_for=args.preserve_for)
+                        quarantine_after=args.quarantine_after, preserve_for=common.settings().maintenance_preserve_for
+                        if args.preserve_for is None else args.preserve_for)
     except StoreError as err:
         print(f"packyard gc: {type(err).__name__}: {err}")
         return 1

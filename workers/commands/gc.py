@@ -7,7 +7,8 @@ plan queues:
   (``store/bulk.py``'s age rules: a dead pid on this host after 10 minutes, anything else
   after 14 days);
 * index-pack quarantines (``objects/incoming-*``) untouched for ``quarantine_after`` seconds;
-* ``objects/pack/tmp_*`` older than 14 days (``git prune``'s rule);
+* pack writers' temp files (``objects/pack/tmp_*``: ours as soon as their writer is dead, others
+  after 14 days, ``git prune``'s rule) and packs left half-moved or half-installed;
 * preserved packs (``objects/pack/preserved/``) older than ``preserve_for`` seconds;
 * ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``) whose owner is provably
   dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files.
@@ -30,8 +31,9 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
            quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
            fence: Callable[[], None] | None = None, progress: Progress | None = None) -> dict[str, Any]:
     from packyard.store import bulk
-    from packyard.store.indexpack import remove_stale_quarantines
-    from packyard.store.maintenance.leftovers import expire_preserved_packs, remove_stale_pack_temps
+    from packyard.store.pack.indexpack import remove_stale_quarantines
+    from packyard.store.maintenance.leftovers import remove_stale_temp_files
+    from packyard.store.maintenance.preserved import expire_preserved
     from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
 
@@ -50,9 +52,10 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     step(1, "quarantines")
     quarantines = [f"objects/{p.name}" for p in remove_stale_quarantines(r, older_than=quarantine_after)]
     step(2, "pack temps")
-    pack_temps = remove_stale_pack_temps(r, fence=check)
+    pack_dir = r.objects.path / "pack"
+    pack_temps = remove_stale_temp_files(pack_dir, fence=check)
     step(3, "preserved packs")
-    preserved = expire_preserved_packs(r, preserve_for=preserve_for, fence=check)
+    preserved = expire_preserved(pack_dir, preserve_for, fence=check)
     step(4, "dead claims")
     dead_locks = [c.as_dict() for c in remove_dead_claims(r.path)]
     if progress:
@@ -60,7 +63,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     return {
         "repo": str(r.path),
         "counters": {**tmp, "stale_quarantines_removed": len(quarantines),
-                     "stale_pack_temps_removed": len(pack_temps), "preserved_packs_expired": len(preserved),
+                     "stale_pack_temps_removed": pack_temps, "preserved_packs_expired": len(preserved),
                      "dead_locks_removed": len(dead_locks)},
         "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved,
                     "dead_locks": dead_locks},

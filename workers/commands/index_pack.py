@@ -12,7 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager
 
-from packyard.store.indexpack import IncomingPack, IndexPackResult
+from packyard.store.pack.indexpack import IncomingPack, IndexPackResult
 from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import parse_ref_updates
 

@@ -6,7 +6,7 @@ from typing import Any, BinaryIO, Callable
 
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.repo import Repository
-from packyard.store.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
+from packyard.store.pack.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
 from packyard.workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
 
 Progress = Callable[[str, int, "int | None"], None]

@@ -56,6 +56,9 @@ Layers
     ``lease.check()`` raises LockLostError (→ retry). A repository locked for more than 30 s
     retries the job later; a lease whose holder process is dead is broken at once. Once the
     lease is held, a job another delivery finished meanwhile stops (AlreadyFinished).
+  - ``self.maintenance_lock(repo)`` → the repository's *maintenance* lease (repack, prune, gc; never taken
+    by ingestion), its own token sequence; the store's maintenance fence checks ``lease.token`` before
+    deletions.
   - ``self.record_race(kind, repo, **detail)`` → a ``race_events`` row (and a warning log line).
 * Register the module below (one import line), add the CLI command in ``workers/cli/``
   and, for benchmarks, a module in ``workers/cli/bench/``.
@@ -66,7 +69,8 @@ from packyard.workers.tasks import verify_repo  # noqa: F401
 from packyard.workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
 from packyard.workers.tasks import index_pack  # noqa: F401
 from packyard.workers.tasks import gc, plan_maintenance  # noqa: F401
+from packyard.workers.tasks import repack  # noqa: F401
 from packyard.workers.tasks import reconcile_jobs  # noqa: F401  (bookkeeping, not a job: see its module)
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
-                "plan_maintenance")
+                "plan_maintenance", "repack")

@@ -267,6 +267,17 @@ class PackyardTask(Task):
             yield lease
 
 
+    @contextmanager
+    def maintenance_lock(self, repo: str, ttl: float | None = None, wait: float = 30.0) -> Iterator[Any]:
+        """The repository's maintenance lease (repack, prune, gc; never taken by ingestion), renewed in the
+        background: :meth:`repo_lock` with ``kind=LeaseKind.MAINTENANCE``. ``lease.token`` is what the
+        store's maintenance fence checks before deletions; ``lease.check()`` raises LockLostError if a
+        renewal failed. Held by another job for ``wait`` seconds: the job is retried later."""
+        from packyard.workers.locks import LeaseKind
+
+        with self.repo_lock(repo, ttl=ttl, wait=wait, kind=LeaseKind.MAINTENANCE) as lease:
+            yield lease
+
 def wait_for_broker(settings: Any, deadline: float, interval: float = 1.0) -> bool:
     """Ping the broker every ``interval`` seconds until it answers (True) or ``deadline`` passes (False)."""
     from packyard.workers.locks import redis_client

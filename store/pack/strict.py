@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 
-from .errors import CorruptObjectError
-from .objects import ObjectType
+from ..errors import CorruptObjectError
+from ..objects import ObjectType
 
 _HEX40 = re.compile(rb"[0-9a-fA-F]{40}")
 _OK_MODES = frozenset({0o100644, 0o100755, 0o120000, 0o040000, 0o160000, 0o100664})

@@ -5,75 +5,56 @@ directory and replaced in one assignment, never edited in place. Readers
 discover a pack by its ``.idx`` (writers rename the idx last). Nothing here
 looks at the directory's mtime to decide whether to re-list: seed
 000_9777a3acf68a3210.txt shows that a directory's stat data can miss a change.
+
+A pack's bytes are mapped once (``mmap``) and read with the one entry reader
+(:mod:`.entries`) and the one resolver (:mod:`.resolve`); resolved delta bases go
+to the process-wide cache (:mod:`.cache`). An open pack keeps working after a
+repack renames or unlinks its files; a pack not yet opened raises
+FileNotFoundError, which the lookup rules in :mod:`packyard.store.objdir` handle.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
+import mmap
 import os
 import threading
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from typing import TYPE_CHECKING
+from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
+from ..objects import ObjectType, hash_object
+from .entries import read_header
+from .format import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_delta_header, parse_pack_header
+from .idxread import IdxTables, read_idx_tables
+from .resolve import MAX_DELTA_CHAIN, resolve_chain
 
-from .errors import CorruptObjectError, ObjectMissingError, PackFormatError
-from .objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
-from .packformat import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_delta_header, decode_entry_header
-
-if TYPE_CHECKING:
-    from dulwich.pack import PackData
-
-# dulwich is imported where a pack is first opened, not here: a bulk write into a
+# dulwich's idx reader is imported where a pack is first opened, not here: a bulk write into a
 # repository it never reads a pack of should not pay ~15 ms of imports per process.
 
-#: Upper bound on memory kept for resolved delta bases (git: core.deltaBaseCacheLimit = 96 MiB).
-DELTA_BASE_CACHE_BYTES = 96 * 1024 * 1024
-MAX_DELTA_CHAIN = 10_000
+#: Errors that mean "this pack's files are gone" (repacked away; ESTALE: deleted on the NFS server).
+GONE_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
 
 
-class _BaseCache:
-    """A small LRU of resolved objects keyed by pack offset, bounded in bytes."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.used = 0
-        self._items: OrderedDict[int, tuple[int, bytes]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, offset: int) -> tuple[int, bytes] | None:
-        with self._lock:
-            item = self._items.get(offset)
-            if item is not None:
-                self._items.move_to_end(offset)
-            return item
-
-    def put(self, offset: int, type_num: int, data: bytes) -> None:
-        if len(data) > self.limit // 4:
-            return
-        with self._lock:
-            if offset in self._items:
-                return
-            self._items[offset] = (type_num, data)
-            self.used += len(data)
-            while self.used > self.limit:
-                _, (_, old) = self._items.popitem(last=False)
-                self.used -= len(old)
+def is_gone(err: OSError) -> bool:
+    """Did this error say the pack's file vanished (ENOENT, or ESTALE over NFS)?"""
+    return err.errno in GONE_ERRNOS
 
 
 class PackFile:
-    """One installed pack and its idx, opened lazily (idx mmapped by dulwich)."""
+    """One installed pack and its idx, opened lazily (idx mmapped by dulwich, pack mmapped here)."""
 
     def __init__(self, idx_path: Path) -> None:
         self.idx_path = idx_path
         self.pack_path = idx_path.with_suffix(".pack")
         self.name = idx_path.stem
         self._index = None
-        self._data: PackData | None = None
-        self._cache = _BaseCache(DELTA_BASE_CACHE_BYTES)
+        self._map: mmap.mmap | None = None
+        self._end = 0                     # offset of the trailer: entries end there
         self._types: dict[int, int] = {}  # offset -> base object type, for header_at
+        self._cruft: bool | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -88,26 +69,63 @@ class PackFile:
                         from dulwich.object_format import SHA1
                         from dulwich.pack import load_pack_index
                         self._index = load_pack_index(self.idx_path, SHA1)
-                    except FileNotFoundError:
+                    except OSError:
                         raise
                     except Exception as err:  # dulwich raises assorted errors on bad idx files
                         raise PackFormatError(f"cannot read pack index: {err}", path=self.idx_path) from err
         return self._index
 
-    @property
-    def data(self) -> PackData:
-        if self._data is None:
+    def buffer(self) -> mmap.mmap:
+        """The pack's bytes, mapped read-only (FileNotFoundError if the pack is gone)."""
+        if self._map is None:
             with self._lock:
-                if self._data is None:
+                if self._map is None:
+                    fd = os.open(self.pack_path, os.O_RDONLY | os.O_CLOEXEC)
                     try:
-                        from dulwich.object_format import SHA1
-                        from dulwich.pack import PackData
-                        self._data = PackData(self.pack_path, SHA1)
-                    except FileNotFoundError:
+                        size = os.fstat(fd).st_size
+                        if size < PACK_HEADER_SIZE + PACK_TRAILER_SIZE:
+                            raise PackFormatError(f"pack truncated: {size} bytes cannot hold a header and a trailer",
+                                                  path=self.pack_path, offset=0)
+                        m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+                    finally:
+                        os.close(fd)
+                    try:
+                        parse_pack_header(m[:PACK_HEADER_SIZE], path=self.pack_path)
+                    except BaseException:
+                        m.close()
                         raise
-                    except Exception as err:
-                        raise PackFormatError(f"cannot open pack: {err}", path=self.pack_path) from err
-        return self._data
+                    self._end = size - PACK_TRAILER_SIZE
+                    self._map = m
+        return self._map
+
+    @property
+    def end(self) -> int:
+        """Offset of the pack's trailer (where entries end)."""
+        self.buffer()
+        return self._end
+
+    @property
+    def mtimes_path(self) -> Path:
+        return self.idx_path.with_suffix(".mtimes")
+
+    @property
+    def is_cruft(self) -> bool:
+        """A cruft pack (it has a ``.mtimes``): unreachable objects with their ages; never freshened."""
+        if self._cruft is None:
+            self._cruft = self.mtimes_path.exists()
+        return self._cruft
+
+    @property
+    def keep_path(self) -> Path:
+        return self.idx_path.with_suffix(".keep")
+
+    def is_kept(self) -> bool:
+        """Does a ``.keep`` protect this pack from repacking (asked afresh each time)?"""
+        return self.keep_path.exists()
+
+    def tables(self) -> IdxTables:
+        """Every id, CRC and offset of the idx as arrays (read whole; for jobs visiting every entry)."""
+        return read_idx_tables(self.idx_path)
 
     def find_offset(self, oid: bytes) -> int | None:
         try:
@@ -130,79 +148,16 @@ class PackFile:
             yield bytes(sha), offset
 
     # -- reading -----------------------------------------------------------
-    def _entry_at(self, offset: int):
-        buf = self.data._buffer()
-        try:
-            from dulwich.pack import unpack_object_at
-            unpacked, _end = unpack_object_at(buf, offset, hashlib.sha1)
-        except zlib.error as err:
-            raise PackFormatError(f"pack entry does not inflate: {err}", path=self.pack_path,
-                                  offset=offset) from err
-        except Exception as err:
-            raise PackFormatError(f"unreadable pack entry: {err}", path=self.pack_path, offset=offset) from err
-        return unpacked
-
     def read_at(self, offset: int, resolve_ref=None) -> tuple[ObjectType, bytes]:
         """The object at ``offset`` with its delta chain resolved.
 
         ``resolve_ref(oid) -> (type, bytes)`` resolves REF_DELTA bases outside
         this pack (only thin packs in quarantine have those).
         """
-        cached = self._cache.get(offset)
-        if cached is not None:
-            return ObjectType(cached[0]), cached[1]
-        chain: list[tuple[int, bytes]] = []  # (offset, delta data), outermost first
-        cur = offset
-        base: tuple[int, bytes] | None = None
-        while True:
-            if len(chain) > MAX_DELTA_CHAIN:
-                raise PackFormatError("delta chain too long (cycle?)", path=self.pack_path, offset=offset)
-            cached = self._cache.get(cur) if cur != offset else None
-            if cached is not None:
-                base = cached
-                break
-            unpacked = self._entry_at(cur)
-            ptype = unpacked.pack_type_num
-            data = b"".join(unpacked.decomp_chunks)
-            if ptype == OFS_DELTA:
-                chain.append((cur, data))
-                nxt = cur - unpacked.delta_base
-                if nxt <= 0 or nxt >= cur:
-                    raise PackFormatError("OFS_DELTA base offset out of range", path=self.pack_path, offset=cur)
-                cur = nxt
-            elif ptype == REF_DELTA:
-                chain.append((cur, data))
-                base_off = self.find_offset(unpacked.delta_base)
-                if base_off is None:
-                    if resolve_ref is None:
-                        raise PackFormatError(f"REF_DELTA base {bytes(unpacked.delta_base).hex()} not in pack",
-                                              path=self.pack_path, offset=cur)
-                    btype, bdata = resolve_ref(bytes(unpacked.delta_base))
-                    base = (int(btype), bdata)
-                    break
-                cur = base_off
-            elif ptype in (1, 2, 3, 4):
-                base = (ptype, data)
-                self._cache.put(cur, ptype, data)
-                break
-            else:
-                raise PackFormatError(f"invalid pack entry type {ptype}", path=self.pack_path, offset=cur)
-        type_num, data = base
-        for off, delta in reversed(chain):
-            try:
-                data = b"".join(_apply_delta(data, delta))
-            except Exception as err:
-                raise PackFormatError(f"delta does not apply: {err}", path=self.pack_path, offset=off) from err
-            self._cache.put(off, type_num, data)
+        buf = self.buffer()
+        type_num, data = resolve_chain(buf, offset, end=self._end, path=self.pack_path, cache_key=self.name,
+                                       find_offset=self.find_offset, resolve_ref=resolve_ref)
         return ObjectType(type_num), data
-
-    def _raw_header(self, offset: int) -> tuple[int, int, int | bytes | None, int]:
-        """Parse an entry's header without inflating it: (pack type, size, delta base, data offset)."""
-        buf = self.data._buffer()
-        end = len(buf) - PACK_TRAILER_SIZE
-        if offset < PACK_HEADER_SIZE or offset >= end:
-            raise PackFormatError("entry offset outside the pack", path=self.pack_path, offset=offset)
-        return decode_entry_header(buf, offset, end, offset, self.pack_path)
 
     def header_at(self, offset: int) -> tuple[ObjectType, int]:
         """Type and size without resolving the chain.
@@ -211,20 +166,21 @@ class PackFile:
         first bytes of the delta are inflated; the type is the chain's base type,
         found by walking entry headers (memoised per offset: types never change).
         """
-        ptype, size, base, pos = self._raw_header(offset)
-        if base is None:
-            return ObjectType(ptype), size
-        buf = self.data._buffer()
+        buf = self.buffer()
+        h = read_header(buf, offset, end=self._end, path=self.pack_path)
+        if h.base is None:
+            return ObjectType(h.type), h.size
         try:
-            head = zlib.decompressobj().decompress(bytes(buf[pos:pos + 256]), 32)
+            head = zlib.decompressobj().decompress(buf[h.data_offset:min(h.data_offset + 256, self._end)], 32)
         except zlib.error as err:
             raise PackFormatError(f"delta header unreadable: {err}", path=self.pack_path, offset=offset) from err
         _src_size, size, _hdrlen = decode_delta_header(head, path=self.pack_path, offset=offset)
-        return self._base_type(offset, ptype, base), size
+        return self._base_type(offset, h.type, h.base), size
 
     def _base_type(self, offset: int, ptype: int, base: int | bytes | None) -> ObjectType:
         visited = []
         cur = offset
+        buf = self.buffer()
         while base is not None:
             known = self._types.get(cur)
             if known is not None:
@@ -240,7 +196,8 @@ class PackFile:
                 cur = nxt
             else:
                 cur = base
-            ptype, _size, base, _pos = self._raw_header(cur)
+            h = read_header(buf, cur, end=self._end, path=self.pack_path)
+            ptype, base = h.type, h.base
         for off in visited:
             self._types[off] = ptype
         return ObjectType(ptype)
@@ -262,15 +219,22 @@ class PackFile:
         return self.header_at(offset)
 
     # -- integrity ---------------------------------------------------------
+    def trailer(self) -> bytes:
+        buf = self.buffer()
+        return buf[self._end:self._end + PACK_TRAILER_SIZE]
+
     def verify_checksums(self) -> None:
         """Check the idx's own trailer, the pack's trailer, and that they agree."""
         index = self.index
         if index.calculate_checksum() != index.get_stored_checksum():
             raise PackFormatError("pack index checksum mismatch (idx file is corrupt)", path=self.idx_path)
-        data = self.data
-        if data.calculate_checksum() != data.get_stored_checksum():
-            raise PackFormatError("pack trailer checksum mismatch (pack file is corrupt)", path=self.pack_path)
-        if index.get_pack_checksum() != data.get_stored_checksum():
+        buf = self.buffer()
+        with memoryview(buf) as view:
+            digest = hashlib.sha1(view[:self._end]).digest()
+        if digest != self.trailer():
+            raise PackFormatError("pack trailer checksum mismatch (pack file is corrupt)", path=self.pack_path,
+                                  offset=self._end)
+        if index.get_pack_checksum() != self.trailer():
             raise PackFormatError("idx names a different pack checksum than the pack carries", path=self.idx_path)
 
     def freshen(self) -> bool:
@@ -283,8 +247,13 @@ class PackFile:
     def close(self) -> None:
         if self._index is not None:
             self._index.close()
-        if self._data is not None:
-            self._data.close()
+            self._index = None
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # a reader still holds a view; the mapping goes when it does
+            self._map = None
 
 
 @dataclass(frozen=True)
@@ -299,12 +268,34 @@ class PackList:
     def __len__(self) -> int:
         return len(self.packs)
 
-    def find(self, oid: bytes) -> tuple[PackFile, int] | None:
+    def find(self, oid: bytes, gone: list[PackFile] | None = None) -> tuple[PackFile, int] | None:
+        """The first pack holding ``oid`` and its offset. A pack whose idx vanished since the listing
+        (a concurrent repack) is skipped, and appended to ``gone`` if given."""
         for pack in self.packs:
             try:
                 offset = pack.find_offset(oid)
-            except FileNotFoundError:
-                continue  # removed by a concurrent repack since the listing
+            except OSError as err:
+                if is_gone(err):
+                    if gone is not None:
+                        gone.append(pack)
+                    continue
+                raise
+            if offset is not None:
+                return pack, offset
+        return None
+
+    def find_not_cruft(self, oid: bytes) -> tuple[PackFile, int] | None:
+        """Like :meth:`find`, skipping cruft packs: where an object can be freshened (git never
+        freshens a cruft pack; an object only there is written anew)."""
+        for pack in self.packs:
+            if pack.is_cruft:
+                continue
+            try:
+                offset = pack.find_offset(oid)
+            except OSError as err:
+                if is_gone(err):
+                    continue
+                raise
             if offset is not None:
                 return pack, offset
         return None
@@ -312,6 +303,23 @@ class PackList:
     @property
     def names(self) -> frozenset[str]:
         return frozenset(p.name for p in self.packs)
+
+    def without(self, gone: PackFile) -> "PackList":
+        return PackList(tuple(p for p in self.packs if p is not gone))
+
+
+def list_packs(directory: Path, old: dict[str, PackFile] | None = None) -> tuple[PackFile, ...]:
+    """The packs in ``directory`` (by their .idx), newest first; reuses open PackFiles from ``old``."""
+    old = old or {}
+    try:
+        with os.scandir(directory) as it:
+            idx_names = [e.name for e in it if e.name.startswith("pack-") and e.name.endswith(".idx")]
+    except FileNotFoundError:
+        idx_names = []
+    packs = [old.get(name[:-4]) or PackFile(directory / name) for name in sorted(idx_names)]
+    # Newest first is what git does (recently written packs are most likely to be hit).
+    packs.sort(key=lambda p: _mtime_or_zero(p.idx_path), reverse=True)
+    return tuple(packs)
 
 
 class PackDirectory:
@@ -342,18 +350,7 @@ class PackDirectory:
         """
         old = {p.name: p for p in (self._snapshot.packs if self._snapshot else ())}
         self.rescans += 1
-        try:
-            with os.scandir(self.path) as it:
-                idx_names = [e.name for e in it if e.name.startswith("pack-") and e.name.endswith(".idx")]
-        except FileNotFoundError:
-            idx_names = []
-        packs = []
-        for name in sorted(idx_names):
-            stem = name[:-4]
-            packs.append(old.get(stem) or PackFile(self.path / name))
-        # Newest first is what git does (recently written packs are most likely to be hit).
-        packs.sort(key=lambda p: _mtime_or_zero(p.idx_path), reverse=True)
-        snap = PackList(tuple(packs))
+        snap = PackList(list_packs(self.path, old))
         self._snapshot = snap
         return snap
 
@@ -363,8 +360,3 @@ def _mtime_or_zero(path: Path) -> float:
         return path.stat().st_mtime
     except FileNotFoundError:
         return 0.0
-
-
-def _apply_delta(base: bytes, delta: bytes) -> list[bytes]:
-    from dulwich.pack import apply_delta
-    return apply_delta(base, delta)

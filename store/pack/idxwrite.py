@@ -11,6 +11,8 @@ same pack (pack-format.txt):
 * rev v1: ``RIDX``, version 1, hash id 1 (SHA-1), then for every object in
   pack (offset) order its position in the idx, the pack checksum, the rev
   checksum.
+* mtimes v1 (cruft packs): ``MTME``, version 1, hash id 1, a 4-byte mtime per
+  object in idx order, the pack checksum, the file's checksum.
 
 Objects with equal ids (a pack may carry duplicates) keep pack order, which is
 what git's merge-sort based QSORT yields.
@@ -25,10 +27,11 @@ from array import array
 from dataclasses import dataclass
 from typing import BinaryIO, Sequence
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 
 IDX_MAGIC = b"\377tOc"
 RIDX_MAGIC = b"RIDX"
+MTIMES_MAGIC = b"MTME"
 DEFAULT_OFF32_LIMIT = 0x7FFFFFFF
 _LITTLE = sys.byteorder == "little"
 
@@ -66,11 +69,13 @@ class IndexWriteInfo:
 
 def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | memoryview,
                 offsets: Sequence[int], crcs: Sequence[int], pack_checksum: bytes, *,
-                off32_limit: int = DEFAULT_OFF32_LIMIT) -> IndexWriteInfo:
-    """Write the idx v2 and rev files for objects given in pack order.
+                off32_limit: int = DEFAULT_OFF32_LIMIT, mtimes_out: BinaryIO | None = None,
+                mtimes: Sequence[int] | None = None) -> IndexWriteInfo:
+    """Write the idx v2 and rev files (and for a cruft pack the ``.mtimes``) for objects given in pack order.
 
     ``oids`` holds 20 bytes per object, ``offsets`` must be increasing (pack
-    order), ``crcs`` are the CRC32s of each entry's raw bytes. Memory: 4 bytes
+    order), ``crcs`` are the CRC32s of each entry's raw bytes, ``mtimes`` (with
+    ``mtimes_out``) each object's last-modified time in seconds. Memory: 4 bytes
     per object for the order, plus the sort keys of one fan-out bucket at a time.
     """
     n = len(offsets)
@@ -114,6 +119,8 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     idx.write(_be(large))
     idx.write(bytes(pack_checksum))
     idx_sum = idx.finish()
+    if mtimes_out is not None:
+        write_mtimes(mtimes_out, order, mtimes, pack_checksum)
 
     position = array("I", bytes(4 * n))
     for k, i in enumerate(order):
@@ -125,6 +132,20 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     rev.write(bytes(pack_checksum))
     rev_sum = rev.finish()
     return IndexWriteInfo(idx_checksum=idx_sum, rev_checksum=rev_sum, large_offsets=len(large))
+
+
+def write_mtimes(out: BinaryIO, order: Sequence[int], mtimes: Sequence[int], pack_checksum: bytes) -> bytes:
+    """A cruft pack's ``.mtimes`` (git's pack-format: ``MTME``, version 1, hash id 1, then a 4-byte
+    big-endian mtime per object in idx order, the pack checksum, the file's own checksum)."""
+    if mtimes is None or len(mtimes) != len(order):
+        raise InvalidInputError("mtimes must give one time per object")
+    w = _HashingWriter(out)
+    w.write(MTIMES_MAGIC + struct.pack(">II", 1, 1))
+    step = 1 << 14
+    for a in range(0, len(order), step):
+        w.write(_be(array("I", [min(max(int(mtimes[i]), 0), 0xFFFFFFFF) for i in order[a:a + step]])))
+    w.write(bytes(pack_checksum))
+    return w.finish()
 
 
 def build_index(oids: bytes | bytearray | memoryview, offsets: Sequence[int], crcs: Sequence[int],

@@ -1,7 +1,7 @@
 """The pack format's byte-level pieces, decoded in one place.
 
-Readers of ``.pack`` data (the read path in :mod:`packyard.store.packdir`, index-pack in
-:mod:`packyard.store.indexpack`, unpack-objects in :mod:`packyard.store.unpack`) all decode the
+Readers of ``.pack`` data (the read path in :mod:`packyard.store.pack.packdir`, index-pack in
+:mod:`packyard.store.pack.indexpack`, unpack-objects in :mod:`packyard.store.pack.unpack`) all decode the
 same three things; they live here so that every reader applies the same bounds
 and names the same offsets in its errors:
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import struct
 
-from .errors import PackFormatError
-from .objects import OFS_DELTA, REF_DELTA
+from ..errors import PackFormatError
+from ..objects import OFS_DELTA, REF_DELTA
 
 PACK_SIGNATURE = b"PACK"
 PACK_HEADER_SIZE = 12            # "PACK", version, object count

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import bisect
 import ctypes
-import enum
 import hashlib
 import mmap
 import os
@@ -56,18 +55,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Callable, ContextManager, Sequence
 
-from dulwich._pack import apply_delta
-from dulwich.errors import ApplyDeltaError
-
-from . import durable
-from .errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
-                     ObjectMissingError, PackFormatError, StoreError)
-from .faults import fault_point
+from .. import durable
+from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
+                      ObjectMissingError, PackFormatError, StoreError, WriteFailedError)
+from ..faults import fault_point
+from ..install import InstallOutcome, PackFiles, install_pack, update_refs
+from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
+from ..owner import current_owner, with_owner
+from ..refs import RefUpdate
+from .format import PACK_HEADER_SIZE, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
-from .objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
-from .packformat import PACK_HEADER_SIZE, decode_delta_header, encode_entry_header, parse_pack_header
-from .packstrict import check_object
-from .refs import RefUpdate
+from .resolve import apply_delta_checked
+from .strict import check_object
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -80,13 +79,6 @@ FORK_MIN_DELTAS = 2000          # below this, resolving in-process beats forking
 SMALL_PACK_IDS = 50_000         # ids of the smallest existing packs copied into one set (<= ~5 MB); larger packs are probed via their idx (~3 us)
 
 _TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
-
-
-class InstallOutcome(enum.Enum):
-    """What installing did: a result, not a boolean."""
-
-    INSTALLED = "installed"              # new pack-<checksum>.{pack,rev,idx} in objects/pack
-    ALREADY_PRESENT = "already-present"  # a pack with this checksum was already installed
 
 
 @dataclass(frozen=True)
@@ -131,6 +123,23 @@ class IndexPackResult:
 
 
 QUARANTINE_PREFIX = "incoming-"
+QUARANTINE_OWNER = "packyard-owner"   # the owner record inside each quarantine (store/owner.py)
+
+
+def create_quarantine(objects_dir: Path) -> Path:
+    """``objects/incoming-<random>`` holding an owner record (who is ingesting into it: pid, host, job)."""
+    try:
+        q = Path(tempfile.mkdtemp(prefix=QUARANTINE_PREFIX, dir=objects_dir))
+    except OSError as err:
+        raise WriteFailedError(f"cannot create the quarantine directory: {err.strerror}", errno=err.errno,
+                               path=objects_dir) from err
+    try:
+        (q / QUARANTINE_OWNER).write_bytes(current_owner().encode())
+    except OSError as err:
+        shutil.rmtree(q, ignore_errors=True)
+        raise WriteFailedError(f"cannot write the quarantine's owner record: {err.strerror}", errno=err.errno,
+                               path=q / QUARANTINE_OWNER) from err
+    return q
 
 
 def remove_stale_quarantines(repo, *, older_than: float = 3600.0, now: float | None = None) -> list[Path]:
@@ -402,7 +411,7 @@ class _Receiver:
             blen = len(buf)
             bpos = self.bpos
             start = self.boff + bpos
-            # Entry header: an inlined copy of packformat.decode_entry_header (same bounds, messages
+            # Entry header: an inlined copy of format.decode_entry_header (same bounds, messages
             # and offsets; tests/test_packformat.py feeds both the same bad entries). Calling it here
             # cost ~3% of the receive phase's CPU (one call per entry, 164k entries), so it is inlined.
             p = bpos
@@ -663,26 +672,8 @@ class _Resolver:
                 raise PackFormatError("REF_DELTA already resolved (duplicate base object in the pack?)",
                                       path=where, offset=offsets[ch])
             delta = self.inflate(ch)
-            src_size, dst_size, _ = decode_delta_header(delta, path=where, offset=offsets[ch])
-            if src_size != len(base):
-                raise PackFormatError(f"delta expects a {src_size}-byte base, base has {len(base)} bytes",
-                                      path=where, offset=offsets[ch])
-            # Every delta opcode byte yields at most max(127, len(base)) bytes: refuse impossible sizes
-            # before the C code allocates them.
-            if dst_size > len(delta) * max(127, len(base)):
-                raise PackFormatError(f"delta result size {dst_size} is impossible for this delta",
-                                      path=where, offset=offsets[ch])
-            try:
-                chunks = apply_delta(base, delta)
-            except ApplyDeltaError as err:
-                raise PackFormatError(f"delta does not apply (result size mismatch or bad opcode): {err}",
-                                      path=where, offset=offsets[ch]) from err
+            obj = apply_delta_checked(base, delta, path=where, offset=offsets[ch])
             del delta
-            obj = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            del chunks
-            if len(obj) != dst_size:
-                raise PackFormatError(f"delta result has {len(obj)} bytes, delta header says {dst_size}",
-                                      path=where, offset=offsets[ch])
             h = sha1(header)
             h.update(b"%d\0" % len(obj))
             h.update(obj)
@@ -883,10 +874,16 @@ class IncomingPack:
         snapshot = repo.objects.snapshot()
         existing = _ExistingIds(snapshot)
         self.snapshot = snapshot
-        self.quarantine = Path(tempfile.mkdtemp(prefix=QUARANTINE_PREFIX, dir=objects_dir))
+        self.quarantine = create_quarantine(objects_dir)
+        self._writing = self.quarantine   # the file being written: what a full disk's error names
         try:
             self._build(source, existing, fix_thin=fix_thin, strict=strict, max_pack_bytes=max_pack_bytes,
                         processes=processes, progress=progress, off32_limit=off32_limit, t0=t0)
+        except OSError as err:
+            # Reading the source already raised InvalidInputError: this is our own writing (ENOSPC, EFBIG, EIO).
+            self.abort()
+            raise WriteFailedError(f"writing the incoming pack failed: {err.strerror}", errno=err.errno,
+                                   path=self._writing) from err
         except BaseException:
             self.abort()
             raise
@@ -897,7 +894,7 @@ class IncomingPack:
         q = self.quarantine
         self.strict = strict
         fd_pack, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=q)
-        self.tmp_pack = Path(tmp_pack)
+        self.tmp_pack = self._writing = Path(tmp_pack)
         self.fd_pack = fd_pack
         stream, close_stream = _open_source(source)
         # Errors name the input (offsets are offsets in it), not the quarantine file that is removed.
@@ -977,6 +974,7 @@ class IncomingPack:
         # ---- index
         offsets = entries.offsets[:nobj]
         fd_idx, tmp_idx = tempfile.mkstemp(prefix="tmp_idx_", dir=self.quarantine)
+        self._writing = Path(tmp_idx)
         fd_rev, tmp_rev = tempfile.mkstemp(prefix="tmp_rev_", dir=self.quarantine)
         with open(fd_idx, "wb", buffering=1 << 16) as f_idx, open(fd_rev, "wb", buffering=1 << 16) as f_rev:
             info = write_index(f_idx, f_rev, oids, offsets, entries.crcs, checksum, off32_limit=off32_limit)
@@ -989,8 +987,8 @@ class IncomingPack:
         self.pack_name = f"pack-{checksum.hex()}"
         self.tmp_keep = None
         if self.keep_message is not None:
-            self.tmp_keep = self._write_tmp("tmp_keep_", (self.keep_message + "\n").encode()
-                                            if self.keep_message else b"", mode=0o644)
+            # git ignores a .keep's content: packyard's owner record first, the message after it.
+            self.tmp_keep = self._write_tmp("tmp_keep_", with_owner(self.keep_message), mode=0o644)
         os.fchmod(self.fd_pack, 0o444)
         self.objects = nobj
         self.deltas = entries.deltas
@@ -1013,6 +1011,7 @@ class IncomingPack:
 
     def _write_tmp(self, prefix: str, data: bytes, mode: int = 0o444) -> Path:
         fd, path = tempfile.mkstemp(prefix=prefix, dir=self.quarantine)
+        self._writing = Path(path)
         try:
             view = memoryview(data)
             while view:
@@ -1252,7 +1251,7 @@ class IncomingPack:
     # -- install -----------------------------------------------------------------
     def commit(self, ref_updates: Sequence[RefUpdate] = (), *, peak_rss_hint: int = 0,
                fence_token: int | None = None) -> IndexPackResult:
-        """Install the pack, then update refs. Durability order, one step per function below.
+        """Install the pack, then update refs: the durability order of store/install.py.
 
         ``fence_token``: the writer's lease token, checked by the storage at the ref update
         (RefStore.update refuses a token older than one that already moved refs here)."""
@@ -1261,33 +1260,11 @@ class IncomingPack:
         ref_updates = list(ref_updates)
         self._check_ref_targets(ref_updates)
         t0 = time.monotonic()
-        final = {ext: self.pack_dir / f"{self.pack_name}.{ext}" for ext in ("pack", "rev", "idx", "keep")}
-        fds = [self.fd_pack] + [os.open(p, os.O_RDONLY) for p in (self.tmp_rev, self.tmp_idx)]
-        if self.tmp_keep is not None:
-            fds.append(os.open(self.tmp_keep, os.O_RDONLY))
-        try:
-            writeout_each(fds, self.counters)
-            fault_point("index_pack.after_writeout")
-            barrier_flush(fds, self.counters)
-            fault_point("index_pack.after_flush")
-        finally:
-            for fd in fds[1:]:
-                os.close(fd)
-        create_pack_dir_if_needed(self.pack_dir, self.counters)
-        outcome = InstallOutcome.ALREADY_PRESENT if already_installed(final["idx"]) else InstallOutcome.INSTALLED
-        keep_path = publish_keep(self.tmp_keep, final["keep"]) if self.tmp_keep is not None else None
-        fault_point("index_pack.after_keep")
-        try:
-            if outcome is InstallOutcome.INSTALLED:
-                publish_renames([(self.tmp_pack, final["pack"]), (self.tmp_rev, final["rev"]),
-                                 (self.tmp_idx, final["idx"])], self.counters)
-                fault_point("index_pack.after_renames")
-            fsync_dirs([self.pack_dir], self.counters)
-            fault_point("index_pack.after_fsync_dirs")
-        except BaseException:
-            if keep_path is not None:
-                release_keep(keep_path)
-            raise
+        files = PackFiles(name=self.pack_name, pack=self.tmp_pack, idx=self.tmp_idx, rev=self.tmp_rev,
+                          keep=self.tmp_keep)
+        outcome, keep_path = install_pack(files, self.pack_dir, self.counters, fault_prefix="index_pack",
+                                          open_fds=[self.fd_pack])
+        final = files.finals(self.pack_dir)
         self.remove_quarantine()
         fault_point("index_pack.after_quarantine_removed")
         self.committed = True
@@ -1341,75 +1318,6 @@ class IncomingPack:
 
     def __exit__(self, *exc) -> None:
         self.abort()
-
-
-# --------------------------------------------------------------------------------------
-# Install steps, in order. Each is one durability step.
-
-def writeout_each(fds: Sequence[int], counters: durable.DurabilityCounters) -> None:
-    # Start write-back of pack, rev, idx (and keep) together so the flushes below overlap.
-    for fd in fds:
-        durable.start_writeout(fd, counters)
-
-
-def barrier_flush(fds: Sequence[int], counters: durable.DurabilityCounters) -> None:
-    # Contents must be on stable storage before any name for them is published.
-    for fd in fds:
-        durable.flush_file(fd, counters)
-
-
-def create_pack_dir_if_needed(pack_dir: Path, counters: durable.DurabilityCounters) -> None:
-    # git creates objects/pack on demand; a new directory entry is made durable before files go in it.
-    if not pack_dir.is_dir():
-        pack_dir.mkdir(exist_ok=True)
-        durable.fsync_dir(pack_dir.parent, counters)
-
-
-def already_installed(idx_path: Path) -> bool:
-    # One stat per ingest (not per object): a pack with this checksum is already visible to readers.
-    return idx_path.exists()
-
-
-def publish_keep(tmp_keep: Path, final_keep: Path) -> Path | None:
-    # The .keep goes in before the pack so a concurrent repack never sees the pack unprotected;
-    # link() fails if a keep already exists (someone else's: we neither overwrite nor release it).
-    try:
-        os.link(tmp_keep, final_keep)
-    except FileExistsError:
-        return None
-    return final_keep
-
-
-def publish_renames(pairs: Sequence[tuple[Path, Path]], counters: durable.DurabilityCounters) -> None:
-    # pack, then rev, then idx LAST: readers discover packs by their idx, so everything it needs exists first.
-    done: list[Path] = []
-    try:
-        for src, dst in pairs:
-            durable.rename(src, dst, counters)
-            done.append(dst)
-            if dst.suffix == ".pack":
-                fault_point("index_pack.after_pack_rename")
-    except BaseException:
-        if not any(p.suffix == ".idx" for p in done):
-            for p in done:  # not yet discoverable: take the orphans back out
-                try:
-                    os.unlink(p)
-                except FileNotFoundError:
-                    pass
-        raise
-
-
-def fsync_dirs(dirs: Sequence[Path], counters: durable.DurabilityCounters) -> None:
-    # The renames are only durable once the directory holding the new names is flushed.
-    for d in dirs:
-        durable.fsync_dir(d, counters)
-
-
-def update_refs(repo, updates: Sequence[RefUpdate], counters: durable.DurabilityCounters,
-                fence_token: int | None = None) -> None:
-    # Last: a ref may only name objects that are durably installed (all-or-nothing compare-and-swap).
-    if updates:
-        repo.refs.update(updates, counters, fence_token=fence_token)
 
 
 # --------------------------------------------------------------------------------------

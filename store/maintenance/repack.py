@@ -1,0 +1,510 @@
+"""Repack: ``full``, ``geometric`` and ``loose``, with cruft packs and preserved packs, never losing an object.
+
+One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
+
+    cleanup   temp files of dead repacks (ours by name: dead pid on this host), orphaned pack files
+    snapshot  ONE listing of objects/pack and the loose objects: the only things it may delete
+    plan      full: the tips (refs, HEAD, reflogs) read after the snapshot, everything they reach
+              (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired);
+              geometric: the smallest packs until the sizes form a progression; loose: every loose object
+    write     one pack writer per new pack (store/pack/write.py): deltas whose base goes into the same
+              pack copied verbatim (CRC checked), everything else written whole
+    install   temp files -> flush -> renames (idx last) -> directory fsync (store/install.py)
+    recheck   (before the first deletion) the tips are read again; whatever they reach that is not in a
+              new pack keeps its old copy; the maintenance lease is checked (``check_lease``)
+    delete    inside the repository's maintenance fence (``fence_token``): replaced packs move to
+              objects/pack/preserved/ (idx first), loose files of the snapshot that are now packed or
+              expired are unlinked, preserved packs past ``preserve_for`` are removed
+
+Packs, loose objects, quarantines and refs that appear after the snapshot are never touched.
+A corrupt object (CRC, zlib, hash, delta base) or a tip naming a missing object stops the
+repack before anything is deleted, with a typed error naming the object, file and offset;
+temp files are removed. Fault points for SIGKILL tests, in order: ``repack.after_plan``,
+``repack.after_write``, ``repack.after_writeout`` ... ``repack.after_fsync_dirs`` (the main pack),
+``repack.cruft.after_*`` (the cruft pack), ``repack.before_delete``, ``repack.after_idx_preserved``,
+``repack.after_pack_preserved``, ``repack.after_loose_deleted``, ``repack.after_delete``.
+"""
+from __future__ import annotations
+
+import enum
+import os
+import time
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .. import durable
+from ..errors import InvalidInputError, ObjectMissingError
+from ..faults import fault_point
+from ..fence import FenceKind, fenced
+from ..objects import ObjectType
+from ..pack.packdir import PackFile
+from ..pack.write import PACK_COMPRESSION, PackWriter
+from ..parse import object_links
+from ..tuning import gc_paused
+from .leftovers import remove_stale_temp_files
+from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
+from .sources import SourceIndex
+from .tips import read_tips
+from .walk import Reachable, walk
+from .writeplan import write_plan
+
+Progress = Callable[[str, int, "int | None"], None]
+
+#: git's gc.pruneExpire default: unreachable objects younger than this are kept (in the cruft pack).
+DEFAULT_EXPIRE_SECONDS = 14 * 24 * 3600.0
+
+class RepackMode(enum.Enum):
+    FULL = "full"
+    GEOMETRIC = "geometric"
+    LOOSE = "loose"
+
+
+@dataclass(frozen=True)
+class RepackOptions:
+    mode: RepackMode = RepackMode.FULL
+    factor: int = 2                                  # geometric progression factor
+    expire: float = DEFAULT_EXPIRE_SECONDS           # seconds: older unreachable objects are deleted
+    preserve_for: float = DEFAULT_PRESERVE_SECONDS   # seconds a replaced pack stays in preserved/
+    preserve: bool = True                            # False: replaced packs are unlinked at once
+    compression: int = PACK_COMPRESSION              # zlib level for objects written whole
+    processes: int = 2                               # the reachability walk forks one helper when > 1
+    now: float | None = None                         # the clock (tests)
+
+
+@dataclass
+class RepackCounters:
+    """Counters for the job record."""
+
+    objects_in: int = 0           # objects in the packs and loose files this repack replaced
+    objects_out: int = 0          # objects written (new pack + cruft pack)
+    bytes_in: int = 0             # bytes of the packs and loose files replaced
+    bytes_out: int = 0            # bytes of the packs written
+    deltas_reused: int = 0        # delta entries copied verbatim (compressed bytes never inflated)
+    entries_copied: int = 0       # whole entries copied verbatim
+    rewritten_whole: int = 0      # objects written whole (loose, or delta base not in the new pack)
+    packs_merged: int = 0         # packs replaced (moved to preserved/ or deleted)
+    loose_packed: int = 0         # loose objects written into a new pack
+    loose_deleted: int = 0        # loose files deleted
+    reachable: int = 0            # full: objects the tips reach
+    cruft_kept: int = 0           # unreachable objects kept in the cruft pack (young, or reached from young)
+    cruft_expired: int = 0        # unreachable objects older than the grace period: not kept
+    kept_for_recheck: int = 0     # old copies kept because the tips read before deleting reach them
+    kept_freshened: int = 0       # old copies kept because a writer freshened them during the repack
+    preserved_moved: int = 0      # packs moved to preserved/
+    preserved_expired: int = 0    # preserved packs removed after preserve_for
+    stale_tmp_removed: int = 0    # temp files of dead repacks removed
+    relisted_hits: int = 0        # lookups that found an object only after re-listing objects/pack
+
+
+@dataclass
+class RepackResult:
+    mode: RepackMode
+    packs_written: list[str] = field(default_factory=list)
+    cruft_pack: str | None = None
+    packs_deleted: list[str] = field(default_factory=list)
+    counters: RepackCounters = field(default_factory=RepackCounters)
+    elapsed: dict[str, float] = field(default_factory=dict)
+    fence_token: int | None = None
+    durability: dict[str, int] = field(default_factory=dict)
+    nothing_to_do: bool = False
+
+    def as_counters(self) -> dict[str, object]:
+        """Flat counters for a job record: counts, ``elapsed_us_<phase>``, durability calls."""
+        out: dict[str, object] = dict(asdict(self.counters))
+        for phase, secs in self.elapsed.items():
+            out[f"elapsed_us_{phase}"] = int(round(secs * 1_000_000))
+        out.update({f"durability_{k}": v for k, v in self.durability.items()})
+        out["packs_written"] = len(self.packs_written)
+        if self.fence_token is not None:
+            out["fence_token"] = self.fence_token
+        return out
+
+
+@dataclass
+class RepackHooks:
+    """Test and harness hooks: called between steps (a test pushes a pack there)."""
+
+    after_plan: Callable[[], None] | None = None
+    before_delete: Callable[[], None] | None = None
+
+
+@dataclass
+class _Plan:
+    main: list[bytes] = field(default_factory=list)         # ids for the new pack, in write order
+    cruft: list[bytes] = field(default_factory=list)        # ids for the cruft pack
+    mtimes: dict[bytes, int] = field(default_factory=dict)  # cruft id -> mtime
+    packs: list[PackFile] = field(default_factory=list)     # packs this repack replaces
+    loose: set[bytes] = field(default_factory=set)          # loose ids this repack deletes
+    expired: set[bytes] = field(default_factory=set)        # unreachable ids not kept anywhere
+    reach: Reachable | None = None
+    tips: dict[str, bytes] = field(default_factory=dict)
+    mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
+
+
+class _Timer:
+    def __init__(self, elapsed: dict[str, float]) -> None:
+        self.elapsed = elapsed
+        self.t = time.monotonic()
+
+    def lap(self, phase: str) -> None:
+        now = time.monotonic()
+        self.elapsed[phase] = self.elapsed.get(phase, 0.0) + now - self.t
+        self.t = now
+
+
+@gc_paused()   # hundreds of thousands of long-lived acyclic objects (ids, arrays): see store/tuning.py
+def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress | None = None,
+           check_lease: Callable[[], None] | None = None, fence_token: int | None = None,
+           hooks: RepackHooks | None = None) -> RepackResult:
+    """Repack ``repo`` (see the module docstring). ``check_lease`` raises LockLostError if the maintenance
+    lease was lost; ``fence_token`` is that lease's token, checked by the store's maintenance fence."""
+    if options.factor < 2 and options.mode is RepackMode.GEOMETRIC:
+        raise InvalidInputError(f"geometric factor must be at least 2, not {options.factor}")
+    hooks = hooks or RepackHooks()
+    now = time.time() if options.now is None else options.now
+    result = RepackResult(mode=options.mode, fence_token=fence_token)
+    c = result.counters
+    timer = _Timer(result.elapsed)
+    dur = durable.DurabilityCounters()
+    pack_dir = Path(repo.objects.path) / "pack"
+    rescans0 = repo.objects.counters.relisted_hits
+
+    c.stale_tmp_removed = remove_stale_temp_files(pack_dir, now=now)
+    timer.lap("cleanup")
+
+    snapshot = repo.objects.snapshot()
+    kept = [p for p in snapshot.packs if p.is_kept()]
+    replaceable = [p for p in snapshot.packs if not p.is_kept()]
+    timer.lap("snapshot")
+
+    if options.mode is RepackMode.FULL:
+        sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
+        plan = _plan_full(repo, sources, replaceable, options, now, progress)
+    elif options.mode is RepackMode.GEOMETRIC:
+        rolled = geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
+        sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
+        plan = _plan_geometric(sources, rolled, snapshot)
+    else:
+        sources = SourceIndex(snapshot, [], kept, read_fresh=repo.objects.read)
+        plan = _plan_loose(repo, sources, snapshot, progress)
+    plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs}
+    c.reachable = len(plan.reach) if plan.reach is not None else 0
+    c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
+    timer.lap("plan")
+    fault_point("repack.after_plan")
+    if hooks.after_plan is not None:
+        hooks.after_plan()
+
+    try:
+        return _write_and_delete(repo, plan, sources, options, now, progress, check_lease, fence_token, hooks,
+                                 result, timer, dur, pack_dir, rescans0)
+    finally:
+        sources.release()
+
+
+def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, now: float,
+                      progress: Progress | None, check_lease, fence_token: int | None, hooks: RepackHooks,
+                      result: RepackResult, timer: "_Timer", dur: durable.DurabilityCounters, pack_dir: Path,
+                      rescans0: int) -> RepackResult:
+    c = result.counters
+    if not plan.main and not plan.cruft and not plan.packs and not plan.loose:
+        result.nothing_to_do = True
+        _finish_counters(result, repo, rescans0, dur)
+        return result
+
+    # -- write and install the new pack(s) -------------------------------------------------------
+    written: list[tuple[PackWriter, list[int] | None, str]] = []
+    writers: list[PackWriter] = []
+    try:
+        for ids, prefix, is_cruft in ((plan.main, "repack", False), (plan.cruft, "repack.cruft", True)):
+            if not ids:
+                continue
+            writer = PackWriter(pack_dir, len(ids), counters=dur, compression=options.compression,
+                                fault_prefix=prefix)
+            writers.append(writer)
+            mtimes = write_plan(writer, ids, sources, c, progress=progress,
+                                phase="writing cruft objects" if is_cruft else "writing objects",
+                                mtime_of=plan.mtimes if is_cruft else None)
+            writer.finish(mtimes=mtimes)
+            written.append((writer, mtimes, prefix))
+        timer.lap("write")
+        fault_point("repack.after_write")
+        for writer, mtimes, prefix in written:
+            _outcome, files, _keep = writer.install(mtimes=mtimes)
+            c.bytes_out += writer.size
+            c.objects_out += writer.count
+            if prefix == "repack":
+                result.packs_written.append(files.name)
+            else:
+                result.cruft_pack = files.name
+    except BaseException:
+        for writer in writers:
+            if not writer.installed:
+                writer.abort()   # temp files go; a pack already installed stays (its objects exist twice)
+        raise
+    timer.lap("install")
+    new_names = set(result.packs_written) | ({result.cruft_pack} if result.cruft_pack else set())
+
+    # -- before the first deletion: tips again, freshened copies, the lease ------------------------
+    if hooks.before_delete is not None:
+        hooks.before_delete()
+    fault_point("repack.before_delete")
+    doomed_packs = [p for p in plan.packs if p.name not in new_names]
+    doomed_loose = set(plan.loose)
+    if options.mode is RepackMode.FULL:
+        needed = _recheck_tips(repo, plan, sources)
+        doomed_packs, doomed_loose = _spare(needed, doomed_packs, doomed_loose, sources, c)
+    doomed_packs, doomed_loose = _spare_freshened(plan, doomed_packs, doomed_loose, sources, options, now, c)
+    timer.lap("recheck")
+    if check_lease is not None:
+        check_lease()
+
+    # -- delete, inside the maintenance fence -----------------------------------------------------
+    doing = f"delete {len(doomed_packs)} packs and {len(doomed_loose)} loose objects"
+    guard = (fenced(repo.path, fence_token, doing, dur, kind=FenceKind.MAINTENANCE)
+             if fence_token is not None else nullcontext())
+    with guard:
+        for pack in doomed_packs:
+            c.bytes_in += _size(pack.pack_path)
+            c.objects_in += len(pack)
+            if options.preserve:
+                preserve_pack(pack_dir, pack.name, now=now)
+                c.preserved_moved += 1
+            else:
+                remove_pack_files(pack_dir, pack.name)
+            c.packs_merged += 1
+            result.packs_deleted.append(pack.name)
+            fault_point("repack.after_pack_preserved")
+        for oid in sorted(doomed_loose):
+            path = repo.objects.loose.path_for(oid)
+            try:
+                size = os.stat(path).st_size
+                os.unlink(path)
+            except FileNotFoundError:
+                continue
+            c.loose_deleted += 1
+            c.objects_in += 1
+            c.bytes_in += size
+        fault_point("repack.after_loose_deleted")
+        c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
+    fault_point("repack.after_delete")
+    timer.lap("delete")
+    _finish_counters(result, repo, rescans0, dur)
+    return result
+
+
+def _finish_counters(result: RepackResult, repo, rescans0: int, dur: durable.DurabilityCounters) -> None:
+    result.counters.relisted_hits = repo.objects.counters.relisted_hits - rescans0
+    result.durability = dur.as_dict()
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+# -- plans ------------------------------------------------------------------------------------------
+
+def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: RepackOptions, now: float,
+               progress: Progress | None) -> _Plan:
+    """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
+    tips = read_tips(repo)
+    reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes)
+    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids))
+    plan.main = [oid for oid, _t in reach.in_order() if oid in sources]
+    seen = reach.seen
+    # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
+    ages: dict[bytes, int] = {}
+    kept = sources.kept_ids
+    for p in sources.packs:
+        pack_mtime = int(_mtime(p.pack.pack_path))
+        oids = p.oids
+        for i in range(p.count):
+            oid = oids[20 * i:20 * i + 20]
+            if oid in seen or oid in kept:
+                continue
+            t = p.mtimes[i] if p.mtimes is not None else pack_mtime
+            if t > ages.get(oid, -1):
+                ages[oid] = t
+    for oid in sources.loose_ids:
+        if oid in seen or oid in kept:
+            continue
+        t = int(_mtime(repo.objects.loose.path_for(oid)))
+        if t > ages.get(oid, -1):
+            ages[oid] = t
+    cutoff = now - options.expire
+    keep = {oid for oid, t in ages.items() if t >= cutoff}
+    keep |= _reached_from(keep, ages, sources)   # an old object a young one needs stays with it
+    plan.cruft = _in_source_order(keep, sources)
+    plan.mtimes = {oid: ages[oid] for oid in keep}
+    plan.expired = set(ages) - keep
+    return plan
+
+
+def _reached_from(young: set[bytes], unreachable: dict[bytes, int], sources: SourceIndex) -> set[bytes]:
+    """Unreachable objects that young unreachable objects link to (transitively): they must stay too."""
+    found: set[bytes] = set()
+    queue = [(oid, None) for oid in young]
+    while queue:
+        oid, want = queue.pop()
+        if want == ObjectType.BLOB:
+            continue
+        try:
+            typ, data = sources.read(oid)
+        except ObjectMissingError:
+            continue   # a young object already missing a link: nothing more to keep for it
+        for link, link_type in object_links(typ, data, oid):
+            if link in unreachable and link not in young and link not in found:
+                found.add(link)
+                queue.append((link, link_type))
+    return found
+
+
+def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:
+    """``ids`` in the order their copies lie in the sources (packs in snapshot order, then loose by id)."""
+    out = []
+    for p in sources.packs:
+        oids = p.oids
+        for i in p.order:
+            oid = oids[20 * i:20 * i + 20]
+            if oid in ids and sources.packed(oid) == p.base + i:
+                out.append(oid)
+    listed = set(out)
+    out.extend(sorted(oid for oid in ids if oid not in listed))
+    return out
+
+
+def geometric_split(packs: Iterable[PackFile], factor: int) -> list[PackFile]:
+    """The packs to roll up so that object counts form a geometric progression (git's split_pack_geometry).
+
+    Sorted by object count; from the largest down, the packs already in progression (each at least
+    ``factor`` times the one below it) stay; the rest is rolled up, and then every pack that is
+    smaller than ``factor`` times the rolled-up total joins it too.
+    """
+    packs = sorted(packs, key=lambda p: (len(p), p.name))
+    n = len(packs)
+    if not n:
+        return []
+    i = n - 1
+    while i > 0:
+        if len(packs[i]) < factor * len(packs[i - 1]):
+            break
+        i -= 1
+    split = i + 1 if i else 0
+    total = sum(len(p) for p in packs[:split])
+    for k in range(split, n):
+        if len(packs[k]) < factor * total:
+            split += 1
+            total += len(packs[k])
+        else:
+            break
+    return packs[:split]
+
+
+def _plan_geometric(sources: SourceIndex, rolled: list[PackFile], snapshot) -> _Plan:
+    """Every object of the rolled-up packs (each pack in pack order, dedup) and every unpacked loose object."""
+    plan = _Plan(packs=list(rolled))
+    ids: list[bytes] = []
+    for p in sources.packs:
+        oids = p.oids
+        for i in p.order:
+            oid = oids[20 * i:20 * i + 20]
+            if sources.packed(oid) == p.base + i:
+                ids.append(oid)
+    ids.extend(_unpacked_loose(sources, snapshot))
+    plan.main = ids
+    plan.loose = set(sources.loose_ids)
+    return plan
+
+
+def _unpacked_loose(sources: SourceIndex, snapshot) -> list[bytes]:
+    """Loose objects not in a replaceable pack nor in any non-cruft pack (git's ``--unpacked``), by id."""
+    out = []
+    for oid in sorted(sources.loose_ids):
+        if sources.packed(oid) is None and snapshot.packs.find_not_cruft(oid) is None:
+            out.append(oid)
+    return out
+
+
+def _plan_loose(repo, sources: SourceIndex, snapshot, progress: Progress | None) -> _Plan:
+    """Every loose object not already in a pack, commits first, then tags, trees, blobs (by id within a type)."""
+    plan = _Plan(loose=set(sources.loose_ids))
+    by_type: dict[int, list[bytes]] = {1: [], 4: [], 2: [], 3: []}
+    loose = repo.objects.loose
+    for oid in _unpacked_loose(sources, snapshot):
+        try:
+            typ, _size = loose.read_header(oid)
+        except ObjectMissingError:
+            plan.loose.discard(oid)   # gone since the snapshot: someone else's business
+            continue
+        by_type[int(typ)].append(oid)
+    plan.main = [oid for t in (1, 4, 2, 3) for oid in by_type[t]]
+    return plan
+
+
+# -- before deleting ----------------------------------------------------------------------------------
+
+def _recheck_tips(repo, plan: _Plan, sources: SourceIndex) -> set[bytes]:
+    """Tips read again right before deleting: the objects they reach that no new pack holds."""
+    tips = read_tips(repo)
+    changed = [(name, oid) for name, oid in sorted(tips.items()) if plan.tips.get(name) != oid]
+    if not changed:
+        return set()
+    in_new = plan.reach.seen if plan.reach is not None else set()
+    cruft = set(plan.cruft)
+    reach = walk(changed, sources.read, known=lambda oid: oid in in_new or oid in cruft)
+    return {oid for oid, _t in reach.in_order() if oid in plan.expired}
+
+
+def _spare(needed: set[bytes], packs: list[PackFile], loose: set[bytes], sources: SourceIndex,
+           c: RepackCounters) -> tuple[list[PackFile], set[bytes]]:
+    """Keep every old copy of the ``needed`` objects (their pack, or their loose file)."""
+    if not needed:
+        return packs, loose
+    keep_packs: set[str] = set()
+    for oid in needed:
+        gid = sources.packed(oid)
+        if gid is not None:
+            keep_packs.add(sources.entry(gid)[0].pack.name)
+        # Every other copy too (another pack may hold it): keep any replaceable pack that has it.
+        for p in sources.packs:
+            if p.pack.name not in keep_packs and p.pack.find_offset(oid) is not None:
+                keep_packs.add(p.pack.name)
+    spared_loose = loose & needed
+    c.kept_for_recheck += len(keep_packs) + len(spared_loose)
+    return [p for p in packs if p.name not in keep_packs], loose - spared_loose
+
+
+def _spare_freshened(plan: _Plan, packs: list[PackFile], loose: set[bytes], sources: SourceIndex,
+                     options: RepackOptions, now: float, c: RepackCounters) -> tuple[list[PackFile], set[bytes]]:
+    """A writer that found an expired object and freshened its copy (instead of writing it) is relying on
+    that copy: keep packs touched since the plan that hold expired objects, and freshened loose files."""
+    if not plan.expired:
+        return packs, loose
+    cutoff = now - options.expire
+    keep_packs = set()
+    for p in packs:
+        if _mtime(p.pack_path) != plan.mtime_at_plan.get(p.name, 0.0):
+            keep_packs.add(p.name)
+    spared = set()
+    for oid in loose & plan.expired:
+        if _mtime(Path(sources.snapshot.loose.path_for(oid))) >= cutoff:
+            spared.add(oid)
+    if keep_packs or spared:
+        c.kept_freshened += len(keep_packs) + len(spared)
+    return [p for p in packs if p.name not in keep_packs], loose - spared
+
+
+__all__ = ["RepackMode", "RepackOptions", "RepackCounters", "RepackResult", "RepackHooks", "repack",
+           "write_plan", "geometric_split", "remove_stale_temp_files", "DEFAULT_EXPIRE_SECONDS"]

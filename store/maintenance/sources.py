@@ -1,0 +1,151 @@
+"""Where each object of a repack's start snapshot lives: an entry of a pack it may replace, a loose
+file, or a ``.keep`` pack it must not touch.
+
+Built once from the snapshot with C-level conversions of every idx (:mod:`..pack.idxread`):
+a dict from id to a global entry number, and compact arrays per entry (pack, offset, end of
+the entry, CRC32). No per-object lookup walks the idx files of 50 packs; an OFS_DELTA's
+base is found by offset with one bisection in its pack's sorted offsets.
+"""
+from __future__ import annotations
+
+import bisect
+from array import array
+from dataclasses import dataclass
+
+from ..errors import ObjectMissingError
+from ..objdir import ObjectSnapshot
+from ..pack.packdir import PackFile
+
+
+@dataclass
+class _PackEntries:
+    pack: PackFile
+    base: int                 # global number of this pack's first entry (idx order)
+    count: int
+    oids: bytes               # idx order
+    offsets: array            # 'Q', idx order
+    crcs: array               # 'I', idx order
+    ends: array               # 'Q', idx order: where each entry ends (the next entry, or the trailer)
+    sorted_offsets: array     # 'Q', pack order
+    order: array              # 'I', idx positions in pack order
+    mtimes: array | None      # cruft packs: each object's mtime, idx order
+    buffer: object = None     # the pack's bytes (mmap)
+    view: memoryview | None = None  # a view of them (slices without copies)
+    end: int = 0              # where entries end (the trailer)
+    path: str = ""
+
+
+class SourceIndex:
+    """The objects a repack may rewrite, and how to read and copy each."""
+
+    def __init__(self, snapshot: ObjectSnapshot, packs: list[PackFile], kept: list[PackFile], *,
+                 read_fresh=None, progress=None) -> None:
+        from ..pack.mtimes import read_mtimes
+
+        self.snapshot = snapshot
+        self.kept = kept
+        self.read_fresh = read_fresh       # objects not in the snapshot (arrived later): their own lookup
+        self.loose_ids = snapshot.loose_ids
+        self.packs: list[_PackEntries] = []
+        self.loc: dict[bytes, int] = {}
+        # Objects in .keep packs are never copied: they stay where they are (git's --honor-pack-keep).
+        self.kept_ids: set[bytes] = set()
+        for pack in kept:
+            t = pack.tables()
+            self.kept_ids.update(t.oids[20 * i:20 * i + 20] for i in range(t.count))
+        total = 0
+        for pack in packs:
+            t = pack.tables()
+            order = t.pack_order()
+            ends = array("Q", bytes(8 * t.count))
+            sorted_offsets = array("Q", [t.offsets[i] for i in order])
+            trailer = pack.end
+            for k in range(t.count - 1):
+                ends[order[k]] = sorted_offsets[k + 1]
+            if t.count:
+                ends[order[-1]] = trailer
+            mtimes = read_mtimes(pack.mtimes_path, t.count, t.pack_checksum) if pack.is_cruft else None
+            self.packs.append(_PackEntries(pack, total, t.count, t.oids, t.offsets, t.crcs, ends, sorted_offsets,
+                                           order, mtimes, pack.buffer(), memoryview(pack.buffer()), trailer,
+                                           str(pack.pack_path)))
+            loc = self.loc
+            oids = t.oids
+            kept_ids = self.kept_ids
+            for i in range(t.count):
+                oid = oids[20 * i:20 * i + 20]
+                if oid not in loc and oid not in kept_ids:
+                    loc[oid] = total + i
+            total += t.count
+        self._starts = [p.base for p in self.packs]
+        # Global entry number -> its pack's position in self.packs (no bisection per object).
+        self.pack_no = array("H" if len(self.packs) < 1 << 16 else "I")
+        for k, p in enumerate(self.packs):
+            self.pack_no.extend(array(self.pack_no.typecode, [k]) * p.count)
+
+    # -- where ----------------------------------------------------------------------------------
+    def packed(self, oid: bytes) -> int | None:
+        """The global entry number of ``oid`` in a replaceable pack, or None."""
+        return self.loc.get(oid)
+
+    def entry(self, gid: int) -> tuple[_PackEntries, int]:
+        """(pack, idx position) of a global entry number."""
+        p = self.packs[self.pack_no[gid]]
+        return p, gid - p.base
+
+    def is_loose(self, oid: bytes) -> bool:
+        return oid in self.loose_ids
+
+    def __contains__(self, oid: bytes) -> bool:
+        """Is ``oid`` one of the objects this repack may rewrite (not in a .keep pack)?"""
+        return oid in self.loc or (oid in self.loose_ids and oid not in self.kept_ids)
+
+    def oid_at(self, p: _PackEntries, offset: int) -> bytes | None:
+        """The id of the entry starting at ``offset`` in ``p`` (None if no entry starts there)."""
+        k = bisect.bisect_left(p.sorted_offsets, offset)
+        if k >= p.count or p.sorted_offsets[k] != offset:
+            return None
+        i = p.order[k]
+        return p.oids[20 * i:20 * i + 20]
+
+    def release(self) -> None:
+        """Drop the views on the packs' maps (so the packs can be closed)."""
+        for p in self.packs:
+            if p.view is not None:
+                p.view.release()
+                p.view = None
+
+    # -- reading ----------------------------------------------------------------------------------
+    def read(self, oid: bytes) -> tuple[int, bytes]:
+        """(type, data): from the replaceable packs, the loose files, the kept packs, or (objects that
+        arrived after the snapshot) a fresh lookup. ObjectMissingError if none has it."""
+        gid = self.loc.get(oid)
+        if gid is not None:
+            p, i = self.entry(gid)
+            t, data = p.pack.read_at(p.offsets[i])   # an installed pack holds its own delta bases
+            return int(t), data
+        if oid in self.loose_ids:
+            try:
+                t, data = self.snapshot.loose.read(oid, verify=False)
+                return int(t), data
+            except ObjectMissingError:
+                pass   # gone since the snapshot (packed by someone else): the fresh lookup finds it
+        for pack in self.kept:
+            off = pack.find_offset(oid)
+            if off is not None:
+                t, data = pack.read_at(off)
+                return int(t), data
+        if self.read_fresh is not None:
+            t, data = self.read_fresh(oid)
+            return int(t), data
+        raise ObjectMissingError("object not found", oid=oid)
+
+    def where(self, oid: bytes) -> tuple[str, int | None]:
+        """(file, offset) naming an object's copy, for error messages."""
+        gid = self.loc.get(oid)
+        if gid is not None:
+            p, i = self.entry(gid)
+            return str(p.pack.pack_path), p.offsets[i]
+        return str(self.snapshot.loose.path_for(oid)), None
+
+
+__all__ = ["SourceIndex"]

@@ -1,0 +1,278 @@
+"""packyard bench repack: `packyard repack` vs `git repack` on identical repositories, side by side.
+
+Scenarios (each side gets its own fresh copy per round, all copies made before the first timed
+run so no deletion precedes one; rounds alternate who goes first):
+
+* ``full`` -- git-v2.0.0 split into 50 packs (``git pack-objects --revs`` over 50 ranges of the
+  history) plus the newest commits' objects loose; ``packyard repack --mode full`` vs
+  ``git -c repack.writeBitmaps=false repack -a -d``. Wall time, size of the new pack, peak RSS.
+* ``geometric`` -- one large pack plus 30 small push packs (a few commits each);
+  ``packyard repack --mode geometric --factor 2`` vs ``git repack --geometric=2 -d``: wall time and
+  the number of packs left.
+* ``large`` (``--large``) -- a synthetic history made with ``git fast-import`` (``--large-objects``,
+  default 500,000 objects) in one pack, full repack on both sides: peak RSS and wall time.
+
+Both commands run as fresh processes under ``/usr/bin/time`` (peak RSS: the largest of the process
+and its children, so packyard's forked walk counts).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from packyard.workers.cli.bench import common
+
+TIME = "/usr/bin/time"
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser("repack", help="packyard repack vs git repack (wall, pack size, RSS, packs left)",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=3, help="rounds per scenario, alternating (default 3)")
+    p.add_argument("--scenario", action="append", choices=("full", "geometric", "large"), default=None,
+                   help="run only these (repeatable; default: full and geometric, plus large with --large)")
+    p.add_argument("--large", action="store_true", help="also the large synthetic repository")
+    p.add_argument("--large-objects", type=int, default=500_000, help="objects in the large repository")
+    p.add_argument("--pack", default=None, help="source pack (default: the corpus git-v2.0.0.pack)")
+    p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
+    p.add_argument("--keep-dir", action="store_true", help="keep the work directory (inputs are reused)")
+    p.set_defaults(func=run)
+
+
+# -- inputs --------------------------------------------------------------------------------------------
+
+def _git(*args: str, git_dir: Path | None = None, input: bytes | None = None) -> bytes:
+    return common.git(*args, git_dir=git_dir, input=input)
+
+
+def base_repo(dest: Path, pack: Path, refs: Path) -> Path:
+    """A bare repository of the corpus pack (indexed by git under its real name) with refs/heads/main."""
+    if dest.exists():
+        return dest
+    _git("init", "-q", "--bare", str(dest))
+    with open(pack, "rb") as f:
+        subprocess.run(["git", "--git-dir", str(dest), "index-pack", "--stdin"], stdin=f, check=True,
+                       stdout=subprocess.DEVNULL)
+    tip = refs.read_text().split()[0]
+    _git("update-ref", "refs/heads/main", tip, git_dir=dest)
+    return dest
+
+
+def split_repo(dest: Path, src: Path, packs: int = 50, loose_commits: int = 20) -> Path:
+    """``src``'s history in ``packs`` packs of consecutive ranges, the newest ``loose_commits`` commits loose."""
+    if dest.exists():
+        return dest
+    _git("init", "-q", "--bare", str(dest))
+    commits = _git("rev-list", "--reverse", "--topo-order", "main", git_dir=src).decode().split()
+    body = len(commits) - loose_commits
+    prev = None
+    for k in range(1, packs + 1):
+        tip = commits[body * k // packs - 1]
+        spec = f"{tip}\n" + (f"^{prev}\n" if prev else "")
+        _git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src, input=spec.encode())
+        prev = tip
+    tail = _git("pack-objects", "-q", "--revs", "--stdout", git_dir=src, input=f"{commits[-1]}\n^{prev}\n".encode())
+    subprocess.run(["git", "--git-dir", str(dest), "unpack-objects", "-q"], input=tail, check=True)
+    _git("update-ref", "refs/heads/main", commits[-1], git_dir=dest)
+    return dest
+
+
+def geometric_repo(dest: Path, src: Path, small: int = 30, per_push: int = 3) -> Path:
+    """One large pack (all but the newest ``small * per_push`` commits) plus ``small`` push packs."""
+    if dest.exists():
+        return dest
+    _git("init", "-q", "--bare", str(dest))
+    commits = _git("rev-list", "--reverse", "--topo-order", "main", git_dir=src).decode().split()
+    cut = len(commits) - small * per_push
+    _git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src,
+         input=f"{commits[cut - 1]}\n".encode())
+    prev = commits[cut - 1]
+    for k in range(small):
+        tip = commits[cut + (k + 1) * per_push - 1]
+        _git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src,
+             input=f"{tip}\n^{prev}\n".encode())
+        prev = tip
+    _git("update-ref", "refs/heads/main", commits[-1], git_dir=dest)
+    return dest
+
+
+def large_repo(dest: Path, objects: int) -> Path:
+    """A synthetic history from ``git fast-import``: 64 directories of 48 files; each commit rewrites two
+    files (small edits of earlier content), so every commit adds ~6 objects (a commit, 2 blobs, the root
+    and up to 2 directory trees). One pack, as fast-import writes it."""
+    if dest.exists():
+        return dest
+    _git("init", "-q", "--bare", str(dest))
+    dirs, files = 64, 48
+    commits = max(1, objects // 6)
+    proc = subprocess.Popen(["git", "--git-dir", str(dest), "fast-import", "--quiet", "--depth=50"],
+                            stdin=subprocess.PIPE)
+    w = proc.stdin
+    when = 1_600_000_000
+    body = [f"line {i}: some text that a source file of a project might carry\n".encode() for i in range(60)]
+    state = [[0] * files for _ in range(dirs)]
+
+    def blob(d: int, f: int, rev: int) -> bytes:
+        lines = list(body)
+        lines[rev % 60] = f"dir {d} file {f} revision {rev}\n".encode()
+        return b"".join(lines)
+
+    # First commit: every file.
+    w.write(b"commit refs/heads/main\n")
+    w.write(f"committer Bench <bench@example.com> {when} +0000\ndata 7\ninitial\n".encode())
+    for d in range(dirs):
+        for f in range(files):
+            data = blob(d, f, 0)
+            w.write(f"M 100644 inline d{d:02}/f{f:02}.txt\ndata {len(data)}\n".encode() + data + b"\n")
+    for c in range(1, commits):
+        when += 60
+        msg = f"commit {c}".encode()
+        w.write(b"commit refs/heads/main\n")
+        w.write(f"committer Bench <bench@example.com> {when} +0000\ndata {len(msg)}\n".encode() + msg + b"\n")
+        for k in range(2):
+            d = (c * 7 + k * 13) % dirs
+            f = (c * 11 + k * 5) % files
+            state[d][f] += 1
+            data = blob(d, f, state[d][f])
+            w.write(f"M 100644 inline d{d:02}/f{f:02}.txt\ndata {len(data)}\n".encode() + data + b"\n")
+    w.close()
+    if proc.wait() != 0:
+        raise SystemExit("git fast-import failed")
+    return dest
+
+
+# -- timing --------------------------------------------------------------------------------------------
+
+def measured(cmd: list[str], env: dict[str, str], rss_file: Path) -> tuple[float, int, str]:
+    """(wall s, peak RSS bytes, stdout) of ``cmd`` under /usr/bin/time."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss_file)] + cmd, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr.decode(errors="replace"))
+        raise SystemExit(f"failed ({proc.returncode}): {' '.join(cmd)}")
+    return wall, int(rss_file.read_text().split()[-1]) * 1024, proc.stdout.decode()
+
+
+def pack_sizes(bare: Path) -> list[int]:
+    return sorted((p.stat().st_size for p in (bare / "objects" / "pack").glob("pack-*.pack")), reverse=True)
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(common.ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["GIT_CONFIG_NOSYSTEM"] = "1"
+    return env
+
+
+def scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path) -> dict:
+    """Copies first (every round, both sides), then the timed runs alternating; returns per-side figures."""
+    env = child_env()
+    copies = {}
+    for rnd in range(runs):
+        for side in ("git", "packyard"):
+            dest = work / f"{name}-{side}-{rnd}.git"
+            shutil.copytree(template, dest, copy_function=shutil.copy2)
+            copies[side, rnd] = dest
+    subprocess.run(["sync"], check=False)
+    rows: dict[str, list[dict]] = {"git": [], "packyard": []}
+    for rnd in range(runs):
+        order = ("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")
+        for side in order:
+            repo = copies[side, rnd]
+            cmd = (["git", "--git-dir", str(repo)] + theirs) if side == "git" else \
+                (common.packyard_entry() + ["repack", "--repo", str(repo), "--json", "--no-progress"] + ours)
+            wall, rss, out = measured(cmd, env, work / "rss.txt")
+            sizes = pack_sizes(repo)
+            row = {"wall": wall, "rss": rss, "packs": len(sizes), "largest": sizes[0] if sizes else 0,
+                   "total": sum(sizes)}
+            if side == "packyard":
+                res = json.loads(out)
+                row["phases"] = {k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
+                                 if k.startswith("elapsed_us_")}
+                row["counters"] = res["counters"]
+            rows[side].append(row)
+            print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
+                  f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB", flush=True)
+    common.git("fsck", "--full", "--no-dangling", git_dir=copies["packyard", runs - 1])
+    for repo in copies.values():
+        shutil.rmtree(repo)
+    return rows
+
+
+def report(name: str, rows: dict) -> None:
+    g, p = rows["git"], rows["packyard"]
+    med = lambda side, key: statistics.median(r[key] for r in side)  # noqa: E731
+    print(f"{name}: {'':22} {'packyard':>10} {'git':>10} {'ratio':>7}")
+    print(f"{name}: {'wall time (median) s':22} {med(p, 'wall'):10.2f} {med(g, 'wall'):10.2f} "
+          f"{med(p, 'wall') / med(g, 'wall'):6.2f}x")
+    gr, pr = max(r["rss"] for r in g), max(r["rss"] for r in p)
+    print(f"{name}: {'peak RSS (max) MiB':22} {pr / 2**20:10.1f} {gr / 2**20:10.1f} {pr / gr:6.2f}x")
+    print(f"{name}: {'largest pack MB':22} {p[-1]['largest'] / 1e6:10.2f} {g[-1]['largest'] / 1e6:10.2f} "
+          f"{p[-1]['largest'] / g[-1]['largest']:6.2f}x")
+    print(f"{name}: {'packs left':22} {p[-1]['packs']:10} {g[-1]['packs']:10}")
+    phases = p[len(p) // 2]["phases"]
+    print(f"{name}: packyard phases (middle round): " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
+    c = p[-1]["counters"]
+    print(f"{name}: packyard counters: objects_out {c['objects_out']}, deltas_reused {c['deltas_reused']}, "
+          f"entries_copied {c['entries_copied']}, rewritten_whole {c['rewritten_whole']}, "
+          f"packs_merged {c['packs_merged']}, loose_deleted {c['loose_deleted']}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not Path(TIME).exists():
+        print(f"packyard bench repack: needs {TIME} (GNU time) to measure peak RSS", file=sys.stderr)
+        return 2
+    scenarios = args.scenario or (["full", "geometric"] + (["large"] if args.large else []))
+    pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
+    refs = pack.with_suffix(".refs")
+    if {"full", "geometric"} & set(scenarios) and not (pack.exists() and refs.exists()):
+        print(f"packyard bench repack: no pack {pack} (with {refs.name})", file=sys.stderr)
+        return 2
+    common.compile_bytecode()
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-repack-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"{os.cpu_count()} cores, {args.runs} rounds per scenario alternating git/packyard, in {work} "
+          f"({common.describe_filesystem(work)})", flush=True)
+    try:
+        results = {}
+        if {"full", "geometric"} & set(scenarios):
+            src = base_repo(work / "inputs" / "v2.git", pack, refs)
+        if "full" in scenarios:
+            t = split_repo(work / "inputs" / "split50.git", src)
+            print(f"full: input {len(pack_sizes(t))} packs ({sum(pack_sizes(t)) / 1e6:.1f} MB) + "
+                  f"{sum(1 for d in (t / 'objects').iterdir() if len(d.name) == 2 for _ in d.iterdir())} "
+                  f"loose objects", flush=True)
+            results["full"] = scenario("full", t, ["--mode", "full"],
+                                       ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
+                                       args.runs, work)
+        if "geometric" in scenarios:
+            t = geometric_repo(work / "inputs" / "geometric.git", src)
+            print(f"geometric: input {len(pack_sizes(t))} packs", flush=True)
+            results["geometric"] = scenario("geometric", t, ["--mode", "geometric", "--factor", "2"],
+                                            ["repack", "--geometric=2", "-d", "-q"], args.runs, work)
+        if "large" in scenarios:
+            t0 = time.monotonic()
+            t = large_repo(work / "inputs" / f"large-{args.large_objects}.git", args.large_objects)
+            n = len(_git("cat-file", "--batch-check", "--batch-all-objects", git_dir=t).splitlines())
+            print(f"large: {n} objects in {len(pack_sizes(t))} pack(s), {sum(pack_sizes(t)) / 1e6:.1f} MB "
+                  f"(made in {time.monotonic() - t0:.0f}s)", flush=True)
+            results["large"] = scenario("large", t, ["--mode", "full"],
+                                        ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
+                                        args.runs, work)
+        print()
+        for name, rows in results.items():
+            report(name, rows)
+        return 0
+    finally:
+        if not args.keep_dir and not args.dir:
+            shutil.rmtree(work, ignore_errors=True)

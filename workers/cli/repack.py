@@ -1,0 +1,73 @@
+"""packyard repack --repo R --mode full|geometric|loose: repack in-process, with a progress bar."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from packyard.workers.cli import common
+
+LABELS = {"counting commits": "Counting commits", "counting objects": "Counting objects",
+          "writing objects": "Writing objects", "writing cruft objects": "Writing cruft objects"}
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser(
+        "repack", help="repack a repository (full, geometric or loose) in-process",
+        description="Like `git repack`: --mode full packs everything reachable from the refs, HEAD and reflogs "
+                    "into one pack (unreachable objects younger than --expire into a cruft pack with .mtimes, "
+                    "older ones deleted), reusing deltas verbatim; --mode geometric merges the smallest packs "
+                    "until pack sizes form a progression (--factor); --mode loose packs every loose object. "
+                    "Replaced packs move to objects/pack/preserved/ for --preserve-for seconds. Only what "
+                    "existed when the repack started is ever deleted.")
+    common.add_repo_arg(p)
+    p.add_argument("--mode", choices=("full", "geometric", "loose"), default="full", help="default: full")
+    p.add_argument("--factor", type=int, default=2, help="geometric progression factor (default 2)")
+    p.add_argument("--expire", default=None, metavar="WHEN",
+                   help="delete unreachable objects older than this: 2.weeks.ago (default), 1.day.ago, now, "
+                        "never, or seconds")
+    p.add_argument("--preserve-for", type=float, default=None, metavar="SECONDS",
+                   help="keep replaced packs readable in objects/pack/preserved/ this long "
+                        "(default: PACKYARD_MAINTENANCE_PRESERVE_FOR, 3600)")
+    p.add_argument("--lock", action="store_true",
+                   help="hold the repository's maintenance lease (Redis) and fence the deletions with its token")
+    p.add_argument("--json", action="store_true", help="print the result with counters as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars even on a terminal")
+    p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
+
+
+def run(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from packyard.workers.commands.repack import repack
+
+    progress = common.make_progress(args, labels=LABELS)
+    lock = nullcontext()
+    if args.lock:
+        from packyard.workers.locks import LeaseKind, redis_client, repo_lock
+
+        s = common.settings()
+        common.prepare_embedded(s, migrate=False)
+        lock = repo_lock(redis_client(s), args.repo, ttl=s.lock_ttl, auto_renew=True, kind=LeaseKind.MAINTENANCE)
+    t0 = time.monotonic()
+    with lock as lease:
+        result = common.call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
+                                   expire=args.expire, preserve_for=args.preserve_for, progress=progress,
+                                   lease=lease)
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    c = result["counters"]
+    if result["nothing_to_do"]:
+        print("Nothing new to pack.")
+        return 0
+    for name in result["packs_written"]:
+        print(f"pack\t{name}")
+    if result["cruft_pack"]:
+        print(f"cruft\t{result['cruft_pack']}")
+    print(f"{result['mode']}: {c['objects_out']} objects written ({c['deltas_reused']} deltas reused, "
+          f"{c['rewritten_whole']} written whole), {c['packs_merged']} packs replaced, {c['loose_deleted']} loose "
+          f"objects deleted, cruft {c['cruft_kept']} kept / {c['cruft_expired']} expired, "
+          f"{time.monotonic() - t0:.2f}s", file=sys.stderr)
+    return 0

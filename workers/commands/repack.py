@@ -1,0 +1,65 @@
+"""repack as a plain function: the engine's repack with the maintenance lease's check and fencing token."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+from packyard.store.errors import InvalidInputError
+from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
+from packyard.store.maintenance.repack import repack as store_repack
+from packyard.store.repo import Repository
+
+Progress = Callable[[str, int, "int | None"], None]
+
+_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
+          "year": 365 * 86400}
+_AGO = re.compile(r"^(\d+)[. ]?(second|minute|hour|day|week|month|year)s?[. ]ago$")
+
+
+def parse_expire(value: str | float | int | None, default: float = DEFAULT_EXPIRE_SECONDS) -> float:
+    """An age in seconds from git's spellings: ``2.weeks.ago``, ``1.hour.ago``, ``now``, ``never``, or seconds."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        text = str(value).strip().lower()
+        if text == "now":
+            return 0.0
+        if text == "never":
+            return float("inf")
+        m = _AGO.match(text)
+        if m:
+            return float(int(m.group(1)) * _UNITS[m.group(2)])
+        try:
+            seconds = float(text)
+        except ValueError:
+            raise InvalidInputError(f"cannot read the expiry {value!r}: want e.g. 2.weeks.ago, now, never or "
+                                    f"seconds") from None
+    if seconds < 0:
+        raise InvalidInputError(f"expiry must not be negative: {value!r}")
+    return seconds
+
+
+def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str | float | None = None,
+           preserve_for: float | None = None, preserve: bool = True, progress: Progress | None = None,
+           lease: Any = None) -> dict[str, Any]:
+    """Repack ``repo``. ``lease``: the maintenance lease (``check()`` before the first deletion, ``token``
+    for the store's maintenance fence). Raises the store's typed errors; nothing is deleted then."""
+    try:
+        repack_mode = RepackMode(mode)
+    except ValueError:
+        raise InvalidInputError(f"unknown repack mode {mode!r}: full, geometric or loose") from None
+    if preserve_for is None:
+        from packyard.workers.settings import get_settings
+
+        preserve_for = get_settings().maintenance_preserve_for
+    options = RepackOptions(mode=repack_mode, factor=int(factor), expire=parse_expire(expire),
+                            preserve_for=float(preserve_for), preserve=preserve)
+    r = Repository.open(repo)
+    result = store_repack(r, options, progress=progress,
+                          check_lease=getattr(lease, "check", None), fence_token=getattr(lease, "token", None))
+    return {"repo": str(r.path), "mode": repack_mode.value, "packs_written": result.packs_written,
+            "cruft_pack": result.cruft_pack, "packs_deleted": result.packs_deleted,
+            "nothing_to_do": result.nothing_to_do, "counters": result.as_counters()}
