@@ -24,8 +24,8 @@ def template(tmp_path_factory):
 
 
 @pytest.fixture
-def shapes(template, tmp_path):
-    return ru.copy(template, tmp_path / "repo.git")
+def shapes(template, store_root):
+    return ru.copy(template, store_root / "repo.git")   # queued jobs address repositories in a storage root
 
 
 def test_parse_expire_reads_gits_spellings():

@@ -54,6 +54,10 @@ def confine_to(samples: Path) -> tuple[Path, Path]:
     root, incoming = samples / "repositories", samples / "incoming"
     os.environ["PACKYARD_STORAGE_ROOTS"] = f"{DEMO_STORAGE}={root}"
     os.environ["PACKYARD_INCOMING_DIR"] = str(incoming)
+    # The nightly window's jobs start after a random delay (PACKYARD_MAINTENANCE_JITTER, 60 s by
+    # default, to spread a fleet's load): a demo of three repositories need not wait for it.
+    os.environ.setdefault("PACKYARD_MAINTENANCE_JITTER", "1")
+    os.environ.setdefault("PACKYARD_MAINTENANCE_TICK", "1")
     return root, incoming
 
 
@@ -340,9 +344,13 @@ def check_with_git(hosted: Path, pushes: Pushes) -> bool:
 
 # -- nightly maintenance: plans and their reasons ------------------------------------------------------
 
-def maintenance_repos(samples: Path, count_loose: int = 1500, pushes: int = 6) -> list[Path]:
-    """Two repositories git builds: many loose objects; a big pack and many small pushes after it."""
-    loose = samples / "busy-loose.git"
+def maintenance_repos(samples: Path, dest: Path, count_loose: int = 1500, pushes: int = 6) -> list[Path]:
+    """Two repositories git builds in ``dest`` (the demo's storage root; scratch work in ``samples``):
+    many loose objects; a big pack and many small pushes after it."""
+    loose = dest / "busy-loose.git"
+    # Made anew on every run (a state dir is reused): the same story each time, not the last run's result.
+    for old in (loose, dest / "many-pushes.git"):
+        shutil.rmtree(old, ignore_errors=True)
     git("init", "-q", "--bare", str(loose))
     src = samples / "loose-src"
     src.mkdir()
@@ -357,7 +365,7 @@ def maintenance_repos(samples: Path, count_loose: int = 1500, pushes: int = 6) -
         git_dir=loose)
     shutil.rmtree(src)
 
-    packs = samples / "many-pushes.git"
+    packs = dest / "many-pushes.git"
     work = samples / "pushes-work"
     git("init", "-q", "-b", "main", str(work))
     git("init", "-q", "--bare", str(packs))
@@ -406,13 +414,30 @@ def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
     if not common.wait_for(settled, timeout=timeout, interval=0.5):
         say("the window did not finish in time; see `packyard status`")
         return False
+    from packyard.workers.cli.status import fetch
+
+    ok = True
     for r in registry.list_repositories(s):
         if r["path"] in paths:
             plan = r["last_plan"]
-            say(f"  {Path(r['path']).name}: {plan['action']} -> {plan['outcome']}"
-                + (f" (job {plan['job'][:8]})" if plan.get("job") else ""))
+            line = f"  {Path(r['path']).name}: {plan['action']} -> {plan['outcome']}"
+            if plan.get("job"):
+                (row,) = fetch(s, None, 1, task_ids=[plan["job"]]) or [None]
+                state = row["state"] if row else "not recorded"
+                ok &= state == "SUCCESS"
+                line += f" (job {plan['job'][:8]}: {state}" + (f": {row['error']}" if row and row.get("error") else "") + ")"
+            say(line)
+    for repo in repos:   # the oracle, not only the jobs' word
+        try:
+            git("fsck", "--full", git_dir=repo)
+        except RuntimeError as err:
+            ok = False
+            say(f"  git fsck --full {repo.name}: FAILED: {str(err)[:300]}")
+        else:
+            say(f"  git fsck --full {repo.name}: passed")
+    say("after the window:")
     show_plans(s, repos)
-    return True
+    return ok
 
 
 def run(args: argparse.Namespace) -> int:
@@ -481,7 +506,11 @@ def run(args: argparse.Namespace) -> int:
         print()
         git_ok = check_with_git(hosted, pushes)
         print()
-        fleet = [hosted, *maintenance_repos(samples)]
+        fleet = [hosted, *maintenance_repos(samples, root)]
+        from packyard.workers.records import registry
+
+        for repo in fleet[1:]:   # new repositories: forget what the registry knew of the last run's
+            registry.remove(s, repo)
         show_plans(s, fleet)
         window_ok = run_window(s, fleet, max(30.0, fe.deadline - time.monotonic()))
         ok = fe.all_ok and ids_match and git_ok and window_ok
