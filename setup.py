@@ -1,10 +1,16 @@
-"""Build of packyard's C extension; everything else about the package is in pyproject.toml.
+"""Build of packyard's C extensions; everything else about the package is in pyproject.toml.
 
-The delta encoder's hot loop (store/pack/_delta.c) compiles with the machine's C
-compiler and the Python headers, by ``pip install .`` and ``pip install -e .`` alike.
-Without the extension packyard runs the pure-Python encoder (same bytes, slower):
-``packyard.store.pack.delta.IMPLEMENTATION`` says which one is in use, and CI sets
-PACKYARD_REQUIRE_C_DELTA=1 so that a missing extension fails the tests.
+Two hot loops compile with the machine's C compiler and the Python headers (nothing else:
+the walk finds zlib's shared library at import), by ``pip install .`` and ``pip install -e .``
+alike:
+
+* the delta encoder (store/pack/_delta.c); without it packyard runs the pure-Python encoder
+  (same bytes, slower): ``packyard.store.pack.delta.IMPLEMENTATION`` says which one is in use;
+* repack's reachability walk (store/maintenance/_walk.c); without it the pure-Python walk
+  (same lists, slower): ``packyard.store.maintenance.walk.IMPLEMENTATION``.
+
+PACKYARD_PURE_PYTHON=1 selects both fallbacks; CI sets PACKYARD_REQUIRE_C_DELTA=1 so that a
+missing extension fails the tests.
 """
 from setuptools import Extension, setup
 
@@ -13,6 +19,12 @@ setup(
         Extension(
             "packyard.store.pack._delta",
             sources=["store/pack/_delta.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers"],
+        ),
+        Extension(
+            "packyard.store.maintenance._walk",
+            sources=["store/maintenance/_walk.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
         ),

@@ -88,7 +88,12 @@ def repo_from_corpus(base: Path, name: str = "git-v1.0.0") -> Path:
         pytest.skip(f"corpus {CORPUS} has no {name}")
     bare = base / f"{name}.git"
     git("init", "-q", "--bare", str(bare))
-    dest = bare / "objects" / "pack" / "pack-corpus.pack"
+    # Named by its checksum as git names packs: the process-wide delta-base cache keys entries by pack
+    # name, so two different packs must never share one within a test session.
+    with open(CORPUS / f"{name}.pack", "rb") as f:
+        f.seek(-20, os.SEEK_END)
+        checksum = f.read(20).hex()
+    dest = bare / "objects" / "pack" / f"pack-{checksum}.pack"
     shutil.copyfile(CORPUS / f"{name}.pack", dest)
     git("index-pack", str(dest))
     git("update-ref", "refs/heads/main", corpus_tip(name), git_dir=bare)

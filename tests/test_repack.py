@@ -390,26 +390,36 @@ def test_unsafe_delete_unlinks_at_once(shapes):
         assert not list((bare / "objects" / "pack").glob(f"{name}.*"))
 
 
-# -- the walk on two processes gives the single walk's lists ------------------------------------------------
+# -- the walk on two processes (two threads in C) and in C gives the single Python walk's lists -----------
 
-def test_forked_walk_gives_the_same_order_as_one_process(shapes, monkeypatch):
+def _lists(r):
+    return r.commits, r.tags, r.trees, r.blobs, r.names, r.seen
+
+
+def test_forked_and_c_walks_give_the_same_order_as_one_python_process(shapes, monkeypatch):
     from packyard.store.maintenance import walk as walk_mod
     from packyard.store.maintenance.sources import SourceIndex
     from packyard.store.maintenance.tips import read_tips
 
     repo = Repository.open(shapes.bare)
     snap = repo.objects.snapshot()
-    sources = SourceIndex(snap, list(snap.packs), [], read_fresh=repo.objects.read)
+    sources = SourceIndex(snap, [p for p in snap.packs if not p.is_kept()], [p for p in snap.packs if p.is_kept()],
+                          read_fresh=repo.objects.read)
     tips = sorted(read_tips(repo).items())
-    one = walk_mod.walk(tips, sources.read, processes=1)
+    one = walk_mod.walk(tips, sources.read, processes=1)           # pure Python (no packs given)
+    c_walk = walk_mod.IMPLEMENTATION == "c"
+    if c_walk:
+        assert _lists(walk_mod.walk(tips, sources.read, processes=1, packs=sources)) == _lists(one)
     monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)
-    for share in (0.2, 0.5, 0.8):
+    for share in (0.0, 0.2, 0.5, 0.8):
         monkeypatch.setattr(walk_mod, "FORK_SHARE", share)
         two = walk_mod.walk(tips, sources.read, processes=2)
-        assert (two.commits, two.tags, two.trees, two.blobs) == (one.commits, one.tags, one.trees, one.blobs)
-        assert two.names == one.names
+        assert _lists(two) == _lists(one)
+        if c_walk:
+            assert _lists(walk_mod.walk(tips, sources.read, processes=2, packs=sources)) == _lists(one)
     listed = {line.split()[0].decode() for line in ru.reachable_listing(shapes.bare).splitlines()}
     assert {o.hex() for o, _t in one.in_order()} == listed
+    sources.release()
 
 
 def test_corrupt_tree_met_by_the_forked_walk_is_reported(shapes, monkeypatch):

@@ -320,7 +320,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
                progress: Progress | None) -> _Plan:
     """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
     tips = read_tips(repo)
-    reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes)
+    reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes, packs=sources)
     plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids))
     plan.main = [oid for oid, _t in reach.in_order() if oid in sources]
     seen = reach.seen

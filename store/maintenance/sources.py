@@ -9,12 +9,14 @@ base is found by offset with one bisection in its pack's sorted offsets.
 from __future__ import annotations
 
 import bisect
+import os
 from array import array
 from dataclasses import dataclass
 
 from ..errors import ObjectMissingError
 from ..objdir import ObjectSnapshot
 from ..pack.packdir import PackFile
+from .walk import _c as _walk_c
 
 
 @dataclass
@@ -47,7 +49,7 @@ class SourceIndex:
         self.read_fresh = read_fresh       # objects not in the snapshot (arrived later): their own lookup
         self.loose_ids = snapshot.loose_ids
         self.packs: list[_PackEntries] = []
-        self.loc: dict[bytes, int] = {}
+        self.loc: dict[bytes, int] = {}   # (or the C index: see below)
         # Objects in .keep packs are never copied: they stay where they are (git's --honor-pack-keep).
         self.kept_ids: set[bytes] = set()
         for pack in kept:
@@ -68,14 +70,24 @@ class SourceIndex:
             self.packs.append(_PackEntries(pack, total, t.count, t.oids, t.offsets, t.crcs, ends, sorted_offsets,
                                            order, mtimes, pack.buffer(), memoryview(pack.buffer()), trailer,
                                            str(pack.pack_path)))
-            loc = self.loc
-            oids = t.oids
-            kept_ids = self.kept_ids
-            for i in range(t.count):
-                oid = oids[20 * i:20 * i + 20]
-                if oid not in loc and oid not in kept_ids:
-                    loc[oid] = total + i
             total += t.count
+        # id -> global entry number: the first pack holding an id, never an id of a .keep pack. With the C
+        # walk that index is the C one (it answers get() and ``in`` as the dict does, and the walk uses it).
+        self.c_packs = None
+        if _walk_c is not None:
+            self.c_packs = _walk_c.Packs(
+                [(p.buffer, p.end, p.oids, p.offsets, p.crcs, p.ends, p.sorted_offsets, p.order) for p in self.packs],
+                self.kept_ids, int.from_bytes(os.urandom(8), "little"))
+            self.loc = self.c_packs
+        else:
+            loc = self.loc
+            kept_ids = self.kept_ids
+            for p in self.packs:
+                oids = p.oids
+                for i in range(p.count):
+                    oid = oids[20 * i:20 * i + 20]
+                    if oid not in loc and oid not in kept_ids:
+                        loc[oid] = p.base + i
         self._starts = [p.base for p in self.packs]
         # Global entry number -> its pack's position in self.packs (no bisection per object).
         self.pack_no = array("H" if len(self.packs) < 1 << 16 else "I")
@@ -109,6 +121,8 @@ class SourceIndex:
 
     def release(self) -> None:
         """Drop the views on the packs' maps (so the packs can be closed)."""
+        if self.c_packs is not None:
+            self.c_packs.close()
         for p in self.packs:
             if p.view is not None:
                 p.view.release()

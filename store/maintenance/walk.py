@@ -16,12 +16,27 @@ and what refers to it. Each tree's entry is remembered with its name (the last p
 component) for the delta search, which sorts objects by name so that versions of one file meet.
 
 The per-entry work is what costs: a tree of git.git has ~250 entries and there are 65,000 of
-them, so entries are split by one C-level regex per tree and checked against ``seen`` in one
-tight loop.
+them (16.5 million entries). Two implementations produce the same lists:
+
+* the C walk (``_walk.c``, built by ``pip install``), chosen when the caller passes the repack's
+  :class:`~.sources.SourceIndex` (``packs=``): it reads commits and trees straight from the packs
+  (delta chains resolved with its own delta-base cache), parses them, keeps ``seen`` in a C hash
+  set, and releases the GIL while it works. Integrity: every pack entry it inflates has its CRC32
+  checked against the idx (whose own SHA-1 trailer was checked when it was read) and zlib checks
+  each stream's Adler-32 -- the bytes are the ones index-pack hashed when it wrote that idx -- so
+  the SHA-1 of each commit and tree is not computed again (git's traversal checks neither).
+  Objects outside those packs (loose, ``.keep`` packs, arrived later) come through :meth:`Walker._read`,
+  which checks their SHA-1 as before;
+* this module's Python code, the specification: when the extension is absent,
+  ``PACKYARD_PURE_PYTHON=1``, or for the rescue walk (``known``). It checks each object's SHA-1.
+
+:data:`IMPLEMENTATION` says which one a repack uses ("c" or "python").
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
+import os
 import re
 from binascii import Error as HexError
 from binascii import unhexlify
@@ -32,6 +47,20 @@ from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError, St
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
 
+
+def _choose():
+    """The C walk (``_walk``), unless PACKYARD_PURE_PYTHON=1 or it was not built."""
+    if os.environ.get("PACKYARD_PURE_PYTHON") == "1":
+        return None, "python"
+    try:
+        from . import _walk  # type: ignore[attr-defined]
+    except ImportError:
+        return None, "python"
+    return _walk, "c"
+
+
+_c, IMPLEMENTATION = _choose()
+
 Read = Callable[[bytes], tuple[int, bytes]]
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -39,6 +68,11 @@ _TREE_ENTRY = re.compile(rb"([0-7]+) ([^\0]+)\0(.{20})", re.S)
 _DIR_MODES = frozenset({b"40000", b"040000"})
 _GITLINK = b"160000"
 COMMIT, TREE, BLOB, TAG = 1, 2, 3, 4
+_MAX_DATE = (1 << 63) - 1
+#: The C walk's delta-base cache (split between the two walkers when a helper thread runs). Each tree is
+#: read once; what the cache holds is the next older versions' bases. 16-32 MiB walk git.git and the large
+#: synthetic repository as fast as 96 MiB (measured) for 60-100 MiB less peak RSS.
+C_CACHE_BYTES = 32 << 20
 #: Below this many commits the tree walk stays in one process (forking costs more than it saves).
 FORK_MIN_COMMITS = 2000
 #: Share of the commits (newest first) whose trees the parent walks; the child walks the rest, which in a
@@ -95,6 +129,7 @@ def parse_commit(data: bytes, oid: bytes) -> tuple[bytes, list[bytes], int]:
                 when = int(fields[-2]) if len(fields) == 3 else 0
             except ValueError:
                 when = 0   # git sorts a bad date as 0 too
+            when = max(-_MAX_DATE, min(_MAX_DATE, when))   # 64 bits, as the C walk keeps it
     return tree, parents, when
 
 
@@ -136,13 +171,15 @@ class Walker:
     elsewhere (not added, not descended into -- the rescue walk before deletions uses it)."""
 
     def __init__(self, read: Read, *, known: Callable[[bytes], bool] | None = None,
-                 progress: Progress | None = None, processes: int = 1) -> None:
+                 progress: Progress | None = None, processes: int = 1, packs=None) -> None:
         self.read = read
         self.known = known
         self.progress = progress
         self.processes = processes if known is None else 1
         self.result = Reachable()
         self._counter = 0
+        # The C walk (see _walk.c) reads the packs itself; ``packs`` is a SourceIndex with C tables.
+        self.sources = packs if known is None and packs is not None and packs.c_packs is not None else None
 
     def _read(self, oid: bytes, want: int | None, referrer: str) -> tuple[int, bytes]:
         try:
@@ -169,6 +206,8 @@ class Walker:
         return False
 
     def run(self, tips: Iterable[tuple[str, bytes]]) -> Reachable:
+        if self.sources is not None:
+            return self._run_c(tips)
         res = self.result
         seen = res.seen
         heap: list[tuple[int, int, bytes, bytes]] = []   # (-date, order queued, commit id, its tree)
@@ -262,6 +301,73 @@ class Walker:
             pending.append((oid, typ, b"", referrer))
             return
 
+    # -- the C walk: the same lists, with the per-object work in _walk.c ----------------------------
+    def _run_c(self, tips: Iterable[tuple[str, bytes]]) -> Reachable:
+        """:meth:`run` with the commit queue and the tree walk in C. The tips are peeled here (a few
+        objects, read by ``read`` and checked as the Python walk checks them); everything else the C
+        walker reads from the packs, or through :meth:`_read` when it is not in them."""
+        res = self.result
+        cw = _c.Walker(self.sources.c_packs, self._read, progress=self.progress, cache_bytes=C_CACHE_BYTES)
+        pending: list[tuple[bytes, int, str]] = []
+        with self._c_errors():
+            for name, oid in tips:
+                referrer = name
+                while cw.mark_seen(oid):
+                    typ, data = self._read(oid, None, referrer)
+                    if typ == COMMIT:
+                        cw.queue_commit(oid, data)
+                        break
+                    if typ == TAG:
+                        res.tags.append(oid)
+                        (target, _target_type), = tag_links(data, oid)
+                        referrer, oid = f"tag {oid.hex()}", target
+                        continue
+                    pending.append((oid, typ, referrer))
+                    break
+            cw.walk_commits()
+            n_roots = cw.counts()[3]
+            split = n_roots
+            helper = None
+            if self.processes > 1 and n_roots >= FORK_MIN_COMMITS:
+                split = int(n_roots * FORK_SHARE)
+                helper = _HelperThread(cw.copy(C_CACHE_BYTES // 2), split, n_roots)
+            try:
+                for oid, typ, referrer in pending:
+                    if typ == BLOB:
+                        cw.add_blob(oid, b"")
+                    else:
+                        cw.walk_tree(oid, None, referrer)
+                cw.walk_roots(0, split)
+                if helper is not None:
+                    cw.merge(helper.join())
+            finally:
+                if helper is not None:
+                    helper.cancel()
+        res.commits, res.trees, res.blobs, res.names = cw.result()
+        seen = res.seen
+        for ids in (res.commits, res.tags, res.trees, res.blobs):
+            seen.update(ids)
+        if self.progress is not None:
+            self.progress("counting objects", len(res), len(res))
+        return res
+
+    @contextlib.contextmanager
+    def _c_errors(self):
+        """The C walk's errors as the store's typed errors, naming the pack file (or loose file) and offset."""
+        try:
+            yield
+        except _c.WalkError as err:
+            kind, message, oid, pack_no, offset = err.args
+            if pack_no >= 0:
+                path = self.sources.packs[pack_no].path
+            elif oid is not None:
+                path, offset = self.sources.where(oid)
+            else:
+                path = None
+            cls = {"pack": PackFormatError, "missing": ObjectMissingError}.get(kind, CorruptObjectError)
+            raise cls(message, oid=oid, path=path, offset=offset if offset is not None and offset >= 0 else None
+                      ) from None
+
     def _tree(self, root: bytes, name: bytes, referrer: str) -> None:
         """Depth first as git's traversal: a tree, then its entries in tree order, a subtree walked
         completely before the entries after it."""
@@ -297,6 +403,36 @@ class Walker:
                 stack.pop()
                 if self.progress is not None and len(trees) % 2000 == 0:
                     self.progress("counting objects", len(res), None)
+
+
+class _HelperThread:
+    """The older part of the roots walked by a second C walker in a thread (the C walk releases the GIL);
+    it starts with a copy of the walk's seen set, as the forked child does, and is merged the same way."""
+
+    def __init__(self, walker, start: int, stop: int) -> None:
+        import threading
+
+        self.walker = walker
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(start, stop), name="packyard-walk", daemon=True)
+        self.thread.start()
+
+    def _run(self, start: int, stop: int) -> None:
+        try:
+            self.walker.walk_roots(start, stop)
+        except BaseException as err:  # noqa: BLE001 - raised again by join()
+            self.error = err
+
+    def join(self):
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.walker
+
+    def cancel(self) -> None:
+        """Stop the helper early (the main walk failed) and wait for it."""
+        self.walker.cancel()
+        self.thread.join()
 
 
 class _ChildWalk:
@@ -397,10 +533,12 @@ _ERRORS = {cls.__name__: cls for cls in (CorruptObjectError, ObjectMissingError,
 
 
 def walk(tips: Iterable[tuple[str, bytes]], read: Read, *, known: Callable[[bytes], bool] | None = None,
-         progress: Progress | None = None, processes: int = 1) -> Reachable:
+         progress: Progress | None = None, processes: int = 1, packs=None) -> Reachable:
     """Everything ``tips`` reach (see :class:`Reachable`); ``known`` objects are neither added nor descended.
-    With ``processes`` > 1 the older half of the history's trees is walked in a forked process."""
-    return Walker(read, known=known, progress=progress, processes=processes).run(tips)
+    With ``processes`` > 1 the older part of the history's trees is walked at the same time (a thread in
+    the C walk, a forked process in the Python one). ``packs``: the repack's SourceIndex; with the C
+    extension, the walk reads its packs directly (``read`` then serves only objects outside them)."""
+    return Walker(read, known=known, progress=progress, processes=processes, packs=packs).run(tips)
 
 
-__all__ = ["Reachable", "Walker", "walk", "parse_commit", "parse_tree_entries", "fresh_tree_entries"]
+__all__ = ["Reachable", "Walker", "walk", "IMPLEMENTATION", "parse_commit", "parse_tree_entries", "fresh_tree_entries"]
