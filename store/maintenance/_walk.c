@@ -276,6 +276,38 @@ idset_free(IdSet *s)
     s->slots = NULL;
 }
 
+/* With the id's hash computed beforehand (oid_hash(id, s->seed)): see idset_prefetch. */
+static inline int
+idset_has_h(const IdSet *s, const uint8_t *id, uint64_t h)
+{
+    if (memcmp(id, ZERO_ID, OIDLEN) == 0)
+        return s->has_zero;
+    size_t i = (size_t)h & s->mask;
+    for (;;) {
+        const uint8_t *slot = s->slots + i * OIDLEN;
+        if (memcmp(slot, id, OIDLEN) == 0)
+            return 1;
+        if (memcmp(slot, ZERO_ID, OIDLEN) == 0)
+            return 0;
+        i = (i + 1) & s->mask;
+    }
+}
+
+/* Start loading the slot an id with hash h lands in (a lookup a few entries later then finds it in
+ * the cache: the table is tens of MiB and most lookups of a tree's entries hit, each a cache miss). */
+static inline void
+idset_prefetch(const IdSet *s, uint64_t h)
+{
+#if defined(__GNUC__)
+    const uint8_t *slot = s->slots + ((size_t)h & s->mask) * OIDLEN;
+    __builtin_prefetch(slot);
+    __builtin_prefetch(slot + OIDLEN - 1);
+#else
+    (void)s;
+    (void)h;
+#endif
+}
+
 static inline int
 idset_has(const IdSet *s, const uint8_t *id)
 {
@@ -428,7 +460,7 @@ typedef struct {
     uint32_t npacks;
     uint32_t total;          /* entries in all packs */
     uint32_t *pack_of;       /* global entry number -> pack number */
-    uint32_t *slots;         /* index: global entry number + 1, 0 = empty */
+    uint64_t *slots;         /* index: (tag << 32) | (global entry number + 1), 0 = empty */
     size_t mask;
     size_t indexed;
     uint64_t seed;
@@ -445,17 +477,28 @@ packs_oid(const PacksObject *ps, uint32_t gid)
     return p->oids + (size_t)(gid - p->base) * OIDLEN;
 }
 
+/* A slot's tag: hash bits the slot's position does not use, so most probes that miss need not read the id. */
+static inline uint64_t
+slot_tag(uint64_t h)
+{
+    return h & 0xFFFFFFFF00000000ULL;
+}
+
 /* The global entry number of id, or -1. */
 static inline long long
 packs_find(const PacksObject *ps, const uint8_t *id)
 {
-    size_t i = (size_t)oid_hash(id, ps->seed) & ps->mask;
+    uint64_t h = oid_hash(id, ps->seed), tag = slot_tag(h);
+    size_t i = (size_t)h & ps->mask;
     for (;;) {
-        uint32_t v = ps->slots[i];
+        uint64_t v = ps->slots[i];
         if (!v)
             return -1;
-        if (memcmp(packs_oid(ps, v - 1), id, OIDLEN) == 0)
-            return (long long)(v - 1);
+        if ((v & 0xFFFFFFFF00000000ULL) == tag) {
+            uint32_t gid = (uint32_t)v - 1;
+            if (memcmp(packs_oid(ps, gid), id, OIDLEN) == 0)
+                return (long long)gid;
+        }
         i = (i + 1) & ps->mask;
     }
 }
@@ -634,7 +677,7 @@ Packs_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     size_t cap = 1024;
     while (cap < 2 * (size_t)total + 2)
         cap <<= 1;
-    self->slots = PyMem_RawCalloc(cap, sizeof(uint32_t));
+    self->slots = PyMem_RawCalloc(cap, sizeof(uint64_t));
     if (!self->slots) {
         PyErr_NoMemory();
         goto error;
@@ -646,17 +689,20 @@ Packs_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             const uint8_t *id = p->oids + (size_t)i * OIDLEN;
             if (kept_set.count && idset_has(&kept_set, id))
                 continue;
-            size_t j = (size_t)oid_hash(id, seed) & self->mask;
+            uint64_t h = oid_hash(id, seed), tag = slot_tag(h);
+            size_t j = (size_t)h & self->mask;
             int dup = 0;
             while (self->slots[j]) {
-                if (memcmp(packs_oid(self, self->slots[j] - 1), id, OIDLEN) == 0) {
+                uint64_t v = self->slots[j];
+                if ((v & 0xFFFFFFFF00000000ULL) == tag
+                    && memcmp(packs_oid(self, (uint32_t)v - 1), id, OIDLEN) == 0) {
                     dup = 1;     /* an earlier pack has it: that copy is the one */
                     break;
                 }
                 j = (j + 1) & self->mask;
             }
             if (!dup) {
-                self->slots[j] = p->base + i + 1;
+                self->slots[j] = tag | (uint64_t)(p->base + i + 1);
                 self->indexed++;
             }
         }
@@ -723,6 +769,61 @@ Packs_len(PacksObject *self)
 }
 
 static PyObject *
+Packs_subscript(PacksObject *self, PyObject *key)
+{
+    const uint8_t *id;
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return NULL;
+    }
+    if (check_oid_arg(key, &id)) {
+        long long gid = packs_find(self, id);
+        if (gid >= 0)
+            return PyLong_FromLongLong(gid);
+    }
+    PyErr_SetObject(PyExc_KeyError, key);
+    return NULL;
+}
+
+/* oid_at(pack number, offset) -> the id of the entry starting at offset in that pack, or None. */
+static PyObject *
+Packs_oid_at(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t k;
+    unsigned long long off;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "oid_at(pack number, offset)");
+        return NULL;
+    }
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return NULL;
+    }
+    k = PyLong_AsSsize_t(args[0]);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    off = PyLong_AsUnsignedLongLong(args[1]);
+    if (off == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (k < 0 || (size_t)k >= self->npacks) {
+        PyErr_SetString(PyExc_IndexError, "oid_at: no such pack");
+        return NULL;
+    }
+    const Pack *p = &self->p[k];
+    uint32_t lo = 0, hi = p->count;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->soffs[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo >= p->count || p->soffs[lo] != off)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)p->oids + (size_t)p->order[lo] * OIDLEN, OIDLEN);
+}
+
+static PyObject *
 Packs_close(PacksObject *self, PyObject *unused)
 {
     if (self->users) {
@@ -736,6 +837,8 @@ Packs_close(PacksObject *self, PyObject *unused)
 static PyMethodDef Packs_methods[] = {
     {"get", (PyCFunction)(void (*)(void))Packs_get, METH_FASTCALL,
      "get(oid, default=None): the global entry number of oid, as SourceIndex.loc.get"},
+    {"oid_at", (PyCFunction)(void (*)(void))Packs_oid_at, METH_FASTCALL,
+     "oid_at(pack number, offset): the id of the entry starting there, or None"},
     {"close", (PyCFunction)Packs_close, METH_NOARGS, "release the exported buffers (the packs can be closed)"},
     {NULL, NULL, 0, NULL},
 };
@@ -743,6 +846,11 @@ static PyMethodDef Packs_methods[] = {
 static PySequenceMethods Packs_as_sequence = {
     .sq_length = (lenfunc)Packs_len,
     .sq_contains = (objobjproc)Packs_contains,
+};
+
+static PyMappingMethods Packs_as_mapping = {
+    .mp_length = (lenfunc)Packs_len,
+    .mp_subscript = (binaryfunc)Packs_subscript,
 };
 
 static PyTypeObject PacksType = {
@@ -754,12 +862,24 @@ static PyTypeObject PacksType = {
     .tp_doc = "Packs(packs, kept, seed): the replaceable packs of a repack and an id -> entry index",
     .tp_methods = Packs_methods,
     .tp_as_sequence = &Packs_as_sequence,
+    .tp_as_mapping = &Packs_as_mapping,
     .tp_new = Packs_new,
 };
 
 /* ---- objects and the delta-base cache ------------------------------------------------------- */
 
-typedef struct {
+typedef struct Lru {
+    struct Lru *prev, *next;
+} Lru;
+
+/* An object's bytes, reference counted (the cache and the walk's stack share them). An object read
+ * from a pack entry may sit in the cache under (pack, offset): its cache links live here too. */
+typedef struct Obj {
+    Lru lru;                      /* first: a Lru* of a cached object is the Obj* */
+    struct Obj *hnext;            /* bucket chain */
+    uint64_t off;
+    uint32_t pack;
+    int cached;
     size_t refs;
     size_t size;
     int type;
@@ -774,6 +894,7 @@ obj_new(int type, size_t size)
     Obj *o = PyMem_RawMalloc(sizeof(Obj) + size + 1);
     if (!o)
         return NULL;
+    o->cached = 0;
     o->refs = 1;
     o->size = size;
     o->type = type;
@@ -787,19 +908,11 @@ obj_decref(Obj *o)
         PyMem_RawFree(o);
 }
 
-typedef struct CEnt {
-    uint32_t pack;
-    uint64_t off;
-    Obj *obj;
-    struct CEnt *hnext;           /* bucket chain */
-    struct CEnt *prev, *next;     /* LRU list, most recent at head.next */
-} CEnt;
-
 typedef struct {
-    CEnt **buckets;
+    Obj **buckets;
     size_t nbuckets;               /* a power of two */
     size_t count;
-    CEnt head;
+    Lru head;                      /* most recently used at head.next */
     size_t used, limit;
 } Cache;
 
@@ -807,7 +920,7 @@ static int
 cache_init(Cache *c, size_t limit)
 {
     c->nbuckets = 4096;
-    c->buckets = PyMem_RawCalloc(c->nbuckets, sizeof(CEnt *));
+    c->buckets = PyMem_RawCalloc(c->nbuckets, sizeof(Obj *));
     if (!c->buckets)
         return -1;
     c->count = 0;
@@ -824,15 +937,15 @@ cache_slot(const Cache *c, uint32_t pack, uint64_t off)
     return (size_t)(h >> 20) & (c->nbuckets - 1);
 }
 
-static void
-lru_unlink(CEnt *e)
+static inline void
+lru_unlink(Lru *e)
 {
     e->prev->next = e->next;
     e->next->prev = e->prev;
 }
 
-static void
-lru_front(Cache *c, CEnt *e)
+static inline void
+lru_front(Cache *c, Lru *e)
 {
     e->next = c->head.next;
     e->prev = &c->head;
@@ -843,78 +956,75 @@ lru_front(Cache *c, CEnt *e)
 static Obj *
 cache_get(Cache *c, uint32_t pack, uint64_t off)
 {
-    for (CEnt *e = c->buckets[cache_slot(c, pack, off)]; e; e = e->hnext) {
-        if (e->pack == pack && e->off == off) {
-            lru_unlink(e);
-            lru_front(c, e);
-            return e->obj;
+    for (Obj *o = c->buckets[cache_slot(c, pack, off)]; o; o = o->hnext) {
+        if (o->off == off && o->pack == pack) {
+            lru_unlink(&o->lru);
+            lru_front(c, &o->lru);
+            return o;
         }
     }
     return NULL;
 }
 
 static void
-cache_drop(Cache *c, CEnt *e)
+cache_drop(Cache *c, Obj *o)
 {
-    CEnt **pp = &c->buckets[cache_slot(c, e->pack, e->off)];
-    while (*pp != e)
+    Obj **pp = &c->buckets[cache_slot(c, o->pack, o->off)];
+    while (*pp != o)
         pp = &(*pp)->hnext;
-    *pp = e->hnext;
-    lru_unlink(e);
-    c->used -= e->obj->size + sizeof(CEnt);
+    *pp = o->hnext;
+    lru_unlink(&o->lru);
+    c->used -= o->size + sizeof(Obj);
     c->count--;
-    obj_decref(e->obj);
-    PyMem_RawFree(e);
+    o->cached = 0;
+    obj_decref(o);
 }
 
 static void
 cache_grow(Cache *c)
 {
     size_t n = c->nbuckets * 2;
-    CEnt **b = PyMem_RawCalloc(n, sizeof(CEnt *));
+    Obj **b = PyMem_RawCalloc(n, sizeof(Obj *));
     if (!b)
         return;        /* longer chains, still correct */
-    CEnt **old = c->buckets;
+    Obj **old = c->buckets;
     size_t oldn = c->nbuckets;
     c->buckets = b;
     c->nbuckets = n;
     for (size_t k = 0; k < oldn; k++) {
-        CEnt *e = old[k];
-        while (e) {
-            CEnt *next = e->hnext;
-            size_t s = cache_slot(c, e->pack, e->off);
-            e->hnext = b[s];
-            b[s] = e;
-            e = next;
+        Obj *o = old[k];
+        while (o) {
+            Obj *next = o->hnext;
+            size_t s = cache_slot(c, o->pack, o->off);
+            o->hnext = b[s];
+            b[s] = o;
+            o = next;
         }
     }
     PyMem_RawFree(old);
 }
 
-/* Keep obj under (pack, off); a failure to allocate only means it is not kept. */
+/* Keep obj (read from entry (pack, off)) in the cache, most recently used first. */
 static void
 cache_put(Cache *c, uint32_t pack, uint64_t off, Obj *obj)
 {
-    if (obj->size > c->limit / 4)
+    if (obj->cached || obj->size > c->limit / 4)
         return;
     size_t s = cache_slot(c, pack, off);
-    for (CEnt *e = c->buckets[s]; e; e = e->hnext)
-        if (e->pack == pack && e->off == off)
+    for (Obj *o = c->buckets[s]; o; o = o->hnext)
+        if (o->off == off && o->pack == pack)
             return;
-    CEnt *e = PyMem_RawMalloc(sizeof(CEnt));
-    if (!e)
-        return;
-    e->pack = pack;
-    e->off = off;
-    e->obj = obj;
+    obj->pack = pack;
+    obj->off = off;
+    obj->cached = 1;
     obj->refs++;
-    e->hnext = c->buckets[s];
-    c->buckets[s] = e;
-    lru_front(c, e);
-    c->used += obj->size + sizeof(CEnt);
+    obj->hnext = c->buckets[s];
+    c->buckets[s] = obj;
+    lru_front(c, &obj->lru);
+    c->used += obj->size + sizeof(Obj);
     c->count++;
     while (c->used > c->limit && c->head.prev != &c->head)
-        cache_drop(c, c->head.prev);
+        cache_drop(c, (Obj *)c->head.prev);
     if (c->count > 2 * c->nbuckets)
         cache_grow(c);
 }
@@ -925,7 +1035,7 @@ cache_free(Cache *c)
     if (!c->buckets)
         return;
     while (c->head.next != &c->head)
-        cache_drop(c, c->head.next);
+        cache_drop(c, (Obj *)c->head.next);
     PyMem_RawFree(c->buckets);
     c->buckets = NULL;
 }
@@ -948,6 +1058,7 @@ typedef struct {             /* a tree/blob in the output: id, then its name in 
 } OutEnt;
 
 typedef struct {             /* a fresh entry of a tree on the stack */
+    uint64_t hash;           /* of its id, in the seen set */
     uint32_t name_off, name_len, id_off;
     uint8_t is_dir;
 } Fresh;
@@ -1533,11 +1644,15 @@ ref_text(const Ref *r, char *out, size_t n)
 
 /* Object id with the type the referrer wants: from the packs, or (GIL taken) from the fallback. */
 static Obj *
-read_object(WalkerObject *w, const uint8_t *id, int want, const Ref *ref)
+read_object(WalkerObject *w, const uint8_t *id, int want, const Ref *ref, long *where_pack, long long *where_off)
 {
     long long gid = packs_find(w->packs, id);
+    *where_pack = -1;
+    *where_off = -1;
     if (gid >= 0) {
         uint32_t pk = w->packs->pack_of[gid];
+        *where_pack = (long)pk;
+        *where_off = (long long)w->packs->p[pk].offs[gid - w->packs->p[pk].base];
         Obj *o = resolve(w, pk, (uint32_t)(gid - w->packs->p[pk].base));
         if (o && o->type != want) {
             char rt[200];
@@ -1833,12 +1948,11 @@ walk_commits(WalkerObject *w)
             if (!added)
                 continue;
             Ref ref = {"commit", e.oid, NULL, NULL};
-            Obj *o = read_object(w, parent, T_COMMIT, &ref);
+            long pk;
+            long long off;
+            Obj *o = read_object(w, parent, T_COMMIT, &ref, &pk, &off);
             if (!o)
                 return -1;
-            long long gid = packs_find(w->packs, parent);
-            long pk = gid >= 0 ? (long)w->packs->pack_of[gid] : -1;
-            long long off = gid >= 0 ? (long long)w->packs->p[pk].offs[gid - w->packs->p[pk].base] : -1;
             int rc = queue_commit(w, parent, o->data, o->size, pk, off, 0);
             obj_decref(o);
             if (rc < 0)
@@ -1871,11 +1985,15 @@ out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t n
 }
 
 /* Parse a whole tree (walk.parse_tree_entries' rules: "<octal mode> <name>\0<20-byte id>" entries that
- * cover it exactly) and keep, in tree order, the entries that are neither gitlinks nor seen yet. */
+ * cover it exactly) and keep, in tree order, the entries that are neither gitlinks nor seen yet.
+ * Two passes: parse (hashing each id), then look each id up in seen with the slots of the entries
+ * a few places ahead already being loaded. */
+#define PREFETCH_AHEAD 8
 static int
 tree_fresh(WalkerObject *w, const Obj *t, const uint8_t *oid, size_t *first, size_t *stop)
 {
     const uint8_t *d = t->data, *end = t->data + t->size, *p = d;
+    const uint64_t seed = w->seen.seed;
     *first = w->fresh.len / sizeof(Fresh);
     if (t->size >= UINT32_MAX)
         return fail(&w->err, E_CORRUPT, oid, -1, -1, "tree is too large (4 GiB or more)");
@@ -1895,9 +2013,8 @@ tree_fresh(WalkerObject *w, const Obj *t, const uint8_t *oid, size_t *first, siz
         p = id + OIDLEN;
         if (mode_len == 6 && memcmp(m, "160000", 6) == 0)
             continue;                                    /* a gitlink: another repository's commit */
-        if (idset_has(&w->seen, id))
-            continue;
         Fresh f;
+        f.hash = oid_hash(id, seed);
         f.name_off = (uint32_t)(name - d);
         f.name_len = (uint32_t)(nul - name);
         f.id_off = (uint32_t)(id - d);
@@ -1905,7 +2022,18 @@ tree_fresh(WalkerObject *w, const Obj *t, const uint8_t *oid, size_t *first, siz
         if (buf_put(&w->fresh, &f, sizeof f) < 0)
             return nomem(&w->err);
     }
-    *stop = w->fresh.len / sizeof(Fresh);
+    Fresh *e = (Fresh *)w->fresh.p;
+    size_t n = w->fresh.len / sizeof(Fresh), kept = *first;
+    for (size_t k = *first; k < n && k < *first + PREFETCH_AHEAD; k++)
+        idset_prefetch(&w->seen, e[k].hash);
+    for (size_t k = *first; k < n; k++) {
+        if (k + PREFETCH_AHEAD < n)
+            idset_prefetch(&w->seen, e[k + PREFETCH_AHEAD].hash);
+        if (!idset_has_h(&w->seen, d + e[k].id_off, e[k].hash))
+            e[kept++] = e[k];
+    }
+    w->fresh.len = kept * sizeof(Fresh);
+    *stop = kept;
     return 0;
 malformed:
     w->fresh.len = *first * sizeof(Fresh);
@@ -1953,7 +2081,9 @@ walk_tree(WalkerObject *w, const uint8_t *root, const uint8_t *name, size_t name
 {
     if (out_add(&w->trees, &w->names, root, name, name_len, named) < 0)
         return nomem(&w->err);
-    Obj *t = read_object(w, root, T_TREE, ref);
+    long pk;
+    long long off;
+    Obj *t = read_object(w, root, T_TREE, ref, &pk, &off);
     if (!t || push_frame(w, t, root) < 0)
         goto error;
     while (w->frames.len) {
@@ -1983,7 +2113,7 @@ walk_tree(WalkerObject *w, const uint8_t *root, const uint8_t *name, size_t name
                     goto error;
                 }
                 Ref r = {"tree", f->oid, NULL, NULL};
-                Obj *sub = read_object(w, eid, T_TREE, &r);
+                Obj *sub = read_object(w, eid, T_TREE, &r, &pk, &off);
                 if (!sub || push_frame(w, sub, eid) < 0)   /* (f may move: the frames array grows) */
                     goto error;
                 descended = 1;
@@ -2334,6 +2464,82 @@ static PyTypeObject WalkerType = {
     .tp_new = Walker_new,
 };
 
+/* ---- pack layout --------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t off;
+    uint32_t i;
+} OffIdx;
+
+static int
+cmp_offidx(const void *a, const void *b)
+{
+    const OffIdx *x = a, *y = b;
+    if (x->off != y->off)
+        return x->off < y->off ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* pack_layout(offsets, trailer) -> (order, sorted offsets, ends) as bytes of 'I', 'Q', 'Q' items:
+ * the idx positions in pack order, their offsets, and where each entry ends (idx order: the next
+ * entry's offset, or the trailer's). */
+static PyObject *
+pack_layout(PyObject *module, PyObject *args)
+{
+    PyObject *offsets;
+    unsigned long long trailer;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "OK", &offsets, &trailer))
+        return NULL;
+    if (PyObject_GetBuffer(offsets, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (v.len % 8 || v.len / 8 >= UINT32_MAX) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "pack_layout: offsets must be 8-byte items");
+        return NULL;
+    }
+    size_t n = (size_t)v.len / 8;
+    const uint64_t *offs = v.buf;
+    PyObject *order = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 * n));
+    PyObject *sorted = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
+    OffIdx *tmp = PyMem_RawMalloc((n ? n : 1) * sizeof(OffIdx));
+    PyObject *result = NULL;
+    if (!order || !sorted || !ends || !tmp) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto out;
+    }
+    uint32_t *o = (uint32_t *)PyBytes_AS_STRING(order);
+    uint64_t *s = (uint64_t *)PyBytes_AS_STRING(sorted), *e = (uint64_t *)PyBytes_AS_STRING(ends);
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t k = 0; k < n; k++) {
+        tmp[k].off = offs[k];
+        tmp[k].i = (uint32_t)k;
+    }
+    qsort(tmp, n, sizeof(OffIdx), cmp_offidx);
+    for (size_t k = 0; k < n; k++) {
+        o[k] = tmp[k].i;
+        s[k] = tmp[k].off;
+        e[tmp[k].i] = k + 1 < n ? tmp[k + 1].off : trailer;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyTuple_Pack(3, order, sorted, ends);
+out:
+    PyMem_RawFree(tmp);
+    Py_XDECREF(order);
+    Py_XDECREF(sorted);
+    Py_XDECREF(ends);
+    PyBuffer_Release(&v);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"pack_layout", pack_layout, METH_VARARGS,
+     "pack_layout(offsets 'Q', trailer) -> (order 'I', sorted offsets 'Q', ends 'Q') as bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
 /* ---- module ------------------------------------------------------------------------------ */
 
 static struct PyModuleDef walk_module = {
@@ -2341,6 +2547,7 @@ static struct PyModuleDef walk_module = {
     .m_name = "packyard.store.maintenance._walk",
     .m_doc = "the reachability walk's hot loops (C); the walk is specified in walk.py",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC

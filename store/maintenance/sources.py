@@ -35,6 +35,25 @@ class _PackEntries:
     view: memoryview | None = None  # a view of them (slices without copies)
     end: int = 0              # where entries end (the trailer)
     path: str = ""
+    number: int = 0           # its position in SourceIndex.packs
+
+
+def _layout(offsets: array, trailer: int) -> tuple[array, array, array]:
+    """(idx positions in pack order, their offsets, where each entry ends in idx order: the next entry's
+    offset or the trailer's)."""
+    order, sorted_offsets, ends = array("I"), array("Q"), array("Q")
+    if _walk_c is not None:
+        for arr, raw in zip((order, sorted_offsets, ends), _walk_c.pack_layout(offsets, trailer)):
+            arr.frombytes(raw)
+        return order, sorted_offsets, ends
+    order = array("I", sorted(range(len(offsets)), key=offsets.__getitem__))
+    sorted_offsets = array("Q", [offsets[i] for i in order])
+    ends = array("Q", bytes(8 * len(offsets)))
+    for k in range(len(offsets) - 1):
+        ends[order[k]] = sorted_offsets[k + 1]
+    if len(offsets):
+        ends[order[-1]] = trailer
+    return order, sorted_offsets, ends
 
 
 class SourceIndex:
@@ -58,18 +77,12 @@ class SourceIndex:
         total = 0
         for pack in packs:
             t = pack.tables()
-            order = t.pack_order()
-            ends = array("Q", bytes(8 * t.count))
-            sorted_offsets = array("Q", [t.offsets[i] for i in order])
             trailer = pack.end
-            for k in range(t.count - 1):
-                ends[order[k]] = sorted_offsets[k + 1]
-            if t.count:
-                ends[order[-1]] = trailer
+            order, sorted_offsets, ends = _layout(t.offsets, trailer)
             mtimes = read_mtimes(pack.mtimes_path, t.count, t.pack_checksum) if pack.is_cruft else None
             self.packs.append(_PackEntries(pack, total, t.count, t.oids, t.offsets, t.crcs, ends, sorted_offsets,
                                            order, mtimes, pack.buffer(), memoryview(pack.buffer()), trailer,
-                                           str(pack.pack_path)))
+                                           str(pack.pack_path), len(self.packs)))
             total += t.count
         # id -> global entry number: the first pack holding an id, never an id of a .keep pack. With the C
         # walk that index is the C one (it answers get() and ``in`` as the dict does, and the walk uses it).
@@ -113,6 +126,8 @@ class SourceIndex:
 
     def oid_at(self, p: _PackEntries, offset: int) -> bytes | None:
         """The id of the entry starting at ``offset`` in ``p`` (None if no entry starts there)."""
+        if self.c_packs is not None:
+            return self.c_packs.oid_at(p.number, offset)
         k = bisect.bisect_left(p.sorted_offsets, offset)
         if k >= p.count or p.sorted_offsets[k] != offset:
             return None
