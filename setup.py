@@ -24,9 +24,11 @@ setup(
         ),
         Extension(
             "packyard.store.maintenance._walk",
-            sources=["store/maintenance/_walk.c"],
+            sources=["store/maintenance/_walk.c", "store/maintenance/_walk_packs.c",
+                     "store/maintenance/_walk_read.c"],
+            depends=["store/maintenance/_walk.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers"],
+                                "-Wno-missing-field-initializers", "-fvisibility=hidden"],
         ),
     ],
 )

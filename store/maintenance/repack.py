@@ -373,6 +373,8 @@ def _reached_from(young: set[bytes], unreachable: dict[bytes, int], sources: Sou
 
 def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:
     """``ids`` in the order their copies lie in the sources (packs in snapshot order, then loose by id)."""
+    if not ids:
+        return []   # (the common case: no young unreachable object; not a pass over every entry)
     out = []
     for p in sources.packs:
         oids = p.oids

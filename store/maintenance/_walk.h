@@ -1,0 +1,457 @@
+/*
+ * _walk.h: what the three files of the _walk extension share (see _walk.c for what it is).
+ *
+ *   _walk_packs.c  zlib from the shared library, errors, Packs (the replaceable packs and the id index),
+ *                  pack_layout
+ *   _walk_read.c   reading an object from the packs: CRC32 check, inflate, delta chains, the base cache
+ *   _walk.c        the Walker (seen set, commit queue, tree walk) and the module
+ */
+#ifndef PACKYARD_WALK_H
+#define PACKYARD_WALK_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define OIDLEN 20
+#define T_COMMIT 1
+#define T_TREE 2
+#define T_BLOB 3
+#define T_TAG 4
+#define T_OFS 6
+#define T_REF 7
+#define MAX_CHAIN 10000
+#define PACK_HEADER 12
+#define NO_NAME UINT32_MAX
+
+/* ---- zlib, from the shared library -------------------------------------------------- */
+
+typedef struct {
+    const unsigned char *next_in;
+    unsigned int avail_in;
+    unsigned long total_in;
+    unsigned char *next_out;
+    unsigned int avail_out;
+    unsigned long total_out;
+    const char *msg;
+    void *state;
+    void *zalloc;
+    void *zfree;
+    void *opaque;
+    int data_type;
+    unsigned long adler;
+    unsigned long reserved;
+} zstream;
+
+#define Z_OK 0
+#define Z_STREAM_END 1
+#define Z_BUF_ERROR (-5)
+#define Z_NO_FLUSH 0
+
+extern const char *(*z_version)(void);
+extern int (*z_inflateInit_)(zstream *, const char *, int);
+extern int (*z_inflate)(zstream *, int);
+extern int (*z_inflateEnd)(zstream *);
+extern int (*z_inflateReset)(zstream *);
+extern unsigned long (*z_crc32)(unsigned long, const unsigned char *, unsigned int);
+
+int walk_load_zlib(void);
+
+/* CRC32 of p[0..n) (zlib's, in pieces its 32-bit length takes). */
+static inline uint32_t
+crc32_of(const uint8_t *p, size_t n)
+{
+    unsigned long crc = z_crc32(0L, NULL, 0);
+    while (n) {
+        unsigned int chunk = n > (1u << 30) ? (1u << 30) : (unsigned int)n;
+        crc = z_crc32(crc, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return (uint32_t)crc;
+}
+
+/* ---- errors ----------------------------------------------------------------------------- */
+
+extern PyObject *WalkError;   /* (kind, message, oid or None, pack number or -1, offset or -1) */
+
+enum { E_NONE = 0, E_PY, E_NOMEM, E_CANCELLED, E_CORRUPT, E_PACK, E_MISSING };
+
+typedef struct {
+    int kind;
+    char msg[300];
+    uint8_t oid[OIDLEN];
+    int has_oid;
+    long pack;
+    long long offset;
+} Err;
+
+/* Record the first error of a walk (no GIL needed); returns -1. */
+int fail(Err *e, int kind, const uint8_t *oid, long pack, long long offset, const char *fmt, ...);
+int nomem(Err *e);
+/* With the GIL: turn a recorded error into a Python exception (E_PY: one is already set). */
+void raise_err(Err *e);
+void hex_of(const uint8_t *oid, char *out);
+const char *type_label(int t);
+
+/* ---- ids: hashing, a set of ids ----------------------------------------------------------- */
+
+static inline uint64_t
+load64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* Ids are SHA-1 digests; the per-process seed keeps crafted ids from piling into one run of slots. */
+static inline uint64_t
+oid_hash(const uint8_t *id, uint64_t seed)
+{
+    uint64_t h = (load64(id) ^ seed) * 0x9E3779B97F4A7C15ULL;
+    h ^= load64(id + 8);
+    h *= 0xC2B2AE3D27D4EB4FULL;
+    return h ^ (h >> 31);
+}
+
+static const uint8_t ZERO_ID[OIDLEN];
+
+/* Open addressing, linear probing, keys stored inline (one cache line per probe); the all-zero
+ * id marks an empty slot, so the zero id itself is kept aside in has_zero. */
+typedef struct {
+    uint8_t *slots;
+    size_t mask;
+    size_t count;
+    int has_zero;
+    uint64_t seed;
+} IdSet;
+
+static inline int
+idset_init(IdSet *s, size_t expect, uint64_t seed)
+{
+    size_t cap = 1024;
+    while (cap < 2 * expect + 2)
+        cap <<= 1;
+    s->slots = PyMem_RawCalloc(cap, OIDLEN);
+    if (!s->slots)
+        return -1;
+    s->mask = cap - 1;
+    s->count = 0;
+    s->has_zero = 0;
+    s->seed = seed;
+    return 0;
+}
+
+static inline void
+idset_free(IdSet *s)
+{
+    PyMem_RawFree(s->slots);
+    s->slots = NULL;
+}
+
+/* With the id's hash computed beforehand (oid_hash(id, s->seed)): see idset_prefetch. */
+static inline int
+idset_has_h(const IdSet *s, const uint8_t *id, uint64_t h)
+{
+    if (memcmp(id, ZERO_ID, OIDLEN) == 0)
+        return s->has_zero;
+    size_t i = (size_t)h & s->mask;
+    for (;;) {
+        const uint8_t *slot = s->slots + i * OIDLEN;
+        if (memcmp(slot, id, OIDLEN) == 0)
+            return 1;
+        if (memcmp(slot, ZERO_ID, OIDLEN) == 0)
+            return 0;
+        i = (i + 1) & s->mask;
+    }
+}
+
+/* Start loading the slot an id with hash h lands in (a lookup a few entries later then finds it in
+ * the cache: the table is tens of MiB and most lookups of a tree's entries hit, each a cache miss). */
+static inline void
+idset_prefetch(const IdSet *s, uint64_t h)
+{
+#if defined(__GNUC__)
+    const uint8_t *slot = s->slots + ((size_t)h & s->mask) * OIDLEN;
+    __builtin_prefetch(slot);
+    __builtin_prefetch(slot + OIDLEN - 1);
+#else
+    (void)s;
+    (void)h;
+#endif
+}
+
+static inline int
+idset_has(const IdSet *s, const uint8_t *id)
+{
+    if (memcmp(id, ZERO_ID, OIDLEN) == 0)
+        return s->has_zero;
+    size_t i = (size_t)oid_hash(id, s->seed) & s->mask;
+    for (;;) {
+        const uint8_t *slot = s->slots + i * OIDLEN;
+        if (memcmp(slot, id, OIDLEN) == 0)
+            return 1;
+        if (memcmp(slot, ZERO_ID, OIDLEN) == 0)
+            return 0;
+        i = (i + 1) & s->mask;
+    }
+}
+
+static inline int
+idset_grow(IdSet *s)
+{
+    size_t cap = (s->mask + 1) * 2;
+    uint8_t *slots = PyMem_RawCalloc(cap, OIDLEN);
+    if (!slots)
+        return -1;
+    for (size_t k = 0; k <= s->mask; k++) {
+        const uint8_t *old = s->slots + k * OIDLEN;
+        if (memcmp(old, ZERO_ID, OIDLEN) == 0)
+            continue;
+        size_t i = (size_t)oid_hash(old, s->seed) & (cap - 1);
+        while (memcmp(slots + i * OIDLEN, ZERO_ID, OIDLEN) != 0)
+            i = (i + 1) & (cap - 1);
+        memcpy(slots + i * OIDLEN, old, OIDLEN);
+    }
+    PyMem_RawFree(s->slots);
+    s->slots = slots;
+    s->mask = cap - 1;
+    return 0;
+}
+
+/* 1: added, 0: was there, -1: out of memory. */
+static inline int
+idset_add(IdSet *s, const uint8_t *id)
+{
+    if (memcmp(id, ZERO_ID, OIDLEN) == 0) {
+        if (s->has_zero)
+            return 0;
+        s->has_zero = 1;
+        s->count++;
+        return 1;
+    }
+    size_t i = (size_t)oid_hash(id, s->seed) & s->mask;
+    for (;;) {
+        uint8_t *slot = s->slots + i * OIDLEN;
+        if (memcmp(slot, id, OIDLEN) == 0)
+            return 0;
+        if (memcmp(slot, ZERO_ID, OIDLEN) == 0)
+            break;
+        i = (i + 1) & s->mask;
+    }
+    if (2 * (s->count + 1) > s->mask + 1) {
+        if (idset_grow(s) < 0)
+            return -1;
+        i = (size_t)oid_hash(id, s->seed) & s->mask;
+        while (memcmp(s->slots + i * OIDLEN, ZERO_ID, OIDLEN) != 0)
+            i = (i + 1) & s->mask;
+    }
+    memcpy(s->slots + i * OIDLEN, id, OIDLEN);
+    s->count++;
+    return 1;
+}
+
+static inline int
+idset_copy(IdSet *dst, const IdSet *src)
+{
+    dst->slots = PyMem_RawMalloc((src->mask + 1) * OIDLEN);
+    if (!dst->slots)
+        return -1;
+    memcpy(dst->slots, src->slots, (src->mask + 1) * OIDLEN);
+    dst->mask = src->mask;
+    dst->count = src->count;
+    dst->has_zero = src->has_zero;
+    dst->seed = src->seed;
+    return 0;
+}
+
+/* A growable byte array. */
+typedef struct {
+    uint8_t *p;
+    size_t len, cap;
+} Buf;
+
+static inline int
+buf_reserve(Buf *b, size_t more)
+{
+    if (more > SIZE_MAX / 2 - b->len)
+        return -1;
+    if (b->len + more <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more)
+        cap *= 2;
+    uint8_t *p = PyMem_RawRealloc(b->p, cap);
+    if (!p)
+        return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static inline int
+buf_put(Buf *b, const void *data, size_t n)
+{
+    if (!n)
+        return 0;
+    if (buf_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->p + b->len, data, n);
+    b->len += n;
+    return 0;
+}
+
+static inline void
+buf_free(Buf *b)
+{
+    PyMem_RawFree(b->p);
+    b->p = NULL;
+    b->len = b->cap = 0;
+}
+
+
+/* ---- Packs ------------------------------------------------------------------------------- */
+
+typedef struct {
+    Py_buffer v[7];          /* pack bytes, oids, offsets, crcs, ends, sorted offsets, order */
+    int held;                /* how many of v are exported */
+    const uint8_t *buf;
+    size_t buflen;
+    uint64_t end;            /* where the entries stop (the trailer) */
+    uint32_t count, base;
+    const uint8_t *oids;     /* idx order (sorted) */
+    const uint64_t *offs;    /* idx order */
+    const uint32_t *crcs;    /* idx order */
+    const uint64_t *ends;    /* idx order: where each entry ends */
+    const uint64_t *soffs;   /* pack order */
+    const uint32_t *order;   /* idx positions in pack order */
+    uint8_t *checked;        /* idx order: CRC32 verified (written by any walker thread) */
+} Pack;
+
+typedef struct {
+    PyObject_HEAD
+    Pack *p;
+    uint32_t npacks;
+    uint32_t total;          /* entries in all packs */
+    uint32_t *pack_of;       /* global entry number -> pack number */
+    uint64_t *slots;         /* index: (tag << 32) | (global entry number + 1), 0 = empty */
+    size_t mask;
+    size_t indexed;
+    uint64_t seed;
+    int closed;
+    Py_ssize_t users;        /* walks running on these packs (close() refuses meanwhile) */
+} PacksObject;
+
+extern PyTypeObject PacksType;
+
+static inline const uint8_t *
+packs_oid(const PacksObject *ps, uint32_t gid)
+{
+    const Pack *p = &ps->p[ps->pack_of[gid]];
+    return p->oids + (size_t)(gid - p->base) * OIDLEN;
+}
+
+/* A slot's tag: hash bits the slot's position does not use, so most probes that miss need not read the id. */
+static inline uint64_t
+slot_tag(uint64_t h)
+{
+    return h & 0xFFFFFFFF00000000ULL;
+}
+
+/* The global entry number of id, or -1. */
+static inline long long
+packs_find(const PacksObject *ps, const uint8_t *id)
+{
+    uint64_t h = oid_hash(id, ps->seed), tag = slot_tag(h);
+    size_t i = (size_t)h & ps->mask;
+    for (;;) {
+        uint64_t v = ps->slots[i];
+        if (!v)
+            return -1;
+        if ((v & 0xFFFFFFFF00000000ULL) == tag) {
+            uint32_t gid = (uint32_t)v - 1;
+            if (memcmp(packs_oid(ps, gid), id, OIDLEN) == 0)
+                return (long long)gid;
+        }
+        i = (i + 1) & ps->mask;
+    }
+}
+
+
+/* ---- objects and the delta-base cache ------------------------------------------------------- */
+
+typedef struct Lru {
+    struct Lru *prev, *next;
+} Lru;
+
+/* An object's bytes, reference counted (the cache and the walk's stack share them). An object read
+ * from a pack entry may sit in the cache under (pack, offset): its cache links live here too. */
+typedef struct Obj {
+    Lru lru;                      /* first: a Lru* of a cached object is the Obj* */
+    struct Obj *hnext;            /* bucket chain */
+    uint64_t off;
+    uint32_t pack;
+    int cached;
+    size_t refs;
+    size_t size;
+    int type;
+    uint8_t data[];
+} Obj;
+
+static inline Obj *
+obj_new(int type, size_t size)
+{
+    if (size > SIZE_MAX - sizeof(Obj) - 1)
+        return NULL;
+    Obj *o = PyMem_RawMalloc(sizeof(Obj) + size + 1);
+    if (!o)
+        return NULL;
+    o->cached = 0;
+    o->refs = 1;
+    o->size = size;
+    o->type = type;
+    return o;
+}
+
+static inline void
+obj_decref(Obj *o)
+{
+    if (o && --o->refs == 0)
+        PyMem_RawFree(o);
+}
+
+
+typedef struct {
+    Obj **buckets;
+    size_t nbuckets;               /* a power of two */
+    size_t count;
+    Lru head;                      /* most recently used at head.next */
+    size_t used, limit;
+} Cache;
+
+/* What reads objects out of the packs for one walker (one thread): its zlib stream, its base cache. */
+typedef struct {
+    PacksObject *packs;      /* (the walker holds the reference) */
+    Cache cache;
+    zstream z;
+    int z_ready;
+    Buf scratch;             /* an inflated delta */
+    Err err;
+    size_t n_resolved;       /* objects asked of the packs */
+    size_t n_inflated;       /* entries inflated (whole objects and deltas) */
+    size_t n_cache_hits;     /* chains that stopped at a cached object */
+} Reader;
+
+int reader_init(Reader *r, PacksObject *packs, size_t cache_bytes);
+void reader_clear(Reader *r);
+/* The object at entry (pack pk, idx position i), its delta chain resolved (a new reference), or NULL with
+ * r->err set. No GIL needed. */
+Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i);
+
+PyObject *walk_pack_layout(PyObject *module, PyObject *args);
+
+#endif

@@ -1,0 +1,560 @@
+/*
+ * _walk_packs.c: zlib from the interpreter's shared library, the walk's errors, Packs (the replaceable
+ * packs of a repack held as buffer exports, and the id -> entry index over them), pack_layout.
+ */
+#include "_walk.h"
+
+const char *(*z_version)(void);
+int (*z_inflateInit_)(zstream *, const char *, int);
+int (*z_inflate)(zstream *, int);
+int (*z_inflateEnd)(zstream *);
+int (*z_inflateReset)(zstream *);
+unsigned long (*z_crc32)(unsigned long, const unsigned char *, unsigned int);
+
+
+int
+walk_load_zlib(void)
+{
+    static const char *names[] = {"libz.so.1", "libz.so", "libz.1.dylib", "libz.dylib", NULL};
+    void *h = NULL;
+    for (int k = 0; names[k] && !h; k++)
+        h = dlopen(names[k], RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        PyErr_SetString(PyExc_ImportError, "_walk: the zlib shared library (libz.so.1) was not found");
+        return -1;
+    }
+    z_version = (const char *(*)(void))dlsym(h, "zlibVersion");
+    z_inflateInit_ = (int (*)(zstream *, const char *, int))dlsym(h, "inflateInit_");
+    z_inflate = (int (*)(zstream *, int))dlsym(h, "inflate");
+    z_inflateEnd = (int (*)(zstream *))dlsym(h, "inflateEnd");
+    z_inflateReset = (int (*)(zstream *))dlsym(h, "inflateReset");
+    z_crc32 = (unsigned long (*)(unsigned long, const unsigned char *, unsigned int))dlsym(h, "crc32");
+    if (!z_version || !z_inflateInit_ || !z_inflate || !z_inflateEnd || !z_inflateReset || !z_crc32
+        || z_version()[0] != '1') {
+        PyErr_SetString(PyExc_ImportError, "_walk: the zlib shared library lacks inflate/crc32 or is not zlib 1.x");
+        return -1;
+    }
+    /* The struct layout above must be the library's: inflateInit_ refuses another size. */
+    zstream z;
+    memset(&z, 0, sizeof z);
+    if (z_inflateInit_(&z, z_version(), (int)sizeof(zstream)) != Z_OK) {
+        PyErr_SetString(PyExc_ImportError, "_walk: zlib refused this module's z_stream layout");
+        return -1;
+    }
+    z_inflateEnd(&z);
+    return 0;
+}
+
+/* ---- errors ----------------------------------------------------------------------------- */
+
+PyObject *WalkError;
+
+int
+fail(Err *e, int kind, const uint8_t *oid, long pack, long long offset, const char *fmt, ...)
+{
+    va_list ap;
+    if (e->kind != E_NONE)
+        return -1;            /* the first error wins */
+    e->kind = kind;
+    e->has_oid = oid != NULL;
+    if (oid)
+        memcpy(e->oid, oid, OIDLEN);
+    e->pack = pack;
+    e->offset = offset;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+int
+nomem(Err *e)
+{
+    if (e->kind == E_NONE)
+        e->kind = E_NOMEM;
+    return -1;
+}
+
+void
+raise_err(Err *e)
+{
+    if (e->kind == E_PY) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_SystemError, "_walk: callback failed without an exception");
+    } else if (e->kind == E_NOMEM) {
+        PyErr_NoMemory();
+    } else if (e->kind == E_CANCELLED) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk: the walk was cancelled");
+    } else {
+        const char *kind = e->kind == E_PACK ? "pack" : e->kind == E_MISSING ? "missing" : "corrupt";
+        PyObject *oid = e->has_oid ? PyBytes_FromStringAndSize((const char *)e->oid, OIDLEN) : Py_NewRef(Py_None);
+        if (oid) {
+            PyObject *args = Py_BuildValue("(ssOlL)", kind, e->msg, oid, e->pack, e->offset);
+            if (args) {
+                PyErr_SetObject(WalkError, args);
+                Py_DECREF(args);
+            }
+            Py_DECREF(oid);
+        }
+    }
+    e->kind = E_NONE;
+}
+
+void
+hex_of(const uint8_t *oid, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int k = 0; k < OIDLEN; k++) {
+        out[2 * k] = digits[oid[k] >> 4];
+        out[2 * k + 1] = digits[oid[k] & 15];
+    }
+    out[2 * OIDLEN] = 0;
+}
+
+const char *
+type_label(int t)
+{
+    switch (t) {
+    case T_COMMIT: return "commit";
+    case T_TREE: return "tree";
+    case T_BLOB: return "blob";
+    case T_TAG: return "tag";
+    default: return "unknown";
+    }
+}
+
+
+static void
+packs_release(PacksObject *self)
+{
+    if (self->p) {
+        for (uint32_t k = 0; k < self->npacks; k++) {
+            Pack *p = &self->p[k];
+            for (int j = 0; j < p->held; j++)
+                PyBuffer_Release(&p->v[j]);
+            p->held = 0;
+            PyMem_RawFree(p->checked);
+            p->checked = NULL;
+        }
+        PyMem_RawFree(self->p);
+        self->p = NULL;
+    }
+    PyMem_RawFree(self->pack_of);
+    self->pack_of = NULL;
+    PyMem_RawFree(self->slots);
+    self->slots = NULL;
+    self->npacks = 0;
+    self->total = 0;
+    self->closed = 1;
+}
+
+static void
+Packs_dealloc(PacksObject *self)
+{
+    packs_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+get_table(PyObject *obj, Py_buffer *v, Py_ssize_t itemsize, uint32_t count, const char *what)
+{
+    if (PyObject_GetBuffer(obj, v, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (v->len != (Py_ssize_t)count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "_walk.Packs: %s has %zd bytes, %u entries need %zd", what, v->len,
+                     count, (Py_ssize_t)count * itemsize);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* Packs(packs, kept, seed): packs is a sequence of (buffer, end, oids, offsets 'Q', crcs 'I',
+ * ends 'Q', sorted offsets 'Q', order 'I'), the tables of SourceIndex; kept an iterable of ids. */
+static PyObject *
+Packs_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"packs", "kept", "seed", NULL};
+    PyObject *seq, *kept, *fast = NULL, *it = NULL, *item;
+    unsigned long long seed;
+    IdSet kept_set = {0};
+    PacksObject *self;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOK", kwlist, &seq, &kept, &seed))
+        return NULL;
+    self = (PacksObject *)type->tp_alloc(type, 0);
+    if (!self)
+        return NULL;
+    self->seed = seed;
+    fast = PySequence_Fast(seq, "_walk.Packs: packs must be a sequence");
+    if (!fast)
+        goto error;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n >= UINT32_MAX)
+        goto error;
+    self->p = PyMem_RawCalloc(n ? (size_t)n : 1, sizeof(Pack));
+    if (!self->p) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    self->npacks = (uint32_t)n;
+    uint64_t total = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Pack *p = &self->p[k];
+        PyObject *t = PySequence_Fast_GET_ITEM(fast, k);
+        PyObject *buf, *oids, *offs, *crcs, *ends, *soffs, *order;
+        unsigned long long end;
+        if (!PyArg_ParseTuple(t, "OKOOOOOO", &buf, &end, &oids, &offs, &crcs, &ends, &soffs, &order))
+            goto error;
+        if (PyObject_GetBuffer(buf, &p->v[0], PyBUF_SIMPLE) < 0)
+            goto error;
+        p->held = 1;
+        if (PyObject_GetBuffer(oids, &p->v[1], PyBUF_SIMPLE) < 0)
+            goto error;
+        p->held = 2;
+        if (p->v[1].len % OIDLEN || p->v[1].len / OIDLEN >= UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "_walk.Packs: oids is not a whole number of ids");
+            goto error;
+        }
+        p->count = (uint32_t)(p->v[1].len / OIDLEN);
+        if (get_table(offs, &p->v[2], 8, p->count, "offsets") < 0)
+            goto error;
+        p->held = 3;
+        if (get_table(crcs, &p->v[3], 4, p->count, "crcs") < 0)
+            goto error;
+        p->held = 4;
+        if (get_table(ends, &p->v[4], 8, p->count, "ends") < 0)
+            goto error;
+        p->held = 5;
+        if (get_table(soffs, &p->v[5], 8, p->count, "sorted offsets") < 0)
+            goto error;
+        p->held = 6;
+        if (get_table(order, &p->v[6], 4, p->count, "order") < 0)
+            goto error;
+        p->held = 7;
+        p->buf = p->v[0].buf;
+        p->buflen = (size_t)p->v[0].len;
+        if (end > p->buflen) {
+            PyErr_SetString(PyExc_ValueError, "_walk.Packs: entries end past the pack's bytes");
+            goto error;
+        }
+        p->end = end;
+        p->oids = p->v[1].buf;
+        p->offs = p->v[2].buf;
+        p->crcs = p->v[3].buf;
+        p->ends = p->v[4].buf;
+        p->soffs = p->v[5].buf;
+        p->order = p->v[6].buf;
+        for (uint32_t i = 0; i < p->count; i++) {
+            if (p->order[i] >= p->count) {
+                PyErr_SetString(PyExc_ValueError, "_walk.Packs: order names a position outside the idx");
+                goto error;
+            }
+        }
+        p->checked = PyMem_RawCalloc(p->count ? p->count : 1, 1);
+        if (!p->checked) {
+            PyErr_NoMemory();
+            goto error;
+        }
+        p->base = (uint32_t)total;
+        total += p->count;
+        if (total >= UINT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "_walk.Packs: more than 2^32 entries");
+            goto error;
+        }
+    }
+    self->total = (uint32_t)total;
+    self->pack_of = PyMem_RawMalloc((total ? total : 1) * sizeof(uint32_t));
+    if (!self->pack_of) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    for (uint32_t k = 0; k < self->npacks; k++)
+        for (uint32_t i = 0; i < self->p[k].count; i++)
+            self->pack_of[self->p[k].base + i] = k;
+    /* Ids of .keep packs: never copied, so never indexed here. */
+    if (idset_init(&kept_set, 16, seed) < 0) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    it = PyObject_GetIter(kept);
+    if (!it)
+        goto error;
+    while ((item = PyIter_Next(it))) {
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) != OIDLEN) {
+            Py_DECREF(item);
+            PyErr_SetString(PyExc_ValueError, "_walk.Packs: kept ids must be 20-byte bytes");
+            goto error;
+        }
+        int r = idset_add(&kept_set, (const uint8_t *)PyBytes_AS_STRING(item));
+        Py_DECREF(item);
+        if (r < 0) {
+            PyErr_NoMemory();
+            goto error;
+        }
+    }
+    if (PyErr_Occurred())
+        goto error;
+    size_t cap = 1024;
+    while (cap < 2 * (size_t)total + 2)
+        cap <<= 1;
+    self->slots = PyMem_RawCalloc(cap, sizeof(uint64_t));
+    if (!self->slots) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    self->mask = cap - 1;
+    for (uint32_t k = 0; k < self->npacks; k++) {
+        const Pack *p = &self->p[k];
+        for (uint32_t i = 0; i < p->count; i++) {
+            const uint8_t *id = p->oids + (size_t)i * OIDLEN;
+            if (kept_set.count && idset_has(&kept_set, id))
+                continue;
+            uint64_t h = oid_hash(id, seed), tag = slot_tag(h);
+            size_t j = (size_t)h & self->mask;
+            int dup = 0;
+            while (self->slots[j]) {
+                uint64_t v = self->slots[j];
+                if ((v & 0xFFFFFFFF00000000ULL) == tag
+                    && memcmp(packs_oid(self, (uint32_t)v - 1), id, OIDLEN) == 0) {
+                    dup = 1;     /* an earlier pack has it: that copy is the one */
+                    break;
+                }
+                j = (j + 1) & self->mask;
+            }
+            if (!dup) {
+                self->slots[j] = tag | (uint64_t)(p->base + i + 1);
+                self->indexed++;
+            }
+        }
+    }
+    idset_free(&kept_set);
+    Py_DECREF(it);
+    Py_DECREF(fast);
+    return (PyObject *)self;
+
+error:
+    idset_free(&kept_set);
+    Py_XDECREF(it);
+    Py_XDECREF(fast);
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int
+check_oid_arg(PyObject *o, const uint8_t **id)
+{
+    if (!PyBytes_Check(o) || PyBytes_GET_SIZE(o) != OIDLEN) {
+        *id = NULL;
+        return 0;     /* not an id: simply absent, as in a dict */
+    }
+    *id = (const uint8_t *)PyBytes_AS_STRING(o);
+    return 1;
+}
+
+static PyObject *
+Packs_get(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    const uint8_t *id;
+    if (nargs < 1 || nargs > 2) {
+        PyErr_SetString(PyExc_TypeError, "get(oid, default=None)");
+        return NULL;
+    }
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return NULL;
+    }
+    if (check_oid_arg(args[0], &id)) {
+        long long gid = packs_find(self, id);
+        if (gid >= 0)
+            return PyLong_FromLongLong(gid);
+    }
+    return Py_NewRef(nargs == 2 ? args[1] : Py_None);
+}
+
+static int
+Packs_contains(PacksObject *self, PyObject *key)
+{
+    const uint8_t *id;
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return -1;
+    }
+    return check_oid_arg(key, &id) && packs_find(self, id) >= 0;
+}
+
+static Py_ssize_t
+Packs_len(PacksObject *self)
+{
+    return (Py_ssize_t)self->indexed;
+}
+
+static PyObject *
+Packs_subscript(PacksObject *self, PyObject *key)
+{
+    const uint8_t *id;
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return NULL;
+    }
+    if (check_oid_arg(key, &id)) {
+        long long gid = packs_find(self, id);
+        if (gid >= 0)
+            return PyLong_FromLongLong(gid);
+    }
+    PyErr_SetObject(PyExc_KeyError, key);
+    return NULL;
+}
+
+/* oid_at(pack number, offset) -> the id of the entry starting at offset in that pack, or None. */
+static PyObject *
+Packs_oid_at(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t k;
+    unsigned long long off;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "oid_at(pack number, offset)");
+        return NULL;
+    }
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return NULL;
+    }
+    k = PyLong_AsSsize_t(args[0]);
+    if (k == -1 && PyErr_Occurred())
+        return NULL;
+    off = PyLong_AsUnsignedLongLong(args[1]);
+    if (off == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    if (k < 0 || (size_t)k >= self->npacks) {
+        PyErr_SetString(PyExc_IndexError, "oid_at: no such pack");
+        return NULL;
+    }
+    const Pack *p = &self->p[k];
+    uint32_t lo = 0, hi = p->count;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->soffs[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo >= p->count || p->soffs[lo] != off)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)p->oids + (size_t)p->order[lo] * OIDLEN, OIDLEN);
+}
+
+static PyObject *
+Packs_close(PacksObject *self, PyObject *unused)
+{
+    if (self->users) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Packs: a walk is still running on these packs");
+        return NULL;
+    }
+    packs_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Packs_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))Packs_get, METH_FASTCALL,
+     "get(oid, default=None): the global entry number of oid, as SourceIndex.loc.get"},
+    {"oid_at", (PyCFunction)(void (*)(void))Packs_oid_at, METH_FASTCALL,
+     "oid_at(pack number, offset): the id of the entry starting there, or None"},
+    {"close", (PyCFunction)Packs_close, METH_NOARGS, "release the exported buffers (the packs can be closed)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods Packs_as_sequence = {
+    .sq_length = (lenfunc)Packs_len,
+    .sq_contains = (objobjproc)Packs_contains,
+};
+
+static PyMappingMethods Packs_as_mapping = {
+    .mp_length = (lenfunc)Packs_len,
+    .mp_subscript = (binaryfunc)Packs_subscript,
+};
+
+PyTypeObject PacksType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "packyard.store.maintenance._walk.Packs",
+    .tp_basicsize = sizeof(PacksObject),
+    .tp_dealloc = (destructor)Packs_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Packs(packs, kept, seed): the replaceable packs of a repack and an id -> entry index",
+    .tp_methods = Packs_methods,
+    .tp_as_sequence = &Packs_as_sequence,
+    .tp_as_mapping = &Packs_as_mapping,
+    .tp_new = Packs_new,
+};
+
+
+/* ---- pack layout --------------------------------------------------------------------------- */
+
+typedef struct {
+    uint64_t off;
+    uint32_t i;
+} OffIdx;
+
+static int
+cmp_offidx(const void *a, const void *b)
+{
+    const OffIdx *x = a, *y = b;
+    if (x->off != y->off)
+        return x->off < y->off ? -1 : 1;
+    return x->i < y->i ? -1 : x->i > y->i;
+}
+
+/* pack_layout(offsets, trailer) -> (order, sorted offsets, ends) as bytes of 'I', 'Q', 'Q' items:
+ * the idx positions in pack order, their offsets, and where each entry ends (idx order: the next
+ * entry's offset, or the trailer's). */
+PyObject *
+walk_pack_layout(PyObject *module, PyObject *args)
+{
+    PyObject *offsets;
+    unsigned long long trailer;
+    Py_buffer v;
+    if (!PyArg_ParseTuple(args, "OK", &offsets, &trailer))
+        return NULL;
+    if (PyObject_GetBuffer(offsets, &v, PyBUF_SIMPLE) < 0)
+        return NULL;
+    if (v.len % 8 || v.len / 8 >= UINT32_MAX) {
+        PyBuffer_Release(&v);
+        PyErr_SetString(PyExc_ValueError, "pack_layout: offsets must be 8-byte items");
+        return NULL;
+    }
+    size_t n = (size_t)v.len / 8;
+    const uint64_t *offs = v.buf;
+    PyObject *order = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(4 * n));
+    PyObject *sorted = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
+    PyObject *ends = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(8 * n));
+    OffIdx *tmp = PyMem_RawMalloc((n ? n : 1) * sizeof(OffIdx));
+    PyObject *result = NULL;
+    if (!order || !sorted || !ends || !tmp) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto out;
+    }
+    uint32_t *o = (uint32_t *)PyBytes_AS_STRING(order);
+    uint64_t *s = (uint64_t *)PyBytes_AS_STRING(sorted), *e = (uint64_t *)PyBytes_AS_STRING(ends);
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t k = 0; k < n; k++) {
+        tmp[k].off = offs[k];
+        tmp[k].i = (uint32_t)k;
+    }
+    qsort(tmp, n, sizeof(OffIdx), cmp_offidx);
+    for (size_t k = 0; k < n; k++) {
+        o[k] = tmp[k].i;
+        s[k] = tmp[k].off;
+        e[tmp[k].i] = k + 1 < n ? tmp[k + 1].off : trailer;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyTuple_Pack(3, order, sorted, ends);
+out:
+    PyMem_RawFree(tmp);
+    Py_XDECREF(order);
+    Py_XDECREF(sorted);
+    Py_XDECREF(ends);
+    PyBuffer_Release(&v);
+    return result;
+}
+
