@@ -307,7 +307,9 @@ class Walker:
         objects, read by ``read`` and checked as the Python walk checks them); everything else the C
         walker reads from the packs, or through :meth:`_read` when it is not in them."""
         res = self.result
-        cw = _c.Walker(self.sources.c_packs, self._read, progress=self.progress, cache_bytes=C_CACHE_BYTES)
+        # With a helper thread, each walker gets half the cache (it walks half the history).
+        cache = C_CACHE_BYTES // 2 if self.processes > 1 else C_CACHE_BYTES
+        cw = _c.Walker(self.sources.c_packs, self._read, progress=self.progress, cache_bytes=cache)
         pending: list[tuple[bytes, int, str]] = []
         with self._c_errors():
             for name, oid in tips:
@@ -330,7 +332,7 @@ class Walker:
             helper = None
             if self.processes > 1 and n_roots >= FORK_MIN_COMMITS:
                 split = int(n_roots * FORK_SHARE)
-                helper = _HelperThread(cw.copy(C_CACHE_BYTES // 2), split, n_roots)
+                helper = _HelperThread(cw.copy(cache), split, n_roots)
             try:
                 for oid, typ, referrer in pending:
                     if typ == BLOB:
