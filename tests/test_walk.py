@@ -400,3 +400,82 @@ def test_c_walk_under_python_malloc_debug(tmp_path):
     proc = subprocess.run([sys.executable, "-c", MALLOC_DEBUG_SCRIPT, *args], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "fuzz" in proc.stdout
+
+
+# -- threads: the GIL is released, a failed walk stops its helper ---------------------------------------------
+
+@needs_c
+@needs_corpus("git-v1.0.0")
+def test_other_threads_run_while_the_c_walk_works(tmp_path):
+    """The walk releases the GIL (a lease's heartbeat thread must keep renewing during a long walk): a
+    Python thread counting in a loop advances while one C call walks every tree."""
+    import threading
+
+    from packyard.store.maintenance import _walk
+
+    repo, sources = _sources(repo_from_corpus(tmp_path))
+    w = walk_mod.Walker(sources.read, packs=sources)
+    cw = _walk.Walker(sources.c_packs, w._read)
+    for name, oid in sorted(read_tips(repo).items()):
+        if cw.mark_seen(oid):
+            typ, data = w._read(oid, None, name)
+            cw.queue_commit(oid, data)
+    cw.walk_commits()
+    counts = []
+    stop = threading.Event()
+
+    def count():
+        n = 0
+        while not stop.is_set():
+            n += 1
+            if n % 1000 == 0:
+                counts.append(n)
+
+    t = threading.Thread(target=count)
+    t.start()
+    interval = sys.getswitchinterval()
+    try:
+        while len(counts) < 3:      # the counter is running
+            pass
+        # For the next second the interpreter does not take the GIL from this thread by itself (the walk
+        # takes ~0.2 s): the counter runs only if the C call lets go of it (a build that holds it fails).
+        sys.setswitchinterval(1.0)
+        before = len(counts)
+        cw.walk_roots(0, cw.counts()[3])   # one C call: every tree of git v1.0.0
+        during = len(counts) - before
+    finally:
+        sys.setswitchinterval(interval)
+        stop.set()
+        t.join()
+        sources.release()
+    assert cw.counts()[1] > 1000
+    assert during > 0
+
+
+@needs_c
+def test_an_error_in_the_main_walk_stops_the_helper_thread(tmp_path, monkeypatch):
+    import threading
+
+    bare = _repo(tmp_path)
+    blob = _write(bare, "blob", b"x\n")
+    parent = None
+    for k in range(40):
+        tree = _write(bare, "tree", _tree([("100644", f"f{k}", blob)]))
+        commit = _write(bare, "commit", _commit(tree, [parent] if parent else [], when=1_700_000_000 + k))
+        parent = commit
+    git("update-ref", "refs/heads/main", parent, git_dir=bare)
+    ghost = hash_object(ObjectType.TREE, b"a tree nobody wrote").hex()
+    # A tip naming a tree whose subtree is missing: the main walker meets it after the helper started.
+    broken = _write(bare, "tree", _tree([("40000", "sub", ghost)]))
+    (bare / "refs" / "tags" / "broken").write_text(broken + "\n")
+    _pack_everything(bare)
+    monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)
+    threads = threading.active_count()
+    repo, sources = _sources(bare)
+    try:
+        with pytest.raises(ObjectMissingError) as info:
+            walk_mod.walk(sorted(read_tips(repo).items()), sources.read, packs=sources, processes=2)
+    finally:
+        sources.release()
+    assert info.value.oid == ghost and f"referenced by tree {broken}" in str(info.value)
+    assert threading.active_count() == threads   # the helper was stopped and joined
