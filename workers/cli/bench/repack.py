@@ -243,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
     work.mkdir(parents=True, exist_ok=True)
     print(f"{os.cpu_count()} cores, {args.runs} rounds per scenario alternating git/packyard, in {work} "
           f"({common.describe_filesystem(work)})", flush=True)
+    print(f"reachability walk: {_walk_implementation()}; {_load()} at start", flush=True)
     try:
         results = {}
         if {"full", "geometric"} & set(scenarios):
@@ -269,10 +270,21 @@ def run(args: argparse.Namespace) -> int:
             results["large"] = scenario("large", t, ["--mode", "full"],
                                         ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
                                         args.runs, work)
-        print()
+        print(f"\n{_load()} at the end (other work on the machine skews both sides' times)")
         for name, rows in results.items():
             report(name, rows)
         return 0
     finally:
         if not args.keep_dir and not args.dir:
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _walk_implementation() -> str:
+    from packyard.store.maintenance import walk
+
+    return walk.IMPLEMENTATION   # "c" or "python" (PACKYARD_PURE_PYTHON=1, or the extension is not built)
+
+
+def _load() -> str:
+    one, five, _fifteen = os.getloadavg()
+    return f"load average {one:.2f} (1 min), {five:.2f} (5 min)"
