@@ -479,3 +479,37 @@ def test_an_error_in_the_main_walk_stops_the_helper_thread(tmp_path, monkeypatch
         sources.release()
     assert info.value.oid == ghost and f"referenced by tree {broken}" in str(info.value)
     assert threading.active_count() == threads   # the helper was stopped and joined
+
+
+@needs_c
+def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch):
+    """SourceIndex with the C index vs without it, on a repository with unreachable (old and young,
+    loose and packed), .keep-pack, loose and duplicated objects: loc, present(), unreached(), oid_at()."""
+    import repackutil as ru
+
+    shapes = ru.build(tmp_path / "shapes")
+    repo, c_sources = _sources(shapes.bare)
+    try:
+        reach = walk_mod.walk(sorted(read_tips(repo).items()), c_sources.read, packs=c_sources)
+        snap = repo.objects.snapshot()
+        import packyard.store.maintenance.sources as sources_mod
+
+        monkeypatch.setattr(sources_mod, "_walk_c", None)     # this SourceIndex: the Python dict and loops
+        py = SourceIndex(snap, [p for p in snap.packs if not p.is_kept()], [p for p in snap.packs if p.is_kept()],
+                         read_fresh=repo.objects.read)
+        monkeypatch.undo()
+        assert py.c_packs is None and isinstance(py.loc, dict)
+        every = [p.oids[20 * i:20 * i + 20] for p in py.packs for i in range(p.count)] + sorted(py.loose_ids)
+        assert {oid: c_sources.loc.get(oid) for oid in every} == {oid: py.loc.get(oid) for oid in every}
+        assert len(c_sources.loc) == len(py.loc) and all((oid in c_sources.loc) == (oid in py.loc) for oid in every)
+        assert c_sources.present(reach.ids()) == py.present(reach.ids())
+        unreached = c_sources.unreached(reach.seen)
+        assert unreached == py.unreached(reach.seen) and any(unreached)
+        for p in py.packs:
+            for i in range(p.count):
+                off = p.offsets[i]
+                assert c_sources.oid_at(c_sources.packs[p.number], off) == py.oid_at(p, off) == p.oids[20 * i:20 * i + 20]
+                assert c_sources.oid_at(c_sources.packs[p.number], off + 1) is None
+        py.release()
+    finally:
+        c_sources.release()

@@ -322,18 +322,16 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     tips = read_tips(repo)
     reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes, packs=sources)
     plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids))
-    plan.main = [oid for oid, _t in reach.in_order() if oid in sources]
+    plan.main = sources.present(reach.ids())
     seen = reach.seen
     # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
     ages: dict[bytes, int] = {}
     kept = sources.kept_ids
-    for p in sources.packs:
+    for p, unreached in zip(sources.packs, sources.unreached(seen)):   # (positions neither reached nor kept)
         pack_mtime = int(_mtime(p.pack.pack_path))
         oids = p.oids
-        for i in range(p.count):
+        for i in unreached:
             oid = oids[20 * i:20 * i + 20]
-            if oid in seen or oid in kept:
-                continue
             t = p.mtimes[i] if p.mtimes is not None else pack_mtime
             if t > ages.get(oid, -1):
                 ages[oid] = t

@@ -124,6 +124,23 @@ class SourceIndex:
         """Is ``oid`` one of the objects this repack may rewrite (not in a .keep pack)?"""
         return oid in self.loc or (oid in self.loose_ids and oid not in self.kept_ids)
 
+    def unreached(self, seen) -> list[list[int]]:
+        """For each pack of :attr:`packs`, the idx positions whose id is neither in ``seen`` nor in a .keep
+        pack: the copies a full repack did not reach."""
+        if self.c_packs is not None:
+            return self.c_packs.unreached(seen, self.kept_ids)
+        out = []
+        for p in self.packs:
+            oids, kept = p.oids, self.kept_ids
+            out.append([i for i in range(p.count)
+                        if (oid := oids[20 * i:20 * i + 20]) not in seen and oid not in kept])
+        return out
+
+    def present(self, ids: list[bytes]) -> list[bytes]:
+        """The ids of ``ids`` this repack may rewrite (``in`` below), in their order."""
+        loc, loose, kept = self.loc, self.loose_ids, self.kept_ids
+        return [oid for oid in ids if oid in loc or (oid in loose and oid not in kept)]
+
     def oid_at(self, p: _PackEntries, offset: int) -> bytes | None:
         """The id of the entry starting at ``offset`` in ``p`` (None if no entry starts there)."""
         if self.c_packs is not None:

@@ -94,6 +94,10 @@ class Reachable:
     def __len__(self) -> int:
         return len(self.commits) + len(self.tags) + len(self.trees) + len(self.blobs)
 
+    def ids(self) -> list[bytes]:
+        """Every id in :meth:`in_order`'s order, without the types."""
+        return self.commits + self.tags + self.trees + self.blobs
+
     def in_order(self) -> list[tuple[bytes, int]]:
         """(id, type) for every object: commits, tags, trees, blobs."""
         return ([(o, COMMIT) for o in self.commits] + [(o, TAG) for o in self.tags] +
