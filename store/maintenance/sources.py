@@ -2,9 +2,14 @@
 file, or a ``.keep`` pack it must not touch.
 
 Built once from the snapshot with C-level conversions of every idx (:mod:`..pack.idxread`):
-a dict from id to a global entry number, and compact arrays per entry (pack, offset, end of
-the entry, CRC32). No per-object lookup walks the idx files of 50 packs; an OFS_DELTA's
-base is found by offset with one bisection in its pack's sorted offsets.
+an index from id to a global entry number (``loc``), and compact arrays per entry (pack,
+offset, end of the entry, CRC32). No per-object lookup walks the idx files of 50 packs; an
+OFS_DELTA's base is found by offset with one bisection in its pack's sorted offsets.
+
+With the walk's C extension (:mod:`.walk`), ``loc`` is its ``Packs`` index (``get``, ``in``
+and ``[]`` as a dict; no 500,000-entry dict to build) and the packs' layout, ``oid_at`` and
+``unreached`` are computed in C; without it, the same answers come from a dict and Python loops
+(tests/test_walk.py compares both).
 """
 from __future__ import annotations
 
@@ -137,7 +142,7 @@ class SourceIndex:
         return out
 
     def present(self, ids: list[bytes]) -> list[bytes]:
-        """The ids of ``ids`` this repack may rewrite (``in`` below), in their order."""
+        """The ids of ``ids`` this repack may rewrite (what ``in`` answers), in their order."""
         loc, loose, kept = self.loc, self.loose_ids, self.kept_ids
         return [oid for oid in ids if oid in loc or (oid in loose and oid not in kept)]
 
