@@ -4,7 +4,9 @@
  *   _walk_packs.c  zlib from the shared library, errors, Packs (the replaceable packs and the id index),
  *                  pack_layout
  *   _walk_read.c   reading an object from the packs: CRC32 check, inflate, delta chains, the base cache
- *   _walk.c        the Walker (seen set, commit queue, tree walk) and the module
+ *   _walk_trees.c  the walk itself, without the GIL: reading commits and trees (through the Reader, or the
+ *                  Python fallback), the commit queue, the depth-first tree walk
+ *   _walk.c        the Walker type, its Python methods, the module
  */
 #ifndef PACKYARD_WALK_H
 #define PACKYARD_WALK_H
@@ -453,5 +455,91 @@ void reader_clear(Reader *r);
 Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i);
 
 PyObject *walk_pack_layout(PyObject *module, PyObject *args);
+
+/* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
+
+typedef struct {
+    int64_t neg_when;
+    uint64_t order;          /* queued order: ties go to the first queued */
+    uint8_t oid[OIDLEN];
+    uint8_t tree[OIDLEN];
+    uint32_t nparents;
+    size_t parents;          /* offset in the parents arena */
+} HeapEnt;
+
+typedef struct {             /* a tree/blob in the output: id, then its name in the names arena */
+    uint8_t oid[OIDLEN];
+    uint32_t name_len;       /* NO_NAME: reached without a name */
+    uint64_t name_off;
+} OutEnt;
+
+typedef struct {             /* a fresh entry of a tree on the stack */
+    uint64_t hash;           /* of its id, in the seen set */
+    uint32_t name_off, name_len, id_off;
+    uint8_t is_dir;
+} Fresh;
+
+typedef struct {
+    Obj *tree;
+    uint8_t oid[OIDLEN];
+    size_t first, next, stop; /* its fresh entries in the entries array */
+} Frame;
+
+
+typedef struct {
+    PyObject_HEAD
+    PacksObject *packs;
+    PyObject *fallback;      /* fallback(oid, want type, referrer) -> (type, data), SHA-1 checked */
+    PyObject *progress;      /* progress(phase, done, None) or None */
+    PyThreadState *ts;       /* while the GIL is released */
+    int busy;
+    IdSet seen;
+    Reader rd;               /* objects out of the packs */
+    Buf commits;             /* ids */
+    Buf trees, blobs;        /* OutEnt */
+    Buf names;               /* name bytes */
+    Buf roots;               /* (tree id, commit id) per commit, in the order commits were taken */
+    Buf heap;                /* HeapEnt, a binary heap */
+    Buf parents;             /* ids */
+    uint64_t queued;
+    Buf frames;              /* Frame */
+    Buf fresh;               /* Fresh */
+    size_t trees_done;
+    int cancelled;           /* set by cancel() from another thread */
+} WalkerObject;
+
+/* Let go of the GIL / take it back (between them: no Python object may be touched). */
+static inline void gil_drop(WalkerObject *w) { w->ts = PyEval_SaveThread(); }
+
+static inline int
+is_cancelled(WalkerObject *w)
+{
+#if defined(__GNUC__)
+    return __atomic_load_n(&w->cancelled, __ATOMIC_RELAXED);
+#else
+    return w->cancelled;
+#endif
+}
+static inline void gil_take(WalkerObject *w) { PyEval_RestoreThread(w->ts); w->ts = NULL; }
+
+
+/* Referrers, for messages: a name given by Python, or "<kind> <hex id>". */
+typedef struct {
+    const char *kind;        /* "commit", "tree" or NULL (then name) */
+    const uint8_t *oid;
+    PyObject *name;          /* a str */
+    const char *text;        /* its UTF-8 form (cached in the str: readable without the GIL) */
+} Ref;
+
+/* Parse a commit (walk.parse_commit's rules) and queue it by date; pack/offset name it in errors. */
+int queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_t size, long pack, long long offset,
+                 int have_gil);
+/* Commits newest first (walk.py's queue); each commit's tree is remembered in roots. GIL released. */
+int walk_commits(WalkerObject *w);
+/* Depth first from one tree (already marked seen), walk.Walker._tree's order. GIL released. */
+int walk_tree(WalkerObject *w, const uint8_t *root, const uint8_t *name, size_t name_len, int named, const Ref *ref);
+/* Append an id (and its name, if named) to an output list. */
+int out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t name_len, int named);
+
 
 #endif
