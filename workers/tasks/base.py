@@ -236,7 +236,11 @@ class PackyardTask(Task):
         req = self.request
         if req.id is None or req.is_eager:
             return
-        state = job_state(get_settings(), req.id)
+        try:
+            state = job_state(get_settings(), req.id)
+        except SQLAlchemyError as err:   # records unreachable: do not run a job that may be finished
+            log.error("job.record_failed", step="duplicate-check", error=str(err))
+            self.retry_later(err)
         if state is not None and state.finished:
             log.warning("job.duplicate_delivery", state=state.value, when="under the lease")
             raise AlreadyFinished(f"job {req.id} already {state.value} (another delivery finished it)")
