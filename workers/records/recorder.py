@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from packyard.workers.records import registry
 from packyard.workers.records.db import session_scope
-from packyard.workers.records.models import Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository, utcnow
+from packyard.workers.records.models import (Job, JobState, LeaseOutcome, LockEvent, LockEventKind, RaceEvent,
+                                             Repository, utcnow)
 from packyard.workers.settings import Settings
 
 
@@ -215,10 +216,29 @@ def record_lost(settings: Settings | str, job_id: int, unseen_since: datetime, r
 
 
 def record_lock_event(settings: Settings | str, *, repo: str | None, job_id: str | None, lock_name: str,
-                      event: LockEventKind, token: int | None) -> None:
+                      event: LockEventKind, token: int | None, waited_ms: int | None = None,
+                      detail: dict[str, Any] | None = None) -> None:
     with session_scope(settings) as s:
         s.add(LockEvent(repo_id=repository_id(s, repo), job_id=job_id, lock_name=lock_name, event=event,
-                        fencing_token=token, at=utcnow()))
+                        fencing_token=token, at=utcnow(), waited_ms=waited_ms, detail=detail))
+
+
+#: A notable lease outcome is not overwritten by a lesser one (a job that lost its lease and then, retried,
+#: waited for it keeps "lost": what an operator must see first).
+_LEASE_RANK = {LeaseOutcome.WAITED: 1, LeaseOutcome.TOOK_OVER: 2, LeaseOutcome.BUSY: 3, LeaseOutcome.SKIPPED: 4,
+               LeaseOutcome.LOST: 5}
+
+
+def record_lease(settings: Settings | str, task_id: str, outcome: LeaseOutcome, wait_ms: int | None = None) -> None:
+    """Mark the job row with what its lease did (waited, skipped, took over, lost, busy) and how long it waited."""
+    with session_scope(settings) as s:
+        job = s.scalar(select(Job).where(Job.task_id == task_id))
+        if job is None:
+            return
+        if job.lease is None or _LEASE_RANK[outcome] >= _LEASE_RANK[job.lease]:
+            job.lease = outcome
+        if wait_ms is not None:
+            job.lease_wait_ms = (job.lease_wait_ms or 0) + int(wait_ms)
 
 
 def record_race_event(settings: Settings | str, *, repo: str | None, job_id: str | None, kind: str,
