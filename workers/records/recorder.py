@@ -181,7 +181,9 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
                 if state is JobState.SUCCESS and kind == "packyard.verify_repo":
                     repo_row.last_verified_at = now
                 s.flush()
-                ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params, now=now)
+                if not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
+                    ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params,
+                                                    now=now)
         s.flush()
         s.expunge(job)
     if ingests is not None and on_ingest_counted is not None:
