@@ -249,3 +249,33 @@ def record_race_event(settings: Settings | str, *, repo: str | None, job_id: str
     with session_scope(settings) as s:
         s.add(RaceEvent(repo_id=repository_id(s, repo), job_id=job_id, kind=kind, detail=detail,
                         observed_at=utcnow()))
+
+
+def record_race_events(settings: Settings | str, *, repo: str | None, job_id: str | None,
+                       events: list[dict[str, Any]]) -> int:
+    """Many race events in one transaction (the race harness's readers report misses in batches):
+    each ``{"kind": str, "at": epoch seconds, "detail": dict}``. Returns how many were written."""
+    from datetime import timezone
+
+    if not events:
+        return 0
+    with session_scope(settings) as s:
+        rid = repository_id(s, repo)
+        s.add_all([RaceEvent(repo_id=rid, job_id=job_id, kind=e["kind"], detail=e.get("detail"),
+                             observed_at=datetime.fromtimestamp(e["at"], timezone.utc) if e.get("at") else utcnow())
+                   for e in events])
+    return len(events)
+
+
+def record_run(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, params: dict[str, Any] | None,
+               started: datetime, state: JobState, counters: dict[str, Any] | None, error: str | None = None,
+               hostname: str | None = None, pid: int | None = None) -> None:
+    """A job that ran outside Celery (``packyard race``, ``packyard janitor`` in-process): its whole row at once,
+    written when it ends (a pending row of a process no broker knows would be marked LOST meanwhile)."""
+    now = utcnow()
+    with session_scope(settings) as s:
+        s.add(Job(task_id=task_id, kind=kind, repo_id=repository_id(s, repo), state=state, params=params,
+                  queued_at=started, started_at=started, first_started_at=started, last_started_at=started,
+                  finished_at=now, duration_ms=int((now - started).total_seconds() * 1000), counters=counters,
+                  error=error, error_type=None if error is None else "RunFailed", retries=0, attempts=1,
+                  worker_hostname=hostname, worker_pid=pid))
