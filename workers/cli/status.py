@@ -45,7 +45,7 @@ KEY_COUNTERS: dict[str, tuple[str, ...]] = {
     "plan_maintenance": ("action", "outcome", "packs", "loose_estimate", "queued", "waiting"),
     "gc": ("stale_tmp_removed", "stale_quarantines_removed", "stale_pack_temps_removed", "preserved_packs_expired"),
     "repack": ("skipped", "objects_out", "packs_merged", "loose_deleted", "cruft_kept", "fence_token"),
-    "janitor": ("repositories", "removed", "kept_live", "kept_young", "errors"),
+    "janitor": ("repositories", "removed", "kept_live", "age_rule_removed", "busy", "errors"),
     "race": ("lookups", "repacks", "ingests", "relisted", "preserved", "quick_absent", "lost"),
 }
 BYTE_COUNTERS = frozenset({"bytes", "bytes_in", "bytes_written", "received_bytes", "peak_rss", "peak_rss_workers"})
