@@ -137,7 +137,11 @@ class RaceSummary:
             f"    lost          {self.events['lost']:>8,}  an object that existed could not be read"
             + (f" ({self.final_missing} in the final check)" if self.final_missing else ""),
         ]
-        for ex in self.lost_examples[:3]:
+        shown: set[str] = set()
+        for ex in self.lost_examples:
+            if ex.get("oid") in shown or len(shown) >= 3:
+                continue
+            shown.add(ex.get("oid"))
             lines.append(f"      e.g. {ex.get('oid')} ({ex.get('op')}, reader {ex.get('reader')}): "
                          f"{ex.get('error', '')[:140]}")
         for f in self.failures[:5]:
