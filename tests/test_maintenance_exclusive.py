@@ -207,3 +207,14 @@ def test_a_holder_stalled_past_its_lease_deletes_nothing_after_it_resumes(shapes
     assert job.state.value == "SUCCESS" and job.lease is LeaseOutcome.LOST and job.retries >= 1
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert ru.reachable_listing(bare) == listing
+
+
+def test_a_repack_of_a_directory_that_is_no_repository_fails_and_writes_nothing_there(celery_worker, celery_app,
+                                                                                       pk, store_root):
+    plain = store_root / "not-a-repo"
+    plain.mkdir()
+    res = celery_app.send_task("packyard.repack", kwargs={"repo": str(plain), "mode": "full"})
+    with pytest.raises(Exception, match="not a git repository"):
+        res.get(timeout=60)
+    assert pk.job_row(res.id).state.value == "FAILURE"
+    assert list(plain.iterdir()) == [], "no fence file (nor anything else) was written outside a repository"

@@ -423,8 +423,9 @@ def claim_fence(repo: str | Path, lease: Lease) -> None:
     older one is refused (LockLostError, nothing deleted). A fence at or above our token means a
     later holder already started: LockLostError.
     """
-    path = Path(repo).expanduser()
-    git_dir = path / ".git" if (path / ".git").is_dir() else path
+    from packyard.store.repo import find_git_dir
+
+    git_dir = find_git_dir(Path(repo).expanduser())   # NotARepositoryError: nothing is written outside a repository
     kind = store_fence.FenceKind.MAINTENANCE if lease.kind is LeaseKind.MAINTENANCE else store_fence.FenceKind.REFS
     with store_fence.fenced(git_dir, lease.token, "begin maintenance", kind=kind):
         pass
