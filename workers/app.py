@@ -31,12 +31,15 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 
     ``reconcile-jobs``: every PACKYARD_LOST_AFTER / 2 seconds, rows whose message no broker holds
     and no worker runs become LOST (workers/reconcile.py).
+
+    ``janitor``: every PACKYARD_JANITOR_INTERVAL seconds (0: never), leftovers of dead jobs in the
+    registered repositories are removed by owner (workers/commands/janitor.py).
     """
     from datetime import datetime, timedelta, timezone
 
     from packyard.workers.commands.plan_maintenance import maintenance_crontab
 
-    return {
+    schedule: dict[str, dict[str, Any]] = {
         "maintenance-window": {
             "task": "packyard.plan_maintenance",
             "schedule": maintenance_crontab(settings),
@@ -46,6 +49,10 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
         "reconcile-jobs": {"task": RECONCILE_TASK, "schedule": max(1.0, settings.lost_after / 2),
                            "options": {"expires": max(1.0, settings.lost_after / 2)}},
     }
+    if settings.janitor_interval > 0:
+        schedule["janitor"] = {"task": "packyard.janitor", "schedule": settings.janitor_interval,
+                               "options": {"expires": settings.janitor_interval}}
+    return schedule
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -46,6 +46,15 @@ PACKYARD_MAINTENANCE_CRUFT_EXPIRE    seconds an unreachable object stays   12096
                                in a cruft pack
 PACKYARD_MAINTENANCE_PRESERVE_FOR    seconds a replaced pack stays in      3600
                                objects/pack/preserved/
+PACKYARD_MAINTENANCE_WAIT      seconds an explicitly requested repack/gc    600
+                               waits for the repository's maintenance
+                               lease (``wait=`` / ``--wait`` override it;
+                               scheduled runs never wait: they skip)
+PACKYARD_JANITOR_INTERVAL      seconds between beat's janitor runs (0:     3600
+                               never)
+PACKYARD_JANITOR_SAFETY_AGE    a leftover whose owning job neither the     86400
+                               records nor Redis know is removed only
+                               once older than this
 PACKYARD_STORAGE_ROOTS         comma-separated ``name=/abs/path`` pairs:    default=<state>/repositories
                                the only places a queued job may address a
                                repository (``/abs/path/x.git`` or
@@ -212,6 +221,9 @@ class Settings:
     maintenance_geometric_factor: int = 2
     maintenance_cruft_expire: float = 14 * 86400.0
     maintenance_preserve_for: float = 3600.0
+    maintenance_wait: float = 600.0
+    janitor_interval: float = 3600.0
+    janitor_safety_age: float = 86400.0
     storage_roots: tuple[tuple[str, Path], ...] = ()     # () = the embedded default (see from_env)
     incoming_dir: Path | None = None                      # None = <state dir>/incoming
     time_limits: tuple[tuple[str, float, float], ...] = tuple(
@@ -310,6 +322,9 @@ class Settings:
             maintenance_geometric_factor=_int(env, "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR", 2),
             maintenance_cruft_expire=_float(env, "PACKYARD_MAINTENANCE_CRUFT_EXPIRE", 14 * 86400.0),
             maintenance_preserve_for=_float(env, "PACKYARD_MAINTENANCE_PRESERVE_FOR", 3600.0),
+            maintenance_wait=_float(env, "PACKYARD_MAINTENANCE_WAIT", 600.0),
+            janitor_interval=_float(env, "PACKYARD_JANITOR_INTERVAL", 3600.0),
+            janitor_safety_age=_float(env, "PACKYARD_JANITOR_SAFETY_AGE", 86400.0),
             storage_roots=_storage_roots(env, state_dir),
             incoming_dir=incoming,
             time_limits=_time_limits(env),
@@ -367,6 +382,9 @@ class Settings:
             "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR": str(self.maintenance_geometric_factor),
             "PACKYARD_MAINTENANCE_CRUFT_EXPIRE": str(self.maintenance_cruft_expire),
             "PACKYARD_MAINTENANCE_PRESERVE_FOR": str(self.maintenance_preserve_for),
+            "PACKYARD_MAINTENANCE_WAIT": str(self.maintenance_wait),
+            "PACKYARD_JANITOR_INTERVAL": str(self.janitor_interval),
+            "PACKYARD_JANITOR_SAFETY_AGE": str(self.janitor_safety_age),
             "PACKYARD_STORAGE_ROOTS": ",".join(f"{name}={path}" for name, path in self.storage_roots),
             "PACKYARD_INCOMING_DIR": str(self.incoming_path),
             "PACKYARD_TIME_LIMITS": ",".join(f"{k}={soft!r}:{hard!r}" for k, soft, hard in self.time_limits),

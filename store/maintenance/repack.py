@@ -21,8 +21,9 @@ A corrupt object (CRC, zlib, hash, delta base) or a tip naming a missing object 
 repack before anything is deleted, with a typed error naming the object, file and offset;
 temp files are removed. Fault points for SIGKILL tests, in order: ``repack.after_plan``,
 ``repack.after_write``, ``repack.after_writeout`` ... ``repack.after_fsync_dirs`` (the main pack),
-``repack.cruft.after_*`` (the cruft pack), ``repack.before_delete``, ``repack.after_idx_preserved``,
-``repack.after_pack_preserved``, ``repack.after_loose_deleted``, ``repack.after_delete``.
+``repack.cruft.after_*`` (the cruft pack), ``repack.before_delete``, ``repack.after_lease_check``,
+``repack.after_idx_preserved``, ``repack.after_pack_preserved``, ``repack.after_loose_deleted``,
+``repack.after_delete``.
 """
 from __future__ import annotations
 
@@ -260,6 +261,8 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     timer.lap("recheck")
     if check_lease is not None:
         check_lease()
+    # A holder that stalls here, past its lease, is stopped by the maintenance fence below.
+    fault_point("repack.after_lease_check")
 
     # -- delete, inside the maintenance fence -----------------------------------------------------
     doing = f"delete {len(doomed_packs)} packs and {len(doomed_loose)} loose objects"

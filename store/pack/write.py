@@ -2,7 +2,9 @@
 
 A :class:`PackWriter` streams pack v2 entries into ``objects/pack/tmp_pack_<pid>_<host>-<rand>``
 (the destination filesystem, so the renames are atomic), computing the trailer's SHA-1 as it
-writes. Three ways in:
+writes. Beside its temp files lies ``tmp_owner_<same tag>``: the writer's owner record (pid, host,
+job id: :mod:`packyard.store.owner`), so whoever cleans up after a dead writer knows whose they
+were (``packyard janitor`` asks the job records). Three ways in:
 
 * :meth:`PackWriter.write_whole` -- an object stored whole (zlib at git's default pack level);
 * :meth:`PackWriter.copy_entry` -- an entry copied **verbatim** from another pack (raw
@@ -37,6 +39,7 @@ from .. import durable
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
 from ..install import InstallOutcome, PackFiles, install_pack
 from ..objects import OFS_DELTA, REF_DELTA
+from ..owner import current_owner
 from .entries import EntryHeader
 from .format import PACK_SIGNATURE, encode_entry_header
 from .idxwrite import write_index
@@ -47,7 +50,8 @@ WRITE_BUFFER = 1 << 20
 
 _HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
 #: Temp files of the writer: tmp_<kind>_<pid>_<host tag>-<random>; git's own are tmp_pack_XXXXXX.
-TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|keep)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|keep|owner)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+OWNER_PREFIX = "tmp_owner_"   # the owner record of the temp files with the same tag
 
 
 def ofs_encoding(rel: int) -> bytes:
@@ -98,6 +102,7 @@ class PackWriter:
         self._buf = bytearray()
         self._pos = 0
         self._fd = self._create(self.tmp_pack)
+        self.tmp_owner = self._write_owner_record()
         self._append(PACK_SIGNATURE + struct.pack(">II", 2, count))
 
     # -- files --------------------------------------------------------------------------------
@@ -110,6 +115,20 @@ class PackWriter:
                                    path=path) from err
         self._temps.append(path)
         return fd
+
+    def _write_owner_record(self) -> Path:
+        """``tmp_owner_<tag>``: who writes these temp files (why: a janitor judges them by their job)."""
+        path = self.pack_dir / f"{OWNER_PREFIX}{self._tag}"
+        fd = self._create(path, 0o644)
+        try:
+            os.write(fd, current_owner().encode())
+        except OSError as err:
+            self.abort()
+            raise WriteFailedError(f"cannot write the pack writer's owner record: {err.strerror}", errno=err.errno,
+                                   path=path) from err
+        finally:
+            os.close(fd)
+        return path
 
     def _append(self, data) -> None:
         self._buf += data
@@ -313,4 +332,4 @@ class PackWriter:
             self.abort()
 
 
-__all__ = ["PackWriter", "PACK_COMPRESSION", "ofs_encoding", "tmp_owner_tag", "this_host_tag", "TMP_RE"]
+__all__ = ["PackWriter", "PACK_COMPRESSION", "ofs_encoding", "tmp_owner_tag", "this_host_tag", "TMP_RE", "OWNER_PREFIX"]

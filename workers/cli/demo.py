@@ -14,7 +14,10 @@ The demo plays a hosting frontend against one fresh repository (``hosted.git``):
 7. nightly maintenance: the repository the jobs built and two more made with git (one with many
    loose objects, one with a big pack and many small pushes) are registered, and the plan the
    maintenance strategy makes for each is printed with its reasons. Where ``packyard.repack`` is
-   installed, the nightly window then runs through the workers and the repacks are shown.
+   installed, the nightly window then runs through the workers and the repacks are shown;
+8. a short race (``packyard race``, safe mode, a few seconds): reader processes read a new
+   repository while the workers repack it and ingest pushes into it; its counts are printed
+   (lookups, repacks, ingests, misses recovered by re-listing or from preserved/, lost reads: 0).
 
 Every job goes through Redis to two real ``celery worker`` processes (``app.send_task``, as a
 frontend would). Then the status table, and ``git fsck --full`` on the repository the jobs built.
@@ -440,6 +443,22 @@ def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
     return ok
 
 
+def run_race_demo(s: Any, root: Path) -> bool:
+    """A few seconds of ``packyard race`` (safe mode) on a new repository in the demo's storage root."""
+    from packyard.workers.app import app
+    from packyard.workers.race.harness import RaceOptions, run_race
+
+    repo = root / "race.git"
+    shutil.rmtree(repo, ignore_errors=True)   # a state dir is reused: the harness builds its own repository
+    say("race: readers against repacks and pushes (packyard race, safe mode, 4 s; `packyard races` lists them)")
+    options = RaceOptions(repo=repo, readers=2, duration=4.0, repack_every=1.2, ingest_every=0.5, seed=1,
+                          reader_rate=800.0)
+    summary = run_race(s, options, app, say=lambda m: say(f"  {m}"))
+    for line in summary.render().splitlines():
+        say(f"  {line}")
+    return summary.ok
+
+
 def run(args: argparse.Namespace) -> int:
     from packyard.store.repo import Repository
     from packyard.workers.records import upgrade_database
@@ -513,7 +532,9 @@ def run(args: argparse.Namespace) -> int:
             registry.remove(s, repo)
         show_plans(s, fleet)
         window_ok = run_window(s, fleet, max(30.0, fe.deadline - time.monotonic()))
-        ok = fe.all_ok and ids_match and git_ok and window_ok
+        print()
+        race_ok = run_race_demo(s, root)
+        ok = fe.all_ok and ids_match and git_ok and window_ok and race_ok
         say(f"{sum(bool(j.ok) for j in fe.jobs)}/{len(fe.jobs)} jobs as expected, "
             f"{'all checks passed' if ok else 'SOME CHECKS FAILED'} ({time.monotonic() - t_start:.1f}s)")
         say("run `packyard status` (with the same PACKYARD_STATE_DIR) to see these jobs again")

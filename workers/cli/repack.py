@@ -32,26 +32,20 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                         "(default: PACKYARD_MAINTENANCE_PRESERVE_FOR, 3600)")
     p.add_argument("--lock", action="store_true",
                    help="hold the repository's maintenance lease (Redis) and fence the deletions with its token")
+    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="with --lock: wait this long for another maintenance job of the repository to finish "
+                        "(default: PACKYARD_MAINTENANCE_WAIT, 600); then give up with exit status 75")
     p.add_argument("--json", action="store_true", help="print the result with counters as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars even on a terminal")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
 def run(args: argparse.Namespace) -> int:
-    from contextlib import nullcontext
-
     from packyard.workers.commands.repack import repack
 
     progress = common.make_progress(args, labels=LABELS)
-    lock = nullcontext()
-    if args.lock:
-        from packyard.workers.locks import LeaseKind, redis_client, repo_lock
-
-        s = common.settings()
-        common.prepare_embedded(s, migrate=False)
-        lock = repo_lock(redis_client(s), args.repo, ttl=s.lock_ttl, auto_renew=True, kind=LeaseKind.MAINTENANCE)
     t0 = time.monotonic()
-    with lock as lease:
+    with common.maintenance_lock_if(args, "repack") as lease:
         result = common.call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
                                    expire=args.expire, preserve_for=args.preserve_for, progress=progress,
                                    lease=lease)

@@ -85,8 +85,12 @@ def assess(settings: Settings, repo: str | Path, now: float | None = None) -> tu
 
 
 def job_for(plan: MaintenancePlan, repo: str) -> tuple[str, dict[str, Any]]:
-    """The task a plan queues and its kwargs (``packyard.repack`` mode/factor/expire, ``packyard.gc``)."""
-    return TASK_FOR_ACTION[plan.action], {"repo": repo, **dict(plan.params)}
+    """The task a plan queues and its kwargs (``packyard.repack`` mode/factor/expire, ``packyard.gc``).
+
+    A scheduled job never waits for the repository's maintenance lease: if another maintenance
+    job holds it when it starts, it is recorded as skipped (``on_busy="skip"``).
+    """
+    return TASK_FOR_ACTION[plan.action], {"repo": repo, **dict(plan.params), "on_busy": "skip"}
 
 
 def plan_repository(repo: str | Path, *, settings: Settings, send: Send, slots: FleetSlots, trigger: str,
