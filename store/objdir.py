@@ -233,7 +233,7 @@ class ObjectDirectory:
         opened = []
         for pack in packs:
             try:
-                pack.index
+                _ = pack.index   # opened (mmapped) now: later lookups in the snapshot make no filesystem calls
             except OSError as err:
                 if not is_gone(err):
                     raise

@@ -322,7 +322,7 @@ def break_if_holder_dead(client: redis.Redis, key: str, repo: str, on_event: OnE
     """Delete the lease ``key`` if its holder is provably dead (compare-and-delete); True if it was deleted."""
     value = client.get(key)
     holder = lease_holder(value)
-    if holder is None or store_owner.liveness(holder) is not store_owner.Liveness.DEAD:
+    if value is None or holder is None or store_owner.liveness(holder) is not store_owner.Liveness.DEAD:
         return False
     if not client.eval(_RELEASE, 1, key, value):
         return False              # released, expired or taken meanwhile: try again normally

@@ -131,7 +131,8 @@ def celery_argv(*args: str) -> list[str]:
 
 def worker_argv(s: Settings, name: str = "packyard@%h", concurrency: int | None = None,
                 loglevel: str | None = None, queues: Sequence[str] = (), include: Sequence[str] = ()) -> list[str]:
-    extra = ([f"--queues={','.join(queues)}"] if queues else []) + ([f"--include={','.join(include)}"] if include else [])
+    extra = [f"--queues={','.join(queues)}"] if queues else []
+    extra += [f"--include={','.join(include)}"] if include else []
     return celery_argv("worker", "--pool=prefork", f"--concurrency={concurrency or s.worker_concurrency}",
                        "--task-events", f"--hostname={name}", f"--loglevel={loglevel or s.log_level}", *extra)
 

@@ -93,7 +93,7 @@ def git(*args: str, cwd: Path | None = None, git_dir: Path | None = None, input:
                 "GIT_AUTHOR_EMAIL": "demo@packyard.invalid", "GIT_COMMITTER_NAME": "packyard demo",
                 "GIT_COMMITTER_EMAIL": "demo@packyard.invalid", **(env or {})}
     cmd = ["git"] + (["--git-dir", str(git_dir)] if git_dir else []) + list(args)
-    proc = subprocess.run(cmd, cwd=cwd, input=input, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(cmd, cwd=cwd, input=input, env=full_env, capture_output=True)
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
     return proc.stdout
@@ -167,7 +167,7 @@ def web_edit(work: Path, parent: str, scratch: Path) -> tuple[list[dict[str, str
     """A web edit as the frontend computes it: git writes the objects in the work repo (with a
     scratch index), and their raw bytes become the write_objects payload."""
     env = {"GIT_INDEX_FILE": str(scratch / "web-edit.index")}
-    top = [n for n in git("ls-tree", "--name-only", parent, cwd=work).decode().splitlines()]
+    top = list(git("ls-tree", "--name-only", parent, cwd=work).decode().splitlines())
     edited = next(n for n in top if n.endswith((".txt", ".c", ".md", "Makefile", "README")))
     old_text = git("cat-file", "blob", f"{parent}:{edited}", cwd=work)
     blobs = [(edited, old_text + b"edited in the browser\n"), ("WEB-EDIT.md", b"# Written by write_objects\n")]
@@ -425,10 +425,12 @@ def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
             plan = r["last_plan"]
             line = f"  {Path(r['path']).name}: {plan['action']} -> {plan['outcome']}"
             if plan.get("job"):
-                (row,) = fetch(s, None, 1, task_ids=[plan["job"]]) or [None]
+                found = fetch(s, None, 1, task_ids=[plan["job"]])
+                row = found[0] if found else None
                 state = row["state"] if row else "not recorded"
                 ok &= state == "SUCCESS"
-                line += f" (job {plan['job'][:8]}: {state}" + (f": {row['error']}" if row and row.get("error") else "") + ")"
+                error = f": {row['error']}" if row and row.get("error") else ""
+                line += f" (job {plan['job'][:8]}: {state}{error})"
             say(line)
     for repo in repos:   # the oracle, not only the jobs' word
         try:

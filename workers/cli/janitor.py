@@ -16,7 +16,7 @@ import json
 import os
 import socket
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from packyard.workers.cli import common
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     s = common.settings()
     common.prepare_embedded(s, migrate=True)
     run_id = str(uuid.uuid4())
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     client = redis_client(s)
     try:
         result = run_janitor(s, repos=args.repo, redis_client=client, safety_age=args.safety_age, job_id=run_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Any
 
 from packyard.workers.cli import common
@@ -36,7 +36,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """``1d`` / ``12h`` / ``30m`` / ``90s`` / ``2w`` before now, or an ISO date (UTC unless it says)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     m = _SPAN.match(text.strip().lower())
     if m:
         return now - timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
@@ -45,7 +45,7 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     except ValueError:
         raise argparse.ArgumentTypeError(f"cannot read --since {text!r}: want e.g. 1d, 12h, 30m or 2026-11-30") \
             from None
-    return t if t.tzinfo else t.replace(tzinfo=timezone.utc)
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
 def fetch(s, repo: str | None, since: datetime, lost_limit: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]

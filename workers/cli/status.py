@@ -105,7 +105,8 @@ def render_table(rows: Sequence[dict[str, Any]], width: int = 60) -> str:
     cells = [(str(r["id"]), r["task_id"][:8], r["kind"].removeprefix("packyard."),
               _short_path(r["repo"]), r["state"], lease_mark(r), _tries(r), _time(r["queued_at"] or r["started_at"]),
               "" if r["duration_ms"] is None else str(r["duration_ms"]),
-              f"{(r['worker'] or '').split('@')[0]}/{r['pid']}" if r["worker"] else "", _counters(r["counters"], r["kind"]),
+              f"{(r['worker'] or '').split('@')[0]}/{r['pid']}" if r["worker"] else "",
+              _counters(r["counters"], r["kind"]),
               _clip((r["error"] or "").replace("\n", " "), width)) for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(COLUMNS)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
@@ -145,7 +146,7 @@ def reconcile_first(s) -> str | None:  # type: ignore[no-untyped-def]
         return "reconcile: " + reconcile(s, app).summary()
     except (redis.RedisError, OSError) as err:
         return f"reconcile skipped: broker unreachable ({err})"
-    except Exception as err:  # noqa: BLE001 - the listing below must not depend on the reconciler
+    except Exception as err:
         return f"reconcile failed: {type(err).__name__}: {err}"
 
 
@@ -224,9 +225,10 @@ def render_repository(s, repo: str) -> str:  # type: ignore[no-untyped-def]
         f"  last full repack: {_ago(d['since_full_repack'])}; last repack: {_ago(d['since_repack'])}",
     ]
     last = (row or {}).get("last_plan")
-    if last:
+    if row and last:
         lines.append(f"  last planned: {_time(row['last_planned_at']) or '-'} ({last.get('trigger')}): "
-                     f"{last.get('action')} -> {last.get('outcome')}" + (f" job {last['job'][:8]}" if last.get('job') else ""))
+                     f"{last.get('action')} -> {last.get('outcome')}"
+                     + (f" job {last['job'][:8]}" if last.get('job') else ""))
     params = " ".join(f"{k}={v}" for k, v in plan.params)
     lines.append(f"plan if planned now: {plan.action.value}" + (f" ({params})" if params else ""))
     lines += [f"  - {r}" for r in plan.reasons]

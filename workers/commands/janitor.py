@@ -209,8 +209,8 @@ def scan(git_dir: Path, now: float | None = None) -> list[Leftover]:
                 found.append(Leftover("batch", marker, sorted(tmp[key]) + [marker], owner, _age(marker, now)))
     # Claim files (ref locks, fence locks, their side files).
     for top in (git_dir / "refs", git_dir / "packyard"):
-        for dirpath, _dirs, files in os.walk(top):
-            for name in sorted(files):
+        for dirpath, _dirs, names in os.walk(top):
+            for name in sorted(names):
                 if name.endswith(".lock"):
                     path = Path(dirpath) / name
                     owner = read_owner(path)
@@ -299,7 +299,7 @@ def run_janitor(settings: Any, *, repos: list[str] | None = None, redis_client: 
             progress("repositories", n, len(targets))
         try:
             git_dir = find_git_dir(repo)
-        except Exception as err:  # noqa: BLE001 - one unreadable repository does not stop the others
+        except Exception as err:
             report.errors.append(f"{repo}: {err}")
             continue
         report.repositories += 1

@@ -10,15 +10,17 @@ every acquire/renew/release/loss of a repository lease with its fencing token;
 recovered by re-listing objects/pack or from ``preserved/``, a quick check answered
 "absent", a lost read), one row per miss (``packyard races``).
 
-The migrations in ``migrations/versions/`` spell the same tables out statically; ``tests/test_migrations.py`` checks that they agree.
+The migrations in ``migrations/versions/`` spell the same tables out statically;
+``tests/test_migrations.py`` checks that they agree.
 """
 from __future__ import annotations
 
 import enum
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, text, true
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, text,
+                        true)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -31,7 +33,7 @@ NAMING_CONVENTION = {
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):

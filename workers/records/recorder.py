@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Callable
 
@@ -101,12 +101,12 @@ def record_started(settings: Settings | str, *, task_id: str, kind: str, repo: s
                 .values(attempts=Job.attempts + 1, first_started_at=func.coalesce(Job.first_started_at, now),
                         last_started_at=now, state=JobState.STARTED, started_at=now, finished_at=None,
                         worker_hostname=hostname, worker_pid=pid, unseen_since=None)
-                .execution_options(synchronize_session=False)).rowcount
+                .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
             if not started:
                 finished = s.execute(
                     update(Job).where(Job.task_id == task_id, Job.state.in_(FINISHED_STATES))
                     .values(attempts=Job.attempts + 1, last_started_at=now)
-                    .execution_options(synchronize_session=False)).rowcount
+                    .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
                 if finished:
                     job = s.scalar(select(Job).where(Job.task_id == task_id))
                     assert job is not None
@@ -196,7 +196,7 @@ def mark_unseen(settings: Settings | str, job_id: int, now: datetime) -> bool:
     with session_scope(settings) as s:
         return bool(s.execute(
             update(Job).where(Job.id == job_id, Job.state.in_(PENDING_STATES), Job.unseen_since.is_(None))
-            .values(unseen_since=now).execution_options(synchronize_session=False)).rowcount)
+            .values(unseen_since=now).execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]  # DML: a CursorResult
 
 
 def mark_seen(settings: Settings | str, job_id: int) -> None:
@@ -214,7 +214,7 @@ def record_lost(settings: Settings | str, job_id: int, unseen_since: datetime, r
         return bool(s.execute(
             update(Job).where(Job.id == job_id, Job.state.in_(PENDING_STATES), Job.unseen_since == unseen_since)
             .values(state=JobState.LOST, error=reason, error_type="JobLost", finished_at=now)
-            .execution_options(synchronize_session=False)).rowcount)
+            .execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]  # DML: a CursorResult
 
 
 def record_lock_event(settings: Settings | str, *, repo: str | None, job_id: str | None, lock_name: str,
@@ -255,14 +255,13 @@ def record_race_events(settings: Settings | str, *, repo: str | None, job_id: st
                        events: list[dict[str, Any]]) -> int:
     """Many race events in one transaction (the race harness's readers report misses in batches):
     each ``{"kind": str, "at": epoch seconds, "detail": dict}``. Returns how many were written."""
-    from datetime import timezone
 
     if not events:
         return 0
     with session_scope(settings) as s:
         rid = repository_id(s, repo)
         s.add_all([RaceEvent(repo_id=rid, job_id=job_id, kind=e["kind"], detail=e.get("detail"),
-                             observed_at=datetime.fromtimestamp(e["at"], timezone.utc) if e.get("at") else utcnow())
+                             observed_at=datetime.fromtimestamp(e["at"], UTC) if e.get("at") else utcnow())
                    for e in events])
     return len(events)
 

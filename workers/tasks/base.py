@@ -278,7 +278,7 @@ class PackyardTask(Task):
         try:
             lease = acquire(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
                             on_event=db_event_recorder(settings), wait=wait, kind=kind or LeaseKind.REPO)
-        except (LockTimeout, *BROKER_ERRORS) as err:
+        except (LockTimeout, redis.ConnectionError, redis.TimeoutError, OperationalError) as err:  # BROKER_ERRORS
             self.retry_later(err)
         with hold(lease, auto_renew=auto_renew):
             self.bind_log(fencing_token=lease.token)
