@@ -7,8 +7,10 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
     plan      full: the tips (refs, HEAD, reflogs) read after the snapshot, everything they reach
               (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired);
               geometric: the smallest packs until the sizes form a progression; loose: every loose object
-    write     one pack writer per new pack (store/pack/write.py): deltas whose base goes into the same
-              pack copied verbatim (CRC checked), everything else written whole
+    write     one pack writer per new pack (store/pack/write.py), through writeplan.py: deltas whose base
+              goes into the same pack copied verbatim (CRC checked; not with ``reuse=False``), the rest
+              offered to the delta search (store/pack/search.py: ``window``, ``depth``,
+              ``window_memory``), what it finds no delta for written whole
     install   temp files -> flush -> renames (idx last) -> directory fsync (store/install.py)
     recheck   (before the first deletion) the tips are read again; whatever they reach that is not in a
               new pack keeps its old copy; the maintenance lease is checked (``check_lease``)
@@ -47,8 +49,9 @@ from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
 from .tips import read_tips
+from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
 from .walk import Reachable, walk
-from .writeplan import write_plan
+from .writeplan import DeltaPlan, write_plan
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -69,8 +72,18 @@ class RepackOptions:
     preserve_for: float = DEFAULT_PRESERVE_SECONDS   # seconds a replaced pack stays in preserved/
     preserve: bool = True                            # False: replaced packs are unlinked at once
     compression: int = PACK_COMPRESSION              # zlib level for objects written whole
-    processes: int = 2                               # the reachability walk forks one helper when > 1
+    processes: int = 2                               # the walk and the delta search fork helpers when > 1
     now: float | None = None                         # the clock (tests)
+    reuse: bool = True                               # False: recompute every delta (git repack -f)
+    window: int = DEFAULT_WINDOW                     # delta search window (git's --window); 0: no search
+    depth: int = DEFAULT_DEPTH                       # longest delta chain, reused ones too (git's --depth)
+    window_memory: int = DEFAULT_WINDOW_MEMORY       # bytes per search process (git's --window-memory); 0: no bound
+
+    def delta_plan(self) -> DeltaPlan:
+        search = None if self.window <= 1 else SearchOptions(
+            window=self.window, depth=self.depth, window_memory=self.window_memory, processes=self.processes,
+            compression=self.compression)
+        return DeltaPlan(reuse=self.reuse, search=search, depth=self.depth)
 
 
 @dataclass
@@ -96,6 +109,13 @@ class RepackCounters:
     preserved_expired: int = 0    # preserved packs removed after preserve_for
     stale_tmp_removed: int = 0    # temp files of dead repacks removed
     relisted_hits: int = 0        # lookups that found an object only after re-listing objects/pack
+    deltas_computed: int = 0      # new deltas the search found (and wrote)
+    deltas_tried: int = 0         # delta encoder calls of the search
+    delta_bytes_saved: int = 0    # object bytes minus delta bytes over the new deltas (uncompressed)
+    delta_candidates: int = 0     # objects the search considered (no reused delta; tree or blob; sizes in range)
+    deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
+    search_processes: int = 0     # processes the search ran in
+    window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
 
 
 @dataclass
@@ -217,6 +237,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     # -- write and install the new pack(s) -------------------------------------------------------
     written: list[tuple[PackWriter, list[int] | None, str]] = []
     writers: list[PackWriter] = []
+    searched: dict[str, float] = {}
     try:
         for ids, prefix, is_cruft in ((plan.main, "repack", False), (plan.cruft, "repack.cruft", True)):
             if not ids:
@@ -226,10 +247,14 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             writers.append(writer)
             mtimes = write_plan(writer, ids, sources, c, progress=progress,
                                 phase="writing cruft objects" if is_cruft else "writing objects",
-                                mtime_of=plan.mtimes if is_cruft else None)
+                                mtime_of=plan.mtimes if is_cruft else None,
+                                names=plan.reach.names if plan.reach is not None and not is_cruft else None,
+                                deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
             written.append((writer, mtimes, prefix))
         timer.lap("write")
+        result.elapsed["search"] = searched.get("search", 0.0)   # (inside "write" until here)
+        result.elapsed["write"] -= result.elapsed["search"]
         fault_point("repack.after_write")
         for writer, mtimes, prefix in written:
             _outcome, files, _keep = writer.install(mtimes=mtimes)

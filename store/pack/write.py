@@ -10,8 +10,9 @@ writes. Three ways in:
   copied (a corrupt source entry is refused, not propagated); a delta whose base is already
   in this pack is rewritten as OFS_DELTA pointing at the base's new offset (REF_DELTA becomes
   OFS_DELTA), its compressed instructions copied unchanged;
-* :meth:`PackWriter.write_delta` -- a delta computed by the caller (issue 10's search plugs in
-  here): the instructions are deflated and stored as OFS_DELTA against a base already written.
+* :meth:`PackWriter.write_delta` / :meth:`PackWriter.write_compressed_delta` -- a delta computed
+  by the caller (the delta search, :mod:`.search`): stored as OFS_DELTA against a base already
+  written (deflated here, or by the search's workers).
 
 :meth:`PackWriter.finish` writes the trailer, then ``.idx`` v2 and ``.rev`` (and ``.mtimes``
 for a cruft pack) with the index writer of :mod:`.idxwrite`; :meth:`PackWriter.install`
@@ -164,11 +165,15 @@ class PackWriter:
 
     def write_delta(self, oid: bytes, base_offset: int, delta: bytes) -> int:
         """Store ``delta`` (git delta instructions against the object at ``base_offset`` in this pack)."""
+        return self.write_compressed_delta(oid, base_offset, len(delta), zlib.compress(delta, self.compression))
+
+    def write_compressed_delta(self, oid: bytes, base_offset: int, size: int, body: bytes) -> int:
+        """Store a delta already deflated (``body``: one zlib stream of ``size`` bytes of delta instructions), as
+        the delta search hands them over: its workers compress while they search."""
         offset = self._pos
         if not 0 < offset - base_offset <= offset:
             raise InvalidInputError(f"delta base offset {base_offset} does not precede offset {offset}")
-        header = encode_entry_header(OFS_DELTA, len(delta)) + ofs_encoding(offset - base_offset)
-        body = zlib.compress(delta, self.compression)
+        header = encode_entry_header(OFS_DELTA, size) + ofs_encoding(offset - base_offset)
         crc = zlib.crc32(body, zlib.crc32(header))
         self._append(header)
         self._append(body)
