@@ -282,17 +282,10 @@ def _merge(res: SearchResult, out: _SegmentResult) -> None:
     res.peak_window_bytes = max(res.peak_window_bytes, out.peak)
 
 
-class _Slot:
-    """One window member: a candidate, its bytes, its block index once it was tried as a base."""
-
-    __slots__ = ("i", "data", "index", "depth", "mem")
-
-    def __init__(self, i: int, data: bytes, depth: int) -> None:
-        self.i = i
-        self.data = data
-        self.index: DeltaIndex | None = None
-        self.depth = depth
-        self.mem = len(data)
+# A window member, as a list (the loop below touches these fields a million times in a repack):
+# candidate, its bytes, its size, its depth, the encoder of its block index (None until it is tried as
+# a base), the bytes it holds (data and index), its source pack when reusing (-1: none).
+_I, _DATA, _SIZE, _DEPTH, _ENCODE, _MEM, _GROUP = range(7)
 
 
 class _Segment:
@@ -304,15 +297,17 @@ class _Segment:
 
     def run(self) -> _SegmentResult:
         c, read = self.c, self.read
-        types, sizes, max_depths = c.types, c.sizes, c.max_depth
-        groups, fixed = c.groups, c.fixed
+        types, max_depths = c.types, c.max_depth
+        groups = c.groups if c.groups is not None else array("i", [-1]) * len(c)
+        fixed = c.fixed if c.fixed is not None else bytearray(len(c))
         opts = self.options
         keep = opts.window - 1               # bases a target may try
         mem_limit = opts.window_memory
         max_input = opts.max_input
         level = opts.compression
         compress = zlib.compress
-        win: list[_Slot] = []                # oldest first
+        win: list[list] = []                 # oldest first; all of one type (emptied when the type changes)
+        wtype = -1
         mem = 0
         peak = 0
         tried = saved = 0
@@ -324,69 +319,68 @@ class _Segment:
                 self.progress(done)
             data = read(t)
             tsize = len(data)
-            slot = _Slot(t, data, 0)
+            ttype = types[t]
+            if ttype != wtype:
+                win.clear()                  # sorted by type: nothing before this one can be its base
+                mem = 0
+                wtype = ttype
             while len(win) > keep:
-                mem -= win.pop(0).mem
-            mem += slot.mem
+                mem -= win.pop(0)[_MEM]
+            mem += tsize
             while mem_limit and mem > mem_limit and len(win) > 1:
-                mem -= win.pop(0).mem
+                mem -= win.pop(0)[_MEM]
             if mem > peak:
                 peak = mem
-            ttype = types[t]
             max_depth = max_depths[t]
-            best: _Slot | None = None
-            best_delta: bytes | None = None
+            best = None
+            best_delta = None
             best_len = 0
             tdepth = 0
             if max_depth > 0:
-                tgroup = groups[t] if groups is not None and fixed is not None and fixed[t] else -1
+                tgroup = groups[t] if fixed[t] else -1
+                half = tsize // 2 - DELTA_OVERHEAD
                 for s in reversed(win):
-                    if types[s.i] != ttype:
-                        break                       # sorted by type: nothing older matches either
-                    sdepth = s.depth
+                    sdepth = s[_DEPTH]
                     if sdepth >= max_depth:
                         continue
-                    if tgroup >= 0 and groups[s.i] == tgroup:
+                    if tgroup >= 0 and s[_GROUP] == tgroup:
                         continue                    # both whole in one source pack: its packer found nothing
                     if best is None:
-                        limit = tsize // 2 - DELTA_OVERHEAD
-                        ref_depth = 1
+                        limit = half * (max_depth - sdepth) // max_depth
                     else:
-                        limit = best_len
-                        ref_depth = tdepth
-                    limit = limit * (max_depth - sdepth) // (max_depth - ref_depth + 1)
+                        limit = best_len * (max_depth - sdepth) // (max_depth - tdepth + 1)
                     if limit <= 0:
                         continue
-                    ssize = len(s.data)
+                    ssize = s[_SIZE]
                     if ssize < tsize and tsize - ssize >= limit:
                         continue
                     if tsize < ssize >> 5:
                         continue
-                    index = s.index
-                    if index is None:
-                        index = s.index = DeltaIndex(s.data, max_input=max_input)
-                        s.mem += index.memory
+                    encode = s[_ENCODE]
+                    if encode is None:
+                        index = DeltaIndex(s[_DATA], max_input=max_input)
+                        encode = s[_ENCODE] = index.encode
+                        s[_MEM] += index.memory
                         mem += index.memory
                         if mem > peak:
                             peak = mem
                     tried += 1
-                    delta = index.create_delta(data, limit)
+                    delta = encode(data, limit)
                     if delta is None:
                         continue
                     if best is not None and len(delta) == best_len and sdepth + 1 >= tdepth:
                         continue                    # same size: only a shallower base is better
                     best, best_delta, best_len, tdepth = s, delta, len(delta), sdepth + 1
+            slot = [t, data, tsize, tdepth, None, tsize, groups[t]]
             if best is not None:
-                assert best_delta is not None
                 targets.append(t)
-                bases.append(best.i)
+                bases.append(best[_I])
                 depths.append(tdepth)
                 dsizes.append(best_len)
                 zdeltas.append(compress(best_delta, level))
                 saved += tsize - best_len
-                slot.depth = tdepth
                 if tdepth >= max_depth:
-                    mem -= slot.mem             # at the depth limit: nothing may build on it
+                    mem -= tsize                # at the depth limit: nothing may build on it
                     continue
                 # The winning base goes to the front, before its delta (tried first next, kept longest).
                 win.remove(best)

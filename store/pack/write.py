@@ -1,10 +1,11 @@
-"""The pack writer: every pack packyard produces (repack today; the delta search and large imports next).
+"""The pack writer: every pack packyard produces (repacks, and imports written as one pack).
 
 A :class:`PackWriter` streams pack v2 entries into ``objects/pack/tmp_pack_<pid>_<host>-<rand>``
 (the destination filesystem, so the renames are atomic), computing the trailer's SHA-1 as it
 writes. Three ways in:
 
 * :meth:`PackWriter.write_whole` -- an object stored whole (zlib at git's default pack level);
+  :meth:`PackWriter.write_whole_stream` the same from a file read a piece at a time;
 * :meth:`PackWriter.copy_entry` -- an entry copied **verbatim** from another pack (raw
   compressed bytes, never inflated): its CRC32 is checked against the source idx while it is
   copied (a corrupt source entry is refused, not propagated); a delta whose base is already
@@ -32,7 +33,7 @@ import struct
 import zlib
 from array import array
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from .. import durable
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
@@ -160,6 +161,29 @@ class PackWriter:
         body = zlib.compress(data, self.compression)
         crc = zlib.crc32(body, zlib.crc32(header))
         self._append(header)
+        self._append(body)
+        return self._record(oid, offset, crc)
+
+    def write_whole_stream(self, oid: bytes, type_num: int, size: int, chunks: Iterable[bytes]) -> int:
+        """Store an object whole from ``chunks`` (exactly ``size`` bytes in all: a big file read a piece at
+        a time, never whole in memory); returns its offset. An exception from ``chunks`` leaves a partial
+        entry: the caller aborts the pack."""
+        offset = self._pos
+        header = encode_entry_header(type_num, size)
+        z = zlib.compressobj(self.compression)
+        crc = zlib.crc32(header)
+        self._append(header)
+        got = 0
+        for chunk in chunks:
+            got += len(chunk)
+            body = z.compress(chunk)
+            if body:
+                crc = zlib.crc32(body, crc)
+                self._append(body)
+        if got != size:
+            raise InvalidInputError(f"object {oid.hex()} was declared with {size} bytes but {got} came")
+        body = z.flush()
+        crc = zlib.crc32(body, crc)
         self._append(body)
         return self._record(oid, offset, crc)
 
