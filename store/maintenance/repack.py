@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import durable
-from ..errors import InvalidInputError, ObjectMissingError
+from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..fence import FenceKind, fenced
 from ..objects import ObjectType
@@ -50,11 +50,13 @@ from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack
 from .sources import SourceIndex
 from .tips import read_tips
 from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
-from .walk import Reachable, walk
+from .walk import Reachable, parse_tree_entries, walk
 from .writeplan import DeltaPlan, write_plan
 
 Progress = Callable[[str, int, "int | None"], None]
 
+#: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
+PRELOAD_BYTES = 256 << 20
 #: git's gc.pruneExpire default: unreachable objects younger than this are kept (in the cruft pack).
 DEFAULT_EXPIRE_SECONDS = 14 * 24 * 3600.0
 
@@ -160,6 +162,8 @@ class _Plan:
     expired: set[bytes] = field(default_factory=set)        # unreachable ids not kept anywhere
     reach: Reachable | None = None
     tips: dict[str, bytes] = field(default_factory=dict)
+    names: dict[bytes, bytes] | None = None                 # id -> the name it is reached by (delta search order)
+    preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
 
 
@@ -248,7 +252,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             mtimes = write_plan(writer, ids, sources, c, progress=progress,
                                 phase="writing cruft objects" if is_cruft else "writing objects",
                                 mtime_of=plan.mtimes if is_cruft else None,
-                                names=plan.reach.names if plan.reach is not None and not is_cruft else None,
+                                names=None if is_cruft else plan.names, preloaded=plan.preloaded,
                                 deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
             written.append((writer, mtimes, prefix))
@@ -346,7 +350,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
     tips = read_tips(repo)
     reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes)
-    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids))
+    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids), names=reach.names)
     plan.main = [oid for oid, _t in reach.in_order() if oid in sources]
     seen = reach.seen
     # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
@@ -463,19 +467,47 @@ def _unpacked_loose(sources: SourceIndex, snapshot) -> list[bytes]:
 
 
 def _plan_loose(repo, sources: SourceIndex, snapshot, progress: Progress | None) -> _Plan:
-    """Every loose object not already in a pack, commits first, then tags, trees, blobs (by id within a type)."""
+    """Every loose object not already in a pack, commits first, then tags, trees, blobs (by id within a type).
+
+    Each loose file is read once, here (checked against its name): the delta search and the writer take
+    the objects from ``preloaded`` (up to PRELOAD_BYTES of them), and the loose trees' entries give the
+    objects below them their names, so that the search's order puts versions of one file together.
+    """
     plan = _Plan(loose=set(sources.loose_ids))
     by_type: dict[int, list[bytes]] = {1: [], 4: [], 2: [], 3: []}
     loose = repo.objects.loose
+    held = 0
+    trees: list[tuple[bytes, bytes]] = []
     for oid in _unpacked_loose(sources, snapshot):
         try:
-            typ, _size = loose.read_header(oid)
+            typ, data = loose.read(oid, verify=True)
         except ObjectMissingError:
             plan.loose.discard(oid)   # gone since the snapshot: someone else's business
             continue
         by_type[int(typ)].append(oid)
+        if typ == ObjectType.TREE:
+            trees.append((oid, data))
+        if held + len(data) <= PRELOAD_BYTES:
+            plan.preloaded[oid] = (int(typ), data)
+            held += len(data)
     plan.main = [oid for t in (1, 4, 2, 3) for oid in by_type[t]]
+    plan.names = names_below(trees, plan.preloaded.keys() | set(plan.main))
     return plan
+
+
+def names_below(trees: list[tuple[bytes, bytes]], wanted) -> dict[bytes, bytes]:
+    """{object id: entry name} for every entry of ``trees`` whose id is in ``wanted`` (a tree with a
+    malformed entry names nothing: the write checks it anyway)."""
+    names: dict[bytes, bytes] = {}
+    for oid, data in trees:
+        try:
+            entries = parse_tree_entries(data, oid)
+        except StoreError:
+            continue
+        for _mode, name, eid in entries:
+            if eid in wanted and eid not in names:
+                names[eid] = name
+    return names
 
 
 # -- before deleting ----------------------------------------------------------------------------------

@@ -70,26 +70,33 @@ class _Reuse:
 def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "RepackCounters", *,
                progress: Progress | None = None, phase: str = "writing objects",
                mtime_of: dict[bytes, int] | None = None, names: dict[bytes, bytes] | None = None,
-               deltas: DeltaPlan = DeltaPlan(), timings: dict[str, float] | None = None) -> list[int] | None:
+               preloaded: dict[bytes, tuple[int, bytes]] | None = None, deltas: DeltaPlan = DeltaPlan(),
+               timings: dict[str, float] | None = None) -> list[int] | None:
     """Write every id of ``ids`` once, in that order except that a delta's base always goes first.
 
     ``names``: object id -> the name it was reached by (the walk's), for the search's order.
+    ``preloaded``: objects the plan already read and checked (type, data), not read again.
     Returns the mtimes in written order when ``mtime_of`` is given. ``timings`` gets the seconds
     spent in the search (``"search"``).
     """
     t0 = time.monotonic()
+    pre = preloaded or {}
     reuse = _find_reuse(ids, sources, deltas)
     c.deltas_dropped += reuse.dropped
     computed: dict[int, tuple[int, int]] = {}   # position -> (candidate, position of its new base)
+    zwhole: dict[int, tuple[int, int, bytes]] = {}   # position -> (type, size, compressed object)
     found: SearchResult | None = None
     if deltas.search is not None:
-        found, cand_ids = _search(ids, sources, reuse, names, deltas, progress, c)
+        found, cand = _search(ids, sources, reuse, names, pre, deltas, progress, c)
+        cand_ids = cand.ids
         for i, b in enumerate(found.base):
             if b >= 0:
                 computed[cand_ids[i]] = (i, cand_ids[b])
+            elif found.zwhole[i] is not None:
+                zwhole[cand_ids[i]] = (cand.types[i], cand.sizes[i], found.zwhole[i])
     if timings is not None:
         timings["search"] = timings.get("search", 0.0) + time.monotonic() - t0
-    return _write(writer, ids, sources, reuse, computed, found, c, progress, phase, mtime_of)
+    return _write(writer, ids, sources, reuse, computed, zwhole, found, pre, c, progress, phase, mtime_of)
 
 
 # -- step 1: reuse ---------------------------------------------------------------------------------------------
@@ -167,11 +174,18 @@ def _check_chains(r: _Reuse, limit: int) -> None:
 
 # -- step 2: search ------------------------------------------------------------------------------------------
 
+class _Offered(Candidates):
+    """The search's candidates, with their positions in ``ids``."""
+
+    ids: array
+
+
 def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[bytes, bytes] | None,
-            deltas: DeltaPlan, progress: Progress | None, c: "RepackCounters") -> tuple[SearchResult, array]:
+            pre: dict[bytes, tuple[int, bytes]], deltas: DeltaPlan, progress: Progress | None,
+            c: "RepackCounters") -> tuple[SearchResult, _Offered]:
     # Source packs matter only when reusing: that pack's writer tried its whole objects against each other.
-    cand = Candidates(groups=array("i"), fixed=bytearray()) if deltas.reuse else Candidates()
-    cand_ids = array("i")
+    cand = _Offered(groups=array("i"), fixed=bytearray()) if deltas.reuse else _Offered()
+    cand.ids = cand_ids = array("i")
     hashes: dict[bytes, int] = {}
     names_get = names.get if names is not None else (lambda oid: None)
     kind, reused, entry, pack_no, loc = reuse.kind, reuse.reused, reuse.entry, sources.pack_no, sources.loc
@@ -189,7 +203,7 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[b
             typ, size, _b, _d = decode_entry_header(p.buffer, off, p.end, off, p.path)
             group = pack_no[gid]
         elif kd == LOOSE:
-            typ, size = _loose_header(sources, oid)
+            typ, size = _loose_header(sources, oid, pre)
             group = -1
         else:
             p, i, off, _size, _d = entry[k]
@@ -202,13 +216,15 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[b
         h = hashes.get(name) if name else 0
         if h is None:
             h = hashes[name] = name_hash(name)
-        cand.add(int(typ), size, h, limit - reuse.height[k], group, kd == WHOLE)
+        # A whole entry of a source pack is copied as it is when no delta is found; anything else would be
+        # read and compressed again by the writer: the search hands it back compressed instead.
+        cand.add(int(typ), size, h, limit - reuse.height[k], group, kd == WHOLE, kd != WHOLE)
         cand_ids.append(k)
     types = cand.types
 
     def read(i: int) -> bytes:
         oid = ids[cand_ids[i]]
-        typ, data = _read_checked(sources, oid)
+        typ, data = _read_checked(sources, oid, pre)
         if typ != types[i]:
             where, offset = sources.where(oid)
             raise CorruptObjectError(f"object's type changed between its header ({types[i]}) and its content ({typ})",
@@ -222,20 +238,27 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[b
     c.delta_bytes_saved += found.bytes_saved
     c.search_processes = max(c.search_processes, found.processes)
     c.window_peak_bytes = max(c.window_peak_bytes, found.peak_window_bytes)
-    return found, cand_ids
+    return found, cand
 
 
-def _loose_header(sources: SourceIndex, oid: bytes) -> tuple[int, int]:
+def _loose_header(sources: SourceIndex, oid: bytes, pre: dict[bytes, tuple[int, bytes]]) -> tuple[int, int]:
+    known = pre.get(oid)
+    if known is not None:
+        return known[0], len(known[1])
     try:
         typ, size = sources.snapshot.loose.read_header(oid)
         return int(typ), size
     except ObjectMissingError:
-        typ, data = _read_checked(sources, oid)   # gone since the snapshot: wherever it is now
+        typ, data = _read_checked(sources, oid, pre)   # gone since the snapshot: wherever it is now
         return int(typ), len(data)
 
 
-def _read_checked(sources: SourceIndex, oid: bytes) -> tuple[int, bytes]:
-    """Resolve one object and check it against its id; errors name the object, its file and offset."""
+def _read_checked(sources: SourceIndex, oid: bytes, pre: dict[bytes, tuple[int, bytes]]) -> tuple[int, bytes]:
+    """Resolve one object and check it against its id; errors name the object, its file and offset.
+    (Objects in ``pre`` were checked when the plan read them.)"""
+    known = pre.get(oid)
+    if known is not None:
+        return known
     try:
         typ, data = sources.read(oid)
     except StoreError as err:
@@ -256,9 +279,9 @@ def _named(err: StoreError, oid: bytes, sources: SourceIndex) -> StoreError:
 # -- step 3: write -------------------------------------------------------------------------------------------
 
 def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _Reuse,
-           computed: dict[int, tuple[int, int]],
-           found: SearchResult | None, c: "RepackCounters", progress: Progress | None, phase: str,
-           mtime_of: dict[bytes, int] | None) -> list[int] | None:
+           computed: dict[int, tuple[int, int]], zwhole: dict[int, tuple[int, int, bytes]],
+           found: SearchResult | None, pre: dict[bytes, tuple[int, bytes]], c: "RepackCounters",
+           progress: Progress | None, phase: str, mtime_of: dict[bytes, int] | None) -> list[int] | None:
     n = len(ids)
     state = bytearray(n)            # 0: to do, 1: waiting for its base, 2: written
     offsets = [0] * n
@@ -304,8 +327,12 @@ def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _R
                 i = gid - p.base
                 offsets[k] = copy_raw(oid, p.view, p.offsets[i], p.ends[i], p.crcs[i], path=p.path)
                 c.entries_copied += 1
+            elif k in zwhole:
+                typ, size, body = zwhole[k]
+                offsets[k] = writer.write_compressed_whole(oid, typ, size, body)
+                c.rewritten_whole += 1
             else:
-                typ, data = _read_checked(sources, oid)
+                typ, data = _read_checked(sources, oid, pre)
                 offsets[k] = writer.write_whole(oid, typ, data)
                 c.rewritten_whole += 1
             if kind[k] == LOOSE and sources.is_loose(oid):

@@ -131,7 +131,9 @@ class Candidates:
     ``max_depth``: the deepest this candidate's own delta may be (``depth`` minus the height of
     reused deltas already resting on it; 0 or less: it is only a base). ``groups``/``fixed``
     (reuse mode): the source pack of a candidate (-1: none) and whether it was a whole object
-    there -- such a target is not tried against bases from the same pack.
+    there -- such a target is not tried against bases from the same pack. ``keep_whole``: a
+    candidate the search reads and finds no delta for comes back compressed whole (``zwhole``),
+    so the writer neither reads nor compresses it again (a loose object: nothing to copy).
     """
 
     types: bytearray = field(default_factory=bytearray)
@@ -140,15 +142,18 @@ class Candidates:
     max_depth: array = field(default_factory=lambda: array("i"))
     groups: array | None = None
     fixed: bytearray | None = None
+    keep_whole: bytearray = field(default_factory=bytearray)
 
     def __len__(self) -> int:
         return len(self.types)
 
-    def add(self, type_num: int, size: int, hash_: int, max_depth: int, group: int = -1, fixed: bool = False) -> int:
+    def add(self, type_num: int, size: int, hash_: int, max_depth: int, group: int = -1, fixed: bool = False,
+            keep_whole: bool = False) -> int:
         self.types.append(type_num)
         self.sizes.append(size)
         self.hashes.append(hash_)
         self.max_depth.append(max_depth)
+        self.keep_whole.append(1 if keep_whole else 0)
         if self.groups is not None:
             self.groups.append(group)
             assert self.fixed is not None
@@ -159,12 +164,14 @@ class Candidates:
 @dataclass
 class SearchResult:
     """Per candidate: ``base[i]`` (-1: whole), ``depth[i]``, ``delta_size[i]`` (inflated) and ``zdelta[i]``
-    (the compressed delta, or None); counters for the job record."""
+    (the compressed delta, or None); ``zwhole[i]``: a ``keep_whole`` candidate with no delta, compressed
+    whole (None if it was not read); counters for the job record."""
 
     base: array
     depth: array
     delta_size: array
     zdelta: list
+    zwhole: list
     tried: int = 0            # encoder calls
     computed: int = 0         # deltas kept
     bytes_saved: int = 0      # object bytes minus delta bytes, over the deltas kept (inflated sizes)
@@ -223,7 +230,7 @@ def search(c: Candidates, read: Read, options: SearchOptions = SearchOptions(), 
     t0 = time.monotonic()
     n = len(c)
     res = SearchResult(base=array("i", [-1]) * n, depth=array("i", [0]) * n, delta_size=array("Q", [0]) * n,
-                       zdelta=[None] * n)
+                       zdelta=[None] * n, zwhole=[None] * n)
     order = search_order(c, options.max_input)
     res.considered = len(order)
     if options.window <= 1 or options.depth <= 0 or not order:
@@ -268,6 +275,8 @@ class _SegmentResult:
     tried: int
     saved: int
     peak: int
+    whole: array              # keep_whole candidates with no delta
+    zwholes: list             # ... compressed whole
 
 
 def _merge(res: SearchResult, out: _SegmentResult) -> None:
@@ -276,6 +285,8 @@ def _merge(res: SearchResult, out: _SegmentResult) -> None:
         res.depth[i] = out.depths[k]
         res.delta_size[i] = out.sizes[k]
         res.zdelta[i] = out.zdeltas[k]
+    for k, i in enumerate(out.whole):
+        res.zwhole[i] = out.zwholes[k]
     res.tried += out.tried
     res.computed += len(out.targets)
     res.bytes_saved += out.saved
@@ -313,6 +324,8 @@ class _Segment:
         tried = saved = 0
         targets, bases, depths, dsizes = array("i"), array("i"), array("i"), array("Q")
         zdeltas: list[bytes] = []
+        whole, zwholes = array("i"), []
+        keep_whole = c.keep_whole
         step = 1000
         for done, t in enumerate(self.order, 1):
             if self.progress is not None and done % step == 0:
@@ -372,6 +385,9 @@ class _Segment:
                         continue                    # same size: only a shallower base is better
                     best, best_delta, best_len, tdepth = s, delta, len(delta), sdepth + 1
             slot = [t, data, tsize, tdepth, None, tsize, groups[t]]
+            if best is None and keep_whole[t]:
+                whole.append(t)
+                zwholes.append(compress(data, level))
             if best is not None:
                 targets.append(t)
                 bases.append(best[_I])
@@ -388,7 +404,7 @@ class _Segment:
                 win.append(best)
                 continue
             win.append(slot)
-        return _SegmentResult(targets, bases, depths, dsizes, zdeltas, tried, saved, peak)
+        return _SegmentResult(targets, bases, depths, dsizes, zdeltas, tried, saved, peak, whole, zwholes)
 
 
 class _Child:

@@ -164,6 +164,16 @@ class PackWriter:
         self._append(body)
         return self._record(oid, offset, crc)
 
+    def write_compressed_whole(self, oid: bytes, type_num: int, size: int, body: bytes) -> int:
+        """Store an object whole that is already deflated (``body``: one zlib stream of its ``size`` bytes,
+        from the delta search's workers)."""
+        offset = self._pos
+        header = encode_entry_header(type_num, size)
+        crc = zlib.crc32(body, zlib.crc32(header))
+        self._append(header)
+        self._append(body)
+        return self._record(oid, offset, crc)
+
     def write_whole_stream(self, oid: bytes, type_num: int, size: int, chunks: Iterable[bytes]) -> int:
         """Store an object whole from ``chunks`` (exactly ``size`` bytes in all: a big file read a piece at
         a time, never whole in memory); returns its offset. An exception from ``chunks`` leaves a partial
