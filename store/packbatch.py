@@ -45,7 +45,7 @@ from .errors import InvalidInputError, ObjectMissingError, StoreError
 from .faults import fault_point
 from .maintenance.leftovers import remove_stale_temp_files
 from .objects import ObjectType
-from .pack.search import Candidates, SearchOptions, name_hash, search
+from .pack.search import Candidates, SearchOptions, fast_name_hash, search
 from .pack.write import PACK_COMPRESSION, PackWriter
 from .refs import RefUpdate
 from .tuning import keep_heap_slack_if_needed
@@ -249,7 +249,7 @@ class PackBatch:
             if name:
                 h = hashes.get(name, -1)
                 if h < 0:
-                    h = hashes[name] = name_hash(name)
+                    h = hashes[name] = fast_name_hash(name)
             size = len(d) if isinstance(d, bytes) else -1
             # A file object gets a type the search never tries: it is only ever written whole.
             cand.add(types[k] if size >= 0 else 0, max(size, 0), h, self.search_options.depth)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable
 from ..errors import CorruptObjectError, ObjectMissingError, StoreError
 from ..objects import REF_DELTA, hash_object
 from ..pack.format import decode_entry_header
-from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, name_hash, search
+from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search
 from ..pack.write import PackWriter
 from .sources import SourceIndex
 
@@ -215,7 +215,7 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[b
         name = names_get(oid)
         h = hashes.get(name) if name else 0
         if h is None:
-            h = hashes[name] = name_hash(name)
+            h = hashes[name] = fast_name_hash(name)
         # A whole entry of a source pack is copied as it is when no delta is found; anything else would be
         # read and compressed again by the writer: the search hands it back compressed instead.
         cand.add(int(typ), size, h, limit - reuse.height[k], group, kd == WHOLE, kd != WHOLE)

@@ -52,6 +52,12 @@ def _choose() -> tuple[ModuleType, str]:
 _impl, IMPLEMENTATION = _choose()
 
 
+def native(name: str):
+    """A function of the C extension (e.g. the delta search's window loop), or None when the pure-Python
+    implementation is in use: the caller then runs its own Python specification of it."""
+    return getattr(_impl, name, None) if IMPLEMENTATION == "c" else None
+
+
 def _byte_size(buf) -> int:
     with memoryview(buf) as mv:
         return mv.nbytes

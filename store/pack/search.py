@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
-from .delta import MAX_INPUT_SIZE, DeltaIndex, should_delta
+from .delta import MAX_INPUT_SIZE, DeltaIndex, native, should_delta
 
 Progress = Callable[[str, int, "int | None"], None]
 Read = Callable[[int], bytes]
@@ -96,8 +96,9 @@ def name_hash(name: bytes | None) -> int:
     """A 32-bit sort key of a path that weighs its last characters most (whitespace ignored).
 
     Each character enters at the top 8 bits and what came before moves down by two, so the
-    last four characters decide the top byte and anything more than 16 characters from the
-    end is gone: versions of one file, and files with one suffix, sort together.
+    last characters decide the top bits and anything more than 16 characters from the end is
+    gone: versions of one file, and files with one suffix, sort together. (This is the
+    specification; the C extension's ``name_hash`` computes the same and is used when present.)
     """
     h = 0
     if name:
@@ -105,6 +106,17 @@ def name_hash(name: bytes | None) -> int:
             if c not in _WHITESPACE:
                 h = ((h >> 2) + (c << 24)) & 0xFFFFFFFF
     return h
+
+
+_c_name_hash = native("name_hash")
+_c_search_segment = native("search_segment")
+
+
+def fast_name_hash(name: bytes | None) -> int:
+    """:func:`name_hash`, in C when the extension is in use."""
+    if not name:
+        return 0
+    return _c_name_hash(name) if _c_name_hash is not None else name_hash(name)
 
 
 @dataclass(frozen=True)
@@ -300,13 +312,32 @@ _I, _DATA, _SIZE, _DEPTH, _ENCODE, _MEM, _GROUP = range(7)
 
 
 class _Segment:
-    """The window search over one run of the sorted candidates (one process)."""
+    """The window search over one run of the sorted candidates (one process).
+
+    :meth:`run_python` is the specification (and the loop when the C extension is absent or
+    ``PACKYARD_PURE_PYTHON=1``); the extension's ``search_segment`` runs the same loop in C and
+    returns the same result (tests compare them).
+    """
 
     def __init__(self, c: Candidates, read: Read, options: SearchOptions, order: Sequence[int],
                  progress: Callable[[int], None] | None) -> None:
         self.c, self.read, self.options, self.order, self.progress = c, read, options, order, progress
 
     def run(self) -> _SegmentResult:
+        if _c_search_segment is None:
+            return self.run_python()
+        return self.run_c()
+
+    def run_c(self) -> _SegmentResult:
+        c, opts = self.c, self.options
+        assert _c_search_segment is not None
+        targets, bases, depths, dsizes, zdeltas, tried, saved, peak, whole, zwholes = _c_search_segment(
+            self.order, c.types, c.max_depth, c.groups, c.fixed, c.keep_whole, self.read, zlib.compress,
+            opts.compression, opts.window, opts.window_memory, self.progress)
+        return _SegmentResult(array("i", targets), array("i", bases), array("i", depths), array("Q", dsizes),
+                              zdeltas, tried, saved, peak, array("i", whole), zwholes)
+
+    def run_python(self) -> _SegmentResult:
         c, read = self.c, self.read
         types, max_depths = c.types, c.max_depth
         groups = c.groups if c.groups is not None else array("i", [-1]) * len(c)
