@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bulk import BatchCounters, begin_batch, open_source
-from .packbatch import PACK_THRESHOLD, begin_pack_batch, should_write_pack
+from .packbatch import PACK_MEMORY, PACK_THRESHOLD, begin_pack_batch, should_write_pack
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
@@ -409,7 +409,11 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     ntrees = 0
     done = 0
     step = max(1, nfiles // 100)
-    as_pack = should_write_pack(nfiles + _count_dirs(root) + 1, pack_threshold)
+    # A tar's members cannot be read again cheaply: a pack batch would hold them all, so a tar holding
+    # more than PACK_MEMORY is written loose (one member in memory at a time). A directory's files past
+    # PACK_MEMORY go into the pack streamed and whole (add_file) instead.
+    as_pack = should_write_pack(nfiles + _count_dirs(root) + 1, pack_threshold) and \
+        (tar is None or budget.bytes <= PACK_MEMORY)
     begin = begin_pack_batch if as_pack else begin_batch
     try:
         with begin(repo, counters=counters, progress=progress if as_pack else None, **batch_options) as batch:
@@ -423,7 +427,8 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                     else:
                         if child.read is not None:          # symlink target, tar member
                             oid, _ = batch.add(ObjectType.BLOB, child.read(), full)
-                        elif child.size > large_file_threshold:
+                        elif child.size > large_file_threshold or \
+                                (as_pack and batch.held_bytes + child.size > PACK_MEMORY):
                             oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress,
                                                     name=full)
                         else:

@@ -27,7 +27,9 @@ new -- never a ref naming an object that is not durably there.
 
 Memory: the objects added with ``add`` are held until ``commit`` (an import's files up to the
 large-file threshold, its trees and commit); ``add_file`` objects are not, and take no part in
-the delta search (git's fast-import does not deltify big blobs either).
+the delta search (git's fast-import does not deltify big blobs either). ``held_bytes`` says how
+much is held: an import adds its further files with ``add_file`` once :data:`PACK_MEMORY` is
+reached, so a batch never holds much more than that.
 """
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ from .tuning import keep_heap_slack_if_needed
 
 Progress = Callable[[str, int, "int | None"], None]
 
+#: Bytes of object content a pack batch's caller lets it hold for the delta search (see the docstring).
+PACK_MEMORY = 256 << 20
 #: Pack write order by type: commits, tags, trees, blobs (git's).
 _TYPE_ORDER = (1, 4, 2, 3)
 
@@ -96,6 +100,7 @@ class PackBatch:
         self._seen: dict[bytes, WriteResult] = {}
         self._freshened_packs: set[str] = set()
         self.pack_name: str | None = None
+        self.held_bytes = 0
         t0 = time.monotonic()
         self.counters.stale_tmp_removed += remove_stale_temp_files(self.pack_dir, orphans=False)
         self.snapshot = repo.objects.snapshot()   # ONE snapshot: existence answers for the whole batch
@@ -170,6 +175,8 @@ class PackBatch:
             self._oids.append(oid)
             self._data.append(data)
             self._names.append(name)
+            if isinstance(data, bytes):
+                self.held_bytes += len(data)
             c.objects_written += 1
         else:
             c.objects_skipped += 1
@@ -346,4 +353,4 @@ def should_write_pack(count: int, threshold: int | None) -> bool:
     return threshold is not None and threshold > 0 and count >= threshold
 
 
-__all__ = ["PackBatch", "begin_pack_batch", "should_write_pack", "PACK_THRESHOLD"]
+__all__ = ["PackBatch", "begin_pack_batch", "should_write_pack", "PACK_THRESHOLD", "PACK_MEMORY"]

@@ -194,3 +194,34 @@ def test_cli_import_says_which_path(tmp_path, bare):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["counters"]["write_path"] == "pack" and len(packs(bare)) == 1
     fsck(bare)
+
+
+def test_memory_held_by_a_pack_import_is_bounded(tmp_path, bare, monkeypatch):
+    """Past PACK_MEMORY a directory import streams its further files into the pack whole; a tar import
+    holding more than that is written loose (its members cannot be read again cheaply)."""
+    import tarfile
+
+    import packyard.store.importtree as it
+
+    monkeypatch.setattr(it, "PACK_MEMORY", 4000)
+    src = make_tree(tmp_path / "src", 200)
+    held = []
+    real_commit = PackBatch.commit
+
+    def commit(self, ref_updates=()):
+        held.append(self.held_bytes)
+        return real_commit(self, ref_updates)
+
+    monkeypatch.setattr(PackBatch, "commit", commit)
+    expected = git_tree_of(src, tmp_path)
+    res = import_tree(Repository.open(bare), "refs/heads/main", src, author=WHEN, pack_threshold=10)
+    assert res.counters["write_path"] == "pack" and res.tree.hex() == expected
+    assert held and held[0] <= 4000 + 40_000   # the trees and commit are held whatever their size
+    fsck(bare)
+    archive = tmp_path / "src.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(src, arcname=".")
+    other = tmp_path / "tar.git"
+    git("init", "-q", "--bare", str(other))
+    res = import_tree(Repository.open(other), "refs/heads/main", archive, author=WHEN, pack_threshold=10)
+    assert res.counters["write_path"] == "loose" and res.tree.hex() == expected
