@@ -442,14 +442,19 @@ def geometric_split(packs: Iterable[PackFile], factor: int) -> list[PackFile]:
 
 
 def _plan_geometric(sources: SourceIndex, rolled: list[PackFile], snapshot) -> _Plan:
-    """Every object of the rolled-up packs (each pack in pack order, dedup) and every unpacked loose object."""
+    """Every object of the rolled-up packs (each pack in pack order, dedup) that no pack staying behind holds
+    (as git's ``pack-objects --stdin-packs`` leaves out the excluded packs' objects), and every unpacked
+    loose object."""
     plan = _Plan(packs=list(rolled))
+    rolled_names = {p.name for p in rolled}
+    # Packs that stay (not cruft: a cruft copy may expire; kept packs' objects are not in the sources).
+    staying = [p for p in snapshot.packs if p.name not in rolled_names and not p.is_cruft]
     ids: list[bytes] = []
     for p in sources.packs:
         oids = p.oids
         for i in p.order:
             oid = oids[20 * i:20 * i + 20]
-            if sources.packed(oid) == p.base + i:
+            if sources.packed(oid) == p.base + i and not any(s.find_offset(oid) is not None for s in staying):
                 ids.append(oid)
     ids.extend(_unpacked_loose(sources, snapshot))
     plan.main = ids
