@@ -258,8 +258,9 @@ class PackBatch:
                 if h < 0:
                     h = hashes[name] = fast_name_hash(name)
             size = len(d) if isinstance(d, bytes) else -1
-            # A file object gets a type the search never tries: it is only ever written whole.
-            cand.add(types[k] if size >= 0 else 0, max(size, 0), h, self.search_options.depth)
+            # A file object gets a type the search never tries: it is only ever written whole. The others
+            # come back compressed when they get no delta (in the search's processes, not here).
+            cand.add(types[k] if size >= 0 else 0, max(size, 0), h, self.search_options.depth, keep_whole=True)
 
         def read(i: int) -> bytes:
             return data[i]  # type: ignore[return-value]   # only objects held in memory are eligible
@@ -277,7 +278,7 @@ class PackBatch:
         order = [k for t in _TYPE_ORDER for k in range(len(types)) if types[k] == t]
         n = len(order)
         offsets = [-1] * n
-        base, zdelta, dsize = found.base, found.zdelta, found.delta_size
+        base, zdelta, dsize, zwhole = found.base, found.zdelta, found.delta_size, found.zwhole
         step = max(1, n // 100)
         done = 0
         for k0 in order:
@@ -294,6 +295,8 @@ class PackBatch:
                 d = data[k]
                 if b >= 0:
                     offsets[k] = writer.write_compressed_delta(oids[k], offsets[b], dsize[k], zdelta[k])
+                elif zwhole[k] is not None:
+                    offsets[k] = writer.write_compressed_whole(oids[k], types[k], len(d), zwhole[k])  # type: ignore[arg-type]
                 elif isinstance(d, bytes):
                     offsets[k] = writer.write_whole(oids[k], types[k], d)
                 else:
