@@ -319,3 +319,21 @@ def test_c_window_loop_gives_the_python_loops_result(seed):
     for f in ("targets", "bases", "depths", "sizes", "zdeltas", "tried", "saved", "peak", "whole", "zwholes"):
         assert getattr(native, f) == getattr(py, f), f
     assert S.fast_name_hash(b"dir/a file.c") == S.name_hash(b"dir/a file.c")
+
+
+def test_reused_chains_are_cut_at_cycles_and_at_the_depth_limit():
+    """writeplan's reuse step on a hand-made plan: 0 <- 1 <- 2 <- 3 <- 4 (each a delta of the one before),
+    and 5 <-> 6 a delta of each other (a cycle, which only corrupt or odd inputs make)."""
+    from packyard.store.maintenance import writeplan as W
+
+    r = W._Reuse(7)
+    for k, b in [(1, 0), (2, 1), (3, 2), (4, 3), (5, 6), (6, 5)]:
+        r.kind[k] = W.DELTA
+        r.base[k] = b
+        r.reused[k] = 1
+    W._check_chains(r, 2)
+    # 1 and 2 stay (depths 1, 2); 3 would be 3: dropped, it starts a new chain on which 4 rests;
+    # the cycle loses one delta.
+    assert [r.reused[k] for k in range(5)] == [0, 1, 1, 0, 1]
+    assert r.reused[5] + r.reused[6] == 1 and r.dropped == 2
+    assert r.height[0] == 2 and r.height[3] == 1
