@@ -92,7 +92,6 @@ def our_ids(pack: Path) -> list[str]:
 
 def force_fork(monkeypatch) -> None:
     monkeypatch.setattr(S, "FORK_MIN_CANDIDATES", 0)
-    monkeypatch.setattr(S, "FORK_MIN_BYTES", 0)
 
 
 # -- packs with computed deltas, git as the oracle -------------------------------------------------------
