@@ -52,6 +52,10 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--pack", default=None, help="source pack (default: the corpus git-v2.0.0.pack)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
     p.add_argument("--keep-dir", action="store_true", help="keep the work directory (inputs are reused)")
+    p.add_argument("--fresh-ext4", action="store_true",
+                   help="run on a new journaled ext4 loop-mounted under the work directory (root only): figures "
+                        "independent of what else the machine deleted lately (the loose scenario deletes 12,000 "
+                        "files per run, on both sides)")
     p.set_defaults(func=run)
 
 
@@ -257,8 +261,8 @@ def report(name: str, rows: dict) -> None:
           f"{med(p, 'wall') / med(g, 'wall'):6.2f}x")
     gr, pr = max(r["rss"] for r in g), max(r["rss"] for r in p)
     print(f"{name}: {'peak RSS (max) MiB':22} {pr / 2**20:10.1f} {gr / 2**20:10.1f} {pr / gr:6.2f}x")
-    print(f"{name}: {'largest pack MB':22} {p[-1]['largest'] / 1e6:10.2f} {g[-1]['largest'] / 1e6:10.2f} "
-          f"{p[-1]['largest'] / g[-1]['largest']:6.2f}x")
+    print(f"{name}: {'largest pack MB':22} {p[-1]['largest'] / 1e6:10.3f} {g[-1]['largest'] / 1e6:10.3f} "
+          f"{p[-1]['largest'] / g[-1]['largest']:6.3f}x")
     print(f"{name}: {'packs left':22} {p[-1]['packs']:10} {g[-1]['packs']:10}")
     phases = p[len(p) // 2]["phases"]
     print(f"{name}: packyard phases (middle round): " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
@@ -281,7 +285,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"packyard bench repack: no pack {pack} (with {refs.name})", file=sys.stderr)
         return 2
     common.compile_bytecode()
+    if args.fresh_ext4:
+        parent = Path(tempfile.mkdtemp(prefix="packyard-bench-repack-fs-", dir=args.dir))
+        try:
+            with common.fresh_ext4(parent) as mnt:
+                return _run_in(args, scenarios, pack, refs, mnt / "bench", keep=True)
+        finally:
+            shutil.rmtree(parent, ignore_errors=True)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-repack-"))
+    return _run_in(args, scenarios, pack, refs, work, keep=bool(args.keep_dir or args.dir))
+
+
+def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Path, work: Path, *,
+            keep: bool) -> int:
+    corpus_scenarios = {"full", "no-reuse", "geometric"} & set(scenarios)
     work.mkdir(parents=True, exist_ok=True)
     print(f"{os.cpu_count()} cores, {args.runs} rounds per scenario alternating git/packyard, in {work} "
           f"({common.describe_filesystem(work)})", flush=True)
@@ -324,5 +341,5 @@ def run(args: argparse.Namespace) -> int:
             report(name, rows)
         return 0
     finally:
-        if not args.keep_dir and not args.dir:
+        if not keep:
             shutil.rmtree(work, ignore_errors=True)
