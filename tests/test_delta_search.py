@@ -336,3 +336,31 @@ def test_reused_chains_are_cut_at_cycles_and_at_the_depth_limit():
     assert [r.reused[k] for k in range(5)] == [0, 1, 1, 0, 1]
     assert r.reused[5] + r.reused[6] == 1 and r.dropped == 2
     assert r.height[0] == 2 and r.height[3] == 1
+
+
+def test_an_error_in_the_forked_segment_is_raised_in_the_parent(monkeypatch):
+    """A corrupt object met by the forked search process fails the search with the same typed error,
+    naming the object, its file and offset."""
+    from packyard.store.errors import CorruptObjectError
+
+    force_fork(monkeypatch)
+    objs = similar_blobs(60, 2000)
+    c = S.Candidates()
+    for k, o in enumerate(objs):
+        c.add(3, len(o), k // 10, 50)
+    order = S.search_order(c)
+    first, second = S.split_segments(order, c, 2)
+    bad = second[len(second) // 2]
+    oid = bytes([7]) * 20
+
+    def read(i: int) -> bytes:
+        if i == bad:
+            raise CorruptObjectError("object does not hash to its name; not repacked", oid=oid, path="/x/pack-1.pack",
+                                     offset=1234)
+        return objs[i]
+
+    with pytest.raises(CorruptObjectError) as info:
+        S.search(c, read, S.SearchOptions(processes=2))
+    err = info.value
+    assert err.oid == oid.hex() and err.path == "/x/pack-1.pack" and err.offset == 1234
+    assert "does not hash" in str(err)
