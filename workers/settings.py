@@ -72,6 +72,10 @@ PACKYARD_IMPORT_MAX_FILES      import_tree: entries (files, links, dirs)    1000
 PACKYARD_WRITE_OBJECTS_MAX_BYTES  write_objects: decoded object bytes in    1 MiB
                                one message (more: ``objects_file=``)
 PACKYARD_OBJECTS_FILE_MAX_BYTES   write_objects: size of ``objects_file``   512 MiB
+PACKYARD_PACK_THRESHOLD        import_tree / write_objects: batches of at   1000
+                               least this many objects are written as one
+                               pack with computed deltas, smaller ones as
+                               loose files (0: always loose)
 PACKYARD_LOST_AFTER            seconds a pending job's message must stay    600
                                unseen (no queue, no delivery, no worker)
                                before the reconciler marks the job LOST;
@@ -232,6 +236,7 @@ class Settings:
     import_max_files: int = 1_000_000
     write_objects_max_bytes: int = 1 << 20
     objects_file_max_bytes: int = 512 << 20
+    pack_threshold: int = 1000
 
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
@@ -267,6 +272,9 @@ class Settings:
                             ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)):
             if value <= 0:
                 raise SettingsError(f"{name} must be positive, got {value}")
+        if self.pack_threshold < 0:
+            raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
+                                f"{self.pack_threshold}")
 
     @property
     def incoming_path(self) -> Path:
@@ -332,6 +340,7 @@ class Settings:
             import_max_files=_int(env, "PACKYARD_IMPORT_MAX_FILES", 1_000_000),
             write_objects_max_bytes=_int(env, "PACKYARD_WRITE_OBJECTS_MAX_BYTES", 1 << 20),
             objects_file_max_bytes=_int(env, "PACKYARD_OBJECTS_FILE_MAX_BYTES", 512 << 20),
+            pack_threshold=_int(env, "PACKYARD_PACK_THRESHOLD", 1000),
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
         )
@@ -392,6 +401,7 @@ class Settings:
             "PACKYARD_IMPORT_MAX_FILES": str(self.import_max_files),
             "PACKYARD_WRITE_OBJECTS_MAX_BYTES": str(self.write_objects_max_bytes),
             "PACKYARD_OBJECTS_FILE_MAX_BYTES": str(self.objects_file_max_bytes),
+            "PACKYARD_PACK_THRESHOLD": str(self.pack_threshold),
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
         }
