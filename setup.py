@@ -1,15 +1,16 @@
 """Build of packyard's C extensions; everything else about the package is in pyproject.toml.
 
-Two hot loops compile with the machine's C compiler and the Python headers (nothing else:
+Three hot loops compile with the machine's C compiler and the Python headers (nothing else:
 the walk finds zlib's shared library at import), by ``pip install .`` and ``pip install -e .``
 alike:
 
-* the delta encoder (store/pack/_delta.c); without it packyard runs the pure-Python encoder
+* the delta encoder (store/pack/_delta.c) and the delta search's window loop
+  (store/pack/_search.c); without them packyard runs the pure-Python encoder and search
   (same bytes, slower): ``packyard.store.pack.delta.IMPLEMENTATION`` says which one is in use;
 * repack's reachability walk (store/maintenance/_walk.c); without it the pure-Python walk
   (same lists, slower): ``packyard.store.maintenance.walk.IMPLEMENTATION``.
 
-PACKYARD_PURE_PYTHON=1 selects both fallbacks; CI sets PACKYARD_REQUIRE_C_DELTA=1 so that a
+PACKYARD_PURE_PYTHON=1 selects the fallbacks; CI sets PACKYARD_REQUIRE_C_DELTA=1 so that a
 missing extension fails the tests.
 """
 from setuptools import Extension, setup
@@ -18,7 +19,8 @@ setup(
     ext_modules=[
         Extension(
             "packyard.store.pack._delta",
-            sources=["store/pack/_delta.c"],
+            sources=["store/pack/_delta.c", "store/pack/_search.c"],
+            depends=["store/pack/_delta.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
         ),

@@ -111,6 +111,9 @@ EARLY_FLUSH_EVERY = 2_000
 MAX_EARLY_FLUSHES = 3
 #: ``add_file`` reads (and hashes, and compresses) a file this many bytes at a time.
 STREAM_CHUNK = 1 << 20
+#: Batches of at least this many objects are written as one pack (store/packbatch.py) instead of loose
+#: files by ``write_objects`` and ``import_tree`` (workers: PACKYARD_PACK_THRESHOLD).
+PACK_THRESHOLD = 1000
 
 
 class WriteResult(enum.Enum):
@@ -159,6 +162,12 @@ class BatchCounters:
     stale_tmp_removed: int = 0
     durable: durable.DurabilityCounters = field(default_factory=durable.DurabilityCounters)
     phase_seconds: dict[str, float] = field(default_factory=dict)
+    # Which way the batch was written: "loose" files here, or "pack" (store/packbatch.py), with its figures.
+    write_path: str = "loose"
+    pack_bytes: int = 0
+    deltas_computed: int = 0
+    deltas_tried: int = 0
+    delta_bytes_saved: int = 0
 
     def add_time(self, phase: str, seconds: float) -> None:
         self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + seconds
@@ -167,8 +176,12 @@ class BatchCounters:
         d = {k: getattr(self, k) for k in (
             "objects_written", "objects_skipped", "skipped_loose", "skipped_packed", "duplicates",
             "exists_at_rename", "bytes_in", "bytes_written", "freshened_packs", "stale_tmp_removed")}
+        if self.write_path == "pack":
+            d.update(pack_bytes=self.pack_bytes, deltas_computed=self.deltas_computed, deltas_tried=self.deltas_tried,
+                     delta_bytes_saved=self.delta_bytes_saved)
         d.update(self.durable.as_dict())
         d["elapsed"] = {k: round(v, 6) for k, v in self.phase_seconds.items()}
+        d["write_path"] = self.write_path
         return d
 
 
@@ -272,8 +285,9 @@ class LooseBatch:
             self.abort()
 
     # -- collecting objects ------------------------------------------------
-    def add(self, obj_type: ObjectType | int, data: bytes) -> tuple[bytes, WriteResult]:
-        """Queue one object; returns its id and what happened to it."""
+    def add(self, obj_type: ObjectType | int, data: bytes, name: bytes | None = None) -> tuple[bytes, WriteResult]:
+        """Queue one object; returns its id and what happened to it. (``name``, the path the object is
+        written for, matters only to a pack batch's delta search: store/packbatch.py.)"""
         if self.state is not BatchState.OPEN:
             raise StoreError(f"batch {self.batch_id} is {self.state.value}; cannot add objects")
         if type(obj_type) is not ObjectType:
@@ -306,7 +320,7 @@ class LooseBatch:
 
     def add_file(self, source: str | os.PathLike[str] | int, size: int,
                  obj_type: ObjectType | int = ObjectType.BLOB, *, where: str | None = None,
-                 progress: Progress | None = None) -> tuple[bytes, WriteResult]:
+                 progress: Progress | None = None, name: bytes | None = None) -> tuple[bytes, WriteResult]:
         """Queue one object read from a file, holding at most one chunk of it in memory.
 
         ``add`` needs the whole object as bytes; for a multi-GB file that exhausts
@@ -413,43 +427,8 @@ class LooseBatch:
         self._queue(pending, written)
 
     def _skip_if_exists(self, oid: bytes) -> WriteResult:
-        """git's check-and-freshen, answered from the batch-start snapshot.
-
-        An object the snapshot knows is not written, but its file (or pack) gets
-        mtime=now so a concurrent prune's grace period keeps it. If the touch finds
-        the file gone (pruned or repacked since the snapshot), look once more
-        (ObjectDirectory.freshen re-lists packs) and write it if it is really gone.
-        """
-        where = self.snapshot.locate(oid)
-        if where is Location.MISSING:
-            return WriteResult.QUEUED
-        if where is Location.LOOSE:
-            if self.repo.objects.loose.freshen(oid):
-                self.counters.skipped_loose += 1
-                return WriteResult.EXISTS_LOOSE
-        else:
-            found = self.snapshot.packs.find_not_cruft(oid)
-            if found is None:
-                # Only in a cruft pack: write it anew rather than touch the cruft pack (as git does), so
-                # the next full repack sees a fresh copy and the cruft entry can age out.
-                return WriteResult.QUEUED
-            pack, _ = found
-            if pack.name in self._freshened_packs:
-                self.counters.skipped_packed += 1
-                return WriteResult.EXISTS_PACKED
-            if pack.freshen():
-                self._freshened_packs.add(pack.name)
-                self.counters.freshened_packs += 1
-                self.counters.skipped_packed += 1
-                return WriteResult.EXISTS_PACKED
-        again = self.repo.objects.freshen(oid)
-        if again is Location.LOOSE:
-            self.counters.skipped_loose += 1
-            return WriteResult.EXISTS_LOOSE
-        if again is Location.PACKED:
-            self.counters.skipped_packed += 1
-            return WriteResult.EXISTS_PACKED
-        return WriteResult.QUEUED
+        """git's check-and-freshen, answered from the batch-start snapshot (see :func:`skip_if_exists`)."""
+        return skip_if_exists(self.repo, self.snapshot, oid, self.counters, self._freshened_packs)
 
     def _fanout_dir(self, hexid: str) -> tuple[str, int]:
         """The object's fan-out dir and its fd: created and opened on first use."""
@@ -730,6 +709,47 @@ class LooseBatch:
         return len(self._pending)
 
 
+def skip_if_exists(repo, snapshot, oid: bytes, counters: BatchCounters, freshened_packs: set[str]) -> WriteResult:
+    """git's check-and-freshen, answered from a batch-start snapshot (loose and pack batches alike).
+
+    An object the snapshot knows is not written, but its file (or pack) gets
+    mtime=now so a concurrent prune's grace period keeps it. If the touch finds
+    the file gone (pruned or repacked since the snapshot), look once more
+    (ObjectDirectory.freshen re-lists packs) and write it if it is really gone.
+    ``freshened_packs``: names of packs this batch touched already (once each).
+    """
+    where = snapshot.locate(oid)
+    if where is Location.MISSING:
+        return WriteResult.QUEUED
+    if where is Location.LOOSE:
+        if repo.objects.loose.freshen(oid):
+            counters.skipped_loose += 1
+            return WriteResult.EXISTS_LOOSE
+    else:
+        found = snapshot.packs.find_not_cruft(oid)
+        if found is None:
+            # Only in a cruft pack: write it anew rather than touch the cruft pack (as git does), so
+            # the next full repack sees a fresh copy and the cruft entry can age out.
+            return WriteResult.QUEUED
+        pack, _ = found
+        if pack.name in freshened_packs:
+            counters.skipped_packed += 1
+            return WriteResult.EXISTS_PACKED
+        if pack.freshen():
+            freshened_packs.add(pack.name)
+            counters.freshened_packs += 1
+            counters.skipped_packed += 1
+            return WriteResult.EXISTS_PACKED
+    again = repo.objects.freshen(oid)
+    if again is Location.LOOSE:
+        counters.skipped_loose += 1
+        return WriteResult.EXISTS_LOOSE
+    if again is Location.PACKED:
+        counters.skipped_packed += 1
+        return WriteResult.EXISTS_PACKED
+    return WriteResult.QUEUED
+
+
 def begin_batch(repo, *, counters: BatchCounters | None = None, progress: Progress | None = None,
                 expected: int | None = None, **options) -> LooseBatch:
     """Start a batch (takes the snapshot, removes stale tmp files of crashed batches)."""
@@ -997,15 +1017,20 @@ def validate_object(obj_type: ObjectType, data: bytes, index: int) -> None:
 @gc_paused()   # many long-lived acyclic objects: see store/tuning.py
 def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]], *,
                   ref_updates: Sequence[RefUpdate] = (), counters: BatchCounters | None = None,
-                  progress: Progress | None = None, **batch_options) -> tuple[list[tuple[bytes, WriteResult]],
-                                                                             BatchResult]:
-    """Validate every object first, then write them in one batch and apply ``ref_updates``."""
+                  progress: Progress | None = None, pack_threshold: int | None = PACK_THRESHOLD,
+                  **batch_options) -> tuple[list[tuple[bytes, WriteResult]], BatchResult]:
+    """Validate every object first, then write them in one batch and apply ``ref_updates``: loose files,
+    or one pack with computed deltas (store/packbatch.py) when there are at least ``pack_threshold``
+    objects (None: never); the counters' ``write_path`` says which."""
     typed: list[tuple[ObjectType, bytes]] = []
     for i, (t, data) in enumerate(objects):
         obj_type = ObjectType.from_label(t) if isinstance(t, (str, bytes)) else ObjectType(t)
         validate_object(obj_type, data, i)
         typed.append((obj_type, data))
-    with begin_batch(repo, counters=counters, progress=progress, expected=len(typed), **batch_options) as batch:
+    from .packbatch import begin_pack_batch, should_write_pack  # (it builds on this module)
+
+    begin = begin_pack_batch if should_write_pack(len(typed), pack_threshold) else begin_batch
+    with begin(repo, counters=counters, progress=progress, expected=len(typed), **batch_options) as batch:
         results = batch.add_many(typed)
         result = batch.commit(ref_updates)
     return results, result

@@ -165,7 +165,7 @@ def sync_filesystem(fd: int, counters: DurabilityCounters | None = None) -> None
         counters.extra["syncfs"] = counters.extra.get("syncfs", 0) + 1
 
 
-def rename_noreplace(src: str | os.PathLike[str], dst: str | os.PathLike[str],
+def rename_noreplace(src: str | bytes | os.PathLike[str], dst: str | bytes | os.PathLike[str],
                      counters: DurabilityCounters | None = None, *, dir_fd: int | None = None) -> bool:
     """Atomic rename that never replaces ``dst``; False if ``dst`` already exists.
 

@@ -6,15 +6,17 @@ that failed: ``raise PackFormatError(...) from err``.
 """
 from __future__ import annotations
 
+from typing import Any
+
 
 class StoreError(Exception):
     """Base of every error raised by ``store``.
 
-    ``path``, ``oid`` (hex) and ``offset`` are set when known; ``str(err)``
-    always includes them.
+    ``path`` (a str, a Path or anything whose ``str()`` names the file), ``oid`` (hex) and
+    ``offset`` are set when known; ``str(err)`` always includes them.
     """
 
-    def __init__(self, message: str, *, path: str | None = None, oid: str | bytes | None = None,
+    def __init__(self, message: str, *, path: object = None, oid: str | bytes | None = None,
                  offset: int | None = None) -> None:
         if isinstance(oid, (bytes, bytearray)) and len(oid) == 20:
             oid = bytes(oid).hex()
@@ -82,6 +84,6 @@ class WriteFailedError(StoreError):
     ``errno`` is the underlying OSError's errno. Nothing was published: temp files were removed.
     """
 
-    def __init__(self, message: str, *, errno: int | None = None, **kw) -> None:
+    def __init__(self, message: str, *, errno: int | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.errno = errno

@@ -10,6 +10,8 @@ module is imported (so it reaches worker and child processes started with it)::
     PACKYARD_FAULT=bulk.write_object:kill@37     # kill on the 37th time it is reached
     PACKYARD_FAULT=refs.before_rename:kill-once  # kill only the first process of all to get there
                                                  # (needs PACKYARD_FAULT_ONCE_DIR, shared by them)
+    PACKYARD_FAULT=repack.after_lease_check:stop-once   # SIGSTOP this process there (a stall: the
+                                                 # test sends SIGCONT; the code then goes on)
 
 or in-process with :func:`arm` / :func:`disarm`. A process that changes
 ``PACKYARD_FAULT`` after import calls :func:`reload_env`.
@@ -96,6 +98,10 @@ def fault_point(name: str) -> None:
         mode = mode.removesuffix("-once")
     if mode == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if mode == "stop":
+        # A stall (GC pause, VM freeze, NFS hang): every thread stops until someone sends SIGCONT.
+        os.kill(os.getpid(), signal.SIGSTOP)
+        return
     raise InjectedFault(f"injected fault at {name}")
 
 

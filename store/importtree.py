@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bulk import BatchCounters, begin_batch, open_source
+from .packbatch import PACK_MEMORY, PACK_THRESHOLD, begin_pack_batch, should_write_pack
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
@@ -333,6 +334,11 @@ def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> b
         raise InvalidInputError(f"cannot read tar member: {err}", path=where) from err
 
 
+def _count_dirs(node: _Dir) -> int:
+    """Directories under ``node``, itself included: one tree object each."""
+    return 1 + sum(_count_dirs(child) for child in node.entries.values() if isinstance(child, _Dir))
+
+
 def _prune_empty(node: _Dir) -> bool:
     for name in list(node.entries):
         child = node.entries[name]
@@ -370,7 +376,8 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                 counters: BatchCounters | None = None, progress: Progress | None = None,
                 large_file_threshold: int = LARGE_FILE_THRESHOLD,
                 max_tar_member_bytes: int = MAX_TAR_MEMBER_BYTES, max_files: int | None = None,
-                max_bytes: int | None = None, **batch_options) -> ImportResult:
+                max_bytes: int | None = None, pack_threshold: int | None = PACK_THRESHOLD,
+                **batch_options) -> ImportResult:
     """Write ``source`` (directory or tar) as blobs + trees + a commit whose parent is ``ref``'s
     current value, then move ``ref`` by compare-and-swap. Raises InvalidInputError for bad input
     (nothing written), RefUpdateError if the ref moved meanwhile (objects stay unreferenced).
@@ -379,7 +386,11 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     streamed in two passes, reported as phases ``hash`` and ``compress`` with byte counts
     between the ``import`` phase's file counts; a file changed between the passes is an
     InvalidInputError. Tar members over ``max_tar_member_bytes`` are a LimitExceededError, and so is a
-    source of more than ``max_files`` entries or ``max_bytes`` of content (found by the scan)."""
+    source of more than ``max_files`` entries or ``max_bytes`` of content (found by the scan).
+
+    An import of at least ``pack_threshold`` objects (files, directories and the commit; None: never)
+    is written as one pack with computed deltas (store/packbatch.py) instead of loose files; the
+    counters' ``write_path`` says which ("pack" or "loose")."""
     check_ref_name(ref)
     src = Path(source)
     if not src.exists():
@@ -398,29 +409,38 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     ntrees = 0
     done = 0
     step = max(1, nfiles // 100)
+    # A tar's members cannot be read again cheaply: a pack batch would hold them all, so a tar holding
+    # more than PACK_MEMORY is written loose (one member in memory at a time). A directory's files past
+    # PACK_MEMORY go into the pack streamed and whole (add_file) instead.
+    as_pack = should_write_pack(nfiles + _count_dirs(root) + 1, pack_threshold) and \
+        (tar is None or budget.bytes <= PACK_MEMORY)
+    begin = begin_pack_batch if as_pack else begin_batch
     try:
-        with begin_batch(repo, counters=counters, progress=None, **batch_options) as batch:
-            def write(node: _Dir) -> bytes:
+        with begin(repo, counters=counters, progress=progress if as_pack else None, **batch_options) as batch:
+            def write(node: _Dir, path: bytes) -> bytes:
                 nonlocal ntrees, done
                 entries = []
                 for name, child in node.entries.items():
+                    full = path + name
                     if isinstance(child, _Dir):
-                        entries.append((MODE_TREE, name, write(child)))
+                        entries.append((MODE_TREE, name, write(child, full + b"/")))
                     else:
                         if child.read is not None:          # symlink target, tar member
-                            oid, _ = batch.add(ObjectType.BLOB, child.read())
-                        elif child.size > large_file_threshold:
-                            oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress)
+                            oid, _ = batch.add(ObjectType.BLOB, child.read(), full)
+                        elif child.size > large_file_threshold or \
+                                (as_pack and batch.held_bytes + child.size > PACK_MEMORY):
+                            oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress,
+                                                    name=full)
                         else:
-                            oid, _ = batch.add(ObjectType.BLOB, _read_file(child.where, child.size, read_limit))
+                            oid, _ = batch.add(ObjectType.BLOB, _read_file(child.where, child.size, read_limit), full)
                         entries.append((child.mode, name, oid))
                         done += 1
                         if progress is not None and (done % step == 0 or done == nfiles):
                             progress("import", done, nfiles)
                 ntrees += 1
-                return batch.add(ObjectType.TREE, encode_tree(entries))[0]
+                return batch.add(ObjectType.TREE, encode_tree(entries), path.rstrip(b"/"))[0]
 
-            tree = write(root)
+            tree = write(root, b"")
             now = int(time.time())
             commit_data = encode_commit(tree, [parent] if parent else [], author.line(now),
                                         (committer or author).line(now), message)

@@ -84,11 +84,32 @@ def break_if_dead(path: str | os.PathLike[str], *, stale_after: float | None = D
     verdict, owner = judge(path, stale_after=stale_after)
     if verdict not in (BreakVerdict.OWNER_DEAD, BreakVerdict.AGED_OUT):
         return verdict
+    done = _remove_judged(path, judged, owner)
+    return verdict if done else BreakVerdict.GONE if done is None else BreakVerdict.OWNER_ALIVE
+
+
+def remove_claim(path: str | os.PathLike[str], owner: Owner | None) -> bool:
+    """Remove the claim at ``path`` if it still carries ``owner``'s record (a caller that judged the owner
+    by other means -- the janitor asks the job records -- removes exactly what it judged). True if removed."""
+    path = os.fspath(path)
+    try:
+        judged = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    if read_owner(path) != owner:
+        return False
+    return bool(_remove_judged(path, judged, owner))
+
+
+def _remove_judged(path: str, judged: os.stat_result, owner: Owner | None) -> bool | None:
+    """Rename the claim aside, check it is the file judged (inode, mtime, owner record), unlink it; a claim
+    someone else created meanwhile is linked back (why: two breakers never remove a fresh claim).
+    True: removed; False: another claim was there (given back); None: it was gone already."""
     aside = f"{path}.broken-{os.getpid()}-{uuid.uuid4().hex[:8]}.lock"
     try:
         os.rename(path, aside)
     except FileNotFoundError:
-        return BreakVerdict.GONE
+        return None
     st = os.stat(aside, follow_symlinks=False)
     # The same file? An inode number is reused at once on most filesystems, and a rename changes
     # ctime: compare inode, mtime and the owner record (pid, start time and creation time).
@@ -99,9 +120,9 @@ def break_if_dead(path: str | os.PathLike[str], *, stale_after: float | None = D
         except FileExistsError:
             pass
         os.unlink(aside)
-        return BreakVerdict.OWNER_ALIVE
+        return False
     os.unlink(aside)
-    return verdict
+    return True
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ Lookup rules (seed 000_9777a3acf68a3210.txt):
   a loose file or an old pack into a new pack;
 * ``quick=True`` skips that re-listing, for callers where a miss is the normal
   case (git's OBJECT_INFO_QUICK), e.g. a collision check on incoming objects;
-* a directory's mtime/stat data is never used to skip the re-listing;
+* a directory's mtime/stat data is never used to skip the re-listing (the one exception is
+  ``unsafe_trust_dir_mtime=True``, git's rejected stat_validity patch, which exists only as the
+  race harness's negative control: ``packyard race --unsafe-dir-cache``);
 * a pack that vanished under a reader (ENOENT, or ESTALE over NFS: a repack replaced it)
   is dropped, the directory re-listed and the object looked up in the new packs; a *read*
   that still misses looks in ``objects/pack/preserved/`` (packs a repack replaced, kept
@@ -105,10 +107,12 @@ class LookupCounters:
 class ObjectDirectory:
     """``<git dir>/objects``: delegates to :class:`LooseObjects` and :class:`PackDirectory`."""
 
-    def __init__(self, objects_dir: Path) -> None:
+    def __init__(self, objects_dir: Path, *, unsafe_trust_dir_mtime: bool = False) -> None:
+        """``unsafe_trust_dir_mtime``: UNSAFE, for the race harness's negative control only -- a miss
+        re-lists objects/pack only if its stat data changed (see :class:`PackDirectory`)."""
         self.path = objects_dir
         self.loose = LooseObjects(objects_dir)
-        self.packs = PackDirectory(objects_dir / "pack")
+        self.packs = PackDirectory(objects_dir / "pack", trust_mtime=unsafe_trust_dir_mtime)
         self.preserved = PackDirectory(objects_dir / "pack" / PRESERVED_DIR)
         self.counters = LookupCounters()
 
@@ -229,7 +233,7 @@ class ObjectDirectory:
         opened = []
         for pack in packs:
             try:
-                pack.index
+                _ = pack.index   # opened (mmapped) now: later lookups in the snapshot make no filesystem calls
             except OSError as err:
                 if not is_gone(err):
                     raise

@@ -12,7 +12,8 @@ break the first at once instead of waiting out an age rule.
 The record is one line of JSON, so it can share a file with other content (a
 ``.keep`` message) and old readers ignore it::
 
-    {"packyard_owner": 1, "pid": 4242, "host": "web-3", "job": "6f1c…", "boot": "…", "start": 81273, "created": 1764500000.1}
+    {"packyard_owner": 1, "pid": 4242, "host": "web-3", "job": "6f1c…", "boot": "…", "start": 81273,
+     "created": 1764500000.1}
 
 The job id is bound per job by the worker layer (:func:`bind_job`), so the pure store
 code never learns about Celery: it calls :func:`current_owner` when it creates a claim.

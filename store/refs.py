@@ -100,7 +100,7 @@ class RefStore:
             return {}
         refs: dict[str, bytes] = {}
         for lineno, line in enumerate(text.splitlines(), 1):
-            if not line or line.startswith(b"#") or line.startswith(b"^"):
+            if not line or line.startswith((b"#", b"^")):
                 continue
             hexid, _, name = line.partition(b" ")
             if not HEX_RE.match(hexid.decode("ascii", "replace")) or not name:

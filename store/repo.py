@@ -84,17 +84,18 @@ def check_layout_contained(git_dir: Path) -> None:
 class Repository:
     """A bare git repository on disk (local or NFS)."""
 
-    def __init__(self, git_dir: Path) -> None:
+    def __init__(self, git_dir: Path, *, unsafe_trust_dir_mtime: bool = False) -> None:
         self.path = git_dir
-        self.objects = ObjectDirectory(git_dir / "objects")
+        # unsafe_trust_dir_mtime: the race harness's negative control only (store/objdir.py).
+        self.objects = ObjectDirectory(git_dir / "objects", unsafe_trust_dir_mtime=unsafe_trust_dir_mtime)
         self.refs = RefStore(git_dir, objects=self.objects)
 
     def __repr__(self) -> str:
         return f"Repository({str(self.path)!r})"
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str]) -> "Repository":
-        return cls(find_git_dir(path))
+    def open(cls, path: str | os.PathLike[str], *, unsafe_trust_dir_mtime: bool = False) -> "Repository":
+        return cls(find_git_dir(path), unsafe_trust_dir_mtime=unsafe_trust_dir_mtime)
 
     @classmethod
     def init(cls, path: str | os.PathLike[str], *, initial_branch: str = "main") -> "Repository":

@@ -164,11 +164,11 @@ def _connectivity(repo: Repository, known: dict, tips, report: VerifyReport, pro
             # Not in our snapshot: a concurrent write may have added it. The normal
             # read path re-lists the pack directory once before declaring it missing.
             try:
-                obj_type, data = repo.objects.read(oid, verify=True)
+                read_type, data = repo.objects.read(oid, verify=True)
             except ObjectMissingError as err:
                 raise ObjectMissingError(f"reachable object is missing (referenced by {referrer})",
                                          oid=oid, path=repo.path) from err
-            info = (int(obj_type), len(data), _pack_links(obj_type, data, oid, repo.path))
+            info = (int(read_type), len(data), _pack_links(read_type, data, oid, repo.path))
             known[oid] = info
         obj_type, size, links = info
         if want_type is not None and obj_type != want_type:

@@ -160,7 +160,8 @@ def postgres_url() -> Iterator[str]:
 class WorkerProcess:
     """A real `celery -A packyard.workers.app worker --pool=prefork -c 2` in its own process group."""
 
-    def __init__(self, settings: Any, name: str, log_path: Path, queues: tuple[str, ...] = ()) -> None:
+    def __init__(self, settings: Any, name: str, log_path: Path, queues: tuple[str, ...] = (),
+                 concurrency: int = 2) -> None:
         from packyard.workers.cli import common
 
         self.name = name
@@ -168,7 +169,7 @@ class WorkerProcess:
         self._log = open(log_path, "ab")
         # Test-only tasks (workers_testtasks.py) are loaded into the test worker with --include;
         # the production app never imports them.
-        argv = common.worker_argv(settings, name=name, concurrency=2, loglevel="INFO", queues=queues,
+        argv = common.worker_argv(settings, name=name, concurrency=concurrency, loglevel="INFO", queues=queues,
                                   include=("workers_testtasks",))
         env = common.child_env(settings)
         env["PYTHONPATH"] = f"{ROOT / 'tests'}{os.pathsep}{env['PYTHONPATH']}"

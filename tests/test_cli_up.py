@@ -88,6 +88,11 @@ def run_demo(env: dict[str, str], cwd: Path) -> str:
     assert "[demo] nightly maintenance: the plan each registered repository would get now, and why" in out.stdout
     assert "[demo]   busy-loose.git: LOOSE" in out.stdout and "[demo]   many-pushes.git: FULL" in out.stdout
     assert "because ~" in out.stdout and "no full repack on record (at most every 5.0 days)" in out.stdout
+    # The short race: its counts, no lost read.
+    assert "[demo] race: readers against repacks and pushes" in out.stdout
+    race = out.stdout[out.stdout.index("[demo]   packyard race "):]
+    assert re.search(r"lookups\s+[\d,]+ \(reads", race) and re.search(r"lost\s+0 ", race), race
+    assert "verdict   PASS: no lost reads" in race, race
     return out.stdout
 
 
@@ -108,9 +113,13 @@ def test_demo_runs_the_main_job(embedded_env, pk):
         # main = the corpus tip + 3 thin-push commits + 2 small-push commits
         assert git("rev-parse", "main~5", git_dir=hosted).decode().strip() == CORPUS_REFS.read_text().split()[0]
 
-    status = subprocess.run(["packyard", "status", "--json", "--limit", "50"], env=env, cwd=state,
+    status = subprocess.run(["packyard", "status", "--json", "--limit", "200"], env=env, cwd=state,
                             capture_output=True, text=True, timeout=60)
     rows = [json.loads(line) for line in status.stdout.splitlines()]
+    # The short race's own jobs (pushes and repacks of race.git, and the run itself), all successful.
+    race = [r for r in rows if (r["repo"] or "").endswith("/race.git")]
+    assert sum(r["kind"] == "packyard.race" for r in race) == 2 and all(r["state"] == "SUCCESS" for r in race), race
+    rows = [r for r in rows if r not in race]
     maintenance = {"packyard.plan_maintenance", "packyard.repack", "packyard.gc"}
     jobs = [r for r in rows if r["kind"] not in maintenance]
     assert len(jobs) == 14 and sorted(r["state"] for r in jobs).count("FAILURE") == 2   # 7 jobs per demo run

@@ -7,7 +7,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 
 TABLES = {"repositories", "jobs", "lock_events", "race_events"}
-HEAD = "0003"
+HEAD = "0004"
 
 
 
@@ -139,3 +139,28 @@ def test_registry_migration_keeps_rows_and_links(sqlite_url):
     with get_engine(sqlite_url).connect() as c:
         assert c.execute(text("SELECT repo_id FROM jobs WHERE task_id = 't-old'")).scalar() == 7
         assert "enabled" not in {col["name"] for col in inspect(c).get_columns("repositories")}
+
+
+def test_lease_migration_keeps_old_events_and_drops_the_new_kinds_on_downgrade(sqlite_url):
+    """0004 adds the lease columns; a downgrade deletes only the lock events of kinds the older code
+    cannot read (taken_over, skipped, aborted, wait_timeout) and keeps the rest."""
+    from packyard.workers.records import downgrade_database, get_engine, upgrade_database
+    from packyard.workers.records.models import LeaseOutcome, LockEventKind
+    from packyard.workers.records.recorder import record_lock_event
+
+    upgrade_database(sqlite_url)
+    for kind in (LockEventKind.ACQUIRED, LockEventKind.TAKEN_OVER, LockEventKind.SKIPPED, LockEventKind.RELEASED):
+        record_lock_event(sqlite_url, repo="/srv/r.git", job_id="j", lock_name="packyard:lock:maint:/srv/r.git",
+                          event=kind, token=3, waited_ms=12, detail={"holder_job": "other"})
+    with get_engine(sqlite_url).begin() as c:
+        c.execute(text("INSERT INTO jobs (task_id, kind, state, retries, attempts, lease, lease_wait_ms) "
+                       f"VALUES ('w', 'packyard.repack', 'SUCCESS', 0, 1, '{LeaseOutcome.WAITED.value}', 250)"))
+    with get_engine(sqlite_url).connect() as c:
+        assert c.execute(text("SELECT waited_ms FROM lock_events WHERE event = 'acquired'")).scalar() == 12
+    downgrade_database(sqlite_url, "0003")
+    with get_engine(sqlite_url).connect() as c:
+        assert [r[0] for r in c.execute(text("SELECT event FROM lock_events ORDER BY id"))] == ["acquired", "released"]
+        assert "lease" not in {col["name"] for col in inspect(c).get_columns("jobs")}
+        assert c.execute(text("SELECT state FROM jobs WHERE task_id = 'w'")).scalar() == "SUCCESS"
+    upgrade_database(sqlite_url)
+    assert _diff(sqlite_url) == []

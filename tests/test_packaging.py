@@ -21,6 +21,7 @@ def test_every_package_directory_is_declared_under_the_packyard_namespace():
     assert dirs == {f"packyard.{t}": t for t in TOP}
     on_disk = {"packyard." + ".".join(p.parent.relative_to(ROOT).parts)
                for t in TOP for p in (ROOT / t).rglob("__init__.py") if ".venv" not in p.parts}
+    on_disk.add("packyard.migrations.versions")   # Alembic's revision files: a directory without __init__
     assert packages == on_disk, f"pyproject.toml packages differ from the tree: {packages ^ on_disk}"
 
 

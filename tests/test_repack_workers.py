@@ -153,3 +153,19 @@ def test_repack_cli_with_lock_fences_its_deletions(shapes, pk, redis_server):
     assert proc.returncode == 0, proc.stderr
     token = json.loads(proc.stdout)["counters"]["fence_token"]
     assert token >= 1 and recorded_token(bare, FenceKind.MAINTENANCE) == token
+
+
+def test_repack_cli_gives_up_after_its_wait_when_another_maintenance_job_holds_the_lease(shapes, pk, redis_client):
+    from packyard.workers.locks import LeaseKind, acquire
+
+    bare = shapes.bare
+    before = snapshot_tree(bare)
+    holder = acquire(redis_client, bare, ttl=60, job_id="nightly-job", kind=LeaseKind.MAINTENANCE)
+    try:
+        proc = subprocess.run([*PACKYARD, "repack", "--repo", str(bare), "--lock", "--wait", "1"],
+                              capture_output=True, text=True, env=pk.cli_env(), cwd=pk.root, timeout=60)
+    finally:
+        holder.release()
+    assert proc.returncode == 75, proc.stderr
+    assert "maintenance lease busy" in proc.stderr and "by job nightly-job" in proc.stderr, proc.stderr
+    assert snapshot_tree(bare) == before

@@ -153,6 +153,44 @@ def test_new_pack_found_even_when_directory_mtime_is_unchanged(loose_repo):
     assert repo.objects.locate(bytes.fromhex(blob)) is Location.PACKED
 
 
+def test_unsafe_dir_mtime_cache_misses_a_pack_installed_in_the_same_second(loose_repo):
+    """The race harness's negative control is the rejected patch for real: with the unsafe option a
+    pack installed in the same second as the listing stays invisible (whole-second stat data, as
+    git compares it without USE_NSEC), and the object reads as missing; the default reader finds it."""
+    import time
+
+    pack_dir = loose_repo / "objects" / "pack"
+    blob = git("hash-object", "-w", "--stdin", git_dir=loose_repo, input=b"installed in the same second\n")
+    oid = bytes.fromhex(blob.decode().strip())
+    pack_input = git("pack-objects", "-q", "--stdout", git_dir=loose_repo, input=blob)
+    loose_file = loose_repo / "objects" / blob[:2].decode() / blob[2:].strip().decode()
+    loose_file.unlink()
+    for _attempt in range(3):   # the three steps below must fall in one second: start right after a tick
+        time.sleep(1.02 - time.time() % 1)
+        (pack_dir / "touch").write_bytes(b"")   # the directory's mtime and ctime are now this second
+        (pack_dir / "touch").unlink()
+        unsafe = Repository.open(loose_repo, unsafe_trust_dir_mtime=True)
+        safe = Repository.open(loose_repo)
+        before = os.stat(pack_dir)
+        unsafe.objects.packs.prepare()
+        safe.objects.packs.prepare()
+        git("index-pack", "--stdin", git_dir=loose_repo, input=pack_input, cwd=pack_dir)
+        after = os.stat(pack_dir)
+        if int(after.st_mtime) == int(before.st_mtime) and int(after.st_ctime) == int(before.st_ctime):
+            break
+        for f in pack_dir.glob("pack-*"):   # a second boundary fell in between: try again
+            f.unlink()
+    else:
+        pytest.skip("could not install a pack within one second three times (machine too slow)")
+    assert safe.objects.locate(oid) is Location.PACKED
+    assert unsafe.objects.locate(oid) is Location.MISSING
+    with pytest.raises(ObjectMissingError):
+        unsafe.objects.read(oid)
+    assert unsafe.objects.packs.rescans_skipped >= 2 and unsafe.objects.packs.rescans == 1
+    os.utime(pack_dir, (after.st_atime + 5, after.st_mtime + 5))   # a change in a later second: seen
+    assert unsafe.objects.locate(oid) is Location.PACKED
+
+
 def test_snapshot_answers_from_memory(mixed_repo, tmp_path):
     repo = Repository.open(mixed_repo)
     snap = repo.objects.snapshot()

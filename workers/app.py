@@ -14,6 +14,7 @@ from celery import Celery
 from packyard.workers import broker, embedded
 from packyard.workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
 from packyard.workers.settings import Settings, get_settings
+from datetime import UTC
 
 
 RECONCILE_TASK = "packyard.reconcile_jobs"
@@ -31,58 +32,65 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 
     ``reconcile-jobs``: every PACKYARD_LOST_AFTER / 2 seconds, rows whose message no broker holds
     and no worker runs become LOST (workers/reconcile.py).
+
+    ``janitor``: every PACKYARD_JANITOR_INTERVAL seconds (0: never), leftovers of dead jobs in the
+    registered repositories are removed by owner (workers/commands/janitor.py).
     """
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from packyard.workers.commands.plan_maintenance import maintenance_crontab
 
-    return {
+    schedule: dict[str, dict[str, Any]] = {
         "maintenance-window": {
             "task": "packyard.plan_maintenance",
             "schedule": maintenance_crontab(settings),
             "kwargs": {"trigger": "window"},
-            "last_run_at": datetime.now(timezone.utc) - timedelta(seconds=settings.maintenance_window),
+            "last_run_at": datetime.now(UTC) - timedelta(seconds=settings.maintenance_window),
         },
         "reconcile-jobs": {"task": RECONCILE_TASK, "schedule": max(1.0, settings.lost_after / 2),
                            "options": {"expires": max(1.0, settings.lost_after / 2)}},
     }
+    if settings.janitor_interval > 0:
+        schedule["janitor"] = {"task": "packyard.janitor", "schedule": settings.janitor_interval,
+                               "options": {"expires": settings.janitor_interval}}
+    return schedule
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    return dict(
-        broker_url=settings.broker_url,
-        result_backend=settings.broker_url,
-        broker_connection_retry_on_startup=True,
+    return {
+        "broker_url": settings.broker_url,
+        "result_backend": settings.broker_url,
+        "broker_connection_retry_on_startup": True,
         # acks_late: an unacknowledged job is redelivered after this long (its host died mid-job).
-        broker_transport_options={"visibility_timeout": settings.visibility_timeout},
-        task_serializer="json",
-        result_serializer="json",
-        accept_content=["json"],
-        result_accept_content=["json"],
+        "broker_transport_options": {"visibility_timeout": settings.visibility_timeout},
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
         # Results only: with result_extended the backend kept every job's arguments (a write_objects
         # payload, whole) for result_expires. Dashboards get names and (bounded) argument reprs
         # from task events; the job rows keep a summary of the arguments.
-        result_extended=False,
-        result_expires=7 * 24 * 3600,
-        timezone="UTC",
-        enable_utc=True,
-        worker_pool="prefork",
-        worker_concurrency=settings.worker_concurrency,
-        worker_prefetch_multiplier=1,    # long storage jobs: do not hoard messages in one process
-        worker_send_task_events=True,
-        task_send_sent_event=True,
-        task_track_started=False,        # see PackyardTask.track_started
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
+        "result_extended": False,
+        "result_expires": 7 * 24 * 3600,
+        "timezone": "UTC",
+        "enable_utc": True,
+        "worker_pool": "prefork",
+        "worker_concurrency": settings.worker_concurrency,
+        "worker_prefetch_multiplier": 1,    # long storage jobs: do not hoard messages in one process
+        "worker_send_task_events": True,
+        "task_send_sent_event": True,
+        "task_track_started": False,        # see PackyardTask.track_started
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
         # A broker connection lost while jobs run does not kill them (the default, stated): their
         # messages stay unacknowledged in the broker (persisted) and are acknowledged when they
         # finish, or put back by the reconciler (workers/reconcile.py).
-        worker_cancel_long_running_tasks_on_connection_loss=False,
-        worker_hijack_root_logger=False,
-        beat_schedule=beat_schedule(settings),
-        beat_schedule_filename=str(settings.state_dir / "celerybeat-schedule"),
-        imports=("packyard.workers.tasks",),
-    )
+        "worker_cancel_long_running_tasks_on_connection_loss": False,
+        "worker_hijack_root_logger": False,
+        "beat_schedule": beat_schedule(settings),
+        "beat_schedule_filename": str(settings.state_dir / "celerybeat-schedule"),
+        "imports": ("packyard.workers.tasks",),
+    }
 
 
 def create_app(settings: Settings | None = None) -> Celery:

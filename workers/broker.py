@@ -172,7 +172,7 @@ def install_restore_guard(redis_url: str) -> None:
         def restore_unacked_once(self, stderr: Any = None) -> None:
             try:
                 super().restore_unacked_once(stderr)
-            except Exception as err:  # noqa: BLE001 - any failure here stopped the whole worker
+            except Exception as err:
                 log.warning("broker.restore_unacked_failed", error=f"{type(err).__name__}: {err}",
                             note="the deliveries stay unacknowledged in the broker; the reconciler restores them")
 

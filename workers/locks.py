@@ -33,6 +33,14 @@ holder's last check and its write.
 
     with repo_lock(redis_client(settings), repo_path, ttl=60, job_id=task_id) as lease:
         ...  # lease.check() before each publishing step; lease.renew() on long work
+
+Every lease operation is an event (``on_event``; :func:`db_event_recorder` writes ``lock_events``):
+acquired (with how long the acquirer waited, ``waited_ms``), renewed, released, lost/expired
+(a failed check or renewal), broken (a dead holder's lease deleted), taken over (acquired
+after the previous holder's lease ran out or was broken without a release: each lease kind
+keeps ``packyard:lease-last:<kind>:<repo>``, the last holder's value, set at acquisition and
+cleared by its release), skipped (a scheduled maintenance job found the lease taken),
+wait_timeout (gave up waiting) and aborted (a holder stopped before a destructive step).
 """
 from __future__ import annotations
 
@@ -43,7 +51,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import redis
 
@@ -99,6 +107,22 @@ _RELEASE = """
 if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
 return 0
 """
+# A holder's own release: the lease, and the "last holder" record that says it was released (not expired).
+_RELEASE_OWN = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+  if redis.call('get', KEYS[2]) == ARGV[1] then redis.call('del', KEYS[2]) end
+  return redis.call('del', KEYS[1])
+end
+return 0
+"""
+# KEYS[1] the "last holder" record; ARGV[1] the new holder's value, ARGV[2] its lifetime (s): the previous value.
+_RECORD_HOLDER = """
+local previous = redis.call('get', KEYS[1])
+redis.call('set', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return previous
+"""
+#: How long the last holder's record outlives it: a takeover is reported if the next holder comes within a week.
+LAST_HOLDER_SECONDS = 7 * 24 * 3600
 OWNER_SEPARATOR = "|"
 
 
@@ -113,6 +137,8 @@ class LockEvent:
     job_id: str | None
     event: LockEventKind
     token: int | None
+    waited_ms: int | None = None
+    detail: dict[str, Any] | None = None
 
 
 OnEvent = Callable[[LockEvent], None]
@@ -120,6 +146,30 @@ OnEvent = Callable[[LockEvent], None]
 
 def lock_name_for(repo: str | Path) -> str:
     return str(Path(repo).expanduser().resolve())
+
+
+def last_key(kind: "LeaseKind", name: str) -> str:
+    """The key holding the value of the last holder of this lease that has not released it."""
+    return f"packyard:lease-last:{kind.name.lower()}:{name}"
+
+
+def describe_value(value: bytes | str | None) -> dict[str, Any] | None:
+    """A lease value as event detail: the holder's token, job and process (None: no value)."""
+    if value is None:
+        return None
+    text = value.decode(errors="replace") if isinstance(value, bytes) else value
+    token_text, _, rest = text.partition(":")
+    job = rest.split(":", 1)[0] if rest else None
+    holder = lease_holder(text)
+    return {"holder_token": int(token_text) if token_text.isdigit() else None,
+            "holder_job": None if job in (None, "", "-") else job,
+            "holder": holder.describe() if holder is not None else None}
+
+
+def holder_detail(client: redis.Redis, repo: str | Path, kind: "LeaseKind | None" = None) -> dict[str, Any] | None:
+    """Who holds the lease now (token, job, process), or None if nobody."""
+    kind = kind or LeaseKind.REPO
+    return describe_value(client.get(kind.key_prefix + lock_name_for(repo)))
 
 
 def fence_floor(repo: str | Path, kind: LeaseKind = LeaseKind.REPO) -> int:
@@ -155,7 +205,7 @@ def db_event_recorder(settings: Settings | str) -> OnEvent:
     def record(ev: LockEvent) -> None:
         try:
             record_lock_event(settings, repo=ev.repo, job_id=ev.job_id, lock_name=ev.lock_name, event=ev.event,
-                              token=ev.token)
+                              token=ev.token, waited_ms=ev.waited_ms, detail=ev.detail)
         except SQLAlchemyError as err:
             plog.get_logger("packyard.locks").warning(
                 "lock.event_record_failed", lock_event=getattr(ev.event, "value", ev.event), lock=ev.lock_name,
@@ -175,10 +225,16 @@ class Lease:
         self.value = f"{token}:{owner}"
         self.released = False
         self.lost = False
+        self.waited_ms = 0                          # how long the acquirer waited for it
+        self.took_over: dict[str, Any] | None = None  # the previous holder, when it never released
 
-    def _emit(self, kind: LockEventKind) -> None:
+    def _emit(self, kind: LockEventKind, waited_ms: int | None = None, detail: dict[str, Any] | None = None) -> None:
         if self.on_event is not None:
-            self.on_event(LockEvent(self.repo, self.key, self.job_id, kind, self.token))
+            self.on_event(LockEvent(self.repo, self.key, self.job_id, kind, self.token, waited_ms, detail))
+
+    def abort(self, step: str, reason: str) -> None:
+        """Record that the holder stopped before ``step`` (a destructive one) because of ``reason``."""
+        self._emit(LockEventKind.ABORTED, detail={"step": step, "reason": reason[:500]})
 
     def _why_lost(self) -> LockEventKind:
         return LockEventKind.EXPIRED if self.client.get(self.key) is None else LockEventKind.LOST
@@ -187,7 +243,7 @@ class Lease:
         kind = self._why_lost()
         if not self.lost:
             self.lost = True
-            self._emit(kind)
+            self._emit(kind, detail={"while": doing})
         holder = "nobody holds it" if kind is LockEventKind.EXPIRED else "another holder has it"
         return LockLostError(f"repository lease {kind.value} while {doing} (token {self.token}; {holder})",
                              path=self.repo)
@@ -213,20 +269,22 @@ class Lease:
         if self.released:
             return True
         self.released = True
-        if self.client.eval(_RELEASE, 1, self.key, self.value):
+        if self.client.eval(_RELEASE_OWN, 2, self.key, last_key(self.kind, self.repo), self.value):
             self._emit(LockEventKind.RELEASED)
             return True
         if not self.lost:
             self.lost = True
-            self._emit(self._why_lost())
+            self._emit(self._why_lost(), detail={"while": "releasing"})
         return False
 
 
 def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
-                on_event: OnEvent | None = None, kind: LeaseKind = LeaseKind.REPO) -> Lease | None:
+                on_event: OnEvent | None = None, kind: LeaseKind = LeaseKind.REPO, waited_ms: int = 0) -> Lease | None:
     """One attempt: a Lease, or None if someone else holds it. Its token is above the repository's fence.
 
-    A lease held by a process that is provably dead is broken first (see the module doc).
+    A lease held by a process that is provably dead is broken first (see the module doc). The
+    acquired event carries ``waited_ms`` (how long the caller has been trying); a lease whose
+    previous holder never released it (it expired, or was broken) also records a takeover.
     """
     name = lock_name_for(repo)
     record = store_owner.current_owner().encode().decode().strip()
@@ -234,12 +292,20 @@ def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str |
     floor = fence_floor(repo, kind)
     keys = (kind.key_prefix + name, kind.fence_prefix + name)
     token = client.eval(_ACQUIRE, 2, *keys, owner, int(ttl * 1000), floor)
+    broken = False
     if token is None and break_if_holder_dead(client, keys[0], name, on_event):
+        broken = True
         token = client.eval(_ACQUIRE, 2, *keys, owner, int(ttl * 1000), fence_floor(repo, kind))
     if token is None:
         return None
     lease = Lease(client, name, int(token), owner, ttl, job_id, on_event, kind)
-    lease._emit(LockEventKind.ACQUIRED)
+    lease.waited_ms = int(waited_ms)
+    previous = client.eval(_RECORD_HOLDER, 1, last_key(kind, name), lease.value, LAST_HOLDER_SECONDS)
+    lease._emit(LockEventKind.ACQUIRED, waited_ms=lease.waited_ms)
+    if previous is not None:
+        # The last holder never released: its lease ran out (a stall, a lost host) or its process died.
+        lease.took_over = {**(describe_value(previous) or {}), "how": "broken" if broken else "expired"}
+        lease._emit(LockEventKind.TAKEN_OVER, detail=lease.took_over)
     return lease
 
 
@@ -256,7 +322,7 @@ def break_if_holder_dead(client: redis.Redis, key: str, repo: str, on_event: OnE
     """Delete the lease ``key`` if its holder is provably dead (compare-and-delete); True if it was deleted."""
     value = client.get(key)
     holder = lease_holder(value)
-    if holder is None or store_owner.liveness(holder) is not store_owner.Liveness.DEAD:
+    if value is None or holder is None or store_owner.liveness(holder) is not store_owner.Liveness.DEAD:
         return False
     if not client.eval(_RELEASE, 1, key, value):
         return False              # released, expired or taken meanwhile: try again normally
@@ -272,14 +338,26 @@ def break_if_holder_dead(client: redis.Redis, key: str, repo: str, on_event: OnE
 def acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
             on_event: OnEvent | None = None, wait: float = 30.0, poll: float = 0.05,
             kind: LeaseKind = LeaseKind.REPO) -> Lease:
-    deadline = time.monotonic() + wait
+    """Wait up to ``wait`` seconds for the lease (``lease.waited_ms`` says how long it took); LockTimeout
+    (and a wait_timeout event naming the holder) if it stays taken."""
+    start = time.monotonic()
+    deadline = start + wait
+    waited = 0
     while True:
-        lease = try_acquire(client, repo, ttl, job_id, on_event, kind)
+        lease = try_acquire(client, repo, ttl, job_id, on_event, kind, waited_ms=waited)
         if lease is not None:
             return lease
-        if time.monotonic() >= deadline:
-            raise LockTimeout(f"repository {lock_name_for(repo)} stayed locked for {wait}s")
+        now = time.monotonic()
+        if now >= deadline:
+            waited = int((now - start) * 1000)
+            holder = holder_detail(client, repo, kind)
+            if on_event is not None:
+                on_event(LockEvent(lock_name_for(repo), kind.key_prefix + lock_name_for(repo), job_id,
+                                   LockEventKind.WAIT_TIMEOUT, None, waited, holder))
+            by = f" by job {holder['holder_job']}" if holder and holder.get("holder_job") else ""
+            raise LockTimeout(f"repository {lock_name_for(repo)} stayed locked{by} for {wait}s")
         time.sleep(poll)
+        waited = int((time.monotonic() - start) * 1000)
 
 
 class _Heartbeat(threading.Thread):
@@ -335,6 +413,41 @@ def hold(lease: Lease, auto_renew: bool = False) -> Iterator[Lease]:
 
             plog.get_logger("packyard.locks").warning("lease.release_failed", lock=lease.key, token=lease.token,
                                                       error=str(err))
+
+
+def claim_fence(repo: str | Path, lease: Lease) -> None:
+    """Record a maintenance lease's token in the repository's maintenance fence as the job starts.
+
+    Why: a holder that stalls past its lease must be refused by the store even if its successor
+    has not deleted anything yet; once a later token is recorded, every deletion carrying an
+    older one is refused (LockLostError, nothing deleted). A fence at or above our token means a
+    later holder already started: LockLostError.
+    """
+    from packyard.store.repo import find_git_dir
+
+    git_dir = find_git_dir(Path(repo).expanduser())   # NotARepositoryError: nothing is written outside a repository
+    kind = store_fence.FenceKind.MAINTENANCE if lease.kind is LeaseKind.MAINTENANCE else store_fence.FenceKind.REFS
+    with store_fence.fenced(git_dir, lease.token, "begin maintenance", kind=kind):
+        pass
+
+
+@contextmanager
+def maintenance_lease(settings: Settings, repo: str | Path, wait: float | None = None,
+                      job_id: str | None = None) -> Iterator[Lease]:
+    """The maintenance lease for an in-process command (``packyard repack --lock``, ``packyard gc --lock``):
+    wait up to ``wait`` seconds (default PACKYARD_MAINTENANCE_WAIT; LockTimeout after it), record the
+    token in the maintenance fence, renew it in the background; a LockLostError out of the block is
+    recorded as an aborted event. Events go to ``lock_events`` (dropped if the database is down)."""
+    on_event = db_event_recorder(settings)
+    lease = acquire(redis_client(settings), repo, ttl=settings.lock_ttl, job_id=job_id, on_event=on_event,
+                    wait=settings.maintenance_wait if wait is None else wait, poll=0.1, kind=LeaseKind.MAINTENANCE)
+    with hold(lease, auto_renew=True):
+        try:
+            claim_fence(repo, lease)
+            yield lease
+        except LockLostError as err:
+            lease.abort("delete", str(err))
+            raise
 
 
 _RELEASE_HELD_BY = """

@@ -98,9 +98,9 @@ class RecordsCollector(Collector):
             locks = CounterMetricFamily("packyard_lock_events", "Lease events from lock_events",
                                         labels=["lease", "event"])
             by_lease: dict[tuple[str, str], int] = {}
-            for name, event, n in s.execute(select(LockEvent.lock_name, LockEvent.event, func.count())
-                                            .group_by(LockEvent.lock_name, LockEvent.event)):
-                key = (lease_of(name), getattr(event, "value", str(event)))
+            for name, kind, n in s.execute(select(LockEvent.lock_name, LockEvent.event, func.count())
+                                           .group_by(LockEvent.lock_name, LockEvent.event)):
+                key = (lease_of(name), getattr(kind, "value", str(kind)))
                 by_lease[key] = by_lease.get(key, 0) + n
             for (lease, event), n in sorted(by_lease.items()):
                 locks.add_metric([lease, event], n)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from sqlalchemy import select
@@ -68,7 +68,7 @@ class ReconcileReport:
 
 
 def _aware(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)  # SQLite returns naive UTC
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)  # SQLite returns naive UTC
 
 
 def reconcile(settings: Settings, app: Any, client: Any = None, *, inspect_timeout: float = INSPECT_TIMEOUT,

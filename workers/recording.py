@@ -41,7 +41,7 @@ UNRECORDED_TASKS = frozenset({"packyard.reconcile_jobs"})
 RECORD_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
-def record_with_retries(step: str, write: Callable[[], None]) -> bool:
+def record_with_retries(step: str, write: Callable[[], object]) -> bool:
     """Run one job-row write; on a database error retry after each of RECORD_RETRY_DELAYS.
 
     Returns False (after logging ``job.record_failed``) if every attempt failed; never raises
@@ -179,7 +179,7 @@ def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[st
     repo = repo_from_call(args, kwargs)
     state = JobState.FAILURE if exc is not None else JobState.SUCCESS
     counters = counters_of(exc if exc is not None else result)
-    event = dict(state=state.value, duration_ms=int((time.monotonic() - started) * 1000), counters=counters)
+    event = {"state": state.value, "duration_ms": int((time.monotonic() - started) * 1000), "counters": counters}
     if exc is not None:
         log.error("job.finished", error=str(exc), error_type=type(exc).__name__, **event)
     else:

@@ -46,6 +46,15 @@ PACKYARD_MAINTENANCE_CRUFT_EXPIRE    seconds an unreachable object stays   12096
                                in a cruft pack
 PACKYARD_MAINTENANCE_PRESERVE_FOR    seconds a replaced pack stays in      3600
                                objects/pack/preserved/
+PACKYARD_MAINTENANCE_WAIT      seconds an explicitly requested repack/gc    600
+                               waits for the repository's maintenance
+                               lease (``wait=`` / ``--wait`` override it;
+                               scheduled runs never wait: they skip)
+PACKYARD_JANITOR_INTERVAL      seconds between beat's janitor runs (0:     3600
+                               never)
+PACKYARD_JANITOR_SAFETY_AGE    a leftover whose owning job neither the     86400
+                               records nor Redis know is removed only
+                               once older than this
 PACKYARD_STORAGE_ROOTS         comma-separated ``name=/abs/path`` pairs:    default=<state>/repositories
                                the only places a queued job may address a
                                repository (``/abs/path/x.git`` or
@@ -63,6 +72,10 @@ PACKYARD_IMPORT_MAX_FILES      import_tree: entries (files, links, dirs)    1000
 PACKYARD_WRITE_OBJECTS_MAX_BYTES  write_objects: decoded object bytes in    1 MiB
                                one message (more: ``objects_file=``)
 PACKYARD_OBJECTS_FILE_MAX_BYTES   write_objects: size of ``objects_file``   512 MiB
+PACKYARD_PACK_THRESHOLD        import_tree / write_objects: batches of at   1000
+                               least this many objects are written as one
+                               pack with computed deltas, smaller ones as
+                               loose files (0: always loose)
 PACKYARD_LOST_AFTER            seconds a pending job's message must stay    600
                                unseen (no queue, no delivery, no worker)
                                before the reconciler marks the job LOST;
@@ -212,6 +225,9 @@ class Settings:
     maintenance_geometric_factor: int = 2
     maintenance_cruft_expire: float = 14 * 86400.0
     maintenance_preserve_for: float = 3600.0
+    maintenance_wait: float = 600.0
+    janitor_interval: float = 3600.0
+    janitor_safety_age: float = 86400.0
     storage_roots: tuple[tuple[str, Path], ...] = ()     # () = the embedded default (see from_env)
     incoming_dir: Path | None = None                      # None = <state dir>/incoming
     time_limits: tuple[tuple[str, float, float], ...] = tuple(
@@ -220,6 +236,7 @@ class Settings:
     import_max_files: int = 1_000_000
     write_objects_max_bytes: int = 1 << 20
     objects_file_max_bytes: int = 512 << 20
+    pack_threshold: int = 1000
 
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
@@ -255,6 +272,9 @@ class Settings:
                             ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)):
             if value <= 0:
                 raise SettingsError(f"{name} must be positive, got {value}")
+        if self.pack_threshold < 0:
+            raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
+                                f"{self.pack_threshold}")
 
     @property
     def incoming_path(self) -> Path:
@@ -310,6 +330,9 @@ class Settings:
             maintenance_geometric_factor=_int(env, "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR", 2),
             maintenance_cruft_expire=_float(env, "PACKYARD_MAINTENANCE_CRUFT_EXPIRE", 14 * 86400.0),
             maintenance_preserve_for=_float(env, "PACKYARD_MAINTENANCE_PRESERVE_FOR", 3600.0),
+            maintenance_wait=_float(env, "PACKYARD_MAINTENANCE_WAIT", 600.0),
+            janitor_interval=_float(env, "PACKYARD_JANITOR_INTERVAL", 3600.0),
+            janitor_safety_age=_float(env, "PACKYARD_JANITOR_SAFETY_AGE", 86400.0),
             storage_roots=_storage_roots(env, state_dir),
             incoming_dir=incoming,
             time_limits=_time_limits(env),
@@ -317,6 +340,7 @@ class Settings:
             import_max_files=_int(env, "PACKYARD_IMPORT_MAX_FILES", 1_000_000),
             write_objects_max_bytes=_int(env, "PACKYARD_WRITE_OBJECTS_MAX_BYTES", 1 << 20),
             objects_file_max_bytes=_int(env, "PACKYARD_OBJECTS_FILE_MAX_BYTES", 512 << 20),
+            pack_threshold=_int(env, "PACKYARD_PACK_THRESHOLD", 1000),
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
         )
@@ -367,6 +391,9 @@ class Settings:
             "PACKYARD_MAINTENANCE_GEOMETRIC_FACTOR": str(self.maintenance_geometric_factor),
             "PACKYARD_MAINTENANCE_CRUFT_EXPIRE": str(self.maintenance_cruft_expire),
             "PACKYARD_MAINTENANCE_PRESERVE_FOR": str(self.maintenance_preserve_for),
+            "PACKYARD_MAINTENANCE_WAIT": str(self.maintenance_wait),
+            "PACKYARD_JANITOR_INTERVAL": str(self.janitor_interval),
+            "PACKYARD_JANITOR_SAFETY_AGE": str(self.janitor_safety_age),
             "PACKYARD_STORAGE_ROOTS": ",".join(f"{name}={path}" for name, path in self.storage_roots),
             "PACKYARD_INCOMING_DIR": str(self.incoming_path),
             "PACKYARD_TIME_LIMITS": ",".join(f"{k}={soft!r}:{hard!r}" for k, soft, hard in self.time_limits),
@@ -374,6 +401,7 @@ class Settings:
             "PACKYARD_IMPORT_MAX_FILES": str(self.import_max_files),
             "PACKYARD_WRITE_OBJECTS_MAX_BYTES": str(self.write_objects_max_bytes),
             "PACKYARD_OBJECTS_FILE_MAX_BYTES": str(self.objects_file_max_bytes),
+            "PACKYARD_PACK_THRESHOLD": str(self.pack_threshold),
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
         }

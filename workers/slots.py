@@ -46,7 +46,8 @@ class FleetSlots:
     def holders(self, now: float | None = None) -> list[str]:
         """Task ids holding an unexpired slot."""
         now = time.time() if now is None else now
-        return [m.decode() for m in self.client.zrangebyscore(self.key, f"({now}", "+inf")]
+        members = self.client.zrangebyscore(self.key, f"({now}", "+inf")
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
 
     def in_flight(self, now: float | None = None) -> int:
         return len(self.holders(now))

@@ -23,7 +23,7 @@ FOREIGN_STALE_AFTER = 14 * 24 * 3600.0
 
 def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_after: float = STALE_AFTER,
                             foreign_after: float = FOREIGN_STALE_AFTER,
-                            fence: Callable[[], None] | None = None) -> int:
+                            fence: Callable[[], None] | None = None, orphans: bool = True) -> int:
     """Remove writer temp files of dead repacks and pack files left without their idx; returns how many.
 
     Ours (``tmp_<kind>_<pid>_<host>-<rand>``) from this host go as soon as the pid is dead and they are
@@ -33,7 +33,8 @@ def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_a
     between renames) it is removed once older than ``stale_after``.
 
     ``fence()`` (a job's maintenance-lease check) runs before each removal: a holder that lost its
-    lease stops before deleting anything more.
+    lease stops before deleting anything more. ``orphans=False`` (an ingesting job, which holds no
+    maintenance lease): writer temp files only, installed names are left to the maintenance jobs.
     """
     now = time.time() if now is None else now
     try:
@@ -56,7 +57,7 @@ def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_a
                     or age >= foreign_after
             else:
                 stale = age >= foreign_after
-        elif name.startswith("pack-") and name.rsplit(".", 1)[-1] in ("pack", "rev", "mtimes", "bitmap"):
+        elif orphans and name.startswith("pack-") and name.rsplit(".", 1)[-1] in ("pack", "rev", "mtimes", "bitmap"):
             stem = name.rsplit(".", 1)[0]
             if f"{stem}.idx" in names:
                 continue

@@ -7,8 +7,10 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
     plan      full: the tips (refs, HEAD, reflogs) read after the snapshot, everything they reach
               (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired);
               geometric: the smallest packs until the sizes form a progression; loose: every loose object
-    write     one pack writer per new pack (store/pack/write.py): deltas whose base goes into the same
-              pack copied verbatim (CRC checked), everything else written whole
+    write     one pack writer per new pack (store/pack/write.py), through writeplan.py: deltas whose base
+              goes into the same pack copied verbatim (CRC checked; not with ``reuse=False``), the rest
+              offered to the delta search (store/pack/search.py: ``window``, ``depth``,
+              ``window_memory``), what it finds no delta for written whole
     install   temp files -> flush -> renames (idx last) -> directory fsync (store/install.py)
     recheck   (before the first deletion) the tips are read again; whatever they reach that is not in a
               new pack keeps its old copy; the maintenance lease is checked (``check_lease``)
@@ -21,8 +23,9 @@ A corrupt object (CRC, zlib, hash, delta base) or a tip naming a missing object 
 repack before anything is deleted, with a typed error naming the object, file and offset;
 temp files are removed. Fault points for SIGKILL tests, in order: ``repack.after_plan``,
 ``repack.after_write``, ``repack.after_writeout`` ... ``repack.after_fsync_dirs`` (the main pack),
-``repack.cruft.after_*`` (the cruft pack), ``repack.before_delete``, ``repack.after_idx_preserved``,
-``repack.after_pack_preserved``, ``repack.after_loose_deleted``, ``repack.after_delete``.
+``repack.cruft.after_*`` (the cruft pack), ``repack.before_delete``, ``repack.after_lease_check``,
+``repack.after_idx_preserved``, ``repack.after_pack_preserved``, ``repack.after_loose_deleted``,
+``repack.after_delete``.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import durable
-from ..errors import InvalidInputError, ObjectMissingError
+from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..fence import FenceKind, fenced
 from ..objects import ObjectType
@@ -47,11 +50,14 @@ from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
 from .tips import read_tips
-from .walk import Reachable, walk
-from .writeplan import write_plan
+from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
+from .walk import Reachable, parse_tree_entries, walk
+from .writeplan import DeltaPlan, write_plan
 
 Progress = Callable[[str, int, "int | None"], None]
 
+#: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
+PRELOAD_BYTES = 256 << 20
 #: git's gc.pruneExpire default: unreachable objects younger than this are kept (in the cruft pack).
 DEFAULT_EXPIRE_SECONDS = 14 * 24 * 3600.0
 
@@ -69,8 +75,18 @@ class RepackOptions:
     preserve_for: float = DEFAULT_PRESERVE_SECONDS   # seconds a replaced pack stays in preserved/
     preserve: bool = True                            # False: replaced packs are unlinked at once
     compression: int = PACK_COMPRESSION              # zlib level for objects written whole
-    processes: int = 2                               # the reachability walk forks one helper when > 1
+    processes: int = 2                               # the walk and the delta search fork helpers when > 1
     now: float | None = None                         # the clock (tests)
+    reuse: bool = True                               # False: recompute every delta (git repack -f)
+    window: int = DEFAULT_WINDOW                     # delta search window (git's --window); 0: no search
+    depth: int = DEFAULT_DEPTH                       # longest delta chain, reused ones too (git's --depth)
+    window_memory: int = DEFAULT_WINDOW_MEMORY       # bytes per search process (git's --window-memory); 0: no bound
+
+    def delta_plan(self) -> DeltaPlan:
+        search = None if self.window <= 1 else SearchOptions(
+            window=self.window, depth=self.depth, window_memory=self.window_memory, processes=self.processes,
+            compression=self.compression)
+        return DeltaPlan(reuse=self.reuse, search=search, depth=self.depth)
 
 
 @dataclass
@@ -96,6 +112,13 @@ class RepackCounters:
     preserved_expired: int = 0    # preserved packs removed after preserve_for
     stale_tmp_removed: int = 0    # temp files of dead repacks removed
     relisted_hits: int = 0        # lookups that found an object only after re-listing objects/pack
+    deltas_computed: int = 0      # new deltas the search found (and wrote)
+    deltas_tried: int = 0         # delta encoder calls of the search
+    delta_bytes_saved: int = 0    # object bytes minus delta bytes over the new deltas (uncompressed)
+    delta_candidates: int = 0     # objects the search considered (no reused delta; tree or blob; sizes in range)
+    deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
+    search_processes: int = 0     # processes the search ran in
+    window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
 
 
 @dataclass
@@ -140,6 +163,8 @@ class _Plan:
     expired: set[bytes] = field(default_factory=set)        # unreachable ids not kept anywhere
     reach: Reachable | None = None
     tips: dict[str, bytes] = field(default_factory=dict)
+    names: dict[bytes, bytes] | None = None                 # id -> the name it is reached by (delta search order)
+    preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
 
 
@@ -217,6 +242,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     # -- write and install the new pack(s) -------------------------------------------------------
     written: list[tuple[PackWriter, list[int] | None, str]] = []
     writers: list[PackWriter] = []
+    searched: dict[str, float] = {}
     try:
         for ids, prefix, is_cruft in ((plan.main, "repack", False), (plan.cruft, "repack.cruft", True)):
             if not ids:
@@ -226,10 +252,14 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             writers.append(writer)
             mtimes = write_plan(writer, ids, sources, c, progress=progress,
                                 phase="writing cruft objects" if is_cruft else "writing objects",
-                                mtime_of=plan.mtimes if is_cruft else None)
+                                mtime_of=plan.mtimes if is_cruft else None,
+                                names=None if is_cruft else plan.names, preloaded=plan.preloaded,
+                                deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
             written.append((writer, mtimes, prefix))
         timer.lap("write")
+        result.elapsed["search"] = searched.get("search", 0.0)   # (inside "write" until here)
+        result.elapsed["write"] -= result.elapsed["search"]
         fault_point("repack.after_write")
         for writer, mtimes, prefix in written:
             _outcome, files, _keep = writer.install(mtimes=mtimes)
@@ -260,6 +290,8 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     timer.lap("recheck")
     if check_lease is not None:
         check_lease()
+    # A holder that stalls here, past its lease, is stopped by the maintenance fence below.
+    fault_point("repack.after_lease_check")
 
     # -- delete, inside the maintenance fence -----------------------------------------------------
     doing = f"delete {len(doomed_packs)} packs and {len(doomed_loose)} loose objects"
@@ -321,7 +353,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
     tips = read_tips(repo)
     reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes, packs=sources)
-    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids))
+    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids), names=reach.names)
     plan.main = sources.present(reach.ids())
     seen = reach.seen
     # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
@@ -413,14 +445,19 @@ def geometric_split(packs: Iterable[PackFile], factor: int) -> list[PackFile]:
 
 
 def _plan_geometric(sources: SourceIndex, rolled: list[PackFile], snapshot) -> _Plan:
-    """Every object of the rolled-up packs (each pack in pack order, dedup) and every unpacked loose object."""
+    """Every object of the rolled-up packs (each pack in pack order, dedup) that no pack staying behind holds
+    (as git's ``pack-objects --stdin-packs`` leaves out the excluded packs' objects), and every unpacked
+    loose object."""
     plan = _Plan(packs=list(rolled))
+    rolled_names = {p.name for p in rolled}
+    # Packs that stay (not cruft: a cruft copy may expire; kept packs' objects are not in the sources).
+    staying = [p for p in snapshot.packs if p.name not in rolled_names and not p.is_cruft]
     ids: list[bytes] = []
     for p in sources.packs:
         oids = p.oids
         for i in p.order:
             oid = oids[20 * i:20 * i + 20]
-            if sources.packed(oid) == p.base + i:
+            if sources.packed(oid) == p.base + i and not any(s.find_offset(oid) is not None for s in staying):
                 ids.append(oid)
     ids.extend(_unpacked_loose(sources, snapshot))
     plan.main = ids
@@ -438,19 +475,47 @@ def _unpacked_loose(sources: SourceIndex, snapshot) -> list[bytes]:
 
 
 def _plan_loose(repo, sources: SourceIndex, snapshot, progress: Progress | None) -> _Plan:
-    """Every loose object not already in a pack, commits first, then tags, trees, blobs (by id within a type)."""
+    """Every loose object not already in a pack, commits first, then tags, trees, blobs (by id within a type).
+
+    Each loose file is read once, here (checked against its name): the delta search and the writer take
+    the objects from ``preloaded`` (up to PRELOAD_BYTES of them), and the loose trees' entries give the
+    objects below them their names, so that the search's order puts versions of one file together.
+    """
     plan = _Plan(loose=set(sources.loose_ids))
     by_type: dict[int, list[bytes]] = {1: [], 4: [], 2: [], 3: []}
     loose = repo.objects.loose
+    held = 0
+    trees: list[tuple[bytes, bytes]] = []
     for oid in _unpacked_loose(sources, snapshot):
         try:
-            typ, _size = loose.read_header(oid)
+            typ, data = loose.read(oid, verify=True)
         except ObjectMissingError:
             plan.loose.discard(oid)   # gone since the snapshot: someone else's business
             continue
         by_type[int(typ)].append(oid)
+        if typ == ObjectType.TREE:
+            trees.append((oid, data))
+        if held + len(data) <= PRELOAD_BYTES:
+            plan.preloaded[oid] = (int(typ), data)
+            held += len(data)
     plan.main = [oid for t in (1, 4, 2, 3) for oid in by_type[t]]
+    plan.names = names_below(trees, plan.preloaded.keys() | set(plan.main))
     return plan
+
+
+def names_below(trees: list[tuple[bytes, bytes]], wanted) -> dict[bytes, bytes]:
+    """{object id: entry name} for every entry of ``trees`` whose id is in ``wanted`` (a tree with a
+    malformed entry names nothing: the write checks it anyway)."""
+    names: dict[bytes, bytes] = {}
+    for oid, data in trees:
+        try:
+            entries = parse_tree_entries(data, oid)
+        except StoreError:
+            continue
+        for _mode, name, eid in entries:
+            if eid in wanted and eid not in names:
+                names[eid] = name
+    return names
 
 
 # -- before deleting ----------------------------------------------------------------------------------

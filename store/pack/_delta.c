@@ -21,9 +21,11 @@
  * base buffer the index holds an export of (so it cannot be resized or freed),
  * the target buffer held for the call, and memory allocated with PyMem_Raw*.
  * An index is immutable once built, so threads may share it.
+ *
+ * The delta search's window loop (_search.c, same extension module) calls the index and the
+ * encoder through _delta.h.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_delta.h"
 #include <structmember.h>
 #include <stdint.h>
 #include <string.h>
@@ -78,18 +80,8 @@ common_prefix(const uint8_t *a, const uint8_t *b, size_t limit)
 
 /* ---- the index ------------------------------------------------------------------ */
 
-typedef struct {
-    const uint8_t *base;
-    size_t base_len;
-    unsigned shift;       /* 64 - bits */
-    size_t nbuckets;      /* 0 when the base holds no whole block */
-    uint32_t *starts;     /* nbuckets + 1 entries: bucket b is offsets[starts[b] .. starts[b+1]) */
-    uint32_t *offsets;    /* kept block offsets, by bucket, ascending within a bucket */
-    size_t kept;
-} dindex;
-
-static void
-dindex_free(dindex *ix)
+void
+pd_dindex_free(dindex *ix)
 {
     PyMem_RawFree(ix->starts);
     PyMem_RawFree(ix->offsets);
@@ -100,8 +92,8 @@ dindex_free(dindex *ix)
 }
 
 /* Build the index of base[0..len); len <= MAX_BASE. Needs no GIL. 0, or -1 when out of memory. */
-static int
-dindex_build(dindex *ix, const uint8_t *base, size_t len)
+int
+pd_dindex_build(dindex *ix, const uint8_t *base, size_t len)
 {
     size_t nblocks = len / BLOCK, nb, b, i, sum, w;
     unsigned bits = 1;
@@ -118,7 +110,7 @@ dindex_build(dindex *ix, const uint8_t *base, size_t len)
     ix->starts = PyMem_RawCalloc(nb + 1, sizeof(uint32_t));
     ix->offsets = PyMem_RawMalloc(nblocks * sizeof(uint32_t));
     if (!ix->starts || !ix->offsets) {
-        dindex_free(ix);
+        pd_dindex_free(ix);
         return -1;
     }
     ix->nbuckets = nb;
@@ -164,21 +156,13 @@ dindex_build(dindex *ix, const uint8_t *base, size_t len)
     return 0;
 }
 
-static size_t
-dindex_memory(const dindex *ix)
+size_t
+pd_dindex_memory(const dindex *ix)
 {
     return ix->nbuckets ? 4 * (ix->nbuckets + 1) + 4 * ix->kept : 0;
 }
 
 /* ---- the output buffer ------------------------------------------------------------ */
-
-enum { OUT_OK = 0, OUT_OVER = 1, OUT_NOMEM = -1 };
-
-typedef struct {
-    uint8_t *p;
-    size_t len, cap;
-    size_t limit;         /* never hold more than this many bytes (SIZE_MAX: no limit) */
-} obuf;
 
 /* Room for n more bytes: OUT_OVER when that would pass the limit. */
 static int
@@ -280,8 +264,8 @@ emit_copies(obuf *o, size_t off, size_t n)
 /* ---- the encoder ------------------------------------------------------------------ */
 
 /* Encode the delta from ix's base to t[0..tlen) into o. Needs no GIL. */
-static int
-encode(const dindex *ix, const uint8_t *t, size_t tlen, obuf *o)
+int
+pd_encode(const dindex *ix, const uint8_t *t, size_t tlen, obuf *o)
 {
     const uint8_t *base = ix->base;
     size_t blen = ix->base_len, pos = 0, ins = 0;
@@ -344,7 +328,7 @@ typedef struct {
 static void
 DeltaIndex_dealloc(DeltaIndexObject *self)
 {
-    dindex_free(&self->ix);
+    pd_dindex_free(&self->ix);
     if (self->has_view) {
         PyBuffer_Release(&self->view);
         self->has_view = 0;
@@ -380,14 +364,14 @@ DeltaIndex_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    rc = dindex_build(&self->ix, (const uint8_t *)self->view.buf, (size_t)self->view.len);
+    rc = pd_dindex_build(&self->ix, (const uint8_t *)self->view.buf, (size_t)self->view.len);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
     self->base_size = self->view.len;
-    self->memory = (Py_ssize_t)dindex_memory(&self->ix);
+    self->memory = (Py_ssize_t)pd_dindex_memory(&self->ix);
     return (PyObject *)self;
 }
 
@@ -423,7 +407,7 @@ DeltaIndex_create_delta(DeltaIndexObject *self, PyObject *const *args, Py_ssize_
     if (PyObject_GetBuffer(args[0], &tv, PyBUF_SIMPLE) < 0)
         return NULL;
     Py_BEGIN_ALLOW_THREADS
-    r = encode(&self->ix, (const uint8_t *)tv.buf, (size_t)tv.len, &o);
+    r = pd_encode(&self->ix, (const uint8_t *)tv.buf, (size_t)tv.len, &o);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&tv);
     if (r == OUT_OK)
@@ -468,8 +452,10 @@ static PyTypeObject DeltaIndexType = {
 static struct PyModuleDef delta_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "packyard.store.pack._delta",
-    .m_doc = "git-format delta encoder (C); the algorithm is specified in _delta_py.py",
+    .m_doc = "git-format delta encoder and the delta search's window loop (C); specified in _delta_py.py "
+             "and search.py",
     .m_size = -1,
+    .m_methods = pd_search_methods,
 };
 
 PyMODINIT_FUNC

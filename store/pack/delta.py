@@ -52,6 +52,12 @@ def _choose() -> tuple[ModuleType, str]:
 _impl, IMPLEMENTATION = _choose()
 
 
+def native(name: str):
+    """A function of the C extension (e.g. the delta search's window loop), or None when the pure-Python
+    implementation is in use: the caller then runs its own Python specification of it."""
+    return getattr(_impl, name, None) if IMPLEMENTATION == "c" else None
+
+
 def _byte_size(buf) -> int:
     with memoryview(buf) as mv:
         return mv.nbytes
@@ -70,7 +76,7 @@ class DeltaIndex:
     (the same figure from both implementations), for a window's memory limit.
     """
 
-    __slots__ = ("_index", "base_size", "memory", "max_input")
+    __slots__ = ("_index", "base_size", "memory", "max_input", "encode")
 
     def __init__(self, base, *, max_input: int = MAX_INPUT_SIZE) -> None:
         size = _byte_size(base)
@@ -81,6 +87,10 @@ class DeltaIndex:
         self.base_size = size
         self.memory: int = self._index.memory
         self.max_input = max_input
+        #: ``encode(target, max_size)``: :meth:`create_delta` without its checks, for a caller that already
+        #: knows ``target`` is non-empty bytes within ``max_input`` and ``max_size`` >= 0 (the delta search,
+        #: which calls it a million times in a repack: the checks cost a third of each small call).
+        self.encode = self._index.create_delta
 
     def create_delta(self, target, max_size: int | None = None) -> bytes | None:
         """The delta from the base to ``target``; None when longer than ``max_size`` (a

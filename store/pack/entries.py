@@ -40,6 +40,18 @@ class EntryHeader:
     def is_delta(self) -> bool:
         return self.base is not None
 
+    @property
+    def base_offset(self) -> int:
+        """An OFS_DELTA's base offset."""
+        assert isinstance(self.base, int), "not an OFS_DELTA entry"
+        return self.base
+
+    @property
+    def base_oid(self) -> bytes:
+        """A REF_DELTA's base object id."""
+        assert isinstance(self.base, bytes), "not a REF_DELTA entry"
+        return self.base
+
 
 def read_header(buf, offset: int, *, end: int, path: object) -> EntryHeader:
     """The header of the entry at ``offset``; ``end`` is where entries stop (the trailer)."""

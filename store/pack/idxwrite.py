@@ -93,9 +93,10 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     order = array("I")
     fanout = array("I")
     for bucket in buckets:
-        if len(bucket) > 1:
-            bucket = sorted(bucket, key=lambda i: mv[20 * i:20 * i + 20].tobytes())  # stable: ties in pack order
-        order.extend(bucket)
+        if len(bucket) > 1:  # stable: ties in pack order
+            order.extend(sorted(bucket, key=lambda i: mv[20 * i:20 * i + 20].tobytes()))
+        else:
+            order.extend(bucket)
         fanout.append(len(order))
     del buckets
     idx = _HashingWriter(idx_out)
@@ -120,6 +121,8 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     idx.write(bytes(pack_checksum))
     idx_sum = idx.finish()
     if mtimes_out is not None:
+        if mtimes is None:
+            raise ValueError("mtimes_out given without mtimes")
         write_mtimes(mtimes_out, order, mtimes, pack_checksum)
 
     position = array("I", bytes(4 * n))

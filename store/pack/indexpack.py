@@ -53,7 +53,7 @@ from array import array
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable, ContextManager, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ContextManager, Sequence
 
 from .. import durable
 from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
@@ -68,6 +68,9 @@ from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
 from .resolve import apply_delta_checked
 from .strict import check_object
 
+if TYPE_CHECKING:
+    from ..objdir import ObjectSnapshot
+
 Progress = Callable[[str, int, "int | None"], None]
 
 READ_CHUNK = 1 << 20            # bytes read from the source per call
@@ -76,7 +79,8 @@ INFLATE_PIECE = 4 << 20         # output piece size for large objects
 HEADER_ROOM = 64                # an entry header is at most 1+9+10 (OFS) or 1+9+20 (REF) bytes
 THIN_ZLIB_LEVEL = 1             # git's default core.compression for objects index-pack appends
 FORK_MIN_DELTAS = 2000          # below this, resolving in-process beats forking
-SMALL_PACK_IDS = 50_000         # ids of the smallest existing packs copied into one set (<= ~5 MB); larger packs are probed via their idx (~3 us)
+#: Ids of the smallest existing packs are copied into one set (<= ~5 MB); larger packs are probed via their idx (~3 us).
+SMALL_PACK_IDS = 50_000
 
 _TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
 
@@ -528,7 +532,8 @@ class _Receiver:
         """Inflate an entry whose stream crosses buffer refills (or is large), in bounded pieces."""
         where = self.where
         crc = zlib.crc32(self.mv[hdr_pos:self.bpos])
-        h = h2 = None
+        h: Any = None
+        h2: Any = None
         pieces: list[bytes] | None = None
         if typ < 6:
             h = hashlib.sha1(_TYPE_HEADER[typ] + b"%d\0" % size)
@@ -539,7 +544,7 @@ class _Receiver:
         got = 0
         seg = self.bpos
         while True:
-            data = self.mv[seg:]
+            data: bytes | memoryview = self.mv[seg:]
             while True:
                 try:
                     out = d.decompress(data, INFLATE_PIECE)
@@ -758,7 +763,7 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
                         res._ctl_set(1, 1)
                         payload = pickle.dumps(("error", _err_tuple(err)), protocol=5)
                         code = 1
-                    except BaseException as err:  # noqa: BLE001 - reported to the parent
+                    except BaseException as err:
                         res._ctl_set(1, 1)
                         payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
                         code = 2
@@ -793,7 +798,8 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
             del children[pid]
             peak = max(peak, rusage.ru_maxrss * 1024)
             data = bytes(results[pid])
-            msg = pickle.loads(data) if data else ("crash", f"worker exited with status {status} and no report")
+            msg: tuple[Any, ...] = (pickle.loads(data) if data
+                                    else ("crash", f"worker exited with status {status} and no report"))
             if msg[0] == "ok":
                 st = _Stats()
                 st.collisions, st.links = msg[1], msg[2]
@@ -850,8 +856,16 @@ class IncomingPack:
     the block without ``commit`` aborts.
     """
 
+    # Set by begin(); declared here so the class says what an incoming pack holds.
+    keep_message: str | None
+    elapsed: dict[str, float]
+    counters: durable.DurabilityCounters
+    pack_dir: Path
+    snapshot: ObjectSnapshot
+    fd_pack: int              # -1 once closed
+
     def __init__(self) -> None:  # use begin()
-        self.repo = None
+        self.repo: Any = None
         self.quarantine: Path | None = None
         self.committed = False
         self.result: IndexPackResult | None = None
@@ -865,7 +879,7 @@ class IncomingPack:
         self = cls()
         self.repo = repo
         self.keep_message = keep_message
-        self.elapsed: dict[str, float] = {}
+        self.elapsed = {}
         self.counters = durable.DurabilityCounters()
         objects_dir = Path(repo.objects.path)
         self.pack_dir = objects_dir / "pack"
@@ -1298,13 +1312,13 @@ class IncomingPack:
 
     def remove_quarantine(self) -> None:
         """Close the pack fd and delete objects/incoming-* with whatever is left in it."""
-        fd = getattr(self, "fd_pack", None)
-        if fd is not None:
+        fd = getattr(self, "fd_pack", -1)
+        if fd >= 0:
             try:
                 os.close(fd)
             except OSError:
                 pass
-            self.fd_pack = None
+            self.fd_pack = -1
         if self.quarantine is not None:
             shutil.rmtree(self.quarantine, ignore_errors=True)
             self.quarantine = None

@@ -6,6 +6,10 @@ discover a pack by its ``.idx`` (writers rename the idx last). Nothing here
 looks at the directory's mtime to decide whether to re-list: seed
 000_9777a3acf68a3210.txt shows that a directory's stat data can miss a change.
 
+``PackDirectory(..., trust_mtime=True)`` is the one exception, and it is UNSAFE on purpose: it
+is git's rejected ``stat_validity`` patch from that thread, kept only as the race harness's
+negative control (``packyard race --unsafe-dir-cache``). It never reaches production code paths.
+
 A pack's bytes are mapped once (``mmap``) and read with the one entry reader
 (:mod:`.entries`) and the one resolver (:mod:`.resolve`); resolved delta bases go
 to the process-wide cache (:mod:`.cache`). An open pack keeps working after a
@@ -322,13 +326,38 @@ def list_packs(directory: Path, old: dict[str, PackFile] | None = None) -> tuple
     return tuple(packs)
 
 
-class PackDirectory:
-    """``objects/pack``: owns the current PackList snapshot (JGit's PackDirectory)."""
+#: What git's ``stat_validity`` compares for a directory, as git builds by default (without USE_NSEC):
+#: whole-second mtime and ctime, size and inode (``match_stat_data`` in git's read-cache.c).
+StatData = tuple[int, int, int, int]
 
-    def __init__(self, pack_dir: Path) -> None:
+
+def dir_stat_data(path: Path) -> StatData | None:
+    """The directory's stat data as the rejected stat_validity patch records it (None: unreadable)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return int(st.st_mtime), int(st.st_ctime), st.st_size, st.st_ino
+
+
+class PackDirectory:
+    """``objects/pack``: owns the current PackList snapshot (JGit's PackDirectory).
+
+    ``trust_mtime=True`` -- UNSAFE, off by default, the race harness's negative control only:
+    a re-listing is skipped while the directory's stat data (:func:`dir_stat_data`: whole-second
+    mtime and ctime, size, inode) equals what it was when the directory was last listed. That is
+    the stat_validity patch seed 000 rejected: a pack installed in the same second as the
+    listing (or on a filesystem with coarse or cached timestamps, e.g. NFS attribute caching)
+    leaves the stat data unchanged, and the reader never sees the pack.
+    """
+
+    def __init__(self, pack_dir: Path, *, trust_mtime: bool = False) -> None:
         self.path = pack_dir
         self._snapshot: PackList | None = None
         self.rescans = 0  # how many times the directory was listed (tests and counters read it)
+        self.trust_mtime = trust_mtime
+        self.rescans_skipped = 0          # re-listings the unsafe trust_mtime shortcut skipped
+        self._stat: StatData | None = None
 
     @property
     def snapshot(self) -> PackList:
@@ -348,8 +377,16 @@ class PackDirectory:
         added; vanished ones drop out. The new list is built aside and
         published in one assignment.
         """
+        if self.trust_mtime and self._snapshot is not None:
+            # UNSAFE (see the class doc): the rejected patch's shortcut.
+            current = dir_stat_data(self.path)
+            if current is not None and current == self._stat:
+                self.rescans_skipped += 1
+                return self._snapshot
         old = {p.name: p for p in (self._snapshot.packs if self._snapshot else ())}
         self.rescans += 1
+        if self.trust_mtime:
+            self._stat = dir_stat_data(self.path)   # before the listing, as the patch's fstat of the open dir
         snap = PackList(list_packs(self.path, old))
         self._snapshot = snap
         return snap

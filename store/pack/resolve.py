@@ -72,8 +72,9 @@ def resolve_chain(buf, offset: int, *, end: int, path: object, cache_key: str | 
     those outside it (thin packs in quarantine only).
     """
     cache = BASE_CACHE if cache_key is not None else None
+    key = cache_key or ""     # only used with a cache
     if cache is not None:
-        hit = cache.get(cache_key, offset)
+        hit = cache.get(key, offset)
         if hit is not None:
             return hit
     chain: list[tuple[int, bytes]] = []  # (offset, delta), outermost first
@@ -82,7 +83,7 @@ def resolve_chain(buf, offset: int, *, end: int, path: object, cache_key: str | 
         if len(chain) > MAX_DELTA_CHAIN:
             raise PackFormatError("delta chain too long (cycle?)", path=path, offset=offset)
         if cache is not None and cur != offset:
-            hit = cache.get(cache_key, cur)
+            hit = cache.get(key, cur)
             if hit is not None:
                 base = hit
                 break
@@ -90,28 +91,28 @@ def resolve_chain(buf, offset: int, *, end: int, path: object, cache_key: str | 
         data, _ = inflate_at(buf, header, end=end, path=path)
         if header.type == OFS_DELTA:
             chain.append((cur, data))
-            cur = header.base
+            cur = header.base_offset
         elif header.type == REF_DELTA:
             chain.append((cur, data))
-            base_off = find_offset(header.base)
+            base_off = find_offset(header.base_oid)
             if base_off is None:
                 if resolve_ref is None:
-                    raise PackFormatError(f"REF_DELTA base {header.base.hex()} is not in the pack", path=path,
+                    raise PackFormatError(f"REF_DELTA base {header.base_oid.hex()} is not in the pack", path=path,
                                           offset=cur)
-                btype, bdata = resolve_ref(header.base)
+                btype, bdata = resolve_ref(header.base_oid)
                 base = (int(btype), bdata)
                 break
             cur = base_off
         else:
             base = (header.type, data)
             if cache is not None:
-                cache.put(cache_key, cur, header.type, data)
+                cache.put(key, cur, header.type, data)
             break
     type_num, data = base
     for off, delta in reversed(chain):
         data = apply_delta_checked(data, delta, path=path, offset=off)
         if cache is not None:
-            cache.put(cache_key, off, type_num, data)
+            cache.put(key, off, type_num, data)
     return type_num, data
 
 
@@ -132,9 +133,9 @@ def resolve_all(buf, headers: Sequence[EntryHeader], *, end: int, path: object,
     by_oid: dict[bytes, list[int]] = {}
     for i, h in enumerate(headers):
         if h.type == OFS_DELTA:
-            by_offset.setdefault(h.base, []).append(i)
+            by_offset.setdefault(h.base_offset, []).append(i)
         elif h.type == REF_DELTA:
-            by_oid.setdefault(h.base, []).append(i)
+            by_oid.setdefault(h.base_oid, []).append(i)
     done = bytearray(len(headers))
 
     def inflate(i: int) -> bytes:
@@ -192,15 +193,15 @@ def resolve_all(buf, headers: Sequence[EntryHeader], *, end: int, path: object,
                 raise PackFormatError("ofs-delta base is not an object in this pack", path=path, offset=h.offset)
             try:
                 if read_external is None:
-                    raise ObjectMissingError("not looked up", oid=h.base)
-                btype, bdata = read_external(h.base)
+                    raise ObjectMissingError("not looked up", oid=h.base_oid)
+                btype, bdata = read_external(h.base_oid)
             except ObjectMissingError:
                 missing.append(i)
                 continue
-            yield from subtree(int(btype), bdata, None, h.base)
+            yield from subtree(int(btype), bdata, None, h.base_oid)
         if len(missing) == len(pending):
             h = headers[missing[0]]
-            raise PackFormatError("ref-delta base is neither in the pack nor in the repository", oid=h.base,
+            raise PackFormatError("ref-delta base is neither in the pack nor in the repository", oid=h.base_oid,
                                   path=path, offset=h.offset)
         pending = missing
 

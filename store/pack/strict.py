@@ -17,6 +17,8 @@ the pack or in the repository). Gitlinks (submodule commits) are not links.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import re
 
 from ..errors import CorruptObjectError
@@ -216,7 +218,8 @@ def _check_tree_exact(data: bytes) -> list[bytes]:
     return links
 
 
-_CHECKS = {ObjectType.COMMIT: check_commit, ObjectType.TREE: check_tree, ObjectType.TAG: check_tag}
+_CHECKS: dict[int, Callable[[bytes], list[bytes]]] = {
+    ObjectType.COMMIT: check_commit, ObjectType.TREE: check_tree, ObjectType.TAG: check_tag}
 
 
 def check_object(obj_type: int, data: bytes, *, oid: bytes | None = None, path: str | None = None,

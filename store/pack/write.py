@@ -1,17 +1,21 @@
-"""The pack writer: every pack packyard produces (repack today; the delta search and large imports next).
+"""The pack writer: every pack packyard produces (repacks, and imports written as one pack).
 
 A :class:`PackWriter` streams pack v2 entries into ``objects/pack/tmp_pack_<pid>_<host>-<rand>``
 (the destination filesystem, so the renames are atomic), computing the trailer's SHA-1 as it
-writes. Three ways in:
+writes. Beside its temp files lies ``tmp_owner_<same tag>``: the writer's owner record (pid, host,
+job id: :mod:`packyard.store.owner`), so whoever cleans up after a dead writer knows whose they
+were (``packyard janitor`` asks the job records). Three ways in:
 
 * :meth:`PackWriter.write_whole` -- an object stored whole (zlib at git's default pack level);
+  :meth:`PackWriter.write_whole_stream` the same from a file read a piece at a time;
 * :meth:`PackWriter.copy_entry` -- an entry copied **verbatim** from another pack (raw
   compressed bytes, never inflated): its CRC32 is checked against the source idx while it is
   copied (a corrupt source entry is refused, not propagated); a delta whose base is already
   in this pack is rewritten as OFS_DELTA pointing at the base's new offset (REF_DELTA becomes
   OFS_DELTA), its compressed instructions copied unchanged;
-* :meth:`PackWriter.write_delta` -- a delta computed by the caller (issue 10's search plugs in
-  here): the instructions are deflated and stored as OFS_DELTA against a base already written.
+* :meth:`PackWriter.write_delta` / :meth:`PackWriter.write_compressed_delta` -- a delta computed
+  by the caller (the delta search, :mod:`.search`): stored as OFS_DELTA against a base already
+  written (deflated here, or by the search's workers).
 
 :meth:`PackWriter.finish` writes the trailer, then ``.idx`` v2 and ``.rev`` (and ``.mtimes``
 for a cruft pack) with the index writer of :mod:`.idxwrite`; :meth:`PackWriter.install`
@@ -31,12 +35,13 @@ import struct
 import zlib
 from array import array
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from .. import durable
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
 from ..install import InstallOutcome, PackFiles, install_pack
 from ..objects import OFS_DELTA, REF_DELTA
+from ..owner import current_owner
 from .entries import EntryHeader
 from .format import PACK_SIGNATURE, encode_entry_header
 from .idxwrite import write_index
@@ -47,7 +52,8 @@ WRITE_BUFFER = 1 << 20
 
 _HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
 #: Temp files of the writer: tmp_<kind>_<pid>_<host tag>-<random>; git's own are tmp_pack_XXXXXX.
-TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|keep)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|keep|owner)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+OWNER_PREFIX = "tmp_owner_"   # the owner record of the temp files with the same tag
 
 
 def ofs_encoding(rel: int) -> bytes:
@@ -98,6 +104,7 @@ class PackWriter:
         self._buf = bytearray()
         self._pos = 0
         self._fd = self._create(self.tmp_pack)
+        self.tmp_owner = self._write_owner_record()
         self._append(PACK_SIGNATURE + struct.pack(">II", 2, count))
 
     # -- files --------------------------------------------------------------------------------
@@ -110,6 +117,20 @@ class PackWriter:
                                    path=path) from err
         self._temps.append(path)
         return fd
+
+    def _write_owner_record(self) -> Path:
+        """``tmp_owner_<tag>``: who writes these temp files (why: a janitor judges them by their job)."""
+        path = self.pack_dir / f"{OWNER_PREFIX}{self._tag}"
+        fd = self._create(path, 0o644)
+        try:
+            os.write(fd, current_owner().encode())
+        except OSError as err:
+            self.abort()
+            raise WriteFailedError(f"cannot write the pack writer's owner record: {err.strerror}", errno=err.errno,
+                                   path=path) from err
+        finally:
+            os.close(fd)
+        return path
 
     def _append(self, data) -> None:
         self._buf += data
@@ -162,13 +183,50 @@ class PackWriter:
         self._append(body)
         return self._record(oid, offset, crc)
 
+    def write_compressed_whole(self, oid: bytes, type_num: int, size: int, body: bytes) -> int:
+        """Store an object whole that is already deflated (``body``: one zlib stream of its ``size`` bytes,
+        from the delta search's workers)."""
+        offset = self._pos
+        header = encode_entry_header(type_num, size)
+        crc = zlib.crc32(body, zlib.crc32(header))
+        self._append(header)
+        self._append(body)
+        return self._record(oid, offset, crc)
+
+    def write_whole_stream(self, oid: bytes, type_num: int, size: int, chunks: Iterable[bytes]) -> int:
+        """Store an object whole from ``chunks`` (exactly ``size`` bytes in all: a big file read a piece at
+        a time, never whole in memory); returns its offset. An exception from ``chunks`` leaves a partial
+        entry: the caller aborts the pack."""
+        offset = self._pos
+        header = encode_entry_header(type_num, size)
+        z = zlib.compressobj(self.compression)
+        crc = zlib.crc32(header)
+        self._append(header)
+        got = 0
+        for chunk in chunks:
+            got += len(chunk)
+            body = z.compress(chunk)
+            if body:
+                crc = zlib.crc32(body, crc)
+                self._append(body)
+        if got != size:
+            raise InvalidInputError(f"object {oid.hex()} was declared with {size} bytes but {got} came")
+        body = z.flush()
+        crc = zlib.crc32(body, crc)
+        self._append(body)
+        return self._record(oid, offset, crc)
+
     def write_delta(self, oid: bytes, base_offset: int, delta: bytes) -> int:
         """Store ``delta`` (git delta instructions against the object at ``base_offset`` in this pack)."""
+        return self.write_compressed_delta(oid, base_offset, len(delta), zlib.compress(delta, self.compression))
+
+    def write_compressed_delta(self, oid: bytes, base_offset: int, size: int, body: bytes) -> int:
+        """Store a delta already deflated (``body``: one zlib stream of ``size`` bytes of delta instructions), as
+        the delta search hands them over: its workers compress while they search."""
         offset = self._pos
         if not 0 < offset - base_offset <= offset:
             raise InvalidInputError(f"delta base offset {base_offset} does not precede offset {offset}")
-        header = encode_entry_header(OFS_DELTA, len(delta)) + ofs_encoding(offset - base_offset)
-        body = zlib.compress(delta, self.compression)
+        header = encode_entry_header(OFS_DELTA, size) + ofs_encoding(offset - base_offset)
         crc = zlib.crc32(body, zlib.crc32(header))
         self._append(header)
         self._append(body)
@@ -313,4 +371,4 @@ class PackWriter:
             self.abort()
 
 
-__all__ = ["PackWriter", "PACK_COMPRESSION", "ofs_encoding", "tmp_owner_tag", "this_host_tag", "TMP_RE"]
+__all__ = ["PackWriter", "PACK_COMPRESSION", "ofs_encoding", "tmp_owner_tag", "this_host_tag", "TMP_RE", "OWNER_PREFIX"]

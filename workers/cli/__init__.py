@@ -23,6 +23,7 @@ COMMANDS = {
     "submit": "submit", "status": "status", "verify": "verify", "demo": "demo", "bench": "bench", "down": "down",
     "import": "import_tree", "unpack-objects": "unpack_objects", "write-objects": "write_objects", "gc": "gc",
     "index-pack": "index_pack", "repos": "repos", "metrics": "metrics", "repack": "repack",
+    "race": "race", "races": "races", "janitor": "janitor",
 }
 
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     stderr naming the variable or the file, and a non-zero exit status; never a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-    from packyard.workers.cli.common import CommandFailed
+    from packyard.workers.cli.common import EXIT_BUSY, CommandFailed, LeaseBusy
     from packyard.workers.settings import SettingsError
 
     try:
@@ -62,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
 
             plog.configure_from_settings(get_settings())
         return int(args.func(args) or 0)
+    except LeaseBusy:
+        return EXIT_BUSY  # already reported on stderr
     except CommandFailed:
         return 1  # already reported on stderr by common.call_store
     except SettingsError as err:

@@ -59,6 +59,42 @@ def settings() -> Settings:
     return get_settings()
 
 
+#: Exit status of a command that gave up waiting for a lease (EX_TEMPFAIL: try again later).
+EXIT_BUSY = 75
+
+
+class LeaseBusy(CommandFailed):
+    """The maintenance lease stayed taken for the whole ``--wait``; the command exits with EXIT_BUSY."""
+
+
+def maintenance_lock_if(args: argparse.Namespace, command: str):  # type: ignore[no-untyped-def]
+    """``--lock``: the repository's maintenance lease for this in-process command (waits ``--wait``);
+    otherwise a context yielding None. A lease that stays taken is one line on stderr and LeaseBusy."""
+    from contextlib import contextmanager, nullcontext
+
+    if not getattr(args, "lock", False):
+        return nullcontext()
+
+    @contextmanager
+    def held():  # type: ignore[no-untyped-def]
+        from contextlib import ExitStack
+
+        from packyard.workers.locks import LockTimeout, maintenance_lease
+
+        s = settings()
+        prepare_embedded(s, migrate=False)
+        stack = ExitStack()
+        try:
+            lease = stack.enter_context(maintenance_lease(s, args.repo, wait=getattr(args, "wait", None)))
+        except LockTimeout as err:
+            print(f"packyard {command}: maintenance lease busy: {err}", file=sys.stderr)
+            raise LeaseBusy(str(err)) from err
+        with stack:
+            yield lease
+
+    return held()
+
+
 def is_default_sqlite(s: Settings) -> bool:
     return s.database_url == f"sqlite:///{s.state_dir / 'packyard.db'}"
 
@@ -95,7 +131,8 @@ def celery_argv(*args: str) -> list[str]:
 
 def worker_argv(s: Settings, name: str = "packyard@%h", concurrency: int | None = None,
                 loglevel: str | None = None, queues: Sequence[str] = (), include: Sequence[str] = ()) -> list[str]:
-    extra = ([f"--queues={','.join(queues)}"] if queues else []) + ([f"--include={','.join(include)}"] if include else [])
+    extra = [f"--queues={','.join(queues)}"] if queues else []
+    extra += [f"--include={','.join(include)}"] if include else []
     return celery_argv("worker", "--pool=prefork", f"--concurrency={concurrency or s.worker_concurrency}",
                        "--task-events", f"--hostname={name}", f"--loglevel={loglevel or s.log_level}", *extra)
 

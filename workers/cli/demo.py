@@ -14,7 +14,10 @@ The demo plays a hosting frontend against one fresh repository (``hosted.git``):
 7. nightly maintenance: the repository the jobs built and two more made with git (one with many
    loose objects, one with a big pack and many small pushes) are registered, and the plan the
    maintenance strategy makes for each is printed with its reasons. Where ``packyard.repack`` is
-   installed, the nightly window then runs through the workers and the repacks are shown.
+   installed, the nightly window then runs through the workers and the repacks are shown;
+8. a short race (``packyard race``, safe mode, a few seconds): reader processes read a new
+   repository while the workers repack it and ingest pushes into it; its counts are printed
+   (lookups, repacks, ingests, misses recovered by re-listing or from preserved/, lost reads: 0).
 
 Every job goes through Redis to two real ``celery worker`` processes (``app.send_task``, as a
 frontend would). Then the status table, and ``git fsck --full`` on the repository the jobs built.
@@ -90,7 +93,7 @@ def git(*args: str, cwd: Path | None = None, git_dir: Path | None = None, input:
                 "GIT_AUTHOR_EMAIL": "demo@packyard.invalid", "GIT_COMMITTER_NAME": "packyard demo",
                 "GIT_COMMITTER_EMAIL": "demo@packyard.invalid", **(env or {})}
     cmd = ["git"] + (["--git-dir", str(git_dir)] if git_dir else []) + list(args)
-    proc = subprocess.run(cmd, cwd=cwd, input=input, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(cmd, cwd=cwd, input=input, env=full_env, capture_output=True)
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.decode(errors='replace').strip()}")
     return proc.stdout
@@ -164,7 +167,7 @@ def web_edit(work: Path, parent: str, scratch: Path) -> tuple[list[dict[str, str
     """A web edit as the frontend computes it: git writes the objects in the work repo (with a
     scratch index), and their raw bytes become the write_objects payload."""
     env = {"GIT_INDEX_FILE": str(scratch / "web-edit.index")}
-    top = [n for n in git("ls-tree", "--name-only", parent, cwd=work).decode().splitlines()]
+    top = list(git("ls-tree", "--name-only", parent, cwd=work).decode().splitlines())
     edited = next(n for n in top if n.endswith((".txt", ".c", ".md", "Makefile", "README")))
     old_text = git("cat-file", "blob", f"{parent}:{edited}", cwd=work)
     blobs = [(edited, old_text + b"edited in the browser\n"), ("WEB-EDIT.md", b"# Written by write_objects\n")]
@@ -422,10 +425,12 @@ def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
             plan = r["last_plan"]
             line = f"  {Path(r['path']).name}: {plan['action']} -> {plan['outcome']}"
             if plan.get("job"):
-                (row,) = fetch(s, None, 1, task_ids=[plan["job"]]) or [None]
+                found = fetch(s, None, 1, task_ids=[plan["job"]])
+                row = found[0] if found else None
                 state = row["state"] if row else "not recorded"
                 ok &= state == "SUCCESS"
-                line += f" (job {plan['job'][:8]}: {state}" + (f": {row['error']}" if row and row.get("error") else "") + ")"
+                error = f": {row['error']}" if row and row.get("error") else ""
+                line += f" (job {plan['job'][:8]}: {state}{error})"
             say(line)
     for repo in repos:   # the oracle, not only the jobs' word
         try:
@@ -438,6 +443,22 @@ def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
     say("after the window:")
     show_plans(s, repos)
     return ok
+
+
+def run_race_demo(s: Any, root: Path) -> bool:
+    """A few seconds of ``packyard race`` (safe mode) on a new repository in the demo's storage root."""
+    from packyard.workers.app import app
+    from packyard.workers.race.harness import RaceOptions, run_race
+
+    repo = root / "race.git"
+    shutil.rmtree(repo, ignore_errors=True)   # a state dir is reused: the harness builds its own repository
+    say("race: readers against repacks and pushes (packyard race, safe mode, 4 s; `packyard races` lists them)")
+    options = RaceOptions(repo=repo, readers=2, duration=4.0, repack_every=1.2, ingest_every=0.5, seed=1,
+                          reader_rate=800.0)
+    summary = run_race(s, options, app, say=lambda m: say(f"  {m}"))
+    for line in summary.render().splitlines():
+        say(f"  {line}")
+    return summary.ok
 
 
 def run(args: argparse.Namespace) -> int:
@@ -513,7 +534,9 @@ def run(args: argparse.Namespace) -> int:
             registry.remove(s, repo)
         show_plans(s, fleet)
         window_ok = run_window(s, fleet, max(30.0, fe.deadline - time.monotonic()))
-        ok = fe.all_ok and ids_match and git_ok and window_ok
+        print()
+        race_ok = run_race_demo(s, root)
+        ok = fe.all_ok and ids_match and git_ok and window_ok and race_ok
         say(f"{sum(bool(j.ok) for j in fe.jobs)}/{len(fe.jobs)} jobs as expected, "
             f"{'all checks passed' if ok else 'SOME CHECKS FAILED'} ({time.monotonic() - t_start:.1f}s)")
         say("run `packyard status` (with the same PACKYARD_STATE_DIR) to see these jobs again")

@@ -40,6 +40,11 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--preserve-for", type=float, default=None, metavar="SECONDS",
                    help="remove preserved packs (objects/pack/preserved/) older than this "
                         "(default: PACKYARD_MAINTENANCE_PRESERVE_FOR, 3600)")
+    p.add_argument("--lock", action="store_true",
+                   help="hold the repository's maintenance lease (never beside a repack); each deletion checks it")
+    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="with --lock: wait this long for another maintenance job (default: "
+                        "PACKYARD_MAINTENANCE_WAIT, 600); then give up with exit status 75")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
@@ -48,9 +53,12 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.gc import run_gc
 
     try:
-        result = run_gc(args.repo, stale_after=args.stale_after, foreign_after=args.foreign_after,
-                        quarantine_after=args.quarantine_after, preserve_for=common.settings().maintenance_preserve_for
-                        if args.preserve_for is None else args.preserve_for)
+        with common.maintenance_lock_if(args, "gc") as lease:
+            result = run_gc(args.repo, stale_after=args.stale_after, foreign_after=args.foreign_after,
+                            quarantine_after=args.quarantine_after,
+                            preserve_for=common.settings().maintenance_preserve_for
+                            if args.preserve_for is None else args.preserve_for,
+                            fence=lease.check if lease is not None else None)
     except StoreError as err:
         print(f"packyard gc: {type(err).__name__}: {err}")
         return 1

@@ -9,7 +9,8 @@ import time
 from packyard.workers.cli import common
 
 LABELS = {"counting commits": "Counting commits", "counting objects": "Counting objects",
-          "writing objects": "Writing objects", "writing cruft objects": "Writing cruft objects"}
+          "compressing objects": "Compressing objects", "writing objects": "Writing objects",
+          "writing cruft objects": "Writing cruft objects"}
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -17,7 +18,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
         "repack", help="repack a repository (full, geometric or loose) in-process",
         description="Like `git repack`: --mode full packs everything reachable from the refs, HEAD and reflogs "
                     "into one pack (unreachable objects younger than --expire into a cruft pack with .mtimes, "
-                    "older ones deleted), reusing deltas verbatim; --mode geometric merges the smallest packs "
+                    "older ones deleted), reusing deltas verbatim and searching new ones for the rest "
+                    "(--window, --depth; --no-reuse recomputes every delta, like git repack -f); --mode geometric merges the smallest packs "
                     "until pack sizes form a progression (--factor); --mode loose packs every loose object. "
                     "Replaced packs move to objects/pack/preserved/ for --preserve-for seconds. Only what "
                     "existed when the repack started is ever deleted.")
@@ -30,31 +32,33 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--preserve-for", type=float, default=None, metavar="SECONDS",
                    help="keep replaced packs readable in objects/pack/preserved/ this long "
                         "(default: PACKYARD_MAINTENANCE_PRESERVE_FOR, 3600)")
+    p.add_argument("--no-reuse", action="store_true",
+                   help="recompute every delta instead of copying existing ones (git repack -f)")
+    p.add_argument("--window", type=int, default=None, metavar="N",
+                   help="delta search window: objects each object is tried against, plus one (default 10)")
+    p.add_argument("--depth", type=int, default=None, metavar="N", help="longest delta chain (default 50)")
+    p.add_argument("--window-memory", type=int, default=None, metavar="BYTES",
+                   help="bytes of objects one search process keeps in its window (default 256 MiB; 0: no bound)")
     p.add_argument("--lock", action="store_true",
                    help="hold the repository's maintenance lease (Redis) and fence the deletions with its token")
+    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="with --lock: wait this long for another maintenance job of the repository to finish "
+                        "(default: PACKYARD_MAINTENANCE_WAIT, 600); then give up with exit status 75")
     p.add_argument("--json", action="store_true", help="print the result with counters as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars even on a terminal")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 
 def run(args: argparse.Namespace) -> int:
-    from contextlib import nullcontext
-
     from packyard.workers.commands.repack import repack
 
     progress = common.make_progress(args, labels=LABELS)
-    lock = nullcontext()
-    if args.lock:
-        from packyard.workers.locks import LeaseKind, redis_client, repo_lock
-
-        s = common.settings()
-        common.prepare_embedded(s, migrate=False)
-        lock = repo_lock(redis_client(s), args.repo, ttl=s.lock_ttl, auto_renew=True, kind=LeaseKind.MAINTENANCE)
     t0 = time.monotonic()
-    with lock as lease:
+    with common.maintenance_lock_if(args, "repack") as lease:
         result = common.call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
-                                   expire=args.expire, preserve_for=args.preserve_for, progress=progress,
-                                   lease=lease)
+                                   expire=args.expire, preserve_for=args.preserve_for, no_reuse=args.no_reuse,
+                                   window=args.window, depth=args.depth, window_memory=args.window_memory,
+                                   progress=progress, lease=lease)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -67,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if result["cruft_pack"]:
         print(f"cruft\t{result['cruft_pack']}")
     print(f"{result['mode']}: {c['objects_out']} objects written ({c['deltas_reused']} deltas reused, "
+          f"{c['deltas_computed']} computed of {c['deltas_tried']} tried, "
           f"{c['rewritten_whole']} written whole), {c['packs_merged']} packs replaced, {c['loose_deleted']} loose "
           f"objects deleted, cruft {c['cruft_kept']} kept / {c['cruft_expired']} expired, "
           f"{time.monotonic() - t0:.2f}s", file=sys.stderr)

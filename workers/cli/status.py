@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from packyard.workers.cli import common
 
-COLUMNS = ("job", "task id", "kind", "repo", "state", "tries", "queued (UTC)", "ms", "worker", "counters",
+COLUMNS = ("job", "task id", "kind", "repo", "state", "lease", "tries", "queued (UTC)", "ms", "worker", "counters",
            "error")
 
 
@@ -44,6 +44,9 @@ KEY_COUNTERS: dict[str, tuple[str, ...]] = {
     "write_objects": ("objects_written", "objects_skipped", "flushes", "renames"),
     "plan_maintenance": ("action", "outcome", "packs", "loose_estimate", "queued", "waiting"),
     "gc": ("stale_tmp_removed", "stale_quarantines_removed", "stale_pack_temps_removed", "preserved_packs_expired"),
+    "repack": ("skipped", "objects_out", "packs_merged", "loose_deleted", "cruft_kept", "fence_token"),
+    "janitor": ("repositories", "removed", "kept_live", "age_rule_removed", "busy", "errors"),
+    "race": ("lookups", "repacks", "ingests", "relisted", "preserved", "quick_absent", "lost"),
 }
 BYTE_COUNTERS = frozenset({"bytes", "bytes_in", "bytes_written", "received_bytes", "peak_rss", "peak_rss_workers"})
 MAX_COUNTERS = 6
@@ -94,20 +97,32 @@ def fetch(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
             "duration_ms": job.duration_ms, "counters": job.counters, "error": job.error,
             "worker": job.worker_hostname, "pid": job.worker_pid, "attempts": job.attempts, "retries": job.retries,
             "first_started_at": job.first_started_at, "last_started_at": job.last_started_at,
+            "lease": job.lease.value if job.lease is not None else None, "lease_wait_ms": job.lease_wait_ms,
         } for job, path in session.execute(q)]
 
 
 def render_table(rows: Sequence[dict[str, Any]], width: int = 60) -> str:
     cells = [(str(r["id"]), r["task_id"][:8], r["kind"].removeprefix("packyard."),
-              _short_path(r["repo"]), r["state"], _tries(r), _time(r["queued_at"] or r["started_at"]),
+              _short_path(r["repo"]), r["state"], lease_mark(r), _tries(r), _time(r["queued_at"] or r["started_at"]),
               "" if r["duration_ms"] is None else str(r["duration_ms"]),
-              f"{(r['worker'] or '').split('@')[0]}/{r['pid']}" if r["worker"] else "", _counters(r["counters"], r["kind"]),
+              f"{(r['worker'] or '').split('@')[0]}/{r['pid']}" if r["worker"] else "",
+              _counters(r["counters"], r["kind"]),
               _clip((r["error"] or "").replace("\n", " "), width)) for r in rows]
     widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(COLUMNS)]
     line = lambda vals: "  ".join(v.ljust(w) for v, w in zip(vals, widths)).rstrip()  # noqa: E731
     out = [line(COLUMNS), line(["-" * w for w in widths])]
     out += [line(c) for c in cells]
     return "\n".join(out)
+
+
+def lease_mark(r: dict[str, Any]) -> str:
+    """What the job's maintenance lease did: ``waited 3.2s``, ``skipped``, ``took over``, ``LOST``, ``busy``."""
+    lease = r.get("lease")
+    if not lease:
+        return ""
+    if lease == "waited":
+        return f"waited {(r.get('lease_wait_ms') or 0) / 1000:.1f}s"
+    return {"took_over": "took over", "lost": "LOST lease", "busy": "busy (gave up)"}.get(lease, lease)
 
 
 def _tries(r: dict[str, Any]) -> str:
@@ -131,7 +146,7 @@ def reconcile_first(s) -> str | None:  # type: ignore[no-untyped-def]
         return "reconcile: " + reconcile(s, app).summary()
     except (redis.RedisError, OSError) as err:
         return f"reconcile skipped: broker unreachable ({err})"
-    except Exception as err:  # noqa: BLE001 - the listing below must not depend on the reconciler
+    except Exception as err:
         return f"reconcile failed: {type(err).__name__}: {err}"
 
 
@@ -210,9 +225,10 @@ def render_repository(s, repo: str) -> str:  # type: ignore[no-untyped-def]
         f"  last full repack: {_ago(d['since_full_repack'])}; last repack: {_ago(d['since_repack'])}",
     ]
     last = (row or {}).get("last_plan")
-    if last:
+    if row and last:
         lines.append(f"  last planned: {_time(row['last_planned_at']) or '-'} ({last.get('trigger')}): "
-                     f"{last.get('action')} -> {last.get('outcome')}" + (f" job {last['job'][:8]}" if last.get('job') else ""))
+                     f"{last.get('action')} -> {last.get('outcome')}"
+                     + (f" job {last['job'][:8]}" if last.get('job') else ""))
     params = " ".join(f"{k}={v}" for k, v in plan.params)
     lines.append(f"plan if planned now: {plan.action.value}" + (f" ({params})" if params else ""))
     lines += [f"  - {r}" for r in plan.reasons]

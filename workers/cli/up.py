@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     except _Stop:
         pass
     finally:
-        for sig, handler in old.items():
+        for sig in old:
             signal.signal(sig, signal.SIG_IGN)
         for c in reversed(children):
             c.stop()

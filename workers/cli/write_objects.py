@@ -35,7 +35,14 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             print(f"packyard write-objects: not JSON: {err}", file=sys.stderr)
             return 2
-    objects, refs = (doc, None) if isinstance(doc, list) else (doc.get("objects", []), doc.get("ref_updates"))  # type: ignore[union-attr]
+    if isinstance(doc, list):
+        objects, refs = doc, None
+    elif isinstance(doc, dict):
+        objects, refs = doc.get("objects", []), doc.get("ref_updates")
+    else:
+        print("packyard write-objects: the JSON must be a list of objects or {\"objects\": [...], "
+              "\"ref_updates\": [...]}", file=sys.stderr)
+        return 2
     progress = common.make_progress(args)
     result = common.call_store("write-objects", progress, write_objects, args.repo, objects,
                                objects_file=args.objects_file, ref_updates=refs, progress=progress)

@@ -52,3 +52,15 @@ def fence_options(lease: Any) -> dict[str, Any]:
     if lease is None:
         return {}
     return {"fence": lease.check, "fence_token": lease.token}
+
+
+def pack_threshold_of(value: int | None) -> int | None:
+    """The batch size from which objects are written as one pack: ``value``, else PACKYARD_PACK_THRESHOLD;
+    0 means never (None for the store)."""
+    if value is None:
+        from packyard.workers.settings import get_settings
+
+        value = get_settings().pack_threshold
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"pack_threshold must be 0 (never) or a number of objects, not {value!r}")
+    return value or None

@@ -68,3 +68,42 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
         "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved,
                     "dead_locks": dead_locks},
     }
+
+
+def remove_unowned_leftovers(git_dir: str | Path, *, quarantine_after: float = QUARANTINE_AFTER,
+                             fence: Callable[[], None] | None = None) -> dict[str, int]:
+    """gc's age rules for what ``packyard janitor`` cannot judge by owner: tmp objects by pid and age,
+    quarantines WITHOUT an owner record untouched for ``quarantine_after``, pack writers' temp files by
+    pid and age (and half-moved or half-installed packs), claim files by owner liveness and age. Not the
+    preserved packs' expiry: that is maintenance (``packyard gc``). Run under the maintenance lease."""
+    import shutil
+    import time
+
+    from packyard.store import bulk
+    from packyard.store.maintenance.leftovers import remove_stale_temp_files
+    from packyard.store.owner import read_owner
+    from packyard.store.pack.indexpack import QUARANTINE_OWNER, QUARANTINE_PREFIX
+    from packyard.store.refs import remove_dead_claims
+    from packyard.store.repo import Repository
+
+    check = fence or (lambda: None)
+    r = Repository.open(git_dir)
+    check()
+    tmp = bulk.gc_stale_tmp(r)
+    now = time.time()
+    quarantines = 0
+    for q in sorted(p for p in (r.objects.path).glob(f"{QUARANTINE_PREFIX}*") if p.is_dir()):
+        if read_owner(q / QUARANTINE_OWNER) is not None:
+            continue   # the janitor judged it by its owner
+        try:
+            newest = max([q.stat().st_mtime] + [f.stat().st_mtime for f in q.iterdir()])
+        except FileNotFoundError:
+            continue
+        if now - newest >= quarantine_after:
+            check()
+            shutil.rmtree(q, ignore_errors=True)
+            quarantines += 1
+    pack_temps = remove_stale_temp_files(r.objects.path / "pack", fence=check)
+    claims = len(remove_dead_claims(r.path))
+    return {"age_rule_tmp_objects": tmp["stale_tmp_removed"], "age_rule_markers": tmp["stale_markers_removed"],
+            "age_rule_quarantines": quarantines, "age_rule_pack_temps": pack_temps, "age_rule_claims": claims}

@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from packyard.store.importtree import Identity, import_tree as store_import_tree
 from packyard.store.repo import Repository
-from packyard.workers.commands._bulk import fence_options, flat_counters
+from packyard.workers.commands._bulk import fence_options, flat_counters, pack_threshold_of
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -14,15 +14,18 @@ Progress = Callable[[str, int, "int | None"], None]
 def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str = "Import",
                 author_name: str = "packyard", author_email: str = "packyard@localhost",
                 author_time: int | None = None, max_files: int | None = None, max_bytes: int | None = None,
-                progress: Progress | None = None, lease: Any = None) -> dict[str, Any]:
+                pack_threshold: int | None = None, progress: Progress | None = None,
+                lease: Any = None) -> dict[str, Any]:
     """Commit ``source`` on top of ``ref`` and move ``ref``. Raises StoreError subclasses for bad input
     (InvalidInputError: nothing written; LimitExceededError past ``max_files`` entries or ``max_bytes``),
-    RefUpdateError if the ref moved meanwhile."""
+    RefUpdateError if the ref moved meanwhile. At least ``pack_threshold`` objects (default:
+    PACKYARD_PACK_THRESHOLD; 0: never) are written as one pack: ``counters["write_path"]`` says which."""
     r = Repository.open(repo)
     res = store_import_tree(r, ref, source, message=message,
                             author=Identity(author_name, author_email, author_time),
                             max_files=max_files, max_bytes=max_bytes, progress=progress,
-                            **fence_options(lease))
+                            pack_threshold=pack_threshold_of(pack_threshold), **fence_options(lease))
     return {"repo": str(r.path), "ref": ref, "commit": res.commit.hex(), "tree": res.tree.hex(),
             "parent": res.parent.hex() if res.parent else None,
-            "counters": {"files": res.files, "trees": res.trees, **flat_counters(res.counters)}}
+            "counters": {"files": res.files, "trees": res.trees, **flat_counters(res.counters),
+                         "write_path": res.counters["write_path"]}}

@@ -30,6 +30,7 @@ from packyard.store.maintenance.strategy import Action, MaintenancePlan, plan_ma
 from packyard.workers.records import registry
 from packyard.workers.settings import Settings
 from packyard.workers.slots import FleetSlots
+from datetime import UTC
 
 Progress = Callable[[str, int, "int | None"], None]
 #: ``send(task name, kwargs, task id, countdown seconds)`` — queue one job (the task passes app.send_task).
@@ -85,8 +86,12 @@ def assess(settings: Settings, repo: str | Path, now: float | None = None) -> tu
 
 
 def job_for(plan: MaintenancePlan, repo: str) -> tuple[str, dict[str, Any]]:
-    """The task a plan queues and its kwargs (``packyard.repack`` mode/factor/expire, ``packyard.gc``)."""
-    return TASK_FOR_ACTION[plan.action], {"repo": repo, **dict(plan.params)}
+    """The task a plan queues and its kwargs (``packyard.repack`` mode/factor/expire, ``packyard.gc``).
+
+    A scheduled job never waits for the repository's maintenance lease: if another maintenance
+    job holds it when it starts, it is recorded as skipped (``on_busy="skip"``).
+    """
+    return TASK_FOR_ACTION[plan.action], {"repo": repo, **dict(plan.params), "on_busy": "skip"}
 
 
 def plan_repository(repo: str | Path, *, settings: Settings, send: Send, slots: FleetSlots, trigger: str,
@@ -123,7 +128,7 @@ def plan_repository(repo: str | Path, *, settings: Settings, send: Send, slots: 
         if window_start is None:  # an ingest-triggered plan says so; the window plans it again
             registry.record_plan(settings, path, planned.record(trigger, now), now, planned=False)
         return planned
-    if window_start is not None and not registry.claim_for_planning(settings, row["id"], window_start, now):
+    if window_start is not None and not registry.claim_for_planning(settings, _row_id(row), window_start, now):
         slots.release(job_id)
         return Planned(path, Outcome.TAKEN, stats, plan)
     planned = Planned(path, Outcome.QUEUED, stats, plan, job_id=job_id, in_flight=in_flight)
@@ -156,14 +161,14 @@ def window_bounds(settings: Settings, now: float) -> tuple[float, float]:
     A planner started inside a window (beat restarted at 02:30 for a 02:00 window) keeps that
     window's end; one started outside any window (by hand) opens one now.
     """
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     schedule = maintenance_crontab(settings)
-    schedule.nowfun = lambda: datetime.fromtimestamp(now, timezone.utc)
+    schedule.nowfun = lambda: datetime.fromtimestamp(now, UTC)
     length = settings.maintenance_window
 
     def next_after(t: float) -> float:
-        return now + schedule.remaining_estimate(datetime.fromtimestamp(t, timezone.utc)).total_seconds()
+        return now + schedule.remaining_estimate(datetime.fromtimestamp(t, UTC)).total_seconds()
 
     occurrence = next_after(now - length)
     if not now - length < occurrence <= now:
@@ -232,3 +237,9 @@ def sweep(*, settings: Settings, send: Send, slots: FleetSlots, window_start: fl
                      "waiting": waiting, "not_reached": not_reached, "slots_pruned": pruned,
                      "in_flight": slots.in_flight()},
     }
+
+
+def _row_id(row: dict[str, Any] | None) -> int:
+    """A window plans registered repositories only: their registry row exists."""
+    assert row is not None, "a repository planned in a window is registered"
+    return int(row["id"])

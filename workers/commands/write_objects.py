@@ -16,7 +16,7 @@ from packyard.store.bulk import write_objects as store_write_objects
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.objectsfile import read_objects_file
 from packyard.store.repo import Repository
-from packyard.workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
+from packyard.workers.commands._bulk import fence_options, flat_counters, pack_threshold_of, parse_ref_updates
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -76,17 +76,21 @@ def objects_from_file(objects_file: str | Path | BinaryIO, max_bytes: int) -> li
 def write_objects(repo: str | Path, objects: list[dict[str, Any]] | None = None, *,
                   objects_file: str | Path | BinaryIO | None = None, ref_updates: list[dict] | None = None,
                   max_payload_bytes: int | None = None, max_file_bytes: int = DEFAULT_FILE_MAX_BYTES,
-                  progress: Progress | None = None, lease: Any = None) -> dict[str, Any]:
+                  pack_threshold: int | None = None, progress: Progress | None = None,
+                  lease: Any = None) -> dict[str, Any]:
     """Write the objects (validated first; existing ones skipped and freshened), then ``ref_updates``.
 
-    ``objects`` (base64, in the message) come first, then those of ``objects_file``.
+    ``objects`` (base64, in the message) come first, then those of ``objects_file``. At least
+    ``pack_threshold`` objects (default: PACKYARD_PACK_THRESHOLD; 0: never) are written as one pack:
+    ``counters["write_path"]`` says which.
     """
     r = Repository.open(repo)
     decoded: list[tuple[Any, bytes]] = list(decode_objects(objects or [], max_payload_bytes))
     if objects_file is not None:
         decoded += objects_from_file(objects_file, max_file_bytes)
     results, res = store_write_objects(r, decoded, ref_updates=parse_ref_updates(ref_updates),
-                                       progress=progress, **fence_options(lease))
+                                       progress=progress, pack_threshold=pack_threshold_of(pack_threshold),
+                                       **fence_options(lease))
     return {"repo": str(r.path), "oids": [oid.hex() for oid, _ in results],
             "results": [result.value for _, result in results],
-            "counters": flat_counters(res.counters)}
+            "counters": {**flat_counters(res.counters), "write_path": res.counters["write_path"]}}

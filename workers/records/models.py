@@ -6,18 +6,21 @@ job (task id): queued → started → success/failure, counters, error; every de
 its message is counted (``attempts``, first and last start), so a redelivery shows, and a
 job whose message vanished is marked ``LOST`` by the reconciler; ``lock_events`` —
 every acquire/renew/release/loss of a repository lease with its fencing token;
-``race_events`` — races the workers observed (a pack vanished under a lookup, a
-ref moved under a compare-and-swap, …), filled by later issues.
+``race_events`` — races the workers and the race harness's readers observed (a lookup
+recovered by re-listing objects/pack or from ``preserved/``, a quick check answered
+"absent", a lost read), one row per miss (``packyard races``).
 
-The migrations in ``migrations/versions/`` spell the same tables out statically; ``tests/test_migrations.py`` checks that they agree.
+The migrations in ``migrations/versions/`` spell the same tables out statically;
+``tests/test_migrations.py`` checks that they agree.
 """
 from __future__ import annotations
 
 import enum
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, text, true
+from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, text,
+                        true)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -30,7 +33,7 @@ NAMING_CONVENTION = {
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Base(DeclarativeBase):
@@ -65,6 +68,21 @@ class LockEventKind(str, enum.Enum):
     LOST = "lost"        # another holder owns the lease now
     EXPIRED = "expired"  # the lease ran out and nobody holds it
     BROKEN = "broken"    # deleted by a waiter because its holder process was provably dead (job = the dead holder's)
+    # Migration 0004 (issue 11: maintenance exclusivity):
+    TAKEN_OVER = "taken_over"      # acquired after the previous holder's lease ran out (or was broken) unreleased
+    SKIPPED = "skipped"            # a scheduled job found the lease taken and did not run (detail: the holder)
+    ABORTED = "aborted"            # a holder stopped before a destructive step: lease lost or fence refused it
+    WAIT_TIMEOUT = "wait_timeout"  # waited ``waited_ms`` for the lease and gave up (the job is retried later)
+
+
+class LeaseOutcome(str, enum.Enum):
+    """What a job's lease did that an operator should see on its row (``jobs.lease``; None: nothing notable)."""
+
+    WAITED = "waited"        # another job held the lease: this one waited (``lease_wait_ms``) and then ran
+    SKIPPED = "skipped"      # a scheduled run found the lease taken and skipped (SUCCESS, counters skipped=1)
+    TOOK_OVER = "took_over"  # the previous holder's lease ran out (or its process died) without a release
+    LOST = "lost"            # the lease was lost while working: the job aborted before deleting and is retried
+    BUSY = "busy"            # waited its bound for the lease and gave up (retried later)
 
 
 def _enum(cls: type[enum.Enum], name: str) -> Enum:
@@ -118,6 +136,9 @@ class Job(Base):
     last_started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Set by the reconciler when it finds the job pending but its message nowhere; cleared by any write.
     unseen_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Migration 0004: what the job's maintenance lease did (waited, skipped, took over, lost), and the wait.
+    lease: Mapped[LeaseOutcome | None] = mapped_column(_enum(LeaseOutcome, "lease_outcome"))
+    lease_wait_ms: Mapped[int | None] = mapped_column(BigInteger)
 
     repository: Mapped[Repository | None] = relationship(back_populates="jobs")
 
@@ -132,6 +153,9 @@ class LockEvent(Base):
     event: Mapped[LockEventKind] = mapped_column(_enum(LockEventKind, "lock_event_kind"))
     fencing_token: Mapped[int | None] = mapped_column(BigInteger)
     at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Migration 0004: how long the acquirer waited; the holder it found or replaced, the step it aborted.
+    waited_ms: Mapped[int | None] = mapped_column(BigInteger)
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
 class RaceEvent(Base):
@@ -142,4 +166,4 @@ class RaceEvent(Base):
     job_id: Mapped[str | None] = mapped_column(String(64), index=True)
     kind: Mapped[str] = mapped_column(String(64), index=True)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from packyard.workers.records import registry
 from packyard.workers.records.db import session_scope
-from packyard.workers.records.models import Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository, utcnow
+from packyard.workers.records.models import (Job, JobState, LeaseOutcome, LockEvent, LockEventKind, RaceEvent,
+                                             Repository, utcnow)
 from packyard.workers.settings import Settings
 
 
@@ -100,12 +101,12 @@ def record_started(settings: Settings | str, *, task_id: str, kind: str, repo: s
                 .values(attempts=Job.attempts + 1, first_started_at=func.coalesce(Job.first_started_at, now),
                         last_started_at=now, state=JobState.STARTED, started_at=now, finished_at=None,
                         worker_hostname=hostname, worker_pid=pid, unseen_since=None)
-                .execution_options(synchronize_session=False)).rowcount
+                .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
             if not started:
                 finished = s.execute(
                     update(Job).where(Job.task_id == task_id, Job.state.in_(FINISHED_STATES))
                     .values(attempts=Job.attempts + 1, last_started_at=now)
-                    .execution_options(synchronize_session=False)).rowcount
+                    .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
                 if finished:
                     job = s.scalar(select(Job).where(Job.task_id == task_id))
                     assert job is not None
@@ -180,7 +181,9 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
                 if state is JobState.SUCCESS and kind == "packyard.verify_repo":
                     repo_row.last_verified_at = now
                 s.flush()
-                ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params, now=now)
+                if not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
+                    ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params,
+                                                    now=now)
         s.flush()
         s.expunge(job)
     if ingests is not None and on_ingest_counted is not None:
@@ -193,7 +196,7 @@ def mark_unseen(settings: Settings | str, job_id: int, now: datetime) -> bool:
     with session_scope(settings) as s:
         return bool(s.execute(
             update(Job).where(Job.id == job_id, Job.state.in_(PENDING_STATES), Job.unseen_since.is_(None))
-            .values(unseen_since=now).execution_options(synchronize_session=False)).rowcount)
+            .values(unseen_since=now).execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]  # DML: a CursorResult
 
 
 def mark_seen(settings: Settings | str, job_id: int) -> None:
@@ -211,14 +214,33 @@ def record_lost(settings: Settings | str, job_id: int, unseen_since: datetime, r
         return bool(s.execute(
             update(Job).where(Job.id == job_id, Job.state.in_(PENDING_STATES), Job.unseen_since == unseen_since)
             .values(state=JobState.LOST, error=reason, error_type="JobLost", finished_at=now)
-            .execution_options(synchronize_session=False)).rowcount)
+            .execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]  # DML: a CursorResult
 
 
 def record_lock_event(settings: Settings | str, *, repo: str | None, job_id: str | None, lock_name: str,
-                      event: LockEventKind, token: int | None) -> None:
+                      event: LockEventKind, token: int | None, waited_ms: int | None = None,
+                      detail: dict[str, Any] | None = None) -> None:
     with session_scope(settings) as s:
         s.add(LockEvent(repo_id=repository_id(s, repo), job_id=job_id, lock_name=lock_name, event=event,
-                        fencing_token=token, at=utcnow()))
+                        fencing_token=token, at=utcnow(), waited_ms=waited_ms, detail=detail))
+
+
+#: A notable lease outcome is not overwritten by a lesser one (a job that lost its lease and then, retried,
+#: waited for it keeps "lost": what an operator must see first).
+_LEASE_RANK = {LeaseOutcome.WAITED: 1, LeaseOutcome.TOOK_OVER: 2, LeaseOutcome.BUSY: 3, LeaseOutcome.SKIPPED: 4,
+               LeaseOutcome.LOST: 5}
+
+
+def record_lease(settings: Settings | str, task_id: str, outcome: LeaseOutcome, wait_ms: int | None = None) -> None:
+    """Mark the job row with what its lease did (waited, skipped, took over, lost, busy) and how long it waited."""
+    with session_scope(settings) as s:
+        job = s.scalar(select(Job).where(Job.task_id == task_id))
+        if job is None:
+            return
+        if job.lease is None or _LEASE_RANK[outcome] >= _LEASE_RANK[job.lease]:
+            job.lease = outcome
+        if wait_ms is not None:
+            job.lease_wait_ms = (job.lease_wait_ms or 0) + int(wait_ms)
 
 
 def record_race_event(settings: Settings | str, *, repo: str | None, job_id: str | None, kind: str,
@@ -227,3 +249,32 @@ def record_race_event(settings: Settings | str, *, repo: str | None, job_id: str
     with session_scope(settings) as s:
         s.add(RaceEvent(repo_id=repository_id(s, repo), job_id=job_id, kind=kind, detail=detail,
                         observed_at=utcnow()))
+
+
+def record_race_events(settings: Settings | str, *, repo: str | None, job_id: str | None,
+                       events: list[dict[str, Any]]) -> int:
+    """Many race events in one transaction (the race harness's readers report misses in batches):
+    each ``{"kind": str, "at": epoch seconds, "detail": dict}``. Returns how many were written."""
+
+    if not events:
+        return 0
+    with session_scope(settings) as s:
+        rid = repository_id(s, repo)
+        s.add_all([RaceEvent(repo_id=rid, job_id=job_id, kind=e["kind"], detail=e.get("detail"),
+                             observed_at=datetime.fromtimestamp(e["at"], UTC) if e.get("at") else utcnow())
+                   for e in events])
+    return len(events)
+
+
+def record_run(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, params: dict[str, Any] | None,
+               started: datetime, state: JobState, counters: dict[str, Any] | None, error: str | None = None,
+               hostname: str | None = None, pid: int | None = None) -> None:
+    """A job that ran outside Celery (``packyard race``, ``packyard janitor`` in-process): its whole row at once,
+    written when it ends (a pending row of a process no broker knows would be marked LOST meanwhile)."""
+    now = utcnow()
+    with session_scope(settings) as s:
+        s.add(Job(task_id=task_id, kind=kind, repo_id=repository_id(s, repo), state=state, params=params,
+                  queued_at=started, started_at=started, first_started_at=started, last_started_at=started,
+                  finished_at=now, duration_ms=int((now - started).total_seconds() * 1000), counters=counters,
+                  error=error, error_type=None if error is None else "RunFailed", retries=0, attempts=1,
+                  worker_hostname=hostname, worker_pid=pid))

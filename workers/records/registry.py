@@ -15,7 +15,7 @@ planners never plan it twice) and leaves the plan on the row (:func:`record_plan
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +42,12 @@ def epoch(t: datetime | None) -> float | None:
     if t is None:
         return None
     if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
+        t = t.replace(tzinfo=UTC)
     return t.timestamp()
 
 
 def from_epoch(t: float) -> datetime:
-    return datetime.fromtimestamp(t, timezone.utc)
+    return datetime.fromtimestamp(t, UTC)
 
 
 def normalize(path: str | Path) -> str:
@@ -99,6 +99,7 @@ def register(settings: Settings | str, path: str | Path, *, enabled: bool = True
         existed = s.scalar(select(Repository.id).where(Repository.path == norm)) is not None
         rid = repository_id(s, norm)
         repo = s.get(Repository, rid)
+        assert repo is not None, "repository_id created the row"
         repo.enabled = enabled
         s.flush()
         return _row(repo), not existed
@@ -121,7 +122,7 @@ def set_enabled(settings: Settings | str, path: str | Path, enabled: bool) -> bo
     """Enable or disable a registered repository; False if it is not registered."""
     with session_scope(settings) as s:
         res = s.execute(update(Repository).where(Repository.path == normalize(path)).values(enabled=enabled))
-        return bool(res.rowcount)
+        return bool(res.rowcount)  # type: ignore[attr-defined]  # DML: a CursorResult
 
 
 def list_repositories(settings: Settings | str, *, enabled_only: bool = False) -> list[dict[str, Any]]:
@@ -170,7 +171,7 @@ def claim_for_planning(settings: Settings | str, repo_id: int, window_start: flo
         res = s.execute(update(Repository).where(Repository.id == repo_id)
                         .where(or_(Repository.last_planned_at.is_(None), Repository.last_planned_at < start))
                         .values(last_planned_at=from_epoch(now)))
-        return bool(res.rowcount)
+        return bool(res.rowcount)  # type: ignore[attr-defined]  # DML: a CursorResult
 
 
 def record_plan(settings: Settings | str, path: str | Path, plan: dict[str, Any], now: float,

@@ -56,9 +56,13 @@ Layers
     ``lease.check()`` raises LockLostError (→ retry). A repository locked for more than 30 s
     retries the job later; a lease whose holder process is dead is broken at once. Once the
     lease is held, a job another delivery finished meanwhile stops (AlreadyFinished).
-  - ``self.maintenance_lock(repo)`` → the repository's *maintenance* lease (repack, prune, gc; never taken
-    by ingestion), its own token sequence; the store's maintenance fence checks ``lease.token`` before
-    deletions.
+  - ``self.maintenance_lock(repo, wait=None, on_busy="wait")`` → the repository's *maintenance* lease
+    (repack, prune, gc; never taken by ingestion), its own token sequence, recorded in the store's
+    maintenance fence as the job starts (a stalled previous holder is refused before any deletion).
+    One maintenance job per repository at a time: explicit requests wait (``wait`` seconds, default
+    PACKYARD_MAINTENANCE_WAIT; then retried later), scheduled runs pass ``on_busy="skip"`` and end as
+    skipped. The job row's ``lease`` says waited / skipped / took_over / lost / busy; a LockLostError
+    out of the block is an ``aborted`` lock event.
   - ``self.record_race(kind, repo, **detail)`` → a ``race_events`` row (and a warning log line).
 * Register the module below (one import line), add the CLI command in ``workers/cli/``
   and, for benchmarks, a module in ``workers/cli/bench/``.
@@ -70,7 +74,8 @@ from packyard.workers.tasks import import_tree, unpack_objects, write_objects  #
 from packyard.workers.tasks import index_pack  # noqa: F401
 from packyard.workers.tasks import gc, plan_maintenance  # noqa: F401
 from packyard.workers.tasks import repack  # noqa: F401
+from packyard.workers.tasks import janitor  # noqa: F401
 from packyard.workers.tasks import reconcile_jobs  # noqa: F401  (bookkeeping, not a job: see its module)
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
-                "plan_maintenance", "repack")
+                "plan_maintenance", "repack", "janitor")

@@ -37,6 +37,19 @@ class AlreadyFinished(Ignore):
     """A delivery of a job whose row already has its outcome: acknowledged without running (no new result)."""
 
 
+class SkippedJob(Exception):
+    """The job decided not to run (a scheduled maintenance job found the lease taken): it succeeds with
+    ``result`` (``counters.skipped == 1``, the holder named) instead of doing the work."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        super().__init__(result.get("reason", "skipped"))
+        self.result = result
+
+
+#: ``on_busy`` for maintenance jobs: explicit requests wait for the lease, scheduled runs skip.
+ON_BUSY = ("wait", "skip")
+
+
 class PackyardTask(Task):
     """Records the job row, binds log context, reports progress and maps errors to fail/retry.
 
@@ -111,6 +124,8 @@ class PackyardTask(Task):
                 # Arguments checked, repo confined to the storage roots, inputs to the incoming dir.
                 with boundary.prepared(self, args, kwargs) as (run_args, run_kwargs):
                     result = self.run(*run_args, **run_kwargs)
+            except SkippedJob as skipped:   # decided not to run: a success that did nothing, saying why
+                result = skipped.result
             except TRANSIENT_ERRORS as err:  # also outside self.call (a lease check in the task body)
                 self.retry_later(err)
         except AlreadyFinished:
@@ -236,7 +251,11 @@ class PackyardTask(Task):
         req = self.request
         if req.id is None or req.is_eager:
             return
-        state = job_state(get_settings(), req.id)
+        try:
+            state = job_state(get_settings(), req.id)
+        except SQLAlchemyError as err:   # records unreachable: do not run a job that may be finished
+            log.error("job.record_failed", step="duplicate-check", error=str(err))
+            self.retry_later(err)
         if state is not None and state.finished:
             log.warning("job.duplicate_delivery", state=state.value, when="under the lease")
             raise AlreadyFinished(f"job {req.id} already {state.value} (another delivery finished it)")
@@ -259,7 +278,7 @@ class PackyardTask(Task):
         try:
             lease = acquire(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
                             on_event=db_event_recorder(settings), wait=wait, kind=kind or LeaseKind.REPO)
-        except (LockTimeout, *BROKER_ERRORS) as err:
+        except (LockTimeout, redis.ConnectionError, redis.TimeoutError, OperationalError) as err:  # BROKER_ERRORS
             self.retry_later(err)
         with hold(lease, auto_renew=auto_renew):
             self.bind_log(fencing_token=lease.token)
@@ -268,15 +287,95 @@ class PackyardTask(Task):
 
 
     @contextmanager
-    def maintenance_lock(self, repo: str, ttl: float | None = None, wait: float = 30.0) -> Iterator[Any]:
+    def maintenance_lock(self, repo: str, ttl: float | None = None, wait: float | None = None,
+                         on_busy: str = "wait") -> Iterator[Any]:
         """The repository's maintenance lease (repack, prune, gc; never taken by ingestion), renewed in the
-        background: :meth:`repo_lock` with ``kind=LeaseKind.MAINTENANCE``. ``lease.token`` is what the
-        store's maintenance fence checks before deletions; ``lease.check()`` raises LockLostError if a
-        renewal failed. Held by another job for ``wait`` seconds: the job is retried later."""
-        from packyard.workers.locks import LeaseKind
+        background: one maintenance job per repository at a time.
 
-        with self.repo_lock(repo, ttl=ttl, wait=wait, kind=LeaseKind.MAINTENANCE) as lease:
-            yield lease
+        ``on_busy="wait"`` (explicit requests): wait up to ``wait`` seconds (default
+        PACKYARD_MAINTENANCE_WAIT) for a holder to finish; the wait is on the acquired event and the
+        job row (``lease=waited``); past it the job is retried later (``lease=busy``).
+        ``on_busy="skip"`` (scheduled runs): one attempt; if the lease is taken the job succeeds at
+        once as skipped (a ``skipped`` event naming the holder, ``lease=skipped``, counters skipped=1).
+
+        Once held, its token is recorded in the store's maintenance fence (:func:`claim_fence`), so a
+        previous holder that stalled past its lease is refused before any deletion, and the block runs.
+        A LockLostError out of the block (a failed check, a refused fence) is recorded as an
+        ``aborted`` event and ``lease=lost`` before the job is retried.
+        """
+        from packyard.workers.locks import (LeaseKind, LockTimeout, acquire, claim_fence, db_event_recorder,
+                                            hold, redis_client, try_acquire)
+        from packyard.workers.records.models import LeaseOutcome, LockEventKind
+
+        if on_busy not in ON_BUSY:
+            from packyard.store.errors import InvalidInputError
+
+            raise InvalidInputError(f"on_busy must be one of {', '.join(ON_BUSY)}, not {on_busy!r}")
+        settings = get_settings()
+        kind = LeaseKind.MAINTENANCE
+        ttl = ttl or settings.lock_ttl
+        on_event = db_event_recorder(settings)
+        client = redis_client(settings)
+        try:
+            if on_busy == "skip":
+                lease = try_acquire(client, repo, ttl, self.request.id, on_event, kind)
+                if lease is None:
+                    self._skip_busy(client, repo, on_event)
+            else:
+                lease = acquire(client, repo, ttl, self.request.id, on_event,
+                                wait=settings.maintenance_wait if wait is None else float(wait), poll=0.1, kind=kind)
+        except LockTimeout as err:
+            self._note_lease(LeaseOutcome.BUSY)
+            self.retry_later(err)
+        except BROKER_ERRORS as err:
+            self.retry_later(err)
+        assert lease is not None
+        if lease.waited_ms:
+            self._note_lease(LeaseOutcome.WAITED, lease.waited_ms)
+        if lease.took_over is not None:
+            self._note_lease(LeaseOutcome.TOOK_OVER)
+        with hold(lease, auto_renew=True):
+            self.bind_log(fencing_token=lease.token, lease_waited_ms=lease.waited_ms)
+            self.abort_if_finished()
+            try:
+                claim_fence(repo, lease)
+                yield lease
+            except BaseException as err:
+                cause = err.exc if isinstance(err, Retry) else err
+                if isinstance(cause, LockLostError):
+                    lease.abort("delete", str(cause))
+                    self._note_lease(LeaseOutcome.LOST)
+                    log.warning("lease.aborted", lock_event=LockEventKind.ABORTED.value, reason=str(cause))
+                raise
+
+    def _skip_busy(self, client: Any, repo: str, on_event: Any) -> NoReturn:
+        """Record a scheduled job that found the maintenance lease taken, and end it as skipped."""
+        from packyard.workers.locks import LeaseKind, LockEvent, holder_detail, lock_name_for
+        from packyard.workers.records.models import LeaseOutcome, LockEventKind
+
+        name = lock_name_for(repo)
+        holder = holder_detail(client, repo, LeaseKind.MAINTENANCE)
+        on_event(LockEvent(name, LeaseKind.MAINTENANCE.key_prefix + name, self.request.id, LockEventKind.SKIPPED,
+                           None, None, holder))
+        self._note_lease(LeaseOutcome.SKIPPED)
+        by = f"job {holder['holder_job']}" if holder and holder.get("holder_job") else "another job"
+        reason = f"the maintenance lease of {name} is held by {by}: a scheduled run does not wait"
+        log.info("job.skipped", reason=reason, holder=holder)
+        raise SkippedJob({"repo": name, "skipped": True, "reason": reason, "holder": holder,
+                          "counters": {"skipped": 1}})
+
+    def _note_lease(self, outcome: Any, wait_ms: int | None = None) -> None:
+        """Put the lease outcome on the job row (best effort: an audit field, never a reason to fail)."""
+        req = self.request
+        if req.id is None or req.is_eager:
+            return
+        from packyard.workers.records.recorder import record_lease
+
+        try:
+            record_lease(get_settings(), req.id, outcome, wait_ms)
+        except SQLAlchemyError as err:
+            log.warning("job.lease_record_failed", lease=getattr(outcome, "value", outcome), error=str(err))
+
 
 def wait_for_broker(settings: Any, deadline: float, interval: float = 1.0) -> bool:
     """Ping the broker every ``interval`` seconds until it answers (True) or ``deadline`` passes (False)."""

@@ -18,4 +18,4 @@ def import_tree(self: PackyardTask, repo: str, ref: str, source: str, message: s
     with self.repo_lock(repo) as lease:
         return self.call(command.import_tree, repo, ref, source, message=message, author_name=author_name,
                          author_email=author_email, max_files=s.import_max_files, max_bytes=s.import_max_bytes,
-                         lease=lease)
+                         pack_threshold=s.pack_threshold, lease=lease)

@@ -10,9 +10,15 @@ from packyard.workers.tasks.base import PackyardTask
 
 @app.task(name="packyard.repack", bind=True, base=PackyardTask)
 def repack(self: PackyardTask, repo: str, mode: str = "full", factor: int = 2, expire: str | float | None = None,
-           preserve_for: float | None = None) -> dict[str, Any]:
-    """Repack under the maintenance lease; its token fences the deletions (recorded in the counters)."""
+           preserve_for: float | None = None, preserve: bool = True, wait: float | None = None,
+           on_busy: str = "wait", no_reuse: bool = False, window: int | None = None,
+           depth: int | None = None) -> dict[str, Any]:
+    """Repack under the maintenance lease (waits ``wait`` s for it, or ``on_busy="skip"``s: scheduled runs); its
+    token fences the deletions. ``no_reuse`` recomputes every delta (``window``/``depth`` as git names them).
+    ``preserve=False`` (unlink replaced packs at once) is the race harness's unsafe negative control, never a
+    default."""
     self.bind_log(mode=mode)
-    with self.maintenance_lock(repo) as lease:
+    with self.maintenance_lock(repo, wait=wait, on_busy=on_busy) as lease:
         return self.call(command.repack, repo, mode=mode, factor=factor, expire=expire,
-                         preserve_for=preserve_for, lease=lease)
+                         preserve_for=preserve_for, preserve=preserve, no_reuse=no_reuse, window=window,
+                         depth=depth, lease=lease)

@@ -19,4 +19,4 @@ def write_objects(self: PackyardTask, repo: str, objects: list[dict] | None = No
     with self.repo_lock(repo) as lease:
         return self.call(command.write_objects, repo, objects, objects_file=f, ref_updates=ref_updates,
                          max_payload_bytes=s.write_objects_max_bytes, max_file_bytes=s.objects_file_max_bytes,
-                         lease=lease)
+                         pack_threshold=s.pack_threshold, lease=lease)

@@ -19,8 +19,7 @@ def corpus_dir() -> Path:
 def git(*args: str, git_dir: Path | None = None, cwd: Path | None = None, input: bytes | None = None) -> bytes:
     cmd = ["git"] + (["--git-dir", str(git_dir)] if git_dir else []) + list(args)
     env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
-    return subprocess.run(cmd, cwd=cwd, input=input, env=env, check=True, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE).stdout
+    return subprocess.run(cmd, cwd=cwd, input=input, env=env, check=True, capture_output=True).stdout
 
 
 def repo_from_pack(dest: Path, pack: Path, refs: Path | None) -> Path:
@@ -74,7 +73,8 @@ def describe_filesystem(path: Path) -> str:
         for line in Path("/proc/self/mountinfo").read_text().splitlines():
             left, _, right = line.partition(" - ")
             mnt = left.split()[4].replace("\\040", " ")
-            if (target == mnt or target.startswith(mnt.rstrip("/") + "/")) and (best is None or len(mnt) > len(best[0])):
+            inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
+            if inside and (best is None or len(mnt) > len(best[0])):
                 fstype, source = right.split()[:2]
                 best = (mnt, fstype, source)
     except (OSError, IndexError, ValueError):

@@ -16,9 +16,12 @@ left out of it.
 """
 from __future__ import annotations
 
+from functools import partial
+
+from typing import Any, Callable
+
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -125,17 +128,18 @@ def run(args: argparse.Namespace) -> int:
               f"{target_bytes / 1e6:.1f} MB of targets (avg {target_bytes / len(pairs) / 1e3:.1f} KB), "
               f"{os.cpu_count()} cores, best of {args.runs}", flush=True)
 
-        encoders: dict[str, object] = {}
+        encoders: dict[str, Callable[[bytes, bytes], bytes | None]] = {}
         if c_delta is not None:
-            encoders["packyard C"] = lambda b, t, m=c_delta: m.DeltaIndex(b).create_delta(t)
+            c_module: Any = c_delta
+            encoders["packyard C"] = lambda b, t: c_module.DeltaIndex(b).create_delta(t)
         encoders["packyard Python"] = lambda b, t: _delta_py.DeltaIndex(b).create_delta(t)
         encoders["dulwich"] = lambda b, t: b"".join(dulwich_create_delta(b, t))
 
-        sizes = {name: sum(len(fn(b, t)) for b, t in pairs) for name, fn in encoders.items()}  # type: ignore[operator]
+        sizes = {name: sum(len(fn(b, t) or b"") for b, t in pairs) for name, fn in encoders.items()}
         best = {name: float("inf") for name in encoders}
         for _ in range(args.runs):
             for name, fn in encoders.items():
-                best[name] = min(best[name], common.best_of(lambda fn=fn: [fn(b, t) for b, t in pairs], 1))
+                best[name] = min(best[name], common.best_of(partial(_encode_all, fn, pairs), 1))
 
         print(f"{'encoder':18} {'MB/s':>9} {'vs dulwich':>11} {'avg delta B':>12} {'size vs dulwich':>16}")
         for name in encoders:
@@ -168,3 +172,7 @@ def compare_with_git(repo: Path, ids: list[tuple[str, str]], blobs: dict[str, by
         return
     print(f"git's own deltas ({counted} of {len(ids)} pairs, git's direction): avg {theirs / counted:.0f} B "
           f"git, {ours / counted:.0f} B packyard -> packyard/git size {ours / theirs:.2f}x")
+
+
+def _encode_all(fn: Callable[[bytes, bytes], bytes | None], pairs: list[tuple[bytes, bytes]]) -> list[bytes | None]:
+    return [fn(b, t) for b, t in pairs]

@@ -51,8 +51,8 @@ def measured(cmd: list[str], stdin_path: Path, env: dict[str, str],
     """Run ``cmd`` under /usr/bin/time: (wall s, peak RSS bytes incl. reaped children, status, stdout, CPU s)."""
     with open(stdin_path, "rb") as fin:
         t0 = time.perf_counter()
-        proc = subprocess.run([TIME, "-f", "%M %U %S", "-o", str(rss_file)] + cmd, stdin=fin, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, env=env)
+        proc = subprocess.run([TIME, "-f", "%M %U %S", "-o", str(rss_file)] + cmd, stdin=fin, capture_output=True,
+                              env=env)
         wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr.decode(errors="replace"))
@@ -136,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     common.compile_bytecode()
     base = Path(tempfile.mkdtemp(prefix="packyard-bench-ip-", dir=args.dir))
     try:
-        rows = {"git": [], "packyard": []}
+        rows: dict[str, list] = {"git": [], "packyard": []}
         cpus: dict[str, list[float]] = {"git": [], "packyard": []}
         phases: list[dict] = []
         print(f"pack {pack} ({pack.stat().st_size / 1e6:.1f} MB), {os.cpu_count()} cores, "

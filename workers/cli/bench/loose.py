@@ -1,12 +1,18 @@
-"""packyard bench loose: 10,000 small files as loose objects + a commit + a ref, packyard vs git batch fsync.
+"""packyard bench loose: 10,000 small files imported as one commit + a ref, packyard vs git batch fsync.
 
 Both sides write the same files from the same directory into a fresh repository on the
 same filesystem, durably by their own rules, and end with a ref pointing at a commit:
 
 * git:      ``git -c core.fsync=loose-object -c core.fsyncMethod=batch update-index --add --stdin``
             (the setting measured in issue 4), then ``write-tree``, ``commit-tree``, ``update-ref``;
-* packyard: ``packyard import --repo R --ref refs/heads/main DIR`` (the installed command, a fresh process):
-            one syncfs barrier, all renames, one syncfs for the directory entries, the ref by CAS.
+* packyard: ``packyard import --repo R --ref refs/heads/main DIR`` (the installed command, a fresh process).
+            At or above PACKYARD_PACK_THRESHOLD objects (1,000 by default, so here) it writes one pack
+            with computed deltas (store/packbatch.py): one flush, renames with the idx last, a directory
+            fsync, the ref by CAS. ``--loose-path`` sets the threshold to 0: loose files, one syncfs
+            barrier, all renames, one syncfs for the directory entries, the ref by CAS.
+
+After the timed rounds the pack packyard wrote is compared with the one ``git repack -d`` makes of
+git's loose objects (same objects: the trees are checked to be identical).
 
 The two trees must be identical (checked). Wall times alternate git/packyard per round
 (the machine is shared: the spread is printed). Then each side runs once under
@@ -41,6 +47,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--runs", type=int, default=3, help="timed rounds, alternating git/packyard (default 3)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
     p.add_argument("--no-strace", action="store_true", help="skip the strace -f -c counting runs")
+    p.add_argument("--loose-path", action="store_true",
+                   help="packyard writes loose files (PACKYARD_PACK_THRESHOLD=0) instead of one pack")
     p.add_argument("--fresh-ext4", action="store_true",
                    help="run on a new journaled ext4 loop-mounted under the work directory (root only): "
                         "figures independent of what else the machine deleted lately")
@@ -83,8 +91,12 @@ def packyard_cmd(repo: Path, src: Path) -> list[str]:
 def phase_summary(counters: dict, wall: float) -> str:
     """packyard's own phase times (ms) from its job counters; 'other' is start-up, imports, exit."""
     ms = {k.removeprefix("elapsed_us_"): v / 1000 for k, v in counters.items() if k.startswith("elapsed_us_")}
-    shown = [("scan", "scan"), ("collect", "write"), ("barrier_flush", "barrier"), ("publish_renames", "renames"),
-             ("fsync_dirs", "dir sync"), ("update_refs", "ref")]
+    if counters.get("write_path") == "pack":
+        shown = [("scan", "scan"), ("collect", "read+hash"), ("search", "delta search"), ("write", "write pack"),
+                 ("install", "install"), ("update_refs", "ref")]
+    else:
+        shown = [("scan", "scan"), ("collect", "write"), ("barrier_flush", "barrier"),
+                 ("publish_renames", "renames"), ("fsync_dirs", "dir sync"), ("update_refs", "ref")]
     parts = [f"{label} {ms.get(key, 0):.0f}" for key, label in shown]
     other = wall * 1000 - sum(ms.values())
     return "ms: " + ", ".join(parts) + f", other {other:.0f}"
@@ -157,6 +169,8 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
             print("  (every file creation here also scans inodes deleted nearby in the last minutes, for git and "
                   "packyard alike: figures vary with what ran before; --fresh-ext4 avoids that)", flush=True)
         env_py = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+        if args.loose_path:
+            env_py["PACKYARD_PACK_THRESHOLD"] = "0"
         compile_bytecode()
         git_times, py_times = [], []
         for i in range(args.runs):
@@ -169,6 +183,7 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
                     os.sync()
                     t, out = timed(git_cmd(list_file), env, src)
                     git_tree = out.strip().splitlines()[-1]
+                    git_dir = Path(env["GIT_DIR"])
                     git_times.append(t)
                 else:
                     repo = fresh_packyard(root, f"t{i}")
@@ -176,6 +191,7 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
                     t, out = timed(packyard_cmd(repo, src), env_py, root)
                     result = json.loads(out)
                     py_tree = result["tree"]
+                    py_repo = repo
                     py_times.append(t)
                     phases = phase_summary(result["counters"], t)
             print(f"  round {i + 1}: git {git_times[-1]:.3f}s  packyard {py_times[-1]:.3f}s  ({phases})", flush=True)
@@ -188,6 +204,16 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
         print(f"{'':28} {'git batch':>10} {'packyard':>10} {'git/packyard':>13}")
         print(f"{'wall best (s)':28} {g_best:10.3f} {p_best:10.3f} {g_best / p_best:12.2f}x")
         print(f"{'wall median (s)':28} {g_med:10.3f} {p_med:10.3f} {g_med / p_med:12.2f}x")
+        print(f"packyard wrote {result['counters']['write_path']}"
+              + (f" ({result['counters']['deltas_computed']} deltas computed)"
+                 if result["counters"]["write_path"] == "pack" else ""))
+        # The pack each side ends with: packyard's import vs git repack -d over git's loose objects.
+        subprocess.run(["git", "repack", "-d", "-q"], env={**git_env(), "GIT_DIR": str(git_dir)}, check=True)
+        g_pack = sum(p.stat().st_size for p in (git_dir / "objects" / "pack").glob("*.pack"))
+        p_pack = sum(p.stat().st_size for p in (py_repo / "objects" / "pack").glob("*.pack"))
+        if p_pack:
+            print(f"{'pack bytes':28} {g_pack:10d} {p_pack:10d}   packyard/git {p_pack / g_pack:.3f}x "
+                  "(git: repack -d of its loose objects)")
         if not args.no_strace:
             if shutil.which("strace") is None:
                 print("(strace not installed: no syscall counts)")

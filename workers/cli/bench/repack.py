@@ -6,6 +6,12 @@ run so no deletion precedes one; rounds alternate who goes first):
 * ``full`` -- git-v2.0.0 split into 50 packs (``git pack-objects --revs`` over 50 ranges of the
   history) plus the newest commits' objects loose; ``packyard repack --mode full`` vs
   ``git -c repack.writeBitmaps=false repack -a -d``. Wall time, size of the new pack, peak RSS.
+  Each pack's delta bases are whole objects there: the delta search finds them deltas.
+* ``no-reuse`` -- the same repository; ``packyard repack --mode full --no-reuse`` vs
+  ``git -c repack.writeBitmaps=false repack -a -d -f``: every delta computed anew.
+* ``loose`` -- every object loose: three successive commits of a 10,000-file tree (the loose-writes
+  benchmark's files) in which 10% of the files change each time, written by ``git add``/``commit``;
+  ``packyard repack --mode loose`` vs ``git repack -d``.
 * ``geometric`` -- one large pack plus 30 small push packs (a few commits each);
   ``packyard repack --mode geometric --factor 2`` vs ``git repack --geometric=2 -d``: wall time and
   the number of packs left.
@@ -37,13 +43,19 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser("repack", help="packyard repack vs git repack (wall, pack size, RSS, packs left)",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3, help="rounds per scenario, alternating (default 3)")
-    p.add_argument("--scenario", action="append", choices=("full", "geometric", "large"), default=None,
-                   help="run only these (repeatable; default: full and geometric, plus large with --large)")
+    p.add_argument("--scenario", action="append", choices=("full", "no-reuse", "geometric", "loose", "large"),
+                   default=None, help="run only these (repeatable; default: full, no-reuse, geometric and loose, "
+                                      "plus large with --large)")
+    p.add_argument("--loose-files", type=int, default=10_000, help="files in the loose scenario's tree")
     p.add_argument("--large", action="store_true", help="also the large synthetic repository")
     p.add_argument("--large-objects", type=int, default=500_000, help="objects in the large repository")
     p.add_argument("--pack", default=None, help="source pack (default: the corpus git-v2.0.0.pack)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
     p.add_argument("--keep-dir", action="store_true", help="keep the work directory (inputs are reused)")
+    p.add_argument("--fresh-ext4", action="store_true",
+                   help="run on a new journaled ext4 loop-mounted under the work directory (root only): figures "
+                        "independent of what else the machine deleted lately (the loose scenario deletes 12,000 "
+                        "files per run, on both sides)")
     p.set_defaults(func=run)
 
 
@@ -101,6 +113,34 @@ def geometric_repo(dest: Path, src: Path, small: int = 30, per_push: int = 3) ->
              input=f"{tip}\n^{prev}\n".encode())
         prev = tip
     _git("update-ref", "refs/heads/main", commits[-1], git_dir=dest)
+    return dest
+
+
+def loose_repo(dest: Path, files: int, versions: int = 3, changed: float = 0.1) -> Path:
+    """Every object loose: ``versions`` commits of the loose-writes benchmark's ``files``-file tree, written by
+    git (``add -A``, ``commit``); each version rewrites a different ``changed`` share of the files."""
+    if dest.exists():
+        return dest
+    from packyard.workers.cli.bench.loose import git_env, make_files
+
+    _git("init", "-q", "--bare", str(dest))
+    work = dest.parent / (dest.name + ".src")
+    shutil.rmtree(work, ignore_errors=True)
+    names = make_files(work, files)
+    env = {**git_env(), "GIT_DIR": str(dest), "GIT_WORK_TREE": str(work), "GIT_INDEX_FILE": str(dest / "index")}
+    every = max(1, round(1 / changed))
+    for v in range(versions):
+        if v:
+            for i, name in enumerate(names):
+                if i % every == v % every:
+                    with open(work / name, "a") as f:
+                        f.write(f"changed in version {v}\n")
+        # (gc.auto=0: git's commit would otherwise pack the loose objects once there are 6,700 of them)
+        subprocess.run(["git", "-c", "gc.auto=0", "add", "-A"], env=env, check=True)
+        subprocess.run(["git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "commit", "-q", "-m",
+                        f"version {v}"], env=env, check=True)
+    (dest / "index").unlink()
+    shutil.rmtree(work)
     return dest
 
 
@@ -163,6 +203,10 @@ def measured(cmd: list[str], env: dict[str, str], rss_file: Path) -> tuple[float
     return wall, int(rss_file.read_text().split()[-1]) * 1024, proc.stdout.decode()
 
 
+def _loose_count(bare: Path) -> int:
+    return sum(1 for d in (bare / "objects").iterdir() if len(d.name) == 2 for _ in d.iterdir())
+
+
 def pack_sizes(bare: Path) -> list[int]:
     return sorted((p.stat().st_size for p in (bare / "objects" / "pack").glob("pack-*.pack")), reverse=True)
 
@@ -217,13 +261,14 @@ def report(name: str, rows: dict) -> None:
           f"{med(p, 'wall') / med(g, 'wall'):6.2f}x")
     gr, pr = max(r["rss"] for r in g), max(r["rss"] for r in p)
     print(f"{name}: {'peak RSS (max) MiB':22} {pr / 2**20:10.1f} {gr / 2**20:10.1f} {pr / gr:6.2f}x")
-    print(f"{name}: {'largest pack MB':22} {p[-1]['largest'] / 1e6:10.2f} {g[-1]['largest'] / 1e6:10.2f} "
-          f"{p[-1]['largest'] / g[-1]['largest']:6.2f}x")
+    print(f"{name}: {'largest pack MB':22} {p[-1]['largest'] / 1e6:10.3f} {g[-1]['largest'] / 1e6:10.3f} "
+          f"{p[-1]['largest'] / g[-1]['largest']:6.3f}x")
     print(f"{name}: {'packs left':22} {p[-1]['packs']:10} {g[-1]['packs']:10}")
     phases = p[len(p) // 2]["phases"]
     print(f"{name}: packyard phases (middle round): " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
     c = p[-1]["counters"]
     print(f"{name}: packyard counters: objects_out {c['objects_out']}, deltas_reused {c['deltas_reused']}, "
+          f"deltas_computed {c['deltas_computed']} ({c['deltas_tried']} tried, {c['search_processes']} processes), "
           f"entries_copied {c['entries_copied']}, rewritten_whole {c['rewritten_whole']}, "
           f"packs_merged {c['packs_merged']}, loose_deleted {c['loose_deleted']}")
 
@@ -232,35 +277,57 @@ def run(args: argparse.Namespace) -> int:
     if not Path(TIME).exists():
         print(f"packyard bench repack: needs {TIME} (GNU time) to measure peak RSS", file=sys.stderr)
         return 2
-    scenarios = args.scenario or (["full", "geometric"] + (["large"] if args.large else []))
+    scenarios = args.scenario or (["full", "no-reuse", "geometric", "loose"] + (["large"] if args.large else []))
     pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
     refs = pack.with_suffix(".refs")
-    if {"full", "geometric"} & set(scenarios) and not (pack.exists() and refs.exists()):
+    corpus_scenarios = {"full", "no-reuse", "geometric"} & set(scenarios)
+    if corpus_scenarios and not (pack.exists() and refs.exists()):
         print(f"packyard bench repack: no pack {pack} (with {refs.name})", file=sys.stderr)
         return 2
     common.compile_bytecode()
+    if args.fresh_ext4:
+        parent = Path(tempfile.mkdtemp(prefix="packyard-bench-repack-fs-", dir=args.dir))
+        try:
+            with common.fresh_ext4(parent) as mnt:
+                return _run_in(args, scenarios, pack, refs, mnt / "bench", keep=True)
+        finally:
+            shutil.rmtree(parent, ignore_errors=True)
     work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-repack-"))
+    return _run_in(args, scenarios, pack, refs, work, keep=bool(args.keep_dir or args.dir))
+
+
+def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Path, work: Path, *,
+            keep: bool) -> int:
+    corpus_scenarios = {"full", "no-reuse", "geometric"} & set(scenarios)
     work.mkdir(parents=True, exist_ok=True)
     print(f"{os.cpu_count()} cores, {args.runs} rounds per scenario alternating git/packyard, in {work} "
           f"({common.describe_filesystem(work)})", flush=True)
     print(f"reachability walk: {_walk_implementation()}; {_load()} at start", flush=True)
     try:
         results = {}
-        if {"full", "geometric"} & set(scenarios):
+        if corpus_scenarios:
             src = base_repo(work / "inputs" / "v2.git", pack, refs)
-        if "full" in scenarios:
+        if {"full", "no-reuse"} & set(scenarios):
             t = split_repo(work / "inputs" / "split50.git", src)
             print(f"full: input {len(pack_sizes(t))} packs ({sum(pack_sizes(t)) / 1e6:.1f} MB) + "
-                  f"{sum(1 for d in (t / 'objects').iterdir() if len(d.name) == 2 for _ in d.iterdir())} "
-                  f"loose objects", flush=True)
-            results["full"] = scenario("full", t, ["--mode", "full"],
-                                       ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
-                                       args.runs, work)
+                  f"{_loose_count(t)} loose objects", flush=True)
+            if "full" in scenarios:
+                results["full"] = scenario("full", t, ["--mode", "full"],
+                                           ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
+                                           args.runs, work)
+            if "no-reuse" in scenarios:
+                results["no-reuse"] = scenario("no-reuse", t, ["--mode", "full", "--no-reuse"],
+                                               ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-f", "-q"],
+                                               args.runs, work)
         if "geometric" in scenarios:
             t = geometric_repo(work / "inputs" / "geometric.git", src)
             print(f"geometric: input {len(pack_sizes(t))} packs", flush=True)
             results["geometric"] = scenario("geometric", t, ["--mode", "geometric", "--factor", "2"],
                                             ["repack", "--geometric=2", "-d", "-q"], args.runs, work)
+        if "loose" in scenarios:
+            t = loose_repo(work / "inputs" / f"loose-{args.loose_files}.git", args.loose_files)
+            print(f"loose: input {_loose_count(t)} loose objects, no pack", flush=True)
+            results["loose"] = scenario("loose", t, ["--mode", "loose"], ["repack", "-d", "-q"], args.runs, work)
         if "large" in scenarios:
             t0 = time.monotonic()
             t = large_repo(work / "inputs" / f"large-{args.large_objects}.git", args.large_objects)
@@ -275,7 +342,7 @@ def run(args: argparse.Namespace) -> int:
             report(name, rows)
         return 0
     finally:
-        if not args.keep_dir and not args.dir:
+        if not keep:
             shutil.rmtree(work, ignore_errors=True)
 
 

@@ -1,0 +1,160 @@
+"""packyard race --repo R --readers N --duration S: readers, repacks and pushes racing on purpose.
+
+Builds a new repository at R with git, starts N reader processes and, through the queue, repacks
+(full, loose, geometric in turn) and pushes (index_pack, unpack_objects, write_objects, force
+pushes of topic branches) while they read. Every reader miss is a ``race_events`` row
+(``packyard races``); the summary counts lookups, repacks, ingests and each kind of miss, and the
+exit status is 1 if any read was lost (or a job failed). The logic is in
+:mod:`packyard.workers.race`.
+
+With an embedded Redis (no PACKYARD_REDIS_URL) it starts one and a worker (2 prefork processes)
+for the run, with R's directory added to the storage roots; otherwise it uses the configured
+Redis and workers, and R must lie inside PACKYARD_STORAGE_ROOTS.
+
+The negative controls (``--unsafe-dir-cache``, ``--unsafe-delete``) must FAIL: they prove the
+harness can see a lost read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from packyard.workers.cli import common
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser(
+        "race", help="race readers against repacks and pushes; every miss recorded; exit 1 on a lost read",
+        description="Build a new repository at --repo with git, start --readers reader processes (each a "
+                    "long-lived Repository doing full reads, quick existence checks and absent-id probes of "
+                    "objects reachable from the refs) and, through the queue, repack every --repack-every "
+                    "seconds (full, loose, geometric in turn) and push every --ingest-every seconds "
+                    "(index_pack, unpack_objects, write_objects, and force pushes of topic branches) for "
+                    "--duration seconds. Prints lookups, repacks, ingests and each kind of miss (relisted, "
+                    "preserved, quick_absent, lost); exit status 1 on any lost read or failed job.")
+    common.add_repo_arg(p)
+    p.add_argument("--readers", type=int, default=4, metavar="N", help="reader processes (default 4)")
+    p.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds to race (default 60)")
+    p.add_argument("--repack-every", type=float, default=3.0, metavar="T",
+                   help="seconds between repacks (default 3; modes full, loose, geometric in turn)")
+    p.add_argument("--ingest-every", type=float, default=1.0, metavar="T",
+                   help="seconds between pushes (default 1)")
+    p.add_argument("--seed", type=int, default=None, metavar="K", help="random seed (default: a new one, printed)")
+    p.add_argument("--expire", type=float, default=5.0, metavar="SECONDS",
+                   help="full repacks delete unreachable objects older than this (default 5: force-pushed "
+                        "objects really go while readers still read them)")
+    p.add_argument("--reader-rate", type=float, default=1500.0, metavar="N",
+                   help="lookups per second per reader, at most (default 1500)")
+    p.add_argument("--unsafe-dir-cache", action="store_true",
+                   help="NEGATIVE CONTROL: readers trust objects/pack's stat data instead of re-listing on a miss "
+                        "(git's rejected stat_validity patch); the run must report lost reads")
+    p.add_argument("--unsafe-delete", action="store_true",
+                   help="NEGATIVE CONTROL: repacks unlink replaced packs at once instead of preserving them; the "
+                        "run must report lost reads")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
+    p.set_defaults(func=run)
+
+
+def _confine(repo: Path) -> str | None:
+    """Embedded mode: add R's directory to the storage roots for this run (and keep the incoming dir apart)."""
+    from packyard.workers.settings import get_settings
+
+    s = get_settings()
+    inside = any(repo == root or root in repo.parents for _name, root in s.storage_roots)
+    if inside:
+        return None
+    names = {n for n, _ in s.storage_roots}
+    name = next(f"race{i or ''}" for i in range(100) if f"race{i or ''}" not in names)
+    roots = ",".join(f"{n}={p}" for n, p in s.storage_roots) + f",{name}={repo.parent}"
+    os.environ["PACKYARD_STORAGE_ROOTS"] = roots
+    incoming = s.incoming_path
+    if incoming == repo.parent or repo.parent in incoming.parents or incoming in repo.parent.parents:
+        os.environ["PACKYARD_INCOMING_DIR"] = tempfile.mkdtemp(prefix="packyard-race-incoming-")
+    return f"{name}={repo.parent}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from packyard.workers.race.harness import RaceOptions
+
+    repo = Path(args.repo).expanduser().absolute()
+    if repo.exists() and (not repo.is_dir() or any(repo.iterdir())):
+        print(f"packyard race: {repo} exists: the harness builds its own repository there (name a new path)",
+              file=sys.stderr)
+        return 2
+    if args.readers < 1 or args.duration <= 0:
+        print("packyard race: --readers must be at least 1 and --duration positive", file=sys.stderr)
+        return 2
+    options = RaceOptions(repo=repo, readers=args.readers, duration=args.duration, repack_every=args.repack_every,
+                          ingest_every=args.ingest_every, seed=args.seed, unsafe_dir_cache=args.unsafe_dir_cache,
+                          unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate)
+    import logging
+
+    # This process is the frontend: its job.queued log lines would only repeat what the harness prints.
+    logging.getLogger("packyard.jobs").setLevel(logging.WARNING)
+    s = common.settings()
+    say = (lambda m: print(f"[race] {m}", file=sys.stderr, flush=True)) if args.json else \
+        (lambda m: print(f"[race] {m}", flush=True))
+    if s.embedded_redis:
+        added = _confine(repo.parent.resolve() / repo.name)
+        summary = with_embedded_workers(options, say, added)
+    else:
+        summary = with_configured_workers(options, say)
+    if summary is None:
+        return 2
+    if args.json:
+        print(json.dumps(summary.as_dict(), default=str))
+    else:
+        print(summary.render())
+    return 0 if summary.ok else 1
+
+
+def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
+    from packyard.workers.race.harness import run_race
+
+    s = common.settings()
+    parent = options.repo.parent.resolve()
+    inside = any(parent == root or root in parent.parents for _n, root in s.storage_roots)
+    if not inside:
+        say(f"{options.repo} is not inside PACKYARD_STORAGE_ROOTS: queued jobs could not touch it")
+        return None
+    parent.mkdir(parents=True, exist_ok=True)
+    workers = common.ping_workers(timeout=2.0)
+    if not workers:
+        say("no Celery worker answers on the configured broker: start `packyard worker`")
+        return None
+    from packyard.workers.app import app
+
+    say(f"using the configured broker and workers: {', '.join(sorted(workers))}")
+    return run_race(s, options, app, say=say)
+
+
+def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-def]
+    from packyard.workers.race.harness import run_race
+
+    s = common.settings()
+    server = common.prepare_embedded(s, migrate=True)
+    logs = s.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = open(logs / "race-worker.log", "ab")
+    worker = common.Child("race-worker", common.worker_argv(s, name=f"race-{os.getpid()}@%h", concurrency=2),
+                          common.child_env(s, {"PACKYARD_LOG_FORMAT": "json"}), stdout=log)
+    try:
+        say(f"embedded redis {'reused' if server and server.reused else 'started'}; worker pid {worker.pid} "
+            f"(2 prefork processes, log {logs / 'race-worker.log'})" +
+            (f"; storage root {added_root} added for this run" if added_root else ""))
+        if not common.wait_for(lambda: any(n.startswith(f"race-{os.getpid()}@") for n in common.ping_workers()),
+                               timeout=90, interval=0.5):
+            say("the worker did not answer a ping within 90 s; see its log")
+            return None
+        from packyard.workers.app import app
+
+        return run_race(s, options, app, say=say)
+    finally:
+        worker.stop()
+        log.close()
+        if server is not None and not server.reused:
+            server.stop()
