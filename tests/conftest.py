@@ -37,6 +37,9 @@ _OVERRIDES = {
     "PACKYARD_INCOMING_DIR": str(SESSION_DIR / "incoming"),
     # Test-only task kinds with short limits (workers_testtasks.py); the real kinds keep their defaults.
     "PACKYARD_TIME_LIMITS": "test_stuck=2:60,test_unstoppable=1:3",
+    # The session's workers run the race harness's --unsafe-delete control and gc with preserve_for=0
+    # (tests/test_unsafe_maintenance.py checks the refusal without it).
+    "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1",
 }
 os.environ.update(_OVERRIDES)
 STORAGE_ROOT = SESSION_DIR / "repos"

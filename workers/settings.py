@@ -83,6 +83,12 @@ PACKYARD_LOST_AFTER            seconds a pending job's message must stay    600
 PACKYARD_BROKER_OUTAGE_WAIT    seconds a job that must be retried waits     600
                                for an unreachable broker to publish its
                                retry (then: requeued when it is back)
+PACKYARD_ALLOW_UNSAFE_MAINTENANCE  1: a queued repack/gc may delete         0
+                               replaced packs at once (``preserve=false``)
+                               or keep them shorter than
+                               PACKYARD_MAINTENANCE_PRESERVE_FOR; only for
+                               the race harness's negative control and
+                               tests -- readers may lose objects
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -122,6 +128,15 @@ _ROOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 class SettingsError(ValueError):
     """A PACKYARD_* variable holds a value packyard cannot run with; the message names the variable."""
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise SettingsError(f"{name} must be 1 or 0, got {raw!r}")
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -240,6 +255,7 @@ class Settings:
 
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
+    allow_unsafe_maintenance: bool = False
 
     def __post_init__(self) -> None:
         if not self.storage_roots:
@@ -343,6 +359,7 @@ class Settings:
             pack_threshold=_int(env, "PACKYARD_PACK_THRESHOLD", 1000),
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
+            allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
         )
 
     @property
@@ -404,6 +421,7 @@ class Settings:
             "PACKYARD_PACK_THRESHOLD": str(self.pack_threshold),
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
+            "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
         }
 
     @property

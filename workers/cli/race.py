@@ -129,6 +129,9 @@ def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
     from packyard.workers.app import app
 
     say(f"using the configured broker and workers: {', '.join(sorted(workers))}")
+    if options.unsafe_delete and not s.allow_unsafe_maintenance:
+        say("--unsafe-delete needs workers started with PACKYARD_ALLOW_UNSAFE_MAINTENANCE=1 (they refuse "
+            "preserve=false otherwise); this shell does not set it, so the workers likely do not either")
     return run_race(s, options, app, say=say)
 
 
@@ -141,7 +144,10 @@ def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-
     logs.mkdir(parents=True, exist_ok=True)
     log = open(logs / "race-worker.log", "ab")
     worker = common.Child("race-worker", common.worker_argv(s, name=f"race-{os.getpid()}@%h", concurrency=2),
-                          common.child_env(s, {"PACKYARD_LOG_FORMAT": "json"}), stdout=log)
+                          common.child_env(s, {"PACKYARD_LOG_FORMAT": "json",
+                                               # the worker must accept preserve=false for --unsafe-delete
+                                               "PACKYARD_ALLOW_UNSAFE_MAINTENANCE":
+                                                   "1" if options.unsafe_delete else "0"}), stdout=log)
     try:
         say(f"embedded redis {'reused' if server and server.reused else 'started'}; worker pid {worker.pid} "
             f"(2 prefork processes, log {logs / 'race-worker.log'})" +

@@ -66,6 +66,8 @@ class PackyardTask(Task):
     Request = "packyard.workers.tasks.boundary:BoundedRequest"   # a message cannot raise the time limits
     #: Input arguments confined to PACKYARD_INCOMING_DIR (``@app.task(..., inputs={"pack": InputKind.FILE})``).
     inputs: dict[str, InputKind] = {}
+    #: Arguments a message may not set to values that endanger readers (``unsafe=boundary.PRESERVATION``).
+    unsafe: dict[str, Any] = {}
     acks_late = True
     reject_on_worker_lost = True
     # No STARTED state in the result backend: Celery writes it before the task body runs, so a

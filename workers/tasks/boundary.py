@@ -10,7 +10,11 @@
 3. each argument the task declares in ``inputs={"pack": InputKind.FILE, ...}`` (an option of
    ``@app.task``) is confined to the incoming dir: a FILE argument is opened here and the task
    receives the open binary file (closed when the job ends); a FILE_OR_DIRECTORY argument
-   receives the checked, resolved path.
+   receives the checked, resolved path;
+4. arguments the task declares in ``unsafe={"preserve": rule, ...}`` (:data:`PRESERVATION` for
+   repack and gc) may not weaken what protects concurrent readers -- deleting replaced packs at
+   once, or sooner than PACKYARD_MAINTENANCE_PRESERVE_FOR -- unless the workers run with
+   PACKYARD_ALLOW_UNSAFE_MAINTENANCE=1 (the race harness's negative control, tests).
 
 A direct call of a task function (tests, ``task.apply()`` in-process) is not a delivery and is not
 checked: only what arrives through the broker is untrusted.
@@ -26,7 +30,7 @@ import inspect
 import types
 import typing
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.worker.request import Request
@@ -100,14 +104,51 @@ def declared_inputs(task: Any) -> Mapping[str, InputKind]:
     return getattr(task, "inputs", None) or {}
 
 
+#: A rule answers why a value is unsafe (None: it is not).
+UnsafeRule = Callable[[Any, Settings], "str | None"]
+
+
+def _no_preserve(value: Any, settings: Settings) -> str | None:
+    return ("false deletes replaced packs at once, under readers that may still hold them"
+            if value is False else None)
+
+
+def _short_preserve(value: Any, settings: Settings) -> str | None:
+    floor = settings.maintenance_preserve_for
+    if value is not None and value < floor:
+        return (f"({value:g} s) is shorter than PACKYARD_MAINTENANCE_PRESERVE_FOR ({floor:g} s): readers, "
+                "on other hosts too, may still hold the replaced packs")
+    return None
+
+
+#: repack and gc: a caller may keep replaced packs longer than the operator's setting, never shorter.
+PRESERVATION: dict[str, UnsafeRule] = {"preserve": _no_preserve, "preserve_for": _short_preserve}
+
+
+def check_safety(task: Any, arguments: Mapping[str, Any], settings: Settings) -> None:
+    """Step 4: refuse (InvalidInputError) an explicitly given argument that an ``unsafe`` rule names."""
+    if settings.allow_unsafe_maintenance:
+        return
+    rules: Mapping[str, UnsafeRule] = getattr(task, "unsafe", None) or {}
+    for name, rule in rules.items():
+        if name in arguments:
+            reason = rule(arguments[name], settings)
+            if reason is not None:
+                raise InvalidInputError(
+                    f"{task.name}: argument {name!r} {reason}; refused (PACKYARD_ALLOW_UNSAFE_MAINTENANCE=1 "
+                    "allows it, for the race harness's negative control only)")
+
+
 def check_call(task: Any, args: tuple[Any, ...] | list[Any], kwargs: Mapping[str, Any],
                settings: Settings | None = None) -> dict[str, Any]:
     """What a publisher can check before sending (``packyard submit``): types and paths, nothing opened.
 
     Returns the keyword arguments with ``repo`` canonicalised. Raises what the worker would.
     """
-    conf = Confinement.from_settings(settings or get_settings())
+    settings = settings or get_settings()
+    conf = Confinement.from_settings(settings)
     bound = bind_arguments(task.run, task.name, args, kwargs)
+    check_safety(task, bound.arguments, settings)
     if "repo" in bound.arguments:
         bound.arguments["repo"] = conf.repository(bound.arguments["repo"])
     for name, kind in declared_inputs(task).items():
@@ -123,8 +164,10 @@ def prepared(task: Any, args: tuple[Any, ...] | list[Any],
 
     The files are closed when the block ends. Raises InvalidInputError (the job fails, nothing done).
     """
-    conf = Confinement.from_settings(get_settings())
+    settings = get_settings()
+    conf = Confinement.from_settings(settings)
     bound = bind_arguments(task.run, task.name, args, kwargs)
+    check_safety(task, bound.arguments, settings)
     with ExitStack() as stack:
         if "repo" in bound.arguments:
             bound.arguments["repo"] = conf.repository(bound.arguments["repo"])

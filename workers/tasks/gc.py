@@ -6,9 +6,10 @@ from typing import Any
 from packyard.workers.app import app
 from packyard.workers.commands import gc as command
 from packyard.workers.tasks.base import PackyardTask
+from packyard.workers.tasks.boundary import PRESERVATION
 
 
-@app.task(name="packyard.gc", bind=True, base=PackyardTask)
+@app.task(name="packyard.gc", bind=True, base=PackyardTask, unsafe=PRESERVATION)
 def gc(self: PackyardTask, repo: str, preserve_for: float = command.PRESERVE_FOR,
        quarantine_after: float = command.QUARANTINE_AFTER, wait: float | None = None,
        on_busy: str = "wait") -> dict[str, Any]:

@@ -6,9 +6,10 @@ from typing import Any
 from packyard.workers.app import app
 from packyard.workers.commands import repack as command
 from packyard.workers.tasks.base import PackyardTask
+from packyard.workers.tasks.boundary import PRESERVATION
 
 
-@app.task(name="packyard.repack", bind=True, base=PackyardTask)
+@app.task(name="packyard.repack", bind=True, base=PackyardTask, unsafe=PRESERVATION)
 def repack(self: PackyardTask, repo: str, mode: str = "full", factor: int = 2, expire: str | float | None = None,
            preserve_for: float | None = None, preserve: bool = True, wait: float | None = None,
            on_busy: str = "wait", no_reuse: bool = False, window: int | None = None,
