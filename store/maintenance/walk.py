@@ -41,9 +41,11 @@ import re
 from binascii import Error as HexError
 from binascii import unhexlify
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Iterable
 
-from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
+from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
+from ..forked import ForkedCall
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
 
@@ -240,7 +242,7 @@ class Walker:
         child = None
         if self.processes > 1 and len(roots) >= FORK_MIN_COMMITS:
             split = int(len(roots) * FORK_SHARE)
-            child = _ChildWalk.start(self, roots[split:])
+            child = ForkedCall.start(partial(self._walk_in_child, roots[split:]), what="reachability walk")
         try:
             for oid, typ, name, referrer in pending:
                 if typ == BLOB:
@@ -253,7 +255,7 @@ class Walker:
                     seen.add(tree)
                     self._tree(tree, b"", f"commit {referrer}")
             if child is not None:
-                self._merge(child.result())
+                self._merge(child.result())   # the child's StoreError (corrupt, missing object) raised here
         finally:
             if child is not None:
                 child.close()
@@ -267,6 +269,14 @@ class Walker:
             if not self._skip(tree):
                 seen.add(tree)
                 self._tree(tree, b"", f"commit {referrer}")
+
+    def _walk_in_child(self, roots: list[tuple[bytes, str]]) -> tuple[list[bytes], list[bytes], dict[bytes, bytes]]:
+        """In the forked helper (store/forked.py): walk the older ``roots`` with the state inherited so far,
+        return the trees, blobs and names found (the parent merges them)."""
+        self.progress = None
+        self._walk_roots(roots)
+        r = self.result
+        return r.trees, r.blobs, r.names
 
     def _merge(self, other: tuple[list[bytes], list[bytes], dict[bytes, bytes]]) -> None:
         """Append what the child found and this walk did not, in the child's order: the same lists a
@@ -439,103 +449,6 @@ class _HelperThread:
         """Stop the helper early (the main walk failed) and wait for it."""
         self.walker.cancel()
         self.thread.join()
-
-
-class _ChildWalk:
-    """The older part of the roots walked in a forked process; its lists come back over a pipe.
-
-    The child inherits the walk so far (commits, tags, the read path and its caches) copy-on-write,
-    walks with its own ``seen``, and exits; an error it meets (corrupt or missing object) is raised
-    again in the parent. A child left behind by an exception is killed (it dies with its parent too).
-    """
-
-    def __init__(self, pid: int, fd: int) -> None:
-        self.pid, self.fd = pid, fd
-
-    @classmethod
-    def start(cls, walker: "Walker", roots: list[tuple[bytes, str]]) -> "_ChildWalk":
-        import os
-        import pickle
-
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:   # ---- child: never returns
-            code = 70
-            try:
-                os.close(rfd)
-                _die_with_parent()
-                walker.progress = None
-                try:
-                    walker._walk_roots(roots)
-                    r = walker.result
-                    payload = pickle.dumps(("ok", r.trees, r.blobs, r.names), protocol=5)
-                    code = 0
-                except StoreError as err:
-                    payload = pickle.dumps(("error", type(err).__name__, err.message, err.path, err.oid,
-                                            err.offset), protocol=5)
-                    code = 1
-                except BaseException as err:  # noqa: BLE001 - reported to the parent
-                    payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
-                    code = 2
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(wfd, view):]
-            finally:
-                os._exit(code)
-        os.close(wfd)
-        return cls(pid, rfd)
-
-    def result(self) -> tuple[list[bytes], list[bytes], dict[bytes, bytes]]:
-        import os
-        import pickle
-
-        chunks = []
-        while True:
-            chunk = os.read(self.fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(self.fd)
-        self.fd = -1
-        _pid, status = os.waitpid(self.pid, 0)
-        self.pid = 0
-        data = b"".join(chunks)
-        msg = pickle.loads(data) if data else ("crash", f"walker process exited with status {status}")
-        if msg[0] == "ok":
-            return msg[1], msg[2], msg[3]
-        if msg[0] == "error":
-            _kind, name, message, path, oid, offset = msg
-            raise _ERRORS.get(name, StoreError)(message, path=path, oid=oid, offset=offset)
-        raise StoreError(f"reachability walk process failed: {msg[1]}")
-
-    def close(self) -> None:
-        import os
-        import signal
-
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            self.pid = 0
-
-
-def _die_with_parent() -> None:
-    """Let the kernel SIGKILL this child if its parent dies (Linux), as index-pack's resolvers do."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-_ERRORS = {cls.__name__: cls for cls in (CorruptObjectError, ObjectMissingError, PackFormatError, StoreError)}
 
 
 def walk(tips: Iterable[tuple[str, bytes]], read: Read, *, known: Callable[[bytes], bool] | None = None,

@@ -36,15 +36,12 @@ entry offset, removes the quarantine and leaves the repository unchanged.
 from __future__ import annotations
 
 import bisect
-import ctypes
 import hashlib
 import mmap
 import os
-import pickle
 import resource
 import select
 import shutil
-import signal
 import struct
 import tempfile
 import time
@@ -52,6 +49,7 @@ import zlib
 from array import array
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ContextManager, Sequence
 
@@ -59,6 +57,7 @@ from .. import durable
 from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                       ObjectMissingError, PackFormatError, StoreError, WriteFailedError)
 from ..faults import fault_point
+from ..forked import child_main, kill_and_reap, read_outcome
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
 from ..owner import current_owner, with_owner
@@ -252,20 +251,6 @@ class _Stats:
     def __init__(self) -> None:
         self.collisions: list[tuple[int, bytes]] = []   # (entry index, sha256 of incoming content)
         self.links: set[bytes] = set()                  # --strict: ids linked from incoming objects
-
-
-def _err_tuple(err: StoreError) -> tuple:
-    return (type(err).__name__, err.message, err.path, err.oid, err.offset)
-
-
-_ERROR_TYPES = {cls.__name__: cls for cls in (PackFormatError, CorruptObjectError, CollisionError,
-                                             ObjectMissingError, LimitExceededError, InvalidInputError,
-                                             StoreError)}
-
-
-def _err_from_tuple(t: tuple) -> StoreError:
-    name, message, path, oid, offset = t
-    return _ERROR_TYPES.get(name, StoreError)(message, path=path, oid=oid, offset=offset)
 
 
 # --------------------------------------------------------------------------------------
@@ -727,13 +712,11 @@ def _check_no_double_resolution(res: _Resolver, e: _Entries, where: str, among: 
         raise PackFormatError("a REF_DELTA was resolved twice (duplicate base object in the pack?)", path=where)
 
 
-def _set_pdeathsig() -> None:
-    """Let the kernel SIGKILL a resolver worker if its parent dies (Linux)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+def _resolve_share(res: "_Resolver", roots: list[int], slot: int, batch: int,
+                   lock: Any) -> tuple[list[tuple[int, bytes]], set[bytes]]:
+    """In a forked resolver: resolve this slot's share of ``roots``; what the parent merges."""
+    stats = res.resolve_roots(roots, slot, batch, lock)
+    return stats.collisions, stats.links
 
 
 def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progress | None,
@@ -750,28 +733,10 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
         for slot in range(nproc):
             rfd, wfd = os.pipe()
             pid = os.fork()
-            if pid == 0:  # ---- child: never returns
-                code = 70
-                try:
-                    os.close(rfd)
-                    _set_pdeathsig()
-                    try:
-                        stats = res.resolve_roots(roots, slot, batch, lock)
-                        payload = pickle.dumps(("ok", stats.collisions, stats.links), protocol=5)
-                        code = 0
-                    except StoreError as err:
-                        res._ctl_set(1, 1)
-                        payload = pickle.dumps(("error", _err_tuple(err)), protocol=5)
-                        code = 1
-                    except BaseException as err:
-                        res._ctl_set(1, 1)
-                        payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
-                        code = 2
-                    view = memoryview(payload)
-                    while view:
-                        view = view[os.write(wfd, view):]
-                finally:
-                    os._exit(code)
+            if pid == 0:  # ---- child: never returns (store/forked.py's protocol)
+                os.close(rfd)
+                child_main(wfd, partial(_resolve_share, res, roots, slot, batch, lock),
+                           on_failure=partial(res._ctl_set, 1, 1))   # tells the siblings to stop
             os.close(wfd)
             children[pid] = (rfd, slot)
             results[pid] = bytearray()
@@ -797,17 +762,15 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
             _pid, status, rusage = os.wait4(pid, 0)
             del children[pid]
             peak = max(peak, rusage.ru_maxrss * 1024)
-            data = bytes(results[pid])
-            msg: tuple[Any, ...] = (pickle.loads(data) if data
-                                    else ("crash", f"worker exited with status {status} and no report"))
-            if msg[0] == "ok":
-                st = _Stats()
-                st.collisions, st.links = msg[1], msg[2]
-                outs.append(st)
-            elif msg[0] == "error":
-                errors.append(_err_from_tuple(msg[1]))
+            out = read_outcome(bytes(results[pid]), status)
+            if out.error is not None:
+                errors.append(out.error)
+            elif out.crash is not None:
+                crashes.append(out.crash)
             else:
-                crashes.append(msg[1])
+                st = _Stats()
+                st.collisions, st.links = out.value
+                outs.append(st)
         if errors:
             raise min(errors, key=lambda err: err.offset if err.offset is not None else 1 << 62)
         if crashes:
@@ -815,11 +778,7 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
         return outs, peak
     finally:
         for pid, (rfd, _slot) in children.items():
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
+            kill_and_reap(pid)
             try:
                 os.close(rfd)
             except OSError:

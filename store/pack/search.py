@@ -58,16 +58,13 @@ objects, checking their hashes and compressing the deltas are Python-level work 
 """
 from __future__ import annotations
 
-import os
-import pickle
-import signal
 import time
 import zlib
 from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
+from ..forked import ForkedCall
 from .delta import MAX_INPUT_SIZE, DeltaIndex, native, should_delta
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -264,10 +261,10 @@ def search(c: Candidates, read: Read, options: SearchOptions = SearchOptions(), 
         parts = 1
     segments = split_segments(order, c, parts)
     res.processes = len(segments)
-    children: list[_Child] = []
+    children: list[ForkedCall[_SegmentResult]] = []
     try:
         for seg in segments[1:]:
-            children.append(_Child.start(c, read, options, seg))
+            children.append(ForkedCall.start(_Segment(c, read, options, seg, None).run, what="delta search"))
         total = len(order)
         scale = total / max(1, len(segments[0]))
 
@@ -447,86 +444,6 @@ class _Segment:
                 continue
             win.append(slot)
         return _SegmentResult(targets, bases, depths, dsizes, zdeltas, tried, saved, peak, whole, zwholes)
-
-
-class _Child:
-    """One segment searched in a forked process; its result comes back over a pipe (as the walk's helper)."""
-
-    def __init__(self, pid: int, fd: int) -> None:
-        self.pid, self.fd = pid, fd
-
-    @classmethod
-    def start(cls, c: Candidates, read: Read, options: SearchOptions, order: list[int]) -> "_Child":
-        rfd, wfd = os.pipe()
-        pid = os.fork()
-        if pid == 0:   # ---- child: never returns
-            code = 70
-            try:
-                os.close(rfd)
-                _die_with_parent()
-                try:
-                    out = _Segment(c, read, options, order, None).run()
-                    payload = pickle.dumps(("ok", out), protocol=5)
-                    code = 0
-                except StoreError as err:
-                    payload = pickle.dumps(("error", type(err).__name__, err.message, err.path, err.oid,
-                                            err.offset), protocol=5)
-                    code = 1
-                except BaseException as err:  # noqa: BLE001 - reported to the parent
-                    payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
-                    code = 2
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(wfd, view):]
-            finally:
-                os._exit(code)
-        os.close(wfd)
-        return cls(pid, rfd)
-
-    def result(self) -> _SegmentResult:
-        chunks = []
-        while True:
-            chunk = os.read(self.fd, 1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        os.close(self.fd)
-        self.fd = -1
-        _pid, status = os.waitpid(self.pid, 0)
-        self.pid = 0
-        data = b"".join(chunks)
-        msg = pickle.loads(data) if data else ("crash", f"delta search process exited with status {status}")
-        if msg[0] == "ok":
-            return msg[1]
-        if msg[0] == "error":
-            _kind, name, message, path, oid, offset = msg
-            raise _ERRORS.get(name, StoreError)(message, path=path, oid=oid, offset=offset)
-        raise StoreError(f"delta search process failed: {msg[1]}")
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            self.pid = 0
-
-
-def _die_with_parent() -> None:
-    """Let the kernel SIGKILL this child if its parent dies (Linux)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-_ERRORS = {cls.__name__: cls for cls in (CorruptObjectError, ObjectMissingError, PackFormatError, StoreError)}
 
 
 __all__ = ["Candidates", "SearchOptions", "SearchResult", "search", "search_order", "split_segments", "name_hash",
