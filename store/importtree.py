@@ -457,5 +457,5 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                         counters=result.counters)
 
 
-__all__ = ["Identity", "ImportResult", "import_tree", "LARGE_FILE_THRESHOLD", "MAX_TAR_MEMBER_BYTES", "encode_tree", "encode_commit", "check_entry_name",
-           "StoreError"]
+__all__ = ["Identity", "ImportResult", "import_tree", "LARGE_FILE_THRESHOLD", "MAX_TAR_MEMBER_BYTES", "encode_tree",
+           "encode_commit", "check_entry_name", "StoreError"]

@@ -300,7 +300,8 @@ class PackBatch:
                 elif isinstance(d, bytes):
                     offsets[k] = writer.write_whole(oids[k], types[k], d)
                 else:
-                    offsets[k] = writer.write_whole_stream(oids[k], types[k], d.size, self._reread(oids[k], types[k], d))
+                    offsets[k] = writer.write_whole_stream(oids[k], types[k], d.size,
+                                                           self._reread(oids[k], types[k], d))
                 stack.pop()
                 done += 1
                 if self.progress is not None and (done % step == 0 or done == n):

@@ -426,7 +426,7 @@ class _HelperThread:
     def _run(self, start: int, stop: int) -> None:
         try:
             self.walker.walk_roots(start, stop)
-        except BaseException as err:  # noqa: BLE001 - raised again by join()
+        except BaseException as err:  # raised again by join()
             self.error = err
 
     def join(self):
@@ -474,7 +474,7 @@ class _ChildWalk:
                     payload = pickle.dumps(("error", type(err).__name__, err.message, err.path, err.oid,
                                             err.offset), protocol=5)
                     code = 1
-                except BaseException as err:  # noqa: BLE001 - reported to the parent
+                except BaseException as err:  # reported to the parent
                     payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
                     code = 2
                 view = memoryview(payload)

@@ -472,7 +472,7 @@ class _Child:
                     payload = pickle.dumps(("error", type(err).__name__, err.message, err.path, err.oid,
                                             err.offset), protocol=5)
                     code = 1
-                except BaseException as err:  # noqa: BLE001 - reported to the parent
+                except BaseException as err:  # reported to the parent
                     payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
                     code = 2
                 view = memoryview(payload)

@@ -194,8 +194,8 @@ def large_repo(dest: Path, objects: int) -> Path:
 def measured(cmd: list[str], env: dict[str, str], rss_file: Path) -> tuple[float, int, str]:
     """(wall s, peak RSS bytes, stdout) of ``cmd`` under /usr/bin/time."""
     t0 = time.perf_counter()
-    proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss_file)] + cmd, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=env)
+    proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss_file)] + cmd, capture_output=True,
+                          env=env)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr.decode(errors="replace"))
