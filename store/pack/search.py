@@ -65,7 +65,7 @@ import time
 import zlib
 from array import array
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
 from .delta import MAX_INPUT_SIZE, DeltaIndex, native, should_delta
@@ -388,7 +388,7 @@ class _Segment:
                 peak = mem
             max_depth = max_depths[t]
             best = None
-            best_delta = None
+            best_delta = b""                 # the winning delta; read only once best is set
             best_len = 0
             tdepth = 0
             if max_depth > 0:
@@ -495,9 +495,11 @@ class _Child:
         _pid, status = os.waitpid(self.pid, 0)
         self.pid = 0
         data = b"".join(chunks)
-        msg = pickle.loads(data) if data else ("crash", f"delta search process exited with status {status}")
+        # ("ok", _SegmentResult) | ("error", class name, message, path, oid, offset) | ("crash", text)
+        msg: tuple[Any, ...] = (pickle.loads(data) if data
+                                else ("crash", f"delta search process exited with status {status}"))
         if msg[0] == "ok":
-            return msg[1]
+            return cast(_SegmentResult, msg[1])
         if msg[0] == "error":
             _kind, name, message, path, oid, offset = msg
             raise _ERRORS.get(name, StoreError)(message, path=path, oid=oid, offset=offset)
