@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from packyard.workers.cli.bench import common
 
@@ -156,6 +157,7 @@ def large_repo(dest: Path, objects: int) -> Path:
     proc = subprocess.Popen(["git", "--git-dir", str(dest), "fast-import", "--quiet", "--depth=50"],
                             stdin=subprocess.PIPE)
     w = proc.stdin
+    assert w is not None   # (stdin=PIPE)
     when = 1_600_000_000
     body = [f"line {i}: some text that a source file of a project might carry\n".encode() for i in range(60)]
     state = [[0] * files for _ in range(dirs)]
@@ -237,8 +239,8 @@ def scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs
                 (common.packyard_entry() + ["repack", "--repo", str(repo), "--json", "--no-progress"] + ours)
             wall, rss, out = measured(cmd, env, work / "rss.txt")
             sizes = pack_sizes(repo)
-            row = {"wall": wall, "rss": rss, "packs": len(sizes), "largest": sizes[0] if sizes else 0,
-                   "total": sum(sizes)}
+            row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
+                                   "largest": sizes[0] if sizes else 0, "total": sum(sizes)}
             if side == "packyard":
                 res = json.loads(out)
                 row["phases"] = {k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
