@@ -264,7 +264,7 @@ class LooseBatch:
         self._other_fs: dict[int, int] = {}
         try:
             self._fs_dev = os.fstat(self._fs_fd).st_dev
-            self._marker = _create_marker(repo, self._pid, self.batch_id)
+            self._marker: Path | None = _create_marker(repo, self._pid, self.batch_id)
             self.counters.stale_tmp_removed += cleanup_stale_tmp_if_needed(repo, stale_after=stale_after)
             # ONE snapshot: existence answers for the whole batch come from memory.
             self.snapshot = repo.objects.snapshot()
@@ -822,7 +822,7 @@ def open_source(path: str | os.PathLike[str]) -> int:
     return os.open(path, _SOURCE_FLAGS)
 
 
-def _write_all(fd: int, data: bytes) -> int:
+def _write_all(fd: int, data: bytes | memoryview) -> int:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
