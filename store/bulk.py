@@ -86,8 +86,9 @@ _HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
 _TMP_RE = re.compile(r"^tmp_obj_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})_(\d+)$")
 _MARKER_RE = re.compile(r"^(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 _HEX = frozenset("0123456789abcdef")
-# "<type> " by type code (a tuple index: hashing an enum member runs Python code).
-_LABEL_SP = (None,) + tuple(ObjectType(code).label + b" " for code in range(1, 5))
+# "<type> " by type code (a tuple index: hashing an enum member runs Python code). There is no type 0:
+# every index is a checked type (ObjectType() in LooseBatch, _TYPE_CODES in PackBatch).
+_LABEL_SP: tuple[bytes, ...] = (b"",) + tuple(ObjectType(code).label + b" " for code in range(1, 5))
 
 #: A dead process's tmp files are removed once they are this old (seconds).
 STALE_AFTER = 600.0
@@ -264,7 +265,7 @@ class LooseBatch:
         self._other_fs: dict[int, int] = {}
         try:
             self._fs_dev = os.fstat(self._fs_fd).st_dev
-            self._marker = _create_marker(repo, self._pid, self.batch_id)
+            self._marker: Path | None = _create_marker(repo, self._pid, self.batch_id)
             self.counters.stale_tmp_removed += cleanup_stale_tmp_if_needed(repo, stale_after=stale_after)
             # ONE snapshot: existence answers for the whole batch come from memory.
             self.snapshot = repo.objects.snapshot()
@@ -822,7 +823,7 @@ def open_source(path: str | os.PathLike[str]) -> int:
     return os.open(path, _SOURCE_FLAGS)
 
 
-def _write_all(fd: int, data: bytes) -> int:
+def _write_all(fd: int, data: bytes | memoryview) -> int:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]

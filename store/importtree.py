@@ -31,6 +31,7 @@ the scan. Queued jobs pass PACKYARD_IMPORT_MAX_FILES / PACKYARD_IMPORT_MAX_BYTES
 """
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import posixpath
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Callable
 
 from .bulk import BatchCounters, begin_batch, open_source
-from .packbatch import PACK_MEMORY, PACK_THRESHOLD, begin_pack_batch, should_write_pack
+from .packbatch import PACK_MEMORY, PACK_THRESHOLD, PackBatch, begin_pack_batch, should_write_pack
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
@@ -115,7 +116,7 @@ class _File:
     mode: bytes
     read: Callable[[], bytes] | None   # None: a directory's regular file, read from ``where``
     where: str
-    size: int | None = None      # set for a directory's regular files: may be streamed by path
+    size: int = 0                # a directory's regular file: its size (it may be streamed by path)
 
 
 @dataclass(slots=True)
@@ -185,7 +186,7 @@ def _scan_directory(root: Path, budget: _Budget | None = None) -> tuple[_Dir, in
             elif stat.S_ISLNK(st.st_mode):
                 target = os.fsencode(os.readlink(e.path))
                 _check_link_target(target, f"{rel}/{e.name}" if rel else e.name, e.path)
-                node.entries[name] = _File(MODE_LINK, (lambda t=target: t), e.path)
+                node.entries[name] = _File(MODE_LINK, _constant(target), e.path)
                 count += 1
             elif stat.S_ISREG(st.st_mode):
                 mode = MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
@@ -297,14 +298,14 @@ def _scan_members(tar: tarfile.TarFile, members: list[tarfile.TarInfo], path: Pa
         if m.issym():
             target = m.linkname.encode("utf-8", "surrogateescape")
             _check_link_target(target, rel, where)
-            f = _File(MODE_LINK, (lambda t=target: t), where)
+            f = _File(MODE_LINK, _constant(target), where)
         elif m.isfile() or m.islnk():
             if m.islnk():
-                target = posixpath.normpath(m.linkname)
-                if target not in files:
+                linked = posixpath.normpath(m.linkname)
+                if linked not in files:
                     raise InvalidInputError(f"tar hard link to {m.linkname!r}, which is not an earlier file",
                                             path=where)
-                f = _File(files[target].mode, files[target].read, where)
+                f = _File(files[linked].mode, files[linked].read, where)
             else:
                 if m.size > max_member_bytes:
                     raise LimitExceededError(
@@ -312,7 +313,7 @@ def _scan_members(tar: tarfile.TarFile, members: list[tarfile.TarInfo], path: Pa
                         "members are read into memory, not streamed; extract the archive and import the "
                         "directory (big files are streamed from there), or raise the limit", path=where)
                 mode = MODE_EXEC if m.mode & stat.S_IXUSR else MODE_FILE
-                f = _File(mode, (lambda mm=m, w=where: _read_member(tar, mm, w)), where)
+                f = _File(mode, functools.partial(_read_member, tar, m, where), where)
         else:
             raise InvalidInputError("tar member is not a file, directory or symlink; git cannot store it",
                                     path=where)
@@ -322,6 +323,11 @@ def _scan_members(tar: tarfile.TarFile, members: list[tarfile.TarInfo], path: Pa
         files[rel] = f
     _prune_empty(root)
     return root, count, tar
+
+
+def _constant(data: bytes) -> Callable[[], bytes]:
+    """A symlink's content (its target) as a _File's reader."""
+    return lambda: data
 
 
 def _read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, where: str) -> bytes:
@@ -417,6 +423,7 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     begin = begin_pack_batch if as_pack else begin_batch
     try:
         with begin(repo, counters=counters, progress=progress if as_pack else None, **batch_options) as batch:
+            pack_batch = batch if isinstance(batch, PackBatch) else None   # (as_pack, narrowed once)
             def write(node: _Dir, path: bytes) -> bytes:
                 nonlocal ntrees, done
                 entries = []
@@ -428,7 +435,7 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                         if child.read is not None:          # symlink target, tar member
                             oid, _ = batch.add(ObjectType.BLOB, child.read(), full)
                         elif child.size > large_file_threshold or \
-                                (as_pack and batch.held_bytes + child.size > PACK_MEMORY):
+                                (pack_batch is not None and pack_batch.held_bytes + child.size > PACK_MEMORY):
                             oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress,
                                                     name=full)
                         else:
@@ -457,5 +464,5 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                         counters=result.counters)
 
 
-__all__ = ["Identity", "ImportResult", "import_tree", "LARGE_FILE_THRESHOLD", "MAX_TAR_MEMBER_BYTES", "encode_tree", "encode_commit", "check_entry_name",
-           "StoreError"]
+__all__ = ["Identity", "ImportResult", "import_tree", "LARGE_FILE_THRESHOLD", "MAX_TAR_MEMBER_BYTES", "encode_tree",
+           "encode_commit", "check_entry_name", "StoreError"]

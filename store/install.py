@@ -22,7 +22,7 @@ import enum
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 
 from . import durable
 from .errors import WriteFailedError
@@ -127,9 +127,12 @@ class _LooseRename(Protocol):
     def tmp(self) -> str: ...
 
 
-def publish_renames_noreplace(items: Sequence[_LooseRename], dir_fds: dict[str, int],
+_R = TypeVar("_R", bound=_LooseRename)   # the caller's own item type, handed back to ``exists``
+
+
+def publish_renames_noreplace(items: Sequence[_R], dir_fds: dict[str, int],
                               counters: durable.DurabilityCounters, *, published: Callable[[int], None],
-                              exists: Callable[[_LooseRename], None], fault: str,
+                              exists: Callable[[_R], None], fault: str,
                               progress: Callable[[str, int, int | None], None] | None = None) -> int:
     # Loose objects: each temp file renamed to its object name and never over an existing object
     # (another writer's copy has the same bytes by definition, and is already durable).

@@ -47,7 +47,7 @@ from .errors import InvalidInputError, ObjectMissingError, StoreError
 from .faults import fault_point
 from .maintenance.leftovers import remove_stale_temp_files
 from .objects import ObjectType
-from .pack.search import Candidates, SearchOptions, fast_name_hash, search
+from .pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
 from .pack.write import PACK_COMPRESSION, PackWriter
 from .refs import RefUpdate
 from .tuning import keep_heap_slack_if_needed
@@ -58,6 +58,8 @@ Progress = Callable[[str, int, "int | None"], None]
 PACK_MEMORY = 256 << 20
 #: Pack write order by type: commits, tags, trees, blobs (git's).
 _TYPE_ORDER = (1, 4, 2, 3)
+#: The type codes add() and add_file() accept (a set lookup: no enum call per object).
+_TYPE_CODES = frozenset(int(t) for t in ObjectType)
 
 
 @dataclass(slots=True)
@@ -121,6 +123,8 @@ class PackBatch:
         if self.state is not BatchState.OPEN:
             raise StoreError(f"pack batch is {self.state.value}; cannot add objects")
         t = int(obj_type)
+        if t not in _TYPE_CODES:
+            raise InvalidInputError(f"unknown object type {t}")
         h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % len(data))
         h.update(data)
         oid = h.digest()
@@ -140,22 +144,26 @@ class PackBatch:
         if size < 0:
             raise InvalidInputError(f"negative object size {size}", path=where)
         t = int(obj_type)
+        path: str | None = None           # the file, when we open it (it is opened again to be written)
         if isinstance(source, int):
             where = where or f"<fd {source}>"
             fd, owned = source, False
         else:
-            where = where or os.fspath(source)
+            path = os.fspath(source)
+            where = where or path
             try:
                 fd, owned = open_source(source), True
             except OSError as err:
                 raise InvalidInputError(f"cannot read file: {err.strerror}", path=where) from err
         try:
+            if t not in _TYPE_CODES:
+                raise InvalidInputError(f"unknown object type {t}", path=where)
             h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % size)
             for chunk in _stream_exactly(fd, size, where, "hash", progress):
                 h.update(chunk)
             oid = h.digest()
             self.counters.bytes_in += size
-            keep: str | int = os.fspath(source) if owned else os.dup(fd)
+            keep: str | int = path if path is not None else os.dup(fd)
         finally:
             if owned:
                 os.close(fd)
@@ -244,7 +252,7 @@ class PackBatch:
             if u.new not in self.snapshot and not self.repo.objects.has(u.new):
                 raise ObjectMissingError(f"ref {u.name} would point to an object that does not exist", oid=u.new)
 
-    def _search(self):
+    def _search(self) -> SearchResult:
         """Deltas among the objects held in memory (files added with add_file take no part)."""
         cand = Candidates()
         hashes: dict[bytes, int] = {}
@@ -272,7 +280,7 @@ class PackBatch:
         c.delta_bytes_saved += found.bytes_saved
         return found
 
-    def _write(self, writer: PackWriter, found) -> None:
+    def _write(self, writer: PackWriter, found: SearchResult) -> None:
         """Every object once: commits, tags, trees, blobs (in the order added), each delta's base first."""
         types, oids, data = self._types, self._oids, self._data
         order = [k for t in _TYPE_ORDER for k in range(len(types)) if types[k] == t]
@@ -300,7 +308,8 @@ class PackBatch:
                 elif isinstance(d, bytes):
                     offsets[k] = writer.write_whole(oids[k], types[k], d)
                 else:
-                    offsets[k] = writer.write_whole_stream(oids[k], types[k], d.size, self._reread(oids[k], types[k], d))
+                    offsets[k] = writer.write_whole_stream(oids[k], types[k], d.size,
+                                                           self._reread(oids[k], types[k], d))
                 stack.pop()
                 done += 1
                 if self.progress is not None and (done % step == 0 or done == n):

@@ -168,6 +168,28 @@ def test_a_big_file_changed_before_the_pack_is_written_publishes_nothing(tmp_pat
     assert batch_check_all(bare) == {}
 
 
+@pytest.mark.parametrize("code", [0, -1, 5, 7])
+def test_an_unknown_type_code_is_refused_and_nothing_is_written(tmp_path, bare, code):
+    """A type code outside commit..tag is InvalidInputError at add()/add_file(), naming the file (it used to
+    index the label table: TypeError for 0, IndexError past 4, a negative code took another type's label);
+    the batch stays usable and writes only what was added with a valid type."""
+    repo = Repository.open(bare)
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"content\n")
+    with PackBatch(repo) as batch:
+        with pytest.raises(InvalidInputError, match=f"unknown object type {code}"):
+            batch.add(code, b"content\n")
+        with pytest.raises(InvalidInputError, match=f"unknown object type {code}") as info:
+            batch.add_file(f, f.stat().st_size, code)
+        assert info.value.path == str(f)
+        oid, result = batch.add(ObjectType.BLOB, b"content\n")
+        assert result is WriteResult.QUEUED
+        batch.commit()
+    (pack,) = packs(bare)
+    verify(pack)
+    assert batch_check_all(bare) == {oid.hex(): ("blob", 8)}
+
+
 def test_import_job_on_a_worker_takes_the_pack_path(store_root, incoming, celery_worker, celery_app, pk):
     repo = make_worktree_repo(store_root / "r")
     src = make_tree(incoming / "src", 1200)            # the default PACKYARD_PACK_THRESHOLD is 1000

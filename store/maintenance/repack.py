@@ -385,7 +385,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
 def _reached_from(young: set[bytes], unreachable: dict[bytes, int], sources: SourceIndex) -> set[bytes]:
     """Unreachable objects that young unreachable objects link to (transitively): they must stay too."""
     found: set[bytes] = set()
-    queue = [(oid, None) for oid in young]
+    queue: list[tuple[bytes, ObjectType | None]] = [(oid, None) for oid in young]   # (id, type if known)
     while queue:
         oid, want = queue.pop()
         if want == ObjectType.BLOB:

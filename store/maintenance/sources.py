@@ -14,6 +14,7 @@ and ``[]`` as a dict; no 500,000-entry dict to build) and the packs' layout, ``o
 from __future__ import annotations
 
 import bisect
+import mmap
 import os
 from array import array
 from dataclasses import dataclass
@@ -36,8 +37,8 @@ class _PackEntries:
     sorted_offsets: array     # 'Q', pack order
     order: array              # 'I', idx positions in pack order
     mtimes: array | None      # cruft packs: each object's mtime, idx order
-    buffer: object = None     # the pack's bytes (mmap)
-    view: memoryview | None = None  # a view of them (slices without copies)
+    buffer: mmap.mmap         # the pack's bytes
+    view: memoryview          # a view of them (slices without copies); released by SourceIndex.release()
     end: int = 0              # where entries end (the trailer)
     path: str = ""
     number: int = 0           # its position in SourceIndex.packs
@@ -161,9 +162,7 @@ class SourceIndex:
         if self.c_packs is not None:
             self.c_packs.close()
         for p in self.packs:
-            if p.view is not None:
-                p.view.release()
-                p.view = None
+            p.view.release()      # (a second release is a no-op)
 
     # -- reading ----------------------------------------------------------------------------------
     def read(self, oid: bytes) -> tuple[int, bytes]:

@@ -42,12 +42,15 @@ from binascii import Error as HexError
 from binascii import unhexlify
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..forked import ForkedCall
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
+
+if TYPE_CHECKING:   # sources imports this module (for the C tables)
+    from .sources import SourceIndex
 
 
 def _choose():
@@ -177,7 +180,8 @@ class Walker:
     elsewhere (not added, not descended into -- the rescue walk before deletions uses it)."""
 
     def __init__(self, read: Read, *, known: Callable[[bytes], bool] | None = None,
-                 progress: Progress | None = None, processes: int = 1, packs=None) -> None:
+                 progress: Progress | None = None, processes: int = 1,
+                 packs: SourceIndex | None = None) -> None:
         self.read = read
         self.known = known
         self.progress = progress
@@ -185,7 +189,8 @@ class Walker:
         self.result = Reachable()
         self._counter = 0
         # The C walk (see _walk.c) reads the packs itself; ``packs`` is a SourceIndex with C tables.
-        self.sources = packs if known is None and packs is not None and packs.c_packs is not None else None
+        self.sources: SourceIndex | None = (
+            packs if known is None and packs is not None and packs.c_packs is not None else None)
 
     def _read(self, oid: bytes, want: int | None, referrer: str) -> tuple[int, bytes]:
         try:
@@ -213,13 +218,13 @@ class Walker:
 
     def run(self, tips: Iterable[tuple[str, bytes]]) -> Reachable:
         if self.sources is not None:
-            return self._run_c(tips)
+            return self._run_c(tips, self.sources)
         res = self.result
         seen = res.seen
         heap: list[tuple[int, int, bytes, bytes]] = []   # (-date, order queued, commit id, its tree)
         pending: list[tuple[bytes, int, bytes, str]] = []  # trees/blobs named by tips: (id, type, name, referrer)
-        for name, oid in tips:
-            self._tip(name, oid, heap, pending)
+        for tip_name, oid in tips:
+            self._tip(tip_name, oid, heap, pending)
         # Commits, newest first.
         n = 0
         roots: list[tuple[bytes, str]] = []
@@ -316,14 +321,14 @@ class Walker:
             return
 
     # -- the C walk: the same lists, with the per-object work in _walk.c ----------------------------
-    def _run_c(self, tips: Iterable[tuple[str, bytes]]) -> Reachable:
+    def _run_c(self, tips: Iterable[tuple[str, bytes]], sources: SourceIndex) -> Reachable:
         """:meth:`run` with the commit queue and the tree walk in C. The tips are peeled here (a few
         objects, read by ``read`` and checked as the Python walk checks them); everything else the C
         walker reads from the packs, or through :meth:`_read` when it is not in them."""
         res = self.result
         # With a helper thread, each walker gets half the cache (it walks half the history).
         cache = C_CACHE_BYTES // 2 if self.processes > 1 else C_CACHE_BYTES
-        cw = _c.Walker(self.sources.c_packs, self._read, progress=self.progress, cache_bytes=cache)
+        cw = _c.Walker(sources.c_packs, self._read, progress=self.progress, cache_bytes=cache)
         pending: list[tuple[bytes, int, str]] = []
         with self._c_errors():
             for name, oid in tips:
@@ -436,7 +441,7 @@ class _HelperThread:
     def _run(self, start: int, stop: int) -> None:
         try:
             self.walker.walk_roots(start, stop)
-        except BaseException as err:  # noqa: BLE001 - raised again by join()
+        except BaseException as err:  # raised again by join()
             self.error = err
 
     def join(self):
@@ -452,7 +457,7 @@ class _HelperThread:
 
 
 def walk(tips: Iterable[tuple[str, bytes]], read: Read, *, known: Callable[[bytes], bool] | None = None,
-         progress: Progress | None = None, processes: int = 1, packs=None) -> Reachable:
+         progress: Progress | None = None, processes: int = 1, packs: SourceIndex | None = None) -> Reachable:
     """Everything ``tips`` reach (see :class:`Reachable`); ``known`` objects are neither added nor descended.
     With ``processes`` > 1 the older part of the history's trees is walked at the same time (a thread in
     the C walk, a forked process in the Python one). ``packs``: the repack's SourceIndex; with the C

@@ -34,7 +34,7 @@ from ..objects import REF_DELTA, hash_object
 from ..pack.format import decode_entry_header
 from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search
 from ..pack.write import PackWriter
-from .sources import SourceIndex
+from .sources import SourceIndex, _PackEntries
 
 if TYPE_CHECKING:
     from .repack import RepackCounters
@@ -62,7 +62,8 @@ class _Reuse:
         self.kind = bytearray(n)
         self.reused = bytearray(n)                 # 1: copied verbatim as a delta
         self.base = array("i", [-1]) * n          # a delta entry's base (position in ids), -1: not in the plan
-        self.entry: dict[int, tuple] = {}         # delta entries: (pack, idx pos, offset, size, data offset)
+        # delta entries: (pack, idx pos, offset, size, data offset)
+        self.entry: dict[int, tuple[_PackEntries, int, int, int, int]] = {}
         self.height = array("i", [0]) * n         # longest reused chain resting on this object
         self.dropped = 0                          # reusable deltas dropped (cycle or too deep)
 
@@ -118,7 +119,9 @@ def _find_reuse(ids: list[bytes], sources: SourceIndex, deltas: DeltaPlan) -> _R
             kind[k] = WHOLE
             continue
         typ, size, b, data_off = decode_entry_header(p.buffer, off, p.end, off, p.path)
-        base_oid = b if typ == REF_DELTA else sources.oid_at(p, b)
+        # b is the base's id for a REF_DELTA and its offset for an OFS_DELTA (a delta here: never None);
+        # mypy cannot tie its type to typ, and an isinstance() per entry would cost a call in this loop.
+        base_oid: bytes | None = b if typ == REF_DELTA else sources.oid_at(p, b)  # type: ignore[assignment,arg-type]
         bk = index_get(base_oid, -1) if base_oid is not None else -1
         entry[k] = (p, i, off, size, data_off)
         if bk < 0:
@@ -213,9 +216,12 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[b
                 raise _named(err, oid, sources) from err
             group = pack_no[p.base + i]
         name = names_get(oid)
-        h = hashes.get(name) if name else 0
-        if h is None:
-            h = hashes[name] = fast_name_hash(name)
+        if name:
+            h = hashes.get(name)
+            if h is None:
+                h = hashes[name] = fast_name_hash(name)
+        else:
+            h = 0
         # A whole entry of a source pack is copied as it is when no delta is found; anything else would be
         # read and compressed again by the writer: the search hands it back compressed instead.
         cand.add(int(typ), size, h, limit - reuse.height[k], group, kd == WHOLE, kd != WHOLE)
@@ -249,8 +255,8 @@ def _loose_header(sources: SourceIndex, oid: bytes, pre: dict[bytes, tuple[int, 
         typ, size = sources.snapshot.loose.read_header(oid)
         return int(typ), size
     except ObjectMissingError:
-        typ, data = _read_checked(sources, oid, pre)   # gone since the snapshot: wherever it is now
-        return int(typ), len(data)
+        now_typ, data = _read_checked(sources, oid, pre)   # gone since the snapshot: wherever it is now
+        return int(now_typ), len(data)
 
 
 def _read_checked(sources: SourceIndex, oid: bytes, pre: dict[bytes, tuple[int, bytes]]) -> tuple[int, bytes]:
@@ -286,10 +292,11 @@ def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _R
     state = bytearray(n)            # 0: to do, 1: waiting for its base, 2: written
     offsets = [0] * n
     mtimes: list[int] | None = [] if mtime_of is not None else None
+    mtime_table: dict[bytes, int] = mtime_of if mtime_of is not None else {}   # read only when mtimes is a list
     step = max(1, min(5000, n // 100 or 1))
     done = 0
     # The loop runs once per object (500,000 in a large repository): names are looked up once here.
-    loc_get, packs, pack_no = sources.loc.get, sources.packs, sources.pack_no
+    loc, packs, pack_no = sources.loc, sources.packs, sources.pack_no
     copy_raw, copy_delta = writer.copy_raw, writer.copy_delta
     kind, reused, rbase, entry = reuse.kind, reuse.reused, reuse.base, reuse.entry
     computed_get = computed.get
@@ -322,7 +329,7 @@ def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _R
                                         path=p.path)
                 c.deltas_reused += 1
             elif kind[k] == WHOLE:
-                gid = loc_get(oid)
+                gid = loc[oid]             # (a WHOLE object is in a source pack: step 1 found it there)
                 p = packs[pack_no[gid]]
                 i = gid - p.base
                 offsets[k] = copy_raw(oid, p.view, p.offsets[i], p.ends[i], p.crcs[i], path=p.path)
@@ -340,7 +347,7 @@ def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _R
             state[k] = 2
             stack.pop()
             if mtimes is not None:
-                mtimes.append(mtime_of[oid])
+                mtimes.append(mtime_table[oid])
             done += 1
             if progress is not None and done % step == 0:
                 progress(phase, done, n)

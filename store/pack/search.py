@@ -385,7 +385,7 @@ class _Segment:
                 peak = mem
             max_depth = max_depths[t]
             best = None
-            best_delta = None
+            best_delta = b""                 # the winning delta; read only once best is set
             best_len = 0
             tdepth = 0
             if max_depth > 0:

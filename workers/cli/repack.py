@@ -19,7 +19,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
         description="Like `git repack`: --mode full packs everything reachable from the refs, HEAD and reflogs "
                     "into one pack (unreachable objects younger than --expire into a cruft pack with .mtimes, "
                     "older ones deleted), reusing deltas verbatim and searching new ones for the rest "
-                    "(--window, --depth; --no-reuse recomputes every delta, like git repack -f); --mode geometric merges the smallest packs "
+                    "(--window, --depth; --no-reuse recomputes every delta, like git repack -f); "
+                    "--mode geometric merges the smallest packs "
                     "until pack sizes form a progression (--factor); --mode loose packs every loose object. "
                     "Replaced packs move to objects/pack/preserved/ for --preserve-for seconds. Only what "
                     "existed when the repack started is ever deleted.")

@@ -128,7 +128,7 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, str]:
 def strace_counts(cmd: list[str], env: dict[str, str], cwd: Path, out: Path) -> dict[str, int]:
     subprocess.run(["strace", "-f", "-c", "-o", str(out), "-e", "trace=" + ",".join(COUNTED), *cmd], env=env,
                    cwd=cwd, check=True, capture_output=True)
-    counts = {name: 0 for name in COUNTED}
+    counts = dict.fromkeys(COUNTED, 0)
     for line in out.read_text().splitlines():
         parts = line.split()
         if len(parts) >= 5 and parts[-1] in counts and re.match(r"^[\d.]+$", parts[0]):

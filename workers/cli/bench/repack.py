@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from packyard.workers.cli.bench import common
 
@@ -156,6 +157,7 @@ def large_repo(dest: Path, objects: int) -> Path:
     proc = subprocess.Popen(["git", "--git-dir", str(dest), "fast-import", "--quiet", "--depth=50"],
                             stdin=subprocess.PIPE)
     w = proc.stdin
+    assert w is not None   # (stdin=PIPE)
     when = 1_600_000_000
     body = [f"line {i}: some text that a source file of a project might carry\n".encode() for i in range(60)]
     state = [[0] * files for _ in range(dirs)]
@@ -194,8 +196,8 @@ def large_repo(dest: Path, objects: int) -> Path:
 def measured(cmd: list[str], env: dict[str, str], rss_file: Path) -> tuple[float, int, str]:
     """(wall s, peak RSS bytes, stdout) of ``cmd`` under /usr/bin/time."""
     t0 = time.perf_counter()
-    proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss_file)] + cmd, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, env=env)
+    proc = subprocess.run([TIME, "-f", "%M", "-o", str(rss_file)] + cmd, capture_output=True,
+                          env=env)
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr.decode(errors="replace"))
@@ -237,8 +239,8 @@ def scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs
                 (common.packyard_entry() + ["repack", "--repo", str(repo), "--json", "--no-progress"] + ours)
             wall, rss, out = measured(cmd, env, work / "rss.txt")
             sizes = pack_sizes(repo)
-            row = {"wall": wall, "rss": rss, "packs": len(sizes), "largest": sizes[0] if sizes else 0,
-                   "total": sum(sizes)}
+            row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
+                                   "largest": sizes[0] if sizes else 0, "total": sum(sizes)}
             if side == "packyard":
                 res = json.loads(out)
                 row["phases"] = {k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
