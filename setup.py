@@ -19,7 +19,7 @@ setup(
     ext_modules=[
         Extension(
             "packyard.store.pack._delta",
-            sources=["store/pack/_delta.c", "store/pack/_search.c"],
+            sources=["store/pack/_delta.c", "store/pack/_search.c", "store/pack/_idx.c"],
             depends=["store/pack/_delta.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],

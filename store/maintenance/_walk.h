@@ -462,6 +462,7 @@ PyObject *walk_pack_layout(PyObject *module, PyObject *args);
 PyObject *packs_find_reuse(PacksObject *self, PyObject *ids);
 PyObject *packs_copy_entries(PacksObject *self, PyObject *args);
 PyObject *walk_write_order(PyObject *module, PyObject *args);
+PyObject *walk_check_chains(PyObject *module, PyObject *args);
 
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 

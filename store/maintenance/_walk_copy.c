@@ -517,3 +517,98 @@ done:
     PyBuffer_Release(&rv);
     return result;
 }
+
+/* ---- reused chains (writeplan._check_chains) -------------------------------------------------------- */
+
+/* check_chains(reused (writable), base 'i', limit) -> (height bytes of 'i', dropped): drops (reused[k] = 0)
+ * the reused delta that closes a cycle or passes limit; each remaining chain's height at its root. */
+PyObject *
+walk_check_chains(PyObject *module, PyObject *args)
+{
+    PyObject *ro, *bo, *height_b = NULL, *result = NULL;
+    long limit;
+    Py_buffer rv = {0}, bv = {0};
+    int32_t *depth = NULL, *root = NULL, *path = NULL;
+    uint8_t *state = NULL;
+    long long dropped = 0;
+    if (!PyArg_ParseTuple(args, "OOl", &ro, &bo, &limit))
+        return NULL;
+    if (PyObject_GetBuffer(ro, &rv, PyBUF_WRITABLE) < 0)
+        return NULL;
+    Py_ssize_t n = rv.len;
+    if (get_buf(bo, &bv, n, 4, 0, "check_chains: base") < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    uint8_t *reused = rv.buf;
+    const int32_t *base = bv.buf;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (reused[k] && (base[k] < 0 || base[k] >= n)) {
+            PyErr_SetString(PyExc_ValueError, "check_chains: a reused delta's base outside the plan");
+            goto done;
+        }
+    }
+    size_t cells = n ? (size_t)n : 1;
+    height_b = PyBytes_FromStringAndSize(NULL, 4 * n);
+    depth = PyMem_RawCalloc(cells, sizeof(int32_t));
+    root = PyMem_RawMalloc(cells * sizeof(int32_t));
+    path = PyMem_RawMalloc(cells * sizeof(int32_t));
+    state = PyMem_RawCalloc(cells, 1);
+    if (!height_b || !depth || !root || !path || !state) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *height = (int32_t *)PyBytes_AS_STRING(height_b);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        root[k] = -1;
+        height[k] = 0;
+    }
+    for (Py_ssize_t k0 = 0; k0 < n; k0++) {
+        if (!reused[k0] || state[k0])
+            continue;
+        size_t np = 0;
+        int32_t k = (int32_t)k0;
+        while (reused[k] && !state[k]) {
+            state[k] = 1;
+            path[np++] = k;
+            k = base[k];
+        }
+        if (reused[k] && state[k] == 1) {
+            reused[k] = 0;           /* a cycle: the delta that closes it goes to the search */
+            dropped++;
+        }
+        while (np) {
+            int32_t node = path[--np];
+            state[node] = 2;
+            if (!reused[node])
+                continue;
+            int32_t b = base[node];
+            long d = reused[b] ? depth[b] + 1 : 1;
+            if (d > limit) {
+                reused[node] = 0;    /* too deep: a new chain starts here */
+                dropped++;
+                continue;
+            }
+            depth[node] = (int32_t)d;
+            root[node] = reused[b] ? root[b] : b;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (reused[k]) {
+            int32_t rt = root[k] < 0 ? root[k] + (int32_t)n : root[k];   /* (Python's negative index) */
+            if (depth[k] > height[rt])
+                height[rt] = depth[k];
+        }
+    }
+    result = Py_BuildValue("(OL)", height_b, dropped);
+done:
+    Py_XDECREF(height_b);
+    PyMem_RawFree(depth);
+    PyMem_RawFree(root);
+    PyMem_RawFree(path);
+    PyMem_RawFree(state);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&rv);
+    return result;
+}

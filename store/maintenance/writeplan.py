@@ -151,7 +151,14 @@ def _locate(r: _Reuse, k: int, oid: bytes, sources: SourceIndex, index_get: Call
 
 
 def _check_chains(r: _Reuse, limit: int) -> None:
-    """Drop reused deltas that close a cycle or pass ``limit``; record each chain's height at its root."""
+    """Drop reused deltas that close a cycle or pass ``limit``; record each chain's height at its root.
+    (The C extension's ``check_chains`` does the same when present.)"""
+    if _walk_c is not None:
+        height_b, dropped = _walk_c.check_chains(r.reused, r.base, limit)
+        r.height = array("i")
+        r.height.frombytes(height_b)
+        r.dropped += dropped
+        return
     reused, base = r.reused, r.base
     n = len(reused)
     depth = array("i", [0]) * n
