@@ -27,10 +27,10 @@ from __future__ import annotations
 import time
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import CorruptObjectError, ObjectMissingError, StoreError
-from ..objects import REF_DELTA, hash_object
+from ..objects import hash_object
 from ..pack.format import decode_entry_header
 from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search
 from ..pack.write import WRITE_BUFFER, PackWriter
@@ -140,11 +140,13 @@ def _locate(r: _Reuse, k: int, oid: bytes, sources: SourceIndex, index_get: Call
     r.gid[k] = gid
     p = sources.packs[sources.pack_no[gid]]
     off = p.offsets[gid - p.base]
-    if (p.buffer[off] >> 4) & 7 < 6:
+    view = p.view
+    assert view is not None
+    if (view[off] >> 4) & 7 < 6:
         r.kind[k] = WHOLE
         return
-    typ, _size, b, _data_off = decode_entry_header(p.buffer, off, p.end, off, p.path)
-    base_oid = b if typ == REF_DELTA else sources.oid_at(p, b)
+    _typ, _size, b, _data_off = decode_entry_header(view, off, p.end, off, p.path)
+    base_oid = b if isinstance(b, bytes) else sources.oid_at(p, b) if b is not None else None   # REF / OFS_DELTA
     bk = index_get(base_oid, -1) if isinstance(base_oid, bytes) else -1
     r.kind[k] = DELTA if bk >= 0 else DELTA_BASE_BEHIND
     r.base[k] = bk
@@ -308,6 +310,7 @@ def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _R
     n = len(ids)
     emit = _Emitter(writer, ids, sources, reuse, computed, zwhole, found, pre, c)
     step = max(1, min(5000, n // 100 or 1))
+    order: Sequence[int]
     if sources.c_packs is not None and _walk_c is not None:
         order = _write_runs(emit, sources.c_packs, progress, phase, step)
     else:

@@ -275,7 +275,8 @@ class PackWriter:
         new.frombytes(offsets)
         m = len(new)
         if len(crcs) != 4 * m or len(oids) != 20 * m:
-            raise InvalidInputError(f"copied entries disagree: {m} offsets, {len(crcs)} CRC bytes, {len(oids)} id bytes")
+            raise InvalidInputError(f"copied entries disagree: {m} offsets, {len(crcs)} CRC bytes, "
+                                    f"{len(oids)} id bytes")
         if len(self.offsets) + m > self.count:
             raise InvalidInputError(f"pack was declared with {self.count} objects; {m} more would pass it")
         if m and new[0] != self._pos:
