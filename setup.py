@@ -19,7 +19,7 @@ setup(
     ext_modules=[
         Extension(
             "packyard.store.pack._delta",
-            sources=["store/pack/_delta.c", "store/pack/_search.c"],
+            sources=["store/pack/_delta.c", "store/pack/_search.c", "store/pack/_idx.c"],
             depends=["store/pack/_delta.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers"],
@@ -27,7 +27,8 @@ setup(
         Extension(
             "packyard.store.maintenance._walk",
             sources=["store/maintenance/_walk.c", "store/maintenance/_walk_packs.c",
-                     "store/maintenance/_walk_read.c", "store/maintenance/_walk_trees.c"],
+                     "store/maintenance/_walk_read.c", "store/maintenance/_walk_trees.c",
+                     "store/maintenance/_walk_copy.c"],
             depends=["store/maintenance/_walk.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers", "-fvisibility=hidden"],

@@ -464,6 +464,10 @@ static PyTypeObject WalkerType = {
 };
 
 static PyMethodDef module_methods[] = {
+    {"write_order", walk_write_order, METH_VARARGS,
+     "write_order(kind, reused, rbase, cbase) -> (order 'i', Python's order indexes 'i', cycle position or -1)"},
+    {"check_chains", walk_check_chains, METH_VARARGS,
+     "check_chains(reused, base 'i', limit) -> (height 'i' bytes, dropped): writeplan._check_chains"},
     {"pack_layout", walk_pack_layout, METH_VARARGS,
      "pack_layout(offsets 'Q', trailer) -> (order 'I', sorted offsets 'Q', ends 'Q') as bytes"},
     {NULL, NULL, 0, NULL},

@@ -4,6 +4,7 @@
  *   _walk_packs.c  zlib from the shared library, errors, Packs (the replaceable packs and the id index),
  *                  pack_layout
  *   _walk_read.c   reading an object from the packs: CRC32 check, inflate, delta chains, the base cache
+ *   _walk_copy.c   a repack's write plan: where each object's copy lies, the write order, the copies
  *   _walk_trees.c  the walk itself, without the GIL: reading commits and trees (through the Reader, or the
  *                  Python fallback), the commit queue, the depth-first tree walk
  *   _walk.c        the Walker type, its Python methods, the module
@@ -455,6 +456,13 @@ void reader_clear(Reader *r);
 Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i);
 
 PyObject *walk_pack_layout(PyObject *module, PyObject *args);
+
+/* ---- a repack's write plan (_walk_copy.c) ---------------------------------------------------- */
+
+PyObject *packs_find_reuse(PacksObject *self, PyObject *ids);
+PyObject *packs_copy_entries(PacksObject *self, PyObject *args);
+PyObject *walk_write_order(PyObject *module, PyObject *args);
+PyObject *walk_check_chains(PyObject *module, PyObject *args);
 
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 

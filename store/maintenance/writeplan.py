@@ -27,14 +27,15 @@ from __future__ import annotations
 import time
 from array import array
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import CorruptObjectError, ObjectMissingError, StoreError
-from ..objects import REF_DELTA, hash_object
+from ..objects import hash_object
 from ..pack.format import decode_entry_header
 from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search
-from ..pack.write import PackWriter
-from .sources import SourceIndex, _PackEntries
+from ..pack.write import WRITE_BUFFER, PackWriter
+from .sources import SourceIndex
+from .walk import _c as _walk_c
 
 if TYPE_CHECKING:
     from .repack import RepackCounters
@@ -62,8 +63,7 @@ class _Reuse:
         self.kind = bytearray(n)
         self.reused = bytearray(n)                 # 1: copied verbatim as a delta
         self.base = array("i", [-1]) * n          # a delta entry's base (position in ids), -1: not in the plan
-        # delta entries: (pack, idx pos, offset, size, data offset)
-        self.entry: dict[int, tuple[_PackEntries, int, int, int, int]] = {}
+        self.gid = array("q", [-1]) * n           # global entry number of its copy in the sources, -1: loose
         self.height = array("i", [0]) * n         # longest reused chain resting on this object
         self.dropped = 0                          # reusable deltas dropped (cycle or too deep)
 
@@ -105,39 +105,62 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
 def _find_reuse(ids: list[bytes], sources: SourceIndex, deltas: DeltaPlan) -> _Reuse:
     n = len(ids)
     r = _Reuse(n)
-    index_get = {oid: k for k, oid in enumerate(ids)}.get
-    loc_get, packs, pack_no = sources.loc.get, sources.packs, sources.pack_no
-    kind, base, entry = r.kind, r.base, r.entry
-    for k in range(n):
-        gid = loc_get(ids[k])
-        if gid is None:
-            continue                               # LOOSE
-        p = packs[pack_no[gid]]
-        i = gid - p.base
-        off = p.offsets[i]
-        if (p.buffer[off] >> 4) & 7 < 6:
-            kind[k] = WHOLE
-            continue
-        typ, size, b, data_off = decode_entry_header(p.buffer, off, p.end, off, p.path)
-        # b is the base's id for a REF_DELTA and its offset for an OFS_DELTA (a delta here: never None);
-        # mypy cannot tie its type to typ, and an isinstance() per entry would cost a call in this loop.
-        base_oid: bytes | None = b if typ == REF_DELTA else sources.oid_at(p, b)  # type: ignore[assignment,arg-type]
-        bk = index_get(base_oid, -1) if base_oid is not None else -1
-        entry[k] = (p, i, off, size, data_off)
-        if bk < 0:
-            kind[k] = DELTA_BASE_BEHIND
-        else:
-            kind[k] = DELTA
-            base[k] = bk
-            if deltas.reuse:
-                r.reused[k] = 1
+    found = sources.c_packs.find_reuse(ids) if sources.c_packs is not None else None
+    if found is None:
+        index_get = {oid: k for k, oid in enumerate(ids)}.get
+        for k in range(n):
+            _locate(r, k, ids[k], sources, index_get)
+    else:
+        kind_b, base_b, gid_b = found
+        r.kind[:] = kind_b
+        r.base = array("i")
+        r.base.frombytes(base_b)
+        r.gid = array("q")
+        r.gid.frombytes(gid_b)
+        if _UNDECIDED in kind_b:     # headers the C decoder left to Python (it raises, naming pack and offset)
+            index_get = {oid: k for k, oid in enumerate(ids)}.get
+            for k in (k for k in range(n) if kind_b[k] == _UNDECIDED):
+                _locate(r, k, ids[k], sources, index_get)
     if deltas.reuse:
+        r.reused[:] = r.kind.translate(_REUSABLE)
         _check_chains(r, deltas.depth)
     return r
 
 
+_UNDECIDED = 255                                  # (the C find_reuse's kind for "Python decides")
+_REUSABLE = bytes(1 if k == DELTA else 0 for k in range(256))
+
+
+def _locate(r: _Reuse, k: int, oid: bytes, sources: SourceIndex, index_get: Callable[[bytes, int], int]) -> None:
+    """Step 1 for one object (the specification of the C ``find_reuse``)."""
+    r.kind[k], r.base[k], r.gid[k] = LOOSE, -1, -1
+    gid = sources.loc.get(oid)
+    if gid is None:
+        return
+    r.gid[k] = gid
+    p = sources.packs[sources.pack_no[gid]]
+    off = p.offsets[gid - p.base]
+    view = p.view
+    assert view is not None
+    if (view[off] >> 4) & 7 < 6:
+        r.kind[k] = WHOLE
+        return
+    _typ, _size, b, _data_off = decode_entry_header(view, off, p.end, off, p.path)
+    base_oid = b if isinstance(b, bytes) else sources.oid_at(p, b) if b is not None else None   # REF / OFS_DELTA
+    bk = index_get(base_oid, -1) if isinstance(base_oid, bytes) else -1
+    r.kind[k] = DELTA if bk >= 0 else DELTA_BASE_BEHIND
+    r.base[k] = bk
+
+
 def _check_chains(r: _Reuse, limit: int) -> None:
-    """Drop reused deltas that close a cycle or pass ``limit``; record each chain's height at its root."""
+    """Drop reused deltas that close a cycle or pass ``limit``; record each chain's height at its root.
+    (The C extension's ``check_chains`` does the same when present.)"""
+    if _walk_c is not None:
+        height_b, dropped = _walk_c.check_chains(r.reused, r.base, limit)
+        r.height = array("i")
+        r.height.frombytes(height_b)
+        r.dropped += dropped
+        return
     reused, base = r.reused, r.base
     n = len(reused)
     depth = array("i", [0]) * n
@@ -191,7 +214,7 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[b
     cand.ids = cand_ids = array("i")
     hashes: dict[bytes, int] = {}
     names_get = names.get if names is not None else (lambda oid: None)
-    kind, reused, entry, pack_no, loc = reuse.kind, reuse.reused, reuse.entry, sources.pack_no, sources.loc
+    kind, reused, gids, pack_no = reuse.kind, reuse.reused, reuse.gid, sources.pack_no
     limit = deltas.depth
     assert deltas.search is not None
     packs = sources.packs
@@ -199,22 +222,21 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[b
         if reused[k]:
             continue
         kd = kind[k]
-        if kd == WHOLE:
-            gid = loc[oid]
-            p = packs[pack_no[gid]]
-            off = p.offsets[gid - p.base]
-            typ, size, _b, _d = decode_entry_header(p.buffer, off, p.end, off, p.path)
-            group = pack_no[gid]
-        elif kd == LOOSE:
+        if kd == LOOSE:
             typ, size = _loose_header(sources, oid, pre)
             group = -1
         else:
-            p, i, off, _size, _d = entry[k]
-            try:
-                typ, size = p.pack.header_at(off)
-            except StoreError as err:
-                raise _named(err, oid, sources) from err
-            group = pack_no[p.base + i]
+            gid = gids[k]
+            group = pack_no[gid]
+            p = packs[group]
+            off = p.offsets[gid - p.base]
+            if kd == WHOLE:
+                typ, size, _b, _d = decode_entry_header(p.buffer, off, p.end, off, p.path)
+            else:
+                try:
+                    typ, size = p.pack.header_at(off)
+                except StoreError as err:
+                    raise _named(err, oid, sources) from err
         name = names_get(oid)
         if name:
             h = hashes.get(name)
@@ -289,71 +311,131 @@ def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _R
            found: SearchResult | None, pre: dict[bytes, tuple[int, bytes]], c: "RepackCounters",
            progress: Progress | None, phase: str, mtime_of: dict[bytes, int] | None) -> list[int] | None:
     n = len(ids)
-    state = bytearray(n)            # 0: to do, 1: waiting for its base, 2: written
-    offsets = [0] * n
-    mtimes: list[int] | None = [] if mtime_of is not None else None
-    mtime_table: dict[bytes, int] = mtime_of if mtime_of is not None else {}   # read only when mtimes is a list
+    emit = _Emitter(writer, ids, sources, reuse, computed, zwhole, found, pre, c)
     step = max(1, min(5000, n // 100 or 1))
-    done = 0
-    # The loop runs once per object (500,000 in a large repository): names are looked up once here.
-    loc, packs, pack_no = sources.loc, sources.packs, sources.pack_no
-    copy_raw, copy_delta = writer.copy_raw, writer.copy_delta
-    kind, reused, rbase, entry = reuse.kind, reuse.reused, reuse.base, reuse.entry
-    computed_get = computed.get
+    order: Sequence[int]
+    if sources.c_packs is not None and _walk_c is not None:
+        order = _write_runs(emit, sources.c_packs, progress, phase, step)
+    else:
+        order = _write_each(emit, progress, phase, step)
+    if progress is not None:
+        progress(phase, n, n)
+    return [mtime_of[ids[k]] for k in order] if mtime_of is not None else None
+
+
+class _Emitter:
+    """Writes one object of the plan, its delta base (if any) already written; ``offsets``: where each
+    position went in the new pack."""
+
+    def __init__(self, writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _Reuse,
+                 computed: dict[int, tuple[int, int]], zwhole: dict[int, tuple[int, int, bytes]],
+                 found: SearchResult | None, pre: dict[bytes, tuple[int, bytes]], c: "RepackCounters") -> None:
+        self.writer, self.ids, self.sources, self.reuse = writer, ids, sources, reuse
+        self.computed, self.zwhole, self.found, self.pre, self.c = computed, zwhole, found, pre, c
+        self.offsets = array("Q", bytes(8 * len(ids)))
+
+    def base_of(self, k: int) -> int:
+        """The position of the base ``k`` is written against (-1: none): a new delta's, else a reused one's."""
+        new = self.computed.get(k)
+        if new is not None:
+            return new[1]
+        return self.reuse.base[k] if self.reuse.reused[k] else -1
+
+    def one(self, k: int) -> None:
+        oid, offsets, writer, c, reuse = self.ids[k], self.offsets, self.writer, self.c, self.reuse
+        new = self.computed.get(k)
+        if new is not None:
+            ci, bk = new
+            assert self.found is not None
+            offsets[k] = writer.write_compressed_delta(oid, offsets[bk], self.found.delta_size[ci],
+                                                       self.found.zdelta[ci])
+        elif reuse.reused[k] or reuse.kind[k] == WHOLE:
+            gid = reuse.gid[k]
+            p = self.sources.packs[self.sources.pack_no[gid]]
+            i = gid - p.base
+            off = p.offsets[i]
+            assert p.view is not None
+            if reuse.reused[k]:
+                _typ, size, _b, data_off = decode_entry_header(p.buffer, off, p.end, off, p.path)
+                offsets[k] = writer.copy_delta(oid, p.view, off, data_off, p.ends[i], p.crcs[i], size,
+                                               offsets[reuse.base[k]], path=p.path)
+                c.deltas_reused += 1
+            else:
+                offsets[k] = writer.copy_raw(oid, p.view, off, p.ends[i], p.crcs[i], path=p.path)
+                c.entries_copied += 1
+        elif k in self.zwhole:
+            typ, size, body = self.zwhole[k]
+            offsets[k] = writer.write_compressed_whole(oid, typ, size, body)
+            c.rewritten_whole += 1
+        else:
+            typ, data = _read_checked(self.sources, oid, self.pre)
+            offsets[k] = writer.write_whole(oid, typ, data)
+            c.rewritten_whole += 1
+        if reuse.kind[k] == LOOSE and self.sources.is_loose(oid):
+            c.loose_packed += 1
+
+
+def _write_each(emit: _Emitter, progress: Progress | None, phase: str, step: int) -> list[int]:
+    """Step 3 one object at a time (the specification of the C runs below); returns the positions in the
+    order written."""
+    n = len(emit.ids)
+    state = bytearray(n)            # 0: to do, 1: waiting for its base, 2: written
+    order: list[int] = []
     for k0 in range(n):
         if state[k0] == 2:
             continue
         stack = [k0]
         while stack:
             k = stack[-1]
-            oid = ids[k]
-            new = computed_get(k)
-            if new is not None:
-                ci, bk = new
-            elif reused[k]:
-                bk = rbase[k]
-            else:
-                bk = -1
+            bk = emit.base_of(k)
             if bk >= 0 and state[bk] == 0:
                 state[k] = 1
                 stack.append(bk)           # its base first (it comes later in the order)
                 continue
             if bk >= 0 and state[bk] == 1:
-                raise StoreError(f"delta base cycle in the write plan at object {oid.hex()} (a bug)")
-            if new is not None:
-                assert found is not None
-                offsets[k] = writer.write_compressed_delta(oid, offsets[bk], found.delta_size[ci], found.zdelta[ci])
-            elif reused[k]:
-                p, i, off, size, data_off = entry[k]
-                offsets[k] = copy_delta(oid, p.view, off, data_off, p.ends[i], p.crcs[i], size, offsets[bk],
-                                        path=p.path)
-                c.deltas_reused += 1
-            elif kind[k] == WHOLE:
-                gid = loc[oid]             # (a WHOLE object is in a source pack: step 1 found it there)
-                p = packs[pack_no[gid]]
-                i = gid - p.base
-                offsets[k] = copy_raw(oid, p.view, p.offsets[i], p.ends[i], p.crcs[i], path=p.path)
-                c.entries_copied += 1
-            elif k in zwhole:
-                typ, size, body = zwhole[k]
-                offsets[k] = writer.write_compressed_whole(oid, typ, size, body)
-                c.rewritten_whole += 1
-            else:
-                typ, data = _read_checked(sources, oid, pre)
-                offsets[k] = writer.write_whole(oid, typ, data)
-                c.rewritten_whole += 1
-            if kind[k] == LOOSE and sources.is_loose(oid):
-                c.loose_packed += 1
+                raise StoreError(f"delta base cycle in the write plan at object {emit.ids[k].hex()} (a bug)")
+            emit.one(k)
             state[k] = 2
             stack.pop()
-            if mtimes is not None:
-                mtimes.append(mtime_table[oid])
-            done += 1
-            if progress is not None and done % step == 0:
-                progress(phase, done, n)
-    if progress is not None:
-        progress(phase, n, n)
-    return mtimes
+            order.append(k)
+            if progress is not None and len(order) % step == 0:
+                progress(phase, len(order), n)
+    return order
+
+
+def _write_runs(emit: _Emitter, packs: "_walk_c.Packs", progress: Progress | None, phase: str, step: int) -> array:
+    """Step 3 with the C extension: the order (as :func:`_write_each`'s) computed at once; the whole entries
+    and reused deltas between two objects that need Python copied by ``Packs.copy_entries`` a run at a time
+    (the source CRC32 checked there; an entry it does not copy -- a CRC32 mismatch -- goes through
+    :meth:`_Emitter.one`, which raises the typed error); returns the positions in the order written."""
+    reuse, writer, c, n = emit.reuse, emit.writer, emit.c, len(emit.ids)
+    cbase = array("i", [-1]) * n
+    for k, (_ci, bk) in emit.computed.items():
+        cbase[k] = bk
+    order_b, python_b, cycle = _walk_c.write_order(reuse.kind, reuse.reused, reuse.base, cbase)
+    if cycle >= 0:
+        raise StoreError(f"delta base cycle in the write plan at object {emit.ids[cycle].hex()} (a bug)")
+    order, python = array("i"), array("i")
+    order.frombytes(order_b)
+    python.frombytes(python_b)
+    j = 0
+    for stop in [*python, n]:
+        while j < stop:
+            j, stuck, entries, offs, crcs, oids, deltas, copied = packs.copy_entries(
+                reuse.gid, order, j, min(stop, j + step), reuse.reused, reuse.base, emit.offsets, writer.position,
+                WRITE_BUFFER)
+            writer.append_copies(entries, offs, crcs, oids, deltas=deltas, copied=copied)
+            c.deltas_reused += deltas
+            c.entries_copied += len(oids) // 20 - deltas
+            if stuck:
+                emit.one(order[j])
+                j += 1
+            if progress is not None:
+                progress(phase, j, n)
+        if stop < n:
+            emit.one(order[stop])
+            j = stop + 1
+    return order
 
 
 __all__ = ["write_plan", "DeltaPlan"]

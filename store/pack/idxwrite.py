@@ -28,6 +28,9 @@ from dataclasses import dataclass
 from typing import BinaryIO, Sequence
 
 from ..errors import InvalidInputError
+from .delta import native
+
+_c_index_tables = native("index_tables")
 
 IDX_MAGIC = b"\377tOc"
 RIDX_MAGIC = b"RIDX"
@@ -85,6 +88,9 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
         raise InvalidInputError("pack checksum must be 20 bytes")
     if n >= 1 << 31:
         raise InvalidInputError("too many objects for an idx v2 file")
+    if _c_index_tables is not None and isinstance(offsets, array) and offsets.itemsize == 8 \
+            and isinstance(crcs, array) and crcs.itemsize == 4:
+        return _write_index_c(idx_out, rev_out, oids, offsets, crcs, pack_checksum, off32_limit, mtimes_out, mtimes)
     mv = memoryview(oids)
     # Sort bucket by bucket (first id byte): only one bucket's sort keys exist at a time.
     buckets = [array("I") for _ in range(256)]
@@ -135,6 +141,34 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     rev.write(bytes(pack_checksum))
     rev_sum = rev.finish()
     return IndexWriteInfo(idx_checksum=idx_sum, rev_checksum=rev_sum, large_offsets=len(large))
+
+
+def _write_index_c(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | memoryview, offsets: array,
+                   crcs: array, pack_checksum: bytes, off32_limit: int, mtimes_out: BinaryIO | None,
+                   mtimes: Sequence[int] | None) -> IndexWriteInfo:
+    """write_index's files from the C extension's ``index_tables`` (the same bytes, without a Python loop over
+    every object: 0.6 s for 500,000 objects in Python)."""
+    fanout, ids, crc, small, large, position, order_b = _c_index_tables(oids, offsets, crcs, off32_limit)
+    idx = _HashingWriter(idx_out)
+    idx.write(IDX_MAGIC + struct.pack(">I", 2) + fanout)
+    for table in (ids, crc, small, large):
+        idx.write(table)
+    idx.write(bytes(pack_checksum))
+    idx_sum = idx.finish()
+    if mtimes_out is not None:
+        if mtimes is None:
+            raise ValueError("mtimes_out given without mtimes")
+        order = array("I")
+        order.frombytes(order_b)
+        write_mtimes(mtimes_out, order, mtimes, pack_checksum)
+    rev = _HashingWriter(rev_out)
+    rev.write(RIDX_MAGIC + struct.pack(">II", 1, 1))
+    pos = array("I")
+    pos.frombytes(position)
+    rev.write(_be(pos))
+    rev.write(bytes(pack_checksum))
+    rev_sum = rev.finish()
+    return IndexWriteInfo(idx_checksum=idx_sum, rev_checksum=rev_sum, large_offsets=len(large) // 8)
 
 
 def write_mtimes(out: BinaryIO, order: Sequence[int], mtimes: Sequence[int], pack_checksum: bytes) -> bytes:

@@ -265,6 +265,29 @@ class PackWriter:
         self.bytes_copied += end - start
         return self._record(oid, offset, zlib.crc32(body, zlib.crc32(header)))
 
+    def append_copies(self, entries: bytes, offsets: bytes, crcs: bytes, oids: bytes, *, deltas: int,
+                      copied: int) -> None:
+        """Append entries a C loop copied as :meth:`copy_raw` / :meth:`copy_delta` do (a repack's write plan:
+        ``_walk.Packs.copy_entries``), starting at :attr:`position`: their bytes, and per entry its offset
+        (native 'Q'), CRC32 (native 'I') and id, in order; ``deltas`` of them are deltas, ``copied`` source
+        bytes were read."""
+        new = array("Q")
+        new.frombytes(offsets)
+        m = len(new)
+        if len(crcs) != 4 * m or len(oids) != 20 * m:
+            raise InvalidInputError(f"copied entries disagree: {m} offsets, {len(crcs)} CRC bytes, "
+                                    f"{len(oids)} id bytes")
+        if len(self.offsets) + m > self.count:
+            raise InvalidInputError(f"pack was declared with {self.count} objects; {m} more would pass it")
+        if m and new[0] != self._pos:
+            raise InvalidInputError(f"copied entries start at {new[0]}, the pack is at {self._pos}")
+        self._append(entries)
+        self.offsets.extend(new)
+        self.crcs.frombytes(crcs)
+        self.oids += oids
+        self.deltas += deltas
+        self.bytes_copied += copied
+
     def copy_entry(self, oid: bytes, buf, header: EntryHeader, end: int, source_crc: int, *,
                    path: object, base_offset: int | None = None) -> int:
         """Copy the entry ``buf[header.offset:end]`` of another pack without inflating it.

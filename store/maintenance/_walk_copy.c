@@ -1,0 +1,614 @@
+/*
+ * _walk_copy.c: a repack's write plan over the Packs, in C (writeplan.py specifies each step and runs it
+ * in Python without this extension; tests/test_repack_write.py compares the packs both write, byte for byte):
+ *
+ *   Packs.find_reuse(ids)      step 1: where each id's copy lies -- loose, a whole entry, a delta entry whose
+ *                              base is in ids (its position) or one whose base is not; the global entry number
+ *   write_order(...)           step 3's order: ids in their order, each delta's base pulled in just before it
+ *   Packs.copy_entries(...)    step 3's copies, a run at a time: whole entries verbatim, reused deltas with an
+ *                              OFS_DELTA header pointing at the base's new offset, the source CRC32 checked
+ *
+ * Anything out of the ordinary is left to Python rather than judged here: an entry header the C decoder
+ * does not take (find_reuse marks it K_PYTHON), a CRC32 that does not match or a base that does not
+ * precede its delta (copy_entries stops there, ``stuck``). Python then runs its own code for that one
+ * object, which raises the typed error naming the pack, the object and the offset -- one set of messages.
+ */
+#include "_walk.h"
+
+#define K_LOOSE 0
+#define K_WHOLE 1
+#define K_DELTA 2
+#define K_BEHIND 3
+#define K_PYTHON 255
+
+/* ---- an entry header (format.decode_entry_header's rules; -1: let Python decode it) ---------- */
+
+typedef struct {
+    int type;
+    uint64_t size;
+    uint64_t base_off;           /* OFS_DELTA */
+    const uint8_t *base_id;      /* REF_DELTA */
+    uint64_t data_off;           /* where the compressed data starts */
+} Head;
+
+static int
+entry_head(const uint8_t *buf, uint64_t start, uint64_t end, Head *h)
+{
+    uint64_t pos = start;
+    if (pos >= end)
+        return -1;
+    unsigned c = buf[pos++];
+    int shift = 4;
+    h->type = (c >> 4) & 7;
+    h->size = c & 15;
+    h->base_id = NULL;
+    h->base_off = 0;
+    while (c & 0x80) {
+        if (pos >= end || shift > 56)     /* (sizes past 2^56: Python's arbitrary-size ints decide) */
+            return -1;
+        c = buf[pos++];
+        h->size |= (uint64_t)(c & 0x7F) << shift;
+        shift += 7;
+    }
+    if (h->type == T_OFS) {
+        if (pos >= end)
+            return -1;
+        c = buf[pos++];
+        uint64_t rel = c & 0x7F;
+        int nbytes = 1;
+        while (c & 0x80) {
+            if (pos >= end || nbytes >= 10 || rel >= (1ULL << 56))
+                return -1;
+            c = buf[pos++];
+            nbytes++;
+            rel = ((rel + 1) << 7) | (c & 0x7F);
+        }
+        if (rel == 0 || rel > start || start - rel < PACK_HEADER)
+            return -1;
+        h->base_off = start - rel;
+    } else if (h->type == T_REF) {
+        if (pos + OIDLEN > end)
+            return -1;
+        h->base_id = buf + pos;
+        pos += OIDLEN;
+    } else if (h->type < 1 || h->type > 4) {
+        return -1;
+    }
+    h->data_off = pos;
+    return 0;
+}
+
+/* The idx position of the entry starting at off in p, or -1. */
+static long long
+entry_at(const Pack *p, uint64_t off)
+{
+    uint32_t lo = 0, hi = p->count;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->soffs[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo >= p->count || p->soffs[lo] != off)
+        return -1;
+    return (long long)p->order[lo];
+}
+
+/* ---- id -> position in ids (the last position, as a dict built in order) ------------------------ */
+
+typedef struct {
+    const uint8_t **ids;
+    uint32_t *slots;             /* position + 1, 0: empty */
+    size_t mask;
+    uint64_t seed;
+} PosMap;
+
+static int
+posmap_init(PosMap *m, const uint8_t **ids, size_t n, uint64_t seed)
+{
+    size_t cap = 1024;
+    while (cap < 2 * n + 2)
+        cap <<= 1;
+    m->ids = ids;
+    m->seed = seed;
+    m->mask = cap - 1;
+    m->slots = PyMem_RawCalloc(cap, sizeof(uint32_t));
+    if (!m->slots)
+        return -1;
+    for (size_t k = 0; k < n; k++) {
+        size_t i = (size_t)oid_hash(ids[k], seed) & m->mask;
+        while (m->slots[i] && memcmp(ids[m->slots[i] - 1], ids[k], OIDLEN) != 0)
+            i = (i + 1) & m->mask;
+        m->slots[i] = (uint32_t)(k + 1);
+    }
+    return 0;
+}
+
+static long long
+posmap_get(const PosMap *m, const uint8_t *id)
+{
+    size_t i = (size_t)oid_hash(id, m->seed) & m->mask;
+    while (m->slots[i]) {
+        if (memcmp(m->ids[m->slots[i] - 1], id, OIDLEN) == 0)
+            return (long long)m->slots[i] - 1;
+        i = (i + 1) & m->mask;
+    }
+    return -1;
+}
+
+static int
+check_open(PacksObject *self)
+{
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return -1;
+    }
+    return 0;
+}
+
+/* find_reuse(ids: list of 20-byte ids) -> (kind bytes, base bytes of 'i', entry bytes of 'q'), or None when
+ * ids holds anything but 20-byte bytes (Python then does it all). kind: 0 loose, 1 whole entry, 2 delta
+ * whose base is ids[base], 3 delta whose base is not in ids, 255 for Python to decide (an unusual header);
+ * entry: the global entry number (-1: not in these packs). */
+PyObject *
+packs_find_reuse(PacksObject *self, PyObject *ids)
+{
+    PyObject *kind_b = NULL, *base_b = NULL, *gid_b = NULL, *result = NULL;
+    const uint8_t **idp = NULL;
+    PosMap map = {0};
+    if (check_open(self) < 0)
+        return NULL;
+    if (!PyList_Check(ids)) {
+        PyErr_SetString(PyExc_TypeError, "find_reuse(ids): ids must be a list");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(ids);
+    if ((size_t)n >= UINT32_MAX - 1)
+        Py_RETURN_NONE;
+    idp = PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof(*idp));
+    if (!idp)
+        return PyErr_NoMemory();
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *o = PyList_GET_ITEM(ids, k);
+        if (!PyBytes_CheckExact(o) || PyBytes_GET_SIZE(o) != OIDLEN) {
+            PyMem_RawFree(idp);
+            Py_RETURN_NONE;
+        }
+        idp[k] = (const uint8_t *)PyBytes_AS_STRING(o);
+    }
+    kind_b = PyBytes_FromStringAndSize(NULL, n);
+    base_b = PyBytes_FromStringAndSize(NULL, 4 * n);
+    gid_b = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (!kind_b || !base_b || !gid_b)
+        goto done;
+    if (posmap_init(&map, idp, (size_t)n, self->seed ^ 0x9E3779B97F4A7C15ULL) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *kind = (uint8_t *)PyBytes_AS_STRING(kind_b);
+    int32_t *base = (int32_t *)PyBytes_AS_STRING(base_b);
+    int64_t *gids = (int64_t *)PyBytes_AS_STRING(gid_b);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        long long g = packs_find(self, idp[k]);
+        gids[k] = g;
+        base[k] = -1;
+        if (g < 0) {
+            kind[k] = K_LOOSE;
+            continue;
+        }
+        const Pack *p = &self->p[self->pack_of[g]];
+        uint32_t i = (uint32_t)g - p->base;
+        uint64_t off = p->offs[i];
+        Head h;
+        if (off >= p->buflen) {
+            kind[k] = K_PYTHON;
+            continue;
+        }
+        if (((p->buf[off] >> 4) & 7) < T_OFS) {
+            kind[k] = K_WHOLE;
+            continue;
+        }
+        if (entry_head(p->buf, off, p->end, &h) < 0) {
+            kind[k] = K_PYTHON;
+            continue;
+        }
+        const uint8_t *bid = h.base_id;
+        if (h.type == T_OFS) {
+            long long bi = entry_at(p, h.base_off);
+            bid = bi >= 0 ? p->oids + (size_t)bi * OIDLEN : NULL;
+        }
+        long long bk = bid ? posmap_get(&map, bid) : -1;
+        kind[k] = bk < 0 ? K_BEHIND : K_DELTA;
+        base[k] = (int32_t)bk;
+    }
+    result = PyTuple_Pack(3, kind_b, base_b, gid_b);
+done:
+    PyMem_RawFree(map.slots);
+    PyMem_RawFree(idp);
+    Py_XDECREF(kind_b);
+    Py_XDECREF(base_b);
+    Py_XDECREF(gid_b);
+    return result;
+}
+
+/* ---- the write order --------------------------------------------------------------------------------- */
+
+static int
+get_buf(PyObject *o, Py_buffer *v, Py_ssize_t items, Py_ssize_t itemsize, int writable, const char *what)
+{
+    if (PyObject_GetBuffer(o, v, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return -1;
+    if (v->len != items * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, %zd expected", what, v->len, items * itemsize);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+/* write_order(kind, reused, rbase, cbase) -> (order bytes of 'i', python bytes of 'i', cycle): the positions
+ * in writing order (writeplan._write's: ids' order, a delta's base written just before it when it comes
+ * later), the indexes into that order of the objects Python writes (all but whole entries and reused deltas
+ * with no computed delta), and -1, or the position where a delta base cycle was met (a bug). rbase: a reused
+ * delta's base, cbase: a computed delta's base (-1: none). */
+PyObject *
+walk_write_order(PyObject *module, PyObject *args)
+{
+    PyObject *ko, *ro, *rbo, *cbo, *order_b = NULL, *result = NULL;
+    Py_buffer kv = {0}, rv = {0}, rbv = {0}, cbv = {0};
+    int held = 0;
+    uint8_t *state = NULL;
+    int32_t *stack = NULL;
+    Buf py = {0};
+    long long cycle = -1;
+    if (!PyArg_ParseTuple(args, "OOOO", &ko, &ro, &rbo, &cbo))
+        return NULL;
+    if (PyObject_GetBuffer(ko, &kv, PyBUF_SIMPLE) < 0)
+        return NULL;
+    held = 1;
+    Py_ssize_t n = kv.len;
+    if (get_buf(ro, &rv, n, 1, 0, "write_order: reused") < 0)
+        goto done;
+    held = 2;
+    if (get_buf(rbo, &rbv, n, 4, 0, "write_order: rbase") < 0)
+        goto done;
+    held = 3;
+    if (get_buf(cbo, &cbv, n, 4, 0, "write_order: cbase") < 0)
+        goto done;
+    held = 4;
+    const uint8_t *kind = kv.buf, *reused = rv.buf;
+    const int32_t *rbase = rbv.buf, *cbase = cbv.buf;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (rbase[k] >= n || cbase[k] >= n) {
+            PyErr_SetString(PyExc_ValueError, "write_order: a base outside the plan");
+            goto done;
+        }
+    }
+    order_b = PyBytes_FromStringAndSize(NULL, 4 * n);
+    state = PyMem_RawCalloc(n ? (size_t)n : 1, 1);
+    stack = PyMem_RawMalloc(((size_t)n + 1) * sizeof(int32_t));
+    if (!order_b || !state || !stack) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *order = (int32_t *)PyBytes_AS_STRING(order_b);
+    Py_ssize_t m = 0;
+    for (Py_ssize_t k0 = 0; k0 < n && cycle < 0; k0++) {
+        if (state[k0] == 2)
+            continue;
+        size_t sp = 0;
+        stack[sp++] = (int32_t)k0;
+        while (sp) {
+            int32_t k = stack[sp - 1];
+            int32_t bk = cbase[k] >= 0 ? cbase[k] : reused[k] ? rbase[k] : -1;
+            if (bk >= 0 && state[bk] == 0) {
+                state[k] = 1;
+                stack[sp++] = bk;
+                continue;
+            }
+            if (bk >= 0 && state[bk] == 1) {
+                cycle = k;
+                break;
+            }
+            if (!(cbase[k] < 0 && (reused[k] || kind[k] == K_WHOLE))) {
+                int32_t j = (int32_t)m;
+                if (buf_put(&py, &j, sizeof j) < 0) {
+                    PyErr_NoMemory();
+                    goto done;
+                }
+            }
+            order[m++] = k;
+            state[k] = 2;
+            sp--;
+        }
+    }
+    {
+        PyObject *py_b = PyBytes_FromStringAndSize((const char *)py.p, (Py_ssize_t)py.len);
+        if (py_b) {
+            result = Py_BuildValue("(OOL)", order_b, py_b, cycle);
+            Py_DECREF(py_b);
+        }
+    }
+done:
+    buf_free(&py);
+    PyMem_RawFree(state);
+    PyMem_RawFree(stack);
+    Py_XDECREF(order_b);
+    if (held >= 4)
+        PyBuffer_Release(&cbv);
+    if (held >= 3)
+        PyBuffer_Release(&rbv);
+    if (held >= 2)
+        PyBuffer_Release(&rv);
+    PyBuffer_Release(&kv);
+    return result;
+}
+
+/* ---- the copies ------------------------------------------------------------------------------------ */
+
+static inline uint32_t
+crc32_more(uint32_t crc, const uint8_t *p, size_t n)
+{
+    unsigned long c = crc;
+    while (n) {
+        unsigned int chunk = n > (1u << 30) ? (1u << 30) : (unsigned int)n;
+        c = z_crc32(c, p, chunk);
+        p += chunk;
+        n -= chunk;
+    }
+    return (uint32_t)c;
+}
+
+/* OFS_DELTA's header: type/size varint (format.encode_entry_header), then the distance (write.ofs_encoding). */
+static size_t
+ofs_header(uint8_t *out, uint64_t size, uint64_t rel)
+{
+    size_t n = 0;
+    unsigned c = (T_OFS << 4) | (unsigned)(size & 15);
+    size >>= 4;
+    while (size) {
+        out[n++] = (uint8_t)(c | 0x80);
+        c = size & 0x7F;
+        size >>= 7;
+    }
+    out[n++] = (uint8_t)c;
+    uint8_t tmp[10];
+    size_t t = 0;
+    tmp[t++] = rel & 0x7F;
+    rel >>= 7;
+    while (rel) {
+        rel -= 1;
+        tmp[t++] = 0x80 | (rel & 0x7F);
+        rel >>= 7;
+    }
+    while (t)
+        out[n++] = tmp[--t];
+    return n;
+}
+
+/* copy_entries(gids 'q', order 'i', start, stop, reused, rbase 'i', offsets 'Q' (writable), pos, limit)
+ *   -> (next, stuck, entries bytes, offsets bytes 'Q', crcs bytes 'I', ids bytes, deltas, bytes copied)
+ * Copies the objects order[start:stop] (each a whole entry, or a reused delta whose base is already
+ * written: offsets[base]) as PackWriter.copy_raw / copy_delta do, the first at pack offset pos; stops
+ * after limit bytes of output (next < stop, stuck False), or before an object it leaves to Python
+ * (stuck True: a CRC32 mismatch, an unusual header, a base not before its delta). offsets[k] gets each
+ * copied object's new offset. */
+PyObject *
+packs_copy_entries(PacksObject *self, PyObject *args)
+{
+    PyObject *go, *oo, *ro, *rbo, *offo, *result = NULL;
+    Py_ssize_t start, stop;
+    unsigned long long pos0, limit;
+    Py_buffer gv = {0}, ov = {0}, rv = {0}, rbv = {0}, offv = {0};
+    int held = 0, stuck = 0;
+    Buf out = {0}, offs = {0}, crcs = {0}, oids = {0};
+    long long deltas = 0, copied = 0;
+    if (check_open(self) < 0)
+        return NULL;
+    if (!PyArg_ParseTuple(args, "OOnnOOOKK", &go, &oo, &start, &stop, &ro, &rbo, &offo, &pos0, &limit))
+        return NULL;
+    if (PyObject_GetBuffer(ro, &rv, PyBUF_SIMPLE) < 0)
+        return NULL;
+    held = 1;
+    Py_ssize_t n = rv.len;
+    if (get_buf(go, &gv, n, 8, 0, "copy_entries: gids") < 0)
+        goto done;
+    held = 2;
+    if (get_buf(oo, &ov, n, 4, 0, "copy_entries: order") < 0)
+        goto done;
+    held = 3;
+    if (get_buf(rbo, &rbv, n, 4, 0, "copy_entries: rbase") < 0)
+        goto done;
+    held = 4;
+    if (get_buf(offo, &offv, n, 8, 1, "copy_entries: offsets") < 0)
+        goto done;
+    held = 5;
+    if (start < 0 || stop > n || start > stop) {
+        PyErr_SetString(PyExc_IndexError, "copy_entries: start/stop outside the order");
+        goto done;
+    }
+    const int64_t *gids = gv.buf;
+    const int32_t *order = ov.buf, *rbase = rbv.buf;
+    const uint8_t *reused = rv.buf;
+    uint64_t *newoff = offv.buf;
+    uint64_t pos = pos0;
+    Py_ssize_t j = start;
+    for (; j < stop; j++) {
+        int32_t k = order[j];
+        if (k < 0 || k >= n) {
+            PyErr_SetString(PyExc_IndexError, "copy_entries: order names a position outside the plan");
+            goto done;
+        }
+        int64_t g = gids[k];
+        if (g < 0 || g >= (int64_t)self->total) {
+            stuck = 1;
+            break;
+        }
+        const Pack *p = &self->p[self->pack_of[g]];
+        uint32_t i = (uint32_t)g - p->base;
+        uint64_t off = p->offs[i], end = p->ends[i];
+        if (off >= end || end > p->buflen) {
+            stuck = 1;
+            break;
+        }
+        uint32_t crc = crc32_of(p->buf + off, end - off);
+        if (crc != p->crcs[i]) {
+            stuck = 1;          /* Python's copy raises the typed error naming the pack and offset */
+            break;
+        }
+        if (reused[k]) {
+            Head h;
+            int32_t bk = rbase[k];
+            uint8_t hdr[32];
+            if (bk < 0 || bk >= n || entry_head(p->buf, off, p->end, &h) < 0 || (h.type != T_OFS && h.type != T_REF)
+                || h.data_off > end || !(newoff[bk] < pos)) {
+                stuck = 1;
+                break;
+            }
+            size_t hn = ofs_header(hdr, h.size, pos - newoff[bk]);
+            crc = crc32_more(crc32_more(0, hdr, hn), p->buf + h.data_off, end - h.data_off);
+            if (buf_put(&out, hdr, hn) < 0 || buf_put(&out, p->buf + h.data_off, end - h.data_off) < 0)
+                goto nomem;
+            newoff[k] = pos;
+            if (buf_put(&offs, &pos, 8) < 0)
+                goto nomem;
+            pos += hn + (end - h.data_off);
+            deltas++;
+        } else {
+            if (buf_put(&out, p->buf + off, end - off) < 0)
+                goto nomem;
+            newoff[k] = pos;
+            if (buf_put(&offs, &pos, 8) < 0)
+                goto nomem;
+            pos += end - off;
+        }
+        copied += (long long)(end - off);
+        if (buf_put(&crcs, &crc, 4) < 0 || buf_put(&oids, p->oids + (size_t)i * OIDLEN, OIDLEN) < 0)
+            goto nomem;
+        if (out.len >= limit) {
+            j++;
+            break;
+        }
+    }
+    result = Py_BuildValue("(nOy#y#y#y#LL)", j, stuck ? Py_True : Py_False,
+                           (const char *)(out.p ? out.p : (uint8_t *)""), (Py_ssize_t)out.len,
+                           (const char *)(offs.p ? offs.p : (uint8_t *)""), (Py_ssize_t)offs.len,
+                           (const char *)(crcs.p ? crcs.p : (uint8_t *)""), (Py_ssize_t)crcs.len,
+                           (const char *)(oids.p ? oids.p : (uint8_t *)""), (Py_ssize_t)oids.len,
+                           deltas, copied);
+    goto done;
+nomem:
+    PyErr_NoMemory();
+done:
+    buf_free(&out);
+    buf_free(&offs);
+    buf_free(&crcs);
+    buf_free(&oids);
+    if (held >= 5)
+        PyBuffer_Release(&offv);
+    if (held >= 4)
+        PyBuffer_Release(&rbv);
+    if (held >= 3)
+        PyBuffer_Release(&ov);
+    if (held >= 2)
+        PyBuffer_Release(&gv);
+    PyBuffer_Release(&rv);
+    return result;
+}
+
+/* ---- reused chains (writeplan._check_chains) -------------------------------------------------------- */
+
+/* check_chains(reused (writable), base 'i', limit) -> (height bytes of 'i', dropped): drops (reused[k] = 0)
+ * the reused delta that closes a cycle or passes limit; each remaining chain's height at its root. */
+PyObject *
+walk_check_chains(PyObject *module, PyObject *args)
+{
+    PyObject *ro, *bo, *height_b = NULL, *result = NULL;
+    long limit;
+    Py_buffer rv = {0}, bv = {0};
+    int32_t *depth = NULL, *root = NULL, *path = NULL;
+    uint8_t *state = NULL;
+    long long dropped = 0;
+    if (!PyArg_ParseTuple(args, "OOl", &ro, &bo, &limit))
+        return NULL;
+    if (PyObject_GetBuffer(ro, &rv, PyBUF_WRITABLE) < 0)
+        return NULL;
+    Py_ssize_t n = rv.len;
+    if (get_buf(bo, &bv, n, 4, 0, "check_chains: base") < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    uint8_t *reused = rv.buf;
+    const int32_t *base = bv.buf;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (reused[k] && (base[k] < 0 || base[k] >= n)) {
+            PyErr_SetString(PyExc_ValueError, "check_chains: a reused delta's base outside the plan");
+            goto done;
+        }
+    }
+    size_t cells = n ? (size_t)n : 1;
+    height_b = PyBytes_FromStringAndSize(NULL, 4 * n);
+    depth = PyMem_RawCalloc(cells, sizeof(int32_t));
+    root = PyMem_RawMalloc(cells * sizeof(int32_t));
+    path = PyMem_RawMalloc(cells * sizeof(int32_t));
+    state = PyMem_RawCalloc(cells, 1);
+    if (!height_b || !depth || !root || !path || !state) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    int32_t *height = (int32_t *)PyBytes_AS_STRING(height_b);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        root[k] = -1;
+        height[k] = 0;
+    }
+    for (Py_ssize_t k0 = 0; k0 < n; k0++) {
+        if (!reused[k0] || state[k0])
+            continue;
+        size_t np = 0;
+        int32_t k = (int32_t)k0;
+        while (reused[k] && !state[k]) {
+            state[k] = 1;
+            path[np++] = k;
+            k = base[k];
+        }
+        if (reused[k] && state[k] == 1) {
+            reused[k] = 0;           /* a cycle: the delta that closes it goes to the search */
+            dropped++;
+        }
+        while (np) {
+            int32_t node = path[--np];
+            state[node] = 2;
+            if (!reused[node])
+                continue;
+            int32_t b = base[node];
+            long d = reused[b] ? depth[b] + 1 : 1;
+            if (d > limit) {
+                reused[node] = 0;    /* too deep: a new chain starts here */
+                dropped++;
+                continue;
+            }
+            depth[node] = (int32_t)d;
+            root[node] = reused[b] ? root[b] : b;
+        }
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (reused[k]) {
+            int32_t rt = root[k] < 0 ? root[k] + (int32_t)n : root[k];   /* (Python's negative index) */
+            if (depth[k] > height[rt])
+                height[rt] = depth[k];
+        }
+    }
+    result = Py_BuildValue("(OL)", height_b, dropped);
+done:
+    Py_XDECREF(height_b);
+    PyMem_RawFree(depth);
+    PyMem_RawFree(root);
+    PyMem_RawFree(path);
+    PyMem_RawFree(state);
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&rv);
+    return result;
+}
