@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import heapq
-import os
 import re
 from binascii import Error as HexError
 from binascii import unhexlify
@@ -46,6 +45,7 @@ from typing import TYPE_CHECKING, Callable, Iterable
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..forked import ForkedCall
+from ..native import extension
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
 
@@ -53,18 +53,9 @@ if TYPE_CHECKING:   # sources imports this module (for the C tables)
     from .sources import SourceIndex
 
 
-def _choose():
-    """The C walk (``_walk``), unless PACKYARD_PURE_PYTHON=1 or it was not built."""
-    if os.environ.get("PACKYARD_PURE_PYTHON") == "1":
-        return None, "python"
-    try:
-        from . import _walk  # type: ignore[attr-defined]
-    except ImportError:
-        return None, "python"
-    return _walk, "c"
-
-
-_c, IMPLEMENTATION = _choose()
+#: The C walk (``_walk``), unless PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py).
+_c = extension(__package__ + "._walk")
+IMPLEMENTATION = "c" if _c is not None else "python"
 
 Read = Callable[[bytes], tuple[int, bytes]]
 Progress = Callable[[str, int, "int | None"], None]

@@ -29,24 +29,21 @@ so one index can serve several threads; do not mutate a bytearray base meanwhile
 """
 from __future__ import annotations
 
-import os
 from types import ModuleType
 
 from ..errors import LimitExceededError
+from ..native import extension
 
 MAX_INPUT_SIZE = 512 << 20   # bytes; git's core.bigFileThreshold default: larger objects are stored whole
 
 
 def _choose() -> tuple[ModuleType, str]:
-    if os.environ.get("PACKYARD_PURE_PYTHON") == "1":
-        from . import _delta_py
-        return _delta_py, "python"
-    try:
-        from . import _delta  # type: ignore[attr-defined]
-    except ImportError:
-        from . import _delta_py
-        return _delta_py, "python"
-    return _delta, "c"
+    """The C encoder (``_delta``), unless PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py)."""
+    c = extension(__package__ + "._delta")
+    if c is not None:
+        return c, "c"
+    from . import _delta_py
+    return _delta_py, "python"
 
 
 _impl, IMPLEMENTATION = _choose()
