@@ -191,17 +191,7 @@ idset_prefetch(const IdSet *s, uint64_t h)
 static inline int
 idset_has(const IdSet *s, const uint8_t *id)
 {
-    if (memcmp(id, ZERO_ID, OIDLEN) == 0)
-        return s->has_zero;
-    size_t i = (size_t)oid_hash(id, s->seed) & s->mask;
-    for (;;) {
-        const uint8_t *slot = s->slots + i * OIDLEN;
-        if (memcmp(slot, id, OIDLEN) == 0)
-            return 1;
-        if (memcmp(slot, ZERO_ID, OIDLEN) == 0)
-            return 0;
-        i = (i + 1) & s->mask;
-    }
+    return idset_has_h(s, id, oid_hash(id, s->seed));
 }
 
 static inline int
@@ -334,6 +324,23 @@ typedef struct {
     const uint32_t *order;   /* idx positions in pack order */
     uint8_t *checked;        /* idx order: CRC32 verified (written by any walker thread) */
 } Pack;
+
+/* The idx position of the entry starting at off in p, or -1 (a binary search of the sorted offsets). */
+static inline long long
+pack_entry_at(const Pack *p, uint64_t off)
+{
+    uint32_t lo = 0, hi = p->count;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (p->soffs[mid] < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo >= p->count || p->soffs[lo] != off)
+        return -1;
+    return (long long)p->order[lo];
+}
 
 typedef struct {
     PyObject_HEAD

@@ -78,23 +78,6 @@ entry_head(const uint8_t *buf, uint64_t start, uint64_t end, Head *h)
     return 0;
 }
 
-/* The idx position of the entry starting at off in p, or -1. */
-static long long
-entry_at(const Pack *p, uint64_t off)
-{
-    uint32_t lo = 0, hi = p->count;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (p->soffs[mid] < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo >= p->count || p->soffs[lo] != off)
-        return -1;
-    return (long long)p->order[lo];
-}
-
 /* ---- id -> position in ids (the last position, as a dict built in order) ------------------------ */
 
 typedef struct {
@@ -215,7 +198,7 @@ packs_find_reuse(PacksObject *self, PyObject *ids)
         }
         const uint8_t *bid = h.base_id;
         if (h.type == T_OFS) {
-            long long bi = entry_at(p, h.base_off);
+            long long bi = pack_entry_at(p, h.base_off);
             bid = bi >= 0 ? p->oids + (size_t)bi * OIDLEN : NULL;
         }
         long long bk = bid ? posmap_get(&map, bid) : -1;

@@ -431,17 +431,10 @@ Packs_oid_at(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     const Pack *p = &self->p[k];
-    uint32_t lo = 0, hi = p->count;
-    while (lo < hi) {
-        uint32_t mid = lo + (hi - lo) / 2;
-        if (p->soffs[mid] < off)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    if (lo >= p->count || p->soffs[lo] != off)
+    long long i = pack_entry_at(p, off);
+    if (i < 0)
         Py_RETURN_NONE;
-    return PyBytes_FromStringAndSize((const char *)p->oids + (size_t)p->order[lo] * OIDLEN, OIDLEN);
+    return PyBytes_FromStringAndSize((const char *)p->oids + (size_t)i * OIDLEN, OIDLEN);
 }
 
 static PyObject *

@@ -230,18 +230,11 @@ entry_header(Reader *w, uint32_t pk, uint32_t i, Link *l, int *type, uint32_t *b
             return fail(&w->err, E_PACK, oid, (long)pk, (long long)off, "OFS_DELTA base offset is out of bounds");
         uint64_t base_off = off - rel;
         /* The base must be an entry: find it among the sorted offsets. */
-        uint32_t lo = 0, hi = p->count;
-        while (lo < hi) {
-            uint32_t mid = lo + (hi - lo) / 2;
-            if (p->soffs[mid] < base_off)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo >= p->count || p->soffs[lo] != base_off)
+        long long base_pos = pack_entry_at(p, base_off);
+        if (base_pos < 0)
             return fail(&w->err, E_PACK, oid, (long)pk, (long long)off,
                         "OFS_DELTA base offset %llu is not an entry of the pack", (unsigned long long)base_off);
-        *base_i = p->order[lo];
+        *base_i = (uint32_t)base_pos;
     } else if (t == T_REF) {
         if (stop - pos < OIDLEN)
             return fail(&w->err, E_PACK, oid, (long)pk, (long long)off, "pack truncated inside a REF_DELTA header");
