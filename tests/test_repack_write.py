@@ -120,6 +120,37 @@ def test_c_and_python_write_plans_give_identical_packs(template: Path, tmp_path:
     git("fsck", "--full", "--no-dangling", git_dir=c_repo)
 
 
+def test_one_source_pack_of_whole_objects_and_reused_deltas_skips_the_search(template: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """One source pack whose objects are all whole or reusable deltas: the search could try no pair (two whole
+    objects of one pack are never tried against each other), so it is skipped -- and the pack is the one a
+    repack without any search writes, on the C and the Python paths; with more sources the search runs."""
+    one = tmp_path / "one.git"
+    shutil.copytree(template, one)
+    git("repack", "-q", "-a", "-d", git_dir=one)
+    assert len(list((one / "objects" / "pack").glob("*.pack"))) == 1
+    results, files = [], []
+    for k, options in enumerate([RepackOptions(mode=RepackMode.FULL, now=1_800_000_000),
+                                 RepackOptions(mode=RepackMode.FULL, window=0, now=1_800_000_000),
+                                 RepackOptions(mode=RepackMode.FULL, now=1_800_000_000)]):
+        repo = tmp_path / f"r{k}.git"
+        shutil.copytree(one, repo)
+        if k == 2:
+            _python_only(monkeypatch)
+        results.append(repack(Repository.open(repo), options))
+        monkeypatch.undo()
+        files.append(_pack_files(repo, results[-1].packs_written[0]))
+        git("fsck", "--full", "--no-dangling", git_dir=repo)
+    assert files[0] == files[1] == files[2]
+    assert results[0].counters.deltas_reused > 0 and results[0].counters.entries_copied > 0
+    for r in (results[0], results[2]):
+        assert (r.counters.delta_candidates, r.counters.search_processes) == (0, 0)
+    several = tmp_path / "several.git"
+    shutil.copytree(template, several)
+    assert repack(Repository.open(several), RepackOptions(mode=RepackMode.FULL, now=1_800_000_000)
+                  ).counters.delta_candidates > 0
+
+
 def _entries(idx: Path) -> list[tuple[str, str, int, int, int]]:
     """(id, type, offset, entry size, depth or 0) of each entry of a pack, from git verify-pack -v."""
     out = []

@@ -15,7 +15,9 @@ search
     the walk reached it by, its source pack (two whole objects of one pack are not tried against
     each other when reusing: that pack's writer already found no delta between them) and the
     depth its own delta may reach. The search reads the objects it tries (each checked against
-    its id) and returns new deltas, already compressed.
+    its id) and returns new deltas, already compressed. Skipped when it provably has nothing to try:
+    reusing, with one source pack, every object without a reused delta whole there (git's
+    ``pack-objects`` does not search whole objects of one pack against each other either).
 write
     The ids in their order (git's: recency for commits, traversal for trees and blobs), each
     delta's base pulled in just before it when it comes later in the order (OFS_DELTA points
@@ -87,7 +89,7 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
     computed: dict[int, tuple[int, int]] = {}   # position -> (candidate, position of its new base)
     zwhole: dict[int, tuple[int, int, bytes]] = {}   # position -> (type, size, compressed object)
     found: SearchResult | None = None
-    if deltas.search is not None:
+    if deltas.search is not None and not _nothing_to_try(reuse, sources, deltas):
         found, cand = _search(ids, sources, reuse, names, pre, deltas, progress, c)
         cand_ids = cand.ids
         for i, b in enumerate(found.base):
@@ -199,6 +201,18 @@ def _check_chains(r: _Reuse, limit: int) -> None:
 
 
 # -- step 2: search ------------------------------------------------------------------------------------------
+
+def _nothing_to_try(reuse: _Reuse, sources: SourceIndex, deltas: DeltaPlan) -> bool:
+    """Pure question: would the search provably try no pair? When reusing, every object without a reused
+    delta is a whole entry of the one source pack: the search never tries two whole objects of one pack
+    against each other (that pack's writer found no delta between them), so it would only read and hash
+    them and come back empty; the writer copies them as they are (CRC32 checked) either way."""
+    if not deltas.reuse or len(sources.packs) != 1:
+        return False
+    kind = reuse.kind
+    return (kind.count(LOOSE) == 0 and kind.count(DELTA_BASE_BEHIND) == 0
+            and kind.count(DELTA) == reuse.reused.count(1))
+
 
 class _Offered(Candidates):
     """The search's candidates, with their positions in ``ids``."""
