@@ -527,7 +527,52 @@ done:
     return out;
 }
 
+/* present(ids, loose, kept) -> the ids of the list ids (same objects, same order) that are in these packs'
+ * index, or in loose and not in kept (SourceIndex.present: what a repack may rewrite). */
+static PyObject *
+Packs_present(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "present(ids: list, loose, kept)");
+        return NULL;
+    }
+    if (self->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return NULL;
+    }
+    PyObject *ids = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(ids), kept_n = 0;
+    PyObject *out = PyList_New(n);
+    if (!out)
+        return NULL;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *o = PyList_GET_ITEM(ids, k);
+        const uint8_t *id;
+        int in = check_oid_arg(o, &id) && packs_find(self, id) >= 0;
+        if (!in) {
+            int r = PySequence_Contains(args[1], o);
+            if (r > 0) {
+                r = PySequence_Contains(args[2], o);
+                if (r >= 0)
+                    r = !r;
+            }
+            if (r < 0) {
+                Py_SET_SIZE(out, kept_n);
+                Py_DECREF(out);
+                return NULL;
+            }
+            in = r;
+        }
+        if (in)
+            PyList_SET_ITEM(out, kept_n++, Py_NewRef(o));
+    }
+    Py_SET_SIZE(out, kept_n);   /* (the unused tail slots are NULL: a shorter list, freed with it) */
+    return out;
+}
+
 static PyMethodDef Packs_methods[] = {
+    {"present", (PyCFunction)(void (*)(void))Packs_present, METH_FASTCALL,
+     "present(ids, loose, kept): the ids in these packs, or in loose and not in kept, in their order"},
     {"unreached", (PyCFunction)(void (*)(void))Packs_unreached, METH_FASTCALL,
      "unreached(seen, kept): for each pack, the idx positions whose id is in neither"},
     {"get", (PyCFunction)(void (*)(void))Packs_get, METH_FASTCALL,
