@@ -254,9 +254,71 @@ Walker_walk_tree(WalkerObject *w, PyObject *const *args, Py_ssize_t nargs)
     return finish(w, rc);
 }
 
-/* walk_roots(start, stop): every commit's tree in roots[start:stop] not seen yet, in commit order. */
+/* The claimed roots not walked yet, (next << 32) | stop, in one word: the walking thread takes the next
+ * root and another thread (steal_roots) lowers stop with compare-and-swap on that word, so a root is
+ * walked by exactly one of them. Without GCC's atomics nothing is ever stolen. */
+static void
+claim_set(WalkerObject *w, uint64_t next, uint64_t stop)
+{
+#if defined(__GNUC__)
+    __atomic_store_n(&w->claim, (next << 32) | stop, __ATOMIC_SEQ_CST);
+#else
+    w->claim = (next << 32) | stop;
+#endif
+}
+
+/* The next root to walk, or -1 when none is left. */
+static long long
+claim_next(WalkerObject *w)
+{
+#if defined(__GNUC__)
+    uint64_t cur = __atomic_load_n(&w->claim, __ATOMIC_SEQ_CST);
+    for (;;) {
+        uint64_t next = cur >> 32, stop = cur & 0xFFFFFFFFULL;
+        if (next >= stop)
+            return -1;
+        if (__atomic_compare_exchange_n(&w->claim, &cur, ((next + 1) << 32) | stop, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return (long long)next;
+    }
+#else
+    uint64_t next = w->claim >> 32, stop = w->claim & 0xFFFFFFFFULL;
+    if (next >= stop)
+        return -1;
+    w->claim = ((next + 1) << 32) | stop;
+    return (long long)next;
+#endif
+}
+
+/* steal_roots(min_left) -> (start, stop) or None: from another thread, take the second half of the claimed
+ * roots a walk has not started yet (at least min_left of them must be left); that walk then stops at start. */
 static PyObject *
-Walker_walk_roots(WalkerObject *w, PyObject *args)
+Walker_steal_roots(WalkerObject *w, PyObject *arg)
+{
+    Py_ssize_t min_left = PyLong_AsSsize_t(arg);
+    if (min_left == -1 && PyErr_Occurred())
+        return NULL;
+    if (min_left < 2)
+        min_left = 2;
+#if defined(__GNUC__)
+    uint64_t cur = __atomic_load_n(&w->claim, __ATOMIC_SEQ_CST);
+    for (;;) {
+        uint64_t next = cur >> 32, stop = cur & 0xFFFFFFFFULL;
+        if (next >= stop || stop - next < (uint64_t)min_left)
+            Py_RETURN_NONE;
+        uint64_t mid = next + (stop - next) / 2;
+        if (__atomic_compare_exchange_n(&w->claim, &cur, (next << 32) | mid, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return Py_BuildValue("(KK)", (unsigned long long)mid, (unsigned long long)stop);
+    }
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
+/* claim_roots(start, stop): the roots walk_claimed() walks, roots[start:stop] (steal_roots may then take
+ * the tail of them, from another thread). */
+static PyObject *
+Walker_claim_roots(WalkerObject *w, PyObject *args)
 {
     Py_ssize_t start, stop;
     if (!PyArg_ParseTuple(args, "nn", &start, &stop))
@@ -266,11 +328,30 @@ Walker_walk_roots(WalkerObject *w, PyObject *args)
         start = 0;
     if (stop > n)
         stop = n;
+    if (stop < start)
+        stop = start;
+    if ((uint64_t)stop > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "claim_roots: too many roots");
+        return NULL;
+    }
+    if (w->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is already walking in another thread");
+        return NULL;
+    }
+    claim_set(w, (uint64_t)start, (uint64_t)stop);
+    Py_RETURN_NONE;
+}
+
+/* walk_claimed(): every commit's tree in the claimed roots not seen yet, in commit order (fewer when
+ * steal_roots took the tail). */
+static PyObject *
+Walker_walk_claimed(WalkerObject *w, PyObject *unused)
+{
     if (walker_begin(w) < 0)
         return NULL;
     gil_drop(w);
     int rc = 0;
-    for (Py_ssize_t k = start; k < stop && rc == 0; k++) {
+    for (long long k; rc == 0 && (k = claim_next(w)) >= 0;) {
         uint8_t tree[OIDLEN], commit[OIDLEN];
         memcpy(tree, w->roots.p + (size_t)k * 2 * OIDLEN, OIDLEN);
         memcpy(commit, w->roots.p + (size_t)k * 2 * OIDLEN + OIDLEN, OIDLEN);
@@ -284,6 +365,17 @@ Walker_walk_roots(WalkerObject *w, PyObject *args)
     }
     gil_take(w);
     return finish(w, rc);
+}
+
+/* walk_roots(start, stop): claim_roots(start, stop), then walk_claimed(). */
+static PyObject *
+Walker_walk_roots(WalkerObject *w, PyObject *args)
+{
+    PyObject *r = Walker_claim_roots(w, args);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    return Walker_walk_claimed(w, NULL);
 }
 
 /* A second walker over the same packs with a copy of this one's seen set and roots (for a thread that
@@ -442,6 +534,11 @@ static PyMethodDef Walker_methods[] = {
      "walk_tree(oid, name | None, referrer): a tree and everything below it not seen yet"},
     {"walk_roots", (PyCFunction)Walker_walk_roots, METH_VARARGS,
      "walk_roots(start, stop): the trees of the commits taken, roots[start:stop]"},
+    {"claim_roots", (PyCFunction)Walker_claim_roots, METH_VARARGS,
+     "claim_roots(start, stop): the roots walk_claimed() walks (steal_roots may take their tail)"},
+    {"walk_claimed", (PyCFunction)Walker_walk_claimed, METH_NOARGS, "walk the claimed roots' trees"},
+    {"steal_roots", (PyCFunction)Walker_steal_roots, METH_O,
+     "steal_roots(min_left): (start, stop) of the second half of the roots a running walk_roots has left, or None"},
     {"copy", (PyCFunction)Walker_copy, METH_VARARGS, "copy(cache_bytes): a walker with this one's seen set and roots"},
     {"merge", (PyCFunction)Walker_merge, METH_O, "merge(other): append what other found and this walk did not"},
     {"cancel", (PyCFunction)Walker_cancel, METH_NOARGS, "make a walk running in another thread stop soon"},

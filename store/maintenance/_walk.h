@@ -521,6 +521,7 @@ typedef struct {
     Buf fresh;               /* Fresh */
     size_t trees_done;
     int cancelled;           /* set by cancel() from another thread */
+    uint64_t claim;          /* roots to walk: (next << 32) | stop, shared with steal_roots() in another thread */
 } WalkerObject;
 
 /* Let go of the GIL / take it back (between them: no Python object may be touched). */

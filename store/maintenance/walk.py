@@ -74,6 +74,9 @@ FORK_MIN_COMMITS = 2000
 #: Share of the commits (newest first) whose trees the parent walks; the child walks the rest, which in a
 #: growing history has smaller trees.
 FORK_SHARE = 0.35
+#: The C walk's main thread, done with its share before the helper thread, takes half of the roots the
+#: helper has left when at least this many are (fewer: not worth a copy of the seen set).
+STEAL_MIN_ROOTS = 200
 
 
 @dataclass
@@ -350,8 +353,11 @@ class Walker:
                     else:
                         cw.walk_tree(oid, None, referrer)
                 cw.walk_roots(0, split)
+                tail = helper.steal(cw, cache) if helper is not None else None
                 if helper is not None:
                     cw.merge(helper.join())
+                if tail is not None:
+                    cw.merge(tail)
             finally:
                 if helper is not None:
                     helper.cancel()
@@ -426,14 +432,30 @@ class _HelperThread:
 
         self.walker = walker
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(start, stop), name="packyard-walk", daemon=True)
+        walker.claim_roots(start, stop)   # (before the thread starts: steal() sees them from now on)
+        self.thread = threading.Thread(target=self._run, name="packyard-walk", daemon=True)
         self.thread.start()
 
-    def _run(self, start: int, stop: int) -> None:
+    def _run(self) -> None:
         try:
-            self.walker.walk_roots(start, stop)
+            self.walker.walk_claimed()
         except BaseException as err:  # raised again by join()
             self.error = err
+
+    def steal(self, main, cache: int):
+        """Called when the main walk is done with its share: walk the second half of the roots the helper has
+        not started yet, here, with a copy of the main walk's seen set (the helper stops where that half
+        begins); the walker that did it, to merge after the helper's, or None when too little was left.
+
+        Merging the helper's results and then this one's gives the lists one walk makes: each walker's seen
+        set holds every object below each tree in it, so what a walker found and an earlier part of the
+        order had already seen is exactly what the merge leaves out."""
+        span = self.walker.steal_roots(STEAL_MIN_ROOTS)
+        if span is None:
+            return None
+        tail = main.copy(cache)
+        tail.walk_roots(*span)
+        return tail
 
     def join(self):
         self.thread.join()
@@ -451,7 +473,8 @@ def walk(tips: Iterable[tuple[str, bytes]], read: Read, *, known: Callable[[byte
          progress: Progress | None = None, processes: int = 1, packs: SourceIndex | None = None) -> Reachable:
     """Everything ``tips`` reach (see :class:`Reachable`); ``known`` objects are neither added nor descended.
     With ``processes`` > 1 the older part of the history's trees is walked at the same time (a thread in
-    the C walk, a forked process in the Python one). ``packs``: the repack's SourceIndex; with the C
+    the C walk, a forked process in the Python one; the C walk's main thread, done first, takes half of what
+    the helper thread has left). ``packs``: the repack's SourceIndex; with the C
     extension, the walk reads its packs directly (``read`` then serves only objects outside them)."""
     return Walker(read, known=known, progress=progress, processes=processes, packs=packs).run(tips)
 
