@@ -589,3 +589,20 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
         py.release()
     finally:
         c_sources.release()
+
+
+@needs_c
+@pytest.mark.parametrize("n", [0, 1, 2, 3000])
+def test_c_pack_layout_equals_the_python_one(monkeypatch, n):
+    """pack_layout (a radix sort by offset) against sources._layout's Python sort: offsets past 32 and 40 bits,
+    and a duplicated offset (a broken idx: ties stay in idx order in both)."""
+    import packyard.store.maintenance.sources as sources_mod
+
+    rng = random.Random(n)
+    offsets = array("Q", [rng.choice((rng.randrange(12, 1 << 20), rng.randrange(1 << 32, 1 << 45)))
+                          for _ in range(n)])
+    if n > 2:
+        offsets[1] = offsets[n - 1]
+    c = sources_mod._layout(offsets, 1 << 46)
+    monkeypatch.setattr(sources_mod, "_walk_c", None)
+    assert c == sources_mod._layout(offsets, 1 << 46)

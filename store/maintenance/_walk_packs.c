@@ -627,6 +627,40 @@ cmp_offidx(const void *a, const void *b)
     return x->i < y->i ? -1 : x->i > y->i;
 }
 
+/* Sort by offset, ties by idx position (as cmp_offidx): a least-significant-digit radix sort, 11 bits a pass
+ * (stable, and the items start in idx order), as many passes as the largest offset has bits -- 3 for a
+ * pack under 8 GiB; qsort took 80 ms of a repack for 500,000 entries. qsort when the scratch copy cannot
+ * be allocated. */
+static void
+sort_offidx(OffIdx *a, size_t n)
+{
+    OffIdx *b = n > 1 ? PyMem_RawMalloc(n * sizeof(OffIdx)) : NULL;
+    if (!b) {
+        if (n > 1)
+            qsort(a, n, sizeof(OffIdx), cmp_offidx);
+        return;
+    }
+    uint64_t bits = 0;
+    for (size_t k = 0; k < n; k++)
+        bits |= a[k].off;
+    OffIdx *src = a, *dst = b;
+    for (unsigned shift = 0; shift < 64 && (bits >> shift); shift += 11) {
+        size_t count[2049] = {0};
+        for (size_t k = 0; k < n; k++)
+            count[((src[k].off >> shift) & 2047) + 1]++;
+        for (size_t d = 1; d < 2049; d++)
+            count[d] += count[d - 1];
+        for (size_t k = 0; k < n; k++)
+            dst[count[(src[k].off >> shift) & 2047]++] = src[k];
+        OffIdx *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof(OffIdx));
+    PyMem_RawFree(b);
+}
+
 /* pack_layout(offsets, trailer) -> (order, sorted offsets, ends) as bytes of 'I', 'Q', 'Q' items:
  * the idx positions in pack order, their offsets, and where each entry ends (idx order: the next
  * entry's offset, or the trailer's). */
@@ -664,7 +698,7 @@ walk_pack_layout(PyObject *module, PyObject *args)
         tmp[k].off = offs[k];
         tmp[k].i = (uint32_t)k;
     }
-    qsort(tmp, n, sizeof(OffIdx), cmp_offidx);
+    sort_offidx(tmp, n);
     for (size_t k = 0; k < n; k++) {
         o[k] = tmp[k].i;
         s[k] = tmp[k].off;
