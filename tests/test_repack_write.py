@@ -189,3 +189,53 @@ def test_a_corrupt_copied_entry_fails_naming_pack_object_and_offset(template: Pa
     assert err.oid == oid and err.path == str(pack) and err.offset == offset, str(err)
     assert "CRC32" in str(err)
     assert snapshot_tree(bare) == before    # nothing published, nothing deleted, no temp file left
+
+
+@needs_c
+def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(template: Path, tmp_path: Path) -> None:
+    """find_reuse (C) against _locate (its Python specification), id by id, on the awkward cases: every id of
+    every replaceable pack (duplicates between packs: the first pack's entry is the id's), ids repeated (the
+    last position counts), loose ids, and REF_DELTA bases whose ids are in a .keep pack (not in the index,
+    but in ``ids``)."""
+    from array import array
+
+    from packyard.store.maintenance import writeplan
+    from packyard.store.maintenance.sources import SourceIndex
+
+    bare = tmp_path / "r.git"
+    shutil.copytree(template, bare)
+    pack_dir = bare / "objects" / "pack"
+    by_size = sorted(pack_dir.glob("pack-*.pack"), key=lambda p: p.stat().st_size)
+    largest = [line.split()[1] for line in git("show-index", input=by_size[-1].with_suffix(".idx").read_bytes())
+               .decode().splitlines()]
+    bases = sorted({f[6] for f in (line.split() for line in git("verify-pack", "-v", str(by_size[0].with_suffix(".idx")))
+                                   .decode().splitlines()) if len(f) == 7 and f[1] in ("blob", "tree")})
+    assert bases
+    # A .keep pack with the delta bases of the smallest (REF_DELTA) pack; a pack repeating some of the largest's.
+    for ids, keep in ((bases, True), (largest[:40], False)):
+        name = git("pack-objects", "-q", "--delta-base-offset", str(pack_dir / "pack"),
+                   input="\n".join(ids).encode() + b"\n", git_dir=bare).decode().strip()
+        if keep:
+            (pack_dir / f"pack-{name}.keep").write_text("")
+    repo = Repository.open(bare)
+    snap = repo.objects.snapshot()
+    sources = SourceIndex(snap, [p for p in snap.packs if not p.is_kept()], [p for p in snap.packs if p.is_kept()])
+    try:
+        assert sources.c_packs is not None and sources.kept_ids
+        every = [p.oids[20 * i:20 * i + 20] for p in sources.packs for i in range(p.count)]
+        ids = every + sorted(sources.loose_ids) + every[:25]
+        kind_b, base_b, gid_b = sources.c_packs.find_reuse(ids)
+        r = writeplan._Reuse(len(ids))
+        index_get = {oid: k for k, oid in enumerate(ids)}.get
+        for k, oid in enumerate(ids):
+            writeplan._locate(r, k, oid, sources, index_get)
+        assert bytes(r.kind) == kind_b
+        assert r.base.tobytes() == base_b and r.gid.tobytes() == gid_b
+        kinds = set(kind_b)
+        assert {writeplan.LOOSE, writeplan.WHOLE, writeplan.DELTA} <= kinds
+        base = array("i")
+        base.frombytes(base_b)
+        assert any(base[k] >= 0 and ids[base[k]] in sources.kept_ids for k in range(len(ids))), \
+            "a delta whose base id is only in the .keep pack's index"
+    finally:
+        sources.release()

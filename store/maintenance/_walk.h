@@ -372,6 +372,18 @@ slot_tag(uint64_t h)
     return h & 0xFFFFFFFF00000000ULL;
 }
 
+/* Start loading the index slot packs_find(id) reads first (see idset_prefetch). */
+static inline void
+packs_prefetch(const PacksObject *ps, const uint8_t *id)
+{
+#if defined(__GNUC__)
+    __builtin_prefetch(&ps->slots[(size_t)oid_hash(id, ps->seed) & ps->mask]);
+#else
+    (void)ps;
+    (void)id;
+#endif
+}
+
 /* The global entry number of id, or -1. */
 static inline long long
 packs_find(const PacksObject *ps, const uint8_t *id)
