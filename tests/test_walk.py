@@ -154,6 +154,11 @@ def test_steal_roots_takes_the_second_half_of_what_is_left_and_nothing_twice(tmp
         one = w.copy(1 << 20)
         one.walk_roots(2, 4)
         assert helper.counts()[:3] == one.counts()[:3] and helper.result() == one.result()
+        assert helper.names() == one.names() and helper.names()
+        helper.release_reader()
+        with pytest.raises(RuntimeError, match="released"):
+            helper.walk_roots(0, n)
+        assert helper.result() == one.result() and len(helper) == len(one)
     finally:
         sources.release()
 
@@ -579,8 +584,13 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
         assert {oid: c_sources.loc.get(oid) for oid in every} == {oid: py.loc.get(oid) for oid in every}
         assert len(c_sources.loc) == len(py.loc) and all((oid in c_sources.loc) == (oid in py.loc) for oid in every)
         assert c_sources.present(reach.ids()) == py.present(reach.ids())
-        unreached = c_sources.unreached(reach.seen)
-        assert unreached == py.unreached(reach.seen) and any(unreached)
+        reached = reach.reached()                            # the C walker's own seen set, no Python set built
+        assert reach._seen is None and reached is not reach.seen
+        unreached = c_sources.unreached(reached)
+        assert unreached == c_sources.unreached(reach.seen) == py.unreached(reach.seen) == py.unreached(reached)
+        assert any(unreached)
+        assert len(reached) == len(reach.seen) and all(oid in reached for oid in reach.seen)
+        assert not any(oid in reached for oid in every if oid not in reach.seen)
         for p in py.packs:
             for i in range(p.count):
                 off = p.offsets[i]

@@ -40,6 +40,14 @@
 
 static PyTypeObject WalkerType;
 
+const IdSet *
+walker_seen(PyObject *o)
+{
+    if (!PyObject_TypeCheck(o, &WalkerType) || ((WalkerObject *)o)->busy)
+        return NULL;
+    return &((WalkerObject *)o)->seen;
+}
+
 static void
 walker_clear(WalkerObject *w)
 {
@@ -119,6 +127,10 @@ walker_begin(WalkerObject *w)
     }
     if (w->packs->closed) {
         PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return -1;
+    }
+    if (w->released) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its reader was released (the walk is over)");
         return -1;
     }
     w->busy = 1;
@@ -467,22 +479,43 @@ id_list(const uint8_t *ids, size_t n, size_t stride)
     return list;
 }
 
-/* result() -> (commits, trees, blobs, names): lists of ids, and {id: name} for what was reached by a name. */
-static PyObject *
-Walker_result(WalkerObject *w, PyObject *unused)
+static int
+not_busy(WalkerObject *w)
 {
     if (w->busy) {
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+/* result() -> (commits, trees, blobs): lists of ids. */
+static PyObject *
+Walker_result(WalkerObject *w, PyObject *unused)
+{
+    if (not_busy(w) < 0)
+        return NULL;
     PyObject *commits = id_list(w->commits.p, w->commits.len / OIDLEN, OIDLEN);
     PyObject *trees = id_list(w->trees.p, w->trees.len / sizeof(OutEnt), sizeof(OutEnt));
     PyObject *blobs = id_list(w->blobs.p, w->blobs.len / sizeof(OutEnt), sizeof(OutEnt));
-    PyObject *names = PyDict_New();
     PyObject *result = NULL;
-    if (!commits || !trees || !blobs || !names)
-        goto out;
-    PyObject *lists[2] = {trees, blobs};
+    if (commits && trees && blobs)
+        result = PyTuple_Pack(3, commits, trees, blobs);
+    Py_XDECREF(commits);
+    Py_XDECREF(trees);
+    Py_XDECREF(blobs);
+    return result;
+}
+
+/* names() -> {id: name} for the trees and blobs reached by a name. */
+static PyObject *
+Walker_names(WalkerObject *w, PyObject *unused)
+{
+    if (not_busy(w) < 0)
+        return NULL;
+    PyObject *names = PyDict_New();
+    if (!names)
+        return NULL;
     Buf *bufs[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++) {
         const OutEnt *e = (const OutEnt *)bufs[k]->p;
@@ -490,22 +523,54 @@ Walker_result(WalkerObject *w, PyObject *unused)
         for (size_t j = 0; j < n; j++) {
             if (e[j].name_len == NO_NAME)
                 continue;
-            PyObject *name = PyBytes_FromStringAndSize((const char *)w->names.p + e[j].name_off, e[j].name_len);
-            if (!name || PyDict_SetItem(names, PyList_GET_ITEM(lists[k], (Py_ssize_t)j), name) < 0) {
-                Py_XDECREF(name);
-                goto out;
+            PyObject *id = PyBytes_FromStringAndSize((const char *)e[j].oid, OIDLEN);
+            PyObject *name = id ? PyBytes_FromStringAndSize((const char *)w->names.p + e[j].name_off, e[j].name_len)
+                                : NULL;
+            int rc = name ? PyDict_SetItem(names, id, name) : -1;
+            Py_XDECREF(id);
+            Py_XDECREF(name);
+            if (rc < 0) {
+                Py_DECREF(names);
+                return NULL;
             }
-            Py_DECREF(name);
         }
     }
-    result = PyTuple_Pack(4, commits, trees, blobs, names);
-out:
-    Py_XDECREF(commits);
-    Py_XDECREF(trees);
-    Py_XDECREF(blobs);
-    Py_XDECREF(names);
-    return result;
+    return names;
 }
+
+/* release_reader(): free the reader (its delta-base cache, zlib stream) once the walk is over; the lists,
+ * names and the seen set stay (``in`` answers from it). */
+static PyObject *
+Walker_release_reader(WalkerObject *w, PyObject *unused)
+{
+    if (not_busy(w) < 0)
+        return NULL;
+    w->released = 1;
+    reader_clear(&w->rd);
+    Py_RETURN_NONE;
+}
+
+/* oid in walker: was it seen (reached, or marked seen)? */
+static int
+Walker_contains(WalkerObject *w, PyObject *key)
+{
+    if (not_busy(w) < 0)
+        return -1;
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != OIDLEN)
+        return 0;
+    return idset_has(&w->seen, (const uint8_t *)PyBytes_AS_STRING(key));
+}
+
+static Py_ssize_t
+Walker_len(WalkerObject *w)
+{
+    return (Py_ssize_t)w->seen.count;
+}
+
+static PySequenceMethods Walker_as_sequence = {
+    .sq_length = (lenfunc)Walker_len,
+    .sq_contains = (objobjproc)Walker_contains,
+};
 
 static PyObject *
 Walker_counts(WalkerObject *w, PyObject *unused)
@@ -542,7 +607,10 @@ static PyMethodDef Walker_methods[] = {
     {"copy", (PyCFunction)Walker_copy, METH_VARARGS, "copy(cache_bytes): a walker with this one's seen set and roots"},
     {"merge", (PyCFunction)Walker_merge, METH_O, "merge(other): append what other found and this walk did not"},
     {"cancel", (PyCFunction)Walker_cancel, METH_NOARGS, "make a walk running in another thread stop soon"},
-    {"result", (PyCFunction)Walker_result, METH_NOARGS, "(commits, trees, blobs, names)"},
+    {"result", (PyCFunction)Walker_result, METH_NOARGS, "(commits, trees, blobs)"},
+    {"names", (PyCFunction)Walker_names, METH_NOARGS, "{id: name} of the trees and blobs reached by a name"},
+    {"release_reader", (PyCFunction)Walker_release_reader, METH_NOARGS,
+     "free the delta-base cache once the walk is over (the lists, names and seen set stay)"},
     {"counts", (PyCFunction)Walker_counts, METH_NOARGS, "(commits, trees, blobs, roots, seen)"},
     {"stats", (PyCFunction)Walker_stats, METH_NOARGS,
      "objects resolved, entries inflated, cache hits, bytes and entries in the delta-base cache"},
@@ -557,6 +625,7 @@ static PyTypeObject WalkerType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Walker(packs, fallback, progress=None, cache_bytes=96 MiB, expect=0): one reachability walk",
     .tp_methods = Walker_methods,
+    .tp_as_sequence = &Walker_as_sequence,
     .tp_new = Walker_new,
 };
 

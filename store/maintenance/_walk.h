@@ -534,7 +534,11 @@ typedef struct {
     size_t trees_done;
     int cancelled;           /* set by cancel() from another thread */
     uint64_t claim;          /* roots to walk: (next << 32) | stop, shared with steal_roots() in another thread */
+    int released;            /* release_reader() was called: no more walking */
 } WalkerObject;
+
+/* The seen set of o if it is a Walker not walking right now, else NULL (_walk.c). */
+const IdSet *walker_seen(PyObject *o);
 
 /* Let go of the GIL / take it back (between them: no Python object may be touched). */
 static inline void gil_drop(WalkerObject *w) { w->ts = PyEval_SaveThread(); }

@@ -471,7 +471,8 @@ add_all(IdSet *set, PyObject *ids)
 
 /* unreached(seen, kept) -> for each pack, the idx positions whose id is in neither (20-byte bytes ids;
  * anything else in them is ignored): the copies a full repack did not reach. The ids are put in a C set
- * once, then every entry is looked up there (a Python loop slicing each id took 0.3 s for 500,000). */
+ * once, then every entry is looked up there (a Python loop slicing each id took 0.3 s for 500,000).
+ * seen may be the C Walker itself: its own seen set is used as it is. */
 static PyObject *
 Packs_unreached(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -485,7 +486,8 @@ Packs_unreached(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
         return NULL;
     }
-    Py_ssize_t hint = PyObject_Length(args[0]);
+    const IdSet *walked = walker_seen(args[0]);
+    Py_ssize_t hint = walked ? PyObject_Length(args[1]) : PyObject_Length(args[0]);
     if (hint < 0) {
         PyErr_Clear();
         hint = 0;
@@ -494,7 +496,7 @@ Packs_unreached(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_NoMemory();
         return NULL;
     }
-    if (add_all(&set, args[0]) < 0 || add_all(&set, args[1]) < 0)
+    if ((!walked && add_all(&set, args[0]) < 0) || add_all(&set, args[1]) < 0)
         goto done;
     out = PyList_New((Py_ssize_t)self->npacks);
     if (!out)
@@ -509,9 +511,10 @@ Packs_unreached(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyList_SET_ITEM(out, k, list);
         for (uint32_t i = 0; i < p->count; i++) {
             const uint8_t *id = p->oids + (size_t)i * OIDLEN;
+            const IdSet *first = walked ? walked : &set;
             if (i + 8 < p->count)
-                idset_prefetch(&set, oid_hash(p->oids + (size_t)(i + 8) * OIDLEN, set.seed));
-            if (idset_has(&set, id))
+                idset_prefetch(first, oid_hash(p->oids + (size_t)(i + 8) * OIDLEN, first->seed));
+            if (idset_has(first, id) || (walked && set.count && idset_has(&set, id)))
                 continue;
             PyObject *n = PyLong_FromUnsignedLong(i);
             if (!n || PyList_Append(list, n) < 0) {

@@ -41,7 +41,7 @@ from binascii import Error as HexError
 from binascii import unhexlify
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Container, Iterable
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..forked import ForkedCall
@@ -81,14 +81,42 @@ STEAL_MIN_ROOTS = 200
 
 @dataclass
 class Reachable:
-    """What the tips reach, each list in git's order (see the module docstring)."""
+    """What the tips reach, each list in git's order (see the module docstring).
+
+    ``names``: tree/blob id -> the entry name it was reached by; ``seen``: everything in the lists (and what
+    was skipped as known). After the C walk both stay in the C walker until asked for (a repack that reuses
+    every delta never needs the 300,000 names; ``oid in`` :meth:`reached` answers from the walker's own set).
+    """
 
     commits: list[bytes] = field(default_factory=list)
     tags: list[bytes] = field(default_factory=list)
     trees: list[bytes] = field(default_factory=list)
     blobs: list[bytes] = field(default_factory=list)
-    names: dict[bytes, bytes] = field(default_factory=dict)   # tree/blob id -> entry name it was reached by
-    seen: set[bytes] = field(default_factory=set)             # everything above (and what was skipped as known)
+    _names: dict[bytes, bytes] | None = field(default_factory=dict, repr=False)
+    _seen: set[bytes] | None = field(default_factory=set, repr=False)
+    _walker: object | None = field(default=None, repr=False)    # the C walk's Walker (its reader released)
+
+    @property
+    def names(self) -> dict[bytes, bytes]:
+        if self._names is None:
+            self._names = self._walker.names()  # type: ignore[attr-defined]
+        return self._names
+
+    @property
+    def seen(self) -> set[bytes]:
+        if self._seen is None:
+            seen: set[bytes] = set()
+            for ids in (self.commits, self.tags, self.trees, self.blobs):
+                seen.update(ids)
+            self._seen = seen
+        return self._seen
+
+    def reached(self) -> Container[bytes]:
+        """What answers ``oid in`` as :attr:`seen` does, without building that set after a C walk (the C
+        walker's own set; SourceIndex.unreached uses it as it is)."""
+        if self._seen is None and self._walker is not None:
+            return self._walker  # type: ignore[return-value]
+        return self.seen
 
     def __len__(self) -> int:
         return len(self.commits) + len(self.tags) + len(self.trees) + len(self.blobs)
@@ -361,10 +389,9 @@ class Walker:
             finally:
                 if helper is not None:
                     helper.cancel()
-        res.commits, res.trees, res.blobs, res.names = cw.result()
-        seen = res.seen
-        for ids in (res.commits, res.tags, res.trees, res.blobs):
-            seen.update(ids)
+        res.commits, res.trees, res.blobs = cw.result()
+        cw.release_reader()
+        res._walker, res._names, res._seen = cw, None, None   # (names and the seen set: built when asked for)
         if self.progress is not None:
             self.progress("counting objects", len(res), len(res))
         return res

@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str, int, "int | None"], None]
 
+#: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
+Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
+
 # What an object's copy in the sources is (``_Reuse.kind``).
 LOOSE, WHOLE, DELTA, DELTA_BASE_BEHIND = 0, 1, 2, 3
 
@@ -72,12 +75,13 @@ class _Reuse:
 
 def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "RepackCounters", *,
                progress: Progress | None = None, phase: str = "writing objects",
-               mtime_of: dict[bytes, int] | None = None, names: dict[bytes, bytes] | None = None,
+               mtime_of: dict[bytes, int] | None = None, names: Names | None = None,
                preloaded: dict[bytes, tuple[int, bytes]] | None = None, deltas: DeltaPlan = DeltaPlan(),
                timings: dict[str, float] | None = None) -> list[int] | None:
     """Write every id of ``ids`` once, in that order except that a delta's base always goes first.
 
-    ``names``: object id -> the name it was reached by (the walk's), for the search's order.
+    ``names``: object id -> the name it was reached by (the walk's), for the search's order (or a function
+    returning that dict: called only if the search runs).
     ``preloaded``: objects the plan already read and checked (type, data), not read again.
     Returns the mtimes in written order when ``mtime_of`` is given. ``timings`` gets the seconds
     spent in the search (``"search"``).
@@ -220,13 +224,15 @@ class _Offered(Candidates):
     ids: array
 
 
-def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[bytes, bytes] | None,
+def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names | None,
             pre: dict[bytes, tuple[int, bytes]], deltas: DeltaPlan, progress: Progress | None,
             c: "RepackCounters") -> tuple[SearchResult, _Offered]:
     # Source packs matter only when reusing: that pack's writer tried its whole objects against each other.
     cand = _Offered(groups=array("i"), fixed=bytearray()) if deltas.reuse else _Offered()
     cand.ids = cand_ids = array("i")
     hashes: dict[bytes, int] = {}
+    if callable(names):
+        names = names()
     names_get = names.get if names is not None else (lambda oid: None)
     kind, reused, gids, pack_no = reuse.kind, reuse.reused, reuse.gid, sources.pack_no
     limit = deltas.depth
@@ -452,4 +458,4 @@ def _write_runs(emit: _Emitter, packs: "_walk_c.Packs", progress: Progress | Non
     return order
 
 
-__all__ = ["write_plan", "DeltaPlan"]
+__all__ = ["write_plan", "DeltaPlan", "Names"]
