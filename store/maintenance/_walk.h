@@ -472,7 +472,7 @@ int reader_init(Reader *r, PacksObject *packs, size_t cache_bytes);
 void reader_clear(Reader *r);
 /* The object at entry (pack pk, idx position i), its delta chain resolved (a new reference), or NULL with
  * r->err set. No GIL needed. */
-Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i);
+Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i, int keep_whole);
 
 PyObject *walk_pack_layout(PyObject *module, PyObject *args);
 
