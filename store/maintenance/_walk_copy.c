@@ -210,6 +210,15 @@ packs_find_reuse(PacksObject *self, PyObject *ids)
     for (Py_ssize_t k = 0; k < n && !failed; k++) {
         long long g = gids[k];
         base[k] = -1;
+#if defined(__GNUC__)
+        /* (the idx tables are read in the plan's order, at random: see copy_prefetch) */
+        if (k + 16 < n && gids[k + 16] >= 0)
+            __builtin_prefetch(&self->pack_of[gids[k + 16]]);
+        if (k + 8 < n && gids[k + 8] >= 0) {
+            const Pack *q = &self->p[self->pack_of[gids[k + 8]]];
+            __builtin_prefetch(&q->offs[(uint32_t)gids[k + 8] - q->base]);
+        }
+#endif
         if (g < 0) {
             kind[k] = K_LOOSE;
             continue;
