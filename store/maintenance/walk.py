@@ -480,14 +480,17 @@ class _HelperThread:
         span = self.walker.steal_roots(STEAL_MIN_ROOTS)
         if span is None:
             return None
+        main.release_reader()      # (done walking: its delta-base cache goes before the tail's fills)
         tail = main.copy(cache)
         tail.walk_roots(*span)
+        tail.release_reader()
         return tail
 
     def join(self):
         self.thread.join()
         if self.error is not None:
             raise self.error
+        self.walker.release_reader()   # (its lists are merged; its cache is no longer needed)
         return self.walker
 
     def cancel(self) -> None:
