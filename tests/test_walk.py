@@ -154,11 +154,22 @@ def test_steal_roots_takes_the_second_half_of_what_is_left_and_nothing_twice(tmp
         one = w.copy(1 << 20)
         one.walk_roots(2, 4)
         assert helper.counts()[:3] == one.counts()[:3] and helper.result() == one.result()
-        assert helper.names() == one.names() and helper.names()
+        _commits, trees, blobs = helper.result()
+        assert helper.names(trees, blobs) == one.names(*one.result()[1:]) and helper.names(trees, blobs)
+        with pytest.raises(ValueError):
+            helper.names(blobs, trees)
         helper.release_reader()
         with pytest.raises(RuntimeError, match="released"):
             helper.walk_roots(0, n)
         assert helper.result() == one.result() and len(helper) == len(one)
+        some = helper.result()[1][0]
+        assert some in helper
+        helper.release_seen()                                # then nothing may touch the seen set
+        for use in (lambda: some in helper, lambda: helper.mark_seen(some), lambda: helper.copy(1 << 20),
+                    lambda: helper.merge(one)):
+            with pytest.raises(RuntimeError, match="seen set was released"):
+                use()
+        assert helper.names(*helper.result()[1:]) == one.names(*one.result()[1:])
     finally:
         sources.release()
 
@@ -591,6 +602,10 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
         assert any(unreached)
         assert len(reached) == len(reach.seen) and all(oid in reached for oid in reach.seen)
         assert not any(oid in reached for oid in every if oid not in reach.seen)
+        names = dict(reach.names)
+        reach._seen = None                                   # as after the C walk: then the walker's set is dropped
+        reach.drop_index()
+        assert reach.reached() == set(reach.ids()) and reach.names == names and reach._walker is None
         for p in py.packs:
             for i in range(p.count):
                 off = p.offsets[i]

@@ -40,10 +40,21 @@
 
 static PyTypeObject WalkerType;
 
+/* -1 with RuntimeError when the seen set was released (release_seen): nothing may touch it then. */
+static int
+seen_usable(WalkerObject *w)
+{
+    if (w->seen_released) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its seen set was released");
+        return -1;
+    }
+    return 0;
+}
+
 const IdSet *
 walker_seen(PyObject *o)
 {
-    if (!PyObject_TypeCheck(o, &WalkerType) || ((WalkerObject *)o)->busy)
+    if (!PyObject_TypeCheck(o, &WalkerType) || ((WalkerObject *)o)->busy || ((WalkerObject *)o)->seen_released)
         return NULL;
     return &((WalkerObject *)o)->seen;
 }
@@ -179,6 +190,8 @@ Walker_mark_seen(WalkerObject *w, PyObject *arg)
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
         return NULL;
     }
+    if (seen_usable(w) < 0)
+        return NULL;
     int r = idset_add(&w->seen, id);
     if (r < 0)
         return PyErr_NoMemory();
@@ -402,6 +415,8 @@ Walker_copy(WalkerObject *w, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
         return NULL;
     }
+    if (seen_usable(w) < 0)
+        return NULL;
     WalkerObject *c = (WalkerObject *)WalkerType.tp_alloc(&WalkerType, 0);
     if (!c)
         return NULL;
@@ -431,6 +446,8 @@ Walker_merge(WalkerObject *w, PyObject *arg)
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
         return NULL;
     }
+    if (seen_usable(w) < 0)
+        return NULL;
     Buf *src[2] = {&o->trees, &o->blobs}, *dst[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++) {
         const OutEnt *e = (const OutEnt *)src[k]->p;
@@ -507,27 +524,40 @@ Walker_result(WalkerObject *w, PyObject *unused)
     return result;
 }
 
-/* names() -> {id: name} for the trees and blobs reached by a name. */
+/* names(trees, blobs) -> {id: name} for the trees and blobs reached by a name; trees and blobs are the lists
+ * result() gave (their id objects become the keys: no second copy of 300,000 ids). */
 static PyObject *
-Walker_names(WalkerObject *w, PyObject *unused)
+Walker_names(WalkerObject *w, PyObject *args)
 {
+    PyObject *lists[2];
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1]))
+        return NULL;
     if (not_busy(w) < 0)
         return NULL;
+    Buf *bufs[2] = {&w->trees, &w->blobs};
+    for (int k = 0; k < 2; k++) {
+        if ((size_t)PyList_GET_SIZE(lists[k]) != bufs[k]->len / sizeof(OutEnt)) {
+            PyErr_SetString(PyExc_ValueError, "names(trees, blobs): not the lists result() gave");
+            return NULL;
+        }
+    }
     PyObject *names = PyDict_New();
     if (!names)
         return NULL;
-    Buf *bufs[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++) {
         const OutEnt *e = (const OutEnt *)bufs[k]->p;
         size_t n = bufs[k]->len / sizeof(OutEnt);
         for (size_t j = 0; j < n; j++) {
             if (e[j].name_len == NO_NAME)
                 continue;
-            PyObject *id = PyBytes_FromStringAndSize((const char *)e[j].oid, OIDLEN);
-            PyObject *name = id ? PyBytes_FromStringAndSize((const char *)w->names.p + e[j].name_off, e[j].name_len)
-                                : NULL;
+            PyObject *id = PyList_GET_ITEM(lists[k], (Py_ssize_t)j);
+            if (!PyBytes_Check(id) || PyBytes_GET_SIZE(id) != OIDLEN || memcmp(PyBytes_AS_STRING(id), e[j].oid, OIDLEN)) {
+                PyErr_SetString(PyExc_ValueError, "names(trees, blobs): not the lists result() gave");
+                Py_DECREF(names);
+                return NULL;
+            }
+            PyObject *name = PyBytes_FromStringAndSize((const char *)w->names.p + e[j].name_off, e[j].name_len);
             int rc = name ? PyDict_SetItem(names, id, name) : -1;
-            Py_XDECREF(id);
             Py_XDECREF(name);
             if (rc < 0) {
                 Py_DECREF(names);
@@ -550,11 +580,30 @@ Walker_release_reader(WalkerObject *w, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+/* release_seen(): free the seen set (after release_reader(); the lists and names stay, 'in' is refused). */
+static PyObject *
+Walker_release_seen(WalkerObject *w, PyObject *unused)
+{
+    if (not_busy(w) < 0)
+        return NULL;
+    if (!w->released) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker.release_seen: release_reader() first");
+        return NULL;
+    }
+    w->seen_released = 1;
+    idset_free(&w->seen);
+    w->seen.count = 0;
+    w->seen.mask = 0;
+    Py_RETURN_NONE;
+}
+
 /* oid in walker: was it seen (reached, or marked seen)? */
 static int
 Walker_contains(WalkerObject *w, PyObject *key)
 {
     if (not_busy(w) < 0)
+        return -1;
+    if (seen_usable(w) < 0)
         return -1;
     if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != OIDLEN)
         return 0;
@@ -608,7 +657,10 @@ static PyMethodDef Walker_methods[] = {
     {"merge", (PyCFunction)Walker_merge, METH_O, "merge(other): append what other found and this walk did not"},
     {"cancel", (PyCFunction)Walker_cancel, METH_NOARGS, "make a walk running in another thread stop soon"},
     {"result", (PyCFunction)Walker_result, METH_NOARGS, "(commits, trees, blobs)"},
-    {"names", (PyCFunction)Walker_names, METH_NOARGS, "{id: name} of the trees and blobs reached by a name"},
+    {"names", (PyCFunction)Walker_names, METH_VARARGS,
+     "names(trees, blobs): {id: name} of the trees and blobs reached by a name (the lists result() gave)"},
+    {"release_seen", (PyCFunction)Walker_release_seen, METH_NOARGS,
+     "free the seen set once nothing asks 'in' any more (after release_reader)"},
     {"release_reader", (PyCFunction)Walker_release_reader, METH_NOARGS,
      "free the delta-base cache once the walk is over (the lists, names and seen set stay)"},
     {"counts", (PyCFunction)Walker_counts, METH_NOARGS, "(commits, trees, blobs, roots, seen)"},

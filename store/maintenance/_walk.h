@@ -535,6 +535,7 @@ typedef struct {
     int cancelled;           /* set by cancel() from another thread */
     uint64_t claim;          /* roots to walk: (next << 32) | stop, shared with steal_roots() in another thread */
     int released;            /* release_reader() was called: no more walking */
+    int seen_released;       /* release_seen() was called: no more walking, no more 'in' */
 } WalkerObject;
 
 /* The seen set of o if it is a Walker not walking right now, else NULL (_walk.c). */

@@ -374,6 +374,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
         t = int(_mtime(repo.objects.loose.path_for(oid)))
         if t > ages.get(oid, -1):
             ages[oid] = t
+    reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
     cutoff = now - options.expire
     keep = {oid for oid, t in ages.items() if t >= cutoff}
     keep |= _reached_from(keep, ages, sources)   # an old object a young one needs stays with it

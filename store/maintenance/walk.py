@@ -95,11 +95,14 @@ class Reachable:
     _names: dict[bytes, bytes] | None = field(default_factory=dict, repr=False)
     _seen: set[bytes] | None = field(default_factory=set, repr=False)
     _walker: object | None = field(default=None, repr=False)    # the C walk's Walker (its reader released)
+    _index_dropped: bool = field(default=False, repr=False)
 
     @property
     def names(self) -> dict[bytes, bytes]:
         if self._names is None:
-            self._names = self._walker.names()  # type: ignore[attr-defined]
+            self._names = self._walker.names(self.trees, self.blobs)  # type: ignore[attr-defined]
+            if self._index_dropped:
+                self._walker = None     # (nothing more to ask of it)
         return self._names
 
     @property
@@ -114,9 +117,18 @@ class Reachable:
     def reached(self) -> Container[bytes]:
         """What answers ``oid in`` as :attr:`seen` does, without building that set after a C walk (the C
         walker's own set; SourceIndex.unreached uses it as it is)."""
-        if self._seen is None and self._walker is not None:
+        if self._seen is None and self._walker is not None and not self._index_dropped:
             return self._walker  # type: ignore[return-value]
         return self.seen
+
+    def drop_index(self) -> None:
+        """The caller is done asking :meth:`reached` in bulk: free the C walker's seen set (tens of MB while the
+        search and the writer run); :attr:`seen` is built from the lists if anyone asks again."""
+        if self._walker is not None and not self._index_dropped:
+            self._walker.release_seen()  # type: ignore[attr-defined]
+            self._index_dropped = True
+            if self._names is not None:
+                self._walker = None
 
     def __len__(self) -> int:
         return len(self.commits) + len(self.tags) + len(self.trees) + len(self.blobs)
