@@ -75,3 +75,22 @@ def test_delta_base_cache_is_one_per_process_and_bounded(tmp_path, monkeypatch):
     assert total > 2 * small.limit, "the reads needed more than the bound"
     packs = {key[0] for key in small._items}
     assert len(packs) == 2, "one cache holds entries of both repositories' packs"
+
+
+def test_idx_naming_a_64_bit_offset_without_the_table_is_refused(packed_repo):
+    """An offset with its high bit set points into the 64-bit offset table; without that table the idx is
+    refused, naming the file and the offset table's position (the idx checksum itself is valid)."""
+    import hashlib
+
+    from packyard.store.errors import PackFormatError
+    from packyard.store.pack.idxread import read_idx_tables
+
+    (idx,) = (packed_repo / "objects" / "pack").glob("*.idx")
+    data = bytearray(idx.read_bytes())
+    n = read_idx_tables(idx).count
+    off_at = 8 + 1024 + 24 * n
+    data[off_at + 4 * (n - 1)] |= 0x80                 # the last entry's offset: "64-bit table, #k"
+    data[-20:] = hashlib.sha1(bytes(data[:-20])).digest()
+    with pytest.raises(PackFormatError) as err:
+        read_idx_tables(idx, bytes(data))
+    assert err.value.offset == off_at and str(idx) in str(err.value)

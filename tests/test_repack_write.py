@@ -120,6 +120,37 @@ def test_c_and_python_write_plans_give_identical_packs(template: Path, tmp_path:
     git("fsck", "--full", "--no-dangling", git_dir=c_repo)
 
 
+def test_one_source_pack_of_whole_objects_and_reused_deltas_skips_the_search(template: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """One source pack whose objects are all whole or reusable deltas: the search could try no pair (two whole
+    objects of one pack are never tried against each other), so it is skipped -- and the pack is the one a
+    repack without any search writes, on the C and the Python paths; with more sources the search runs."""
+    one = tmp_path / "one.git"
+    shutil.copytree(template, one)
+    git("repack", "-q", "-a", "-d", git_dir=one)
+    assert len(list((one / "objects" / "pack").glob("*.pack"))) == 1
+    results, files = [], []
+    for k, options in enumerate([RepackOptions(mode=RepackMode.FULL, now=1_800_000_000),
+                                 RepackOptions(mode=RepackMode.FULL, window=0, now=1_800_000_000),
+                                 RepackOptions(mode=RepackMode.FULL, now=1_800_000_000)]):
+        repo = tmp_path / f"r{k}.git"
+        shutil.copytree(one, repo)
+        if k == 2:
+            _python_only(monkeypatch)
+        results.append(repack(Repository.open(repo), options))
+        monkeypatch.undo()
+        files.append(_pack_files(repo, results[-1].packs_written[0]))
+        git("fsck", "--full", "--no-dangling", git_dir=repo)
+    assert files[0] == files[1] == files[2]
+    assert results[0].counters.deltas_reused > 0 and results[0].counters.entries_copied > 0
+    for r in (results[0], results[2]):
+        assert (r.counters.delta_candidates, r.counters.search_processes) == (0, 0)
+    several = tmp_path / "several.git"
+    shutil.copytree(template, several)
+    assert repack(Repository.open(several), RepackOptions(mode=RepackMode.FULL, now=1_800_000_000)
+                  ).counters.delta_candidates > 0
+
+
 def _entries(idx: Path) -> list[tuple[str, str, int, int, int]]:
     """(id, type, offset, entry size, depth or 0) of each entry of a pack, from git verify-pack -v."""
     out = []
@@ -158,3 +189,53 @@ def test_a_corrupt_copied_entry_fails_naming_pack_object_and_offset(template: Pa
     assert err.oid == oid and err.path == str(pack) and err.offset == offset, str(err)
     assert "CRC32" in str(err)
     assert snapshot_tree(bare) == before    # nothing published, nothing deleted, no temp file left
+
+
+@needs_c
+def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(template: Path, tmp_path: Path) -> None:
+    """find_reuse (C) against _locate (its Python specification), id by id, on the awkward cases: every id of
+    every replaceable pack (duplicates between packs: the first pack's entry is the id's), ids repeated (the
+    last position counts), loose ids, and REF_DELTA bases whose ids are in a .keep pack (not in the index,
+    but in ``ids``)."""
+    from array import array
+
+    from packyard.store.maintenance import writeplan
+    from packyard.store.maintenance.sources import SourceIndex
+
+    bare = tmp_path / "r.git"
+    shutil.copytree(template, bare)
+    pack_dir = bare / "objects" / "pack"
+    by_size = sorted(pack_dir.glob("pack-*.pack"), key=lambda p: p.stat().st_size)
+    largest = [line.split()[1] for line in git("show-index", input=by_size[-1].with_suffix(".idx").read_bytes())
+               .decode().splitlines()]
+    bases = sorted({f[6] for f in (line.split() for line in git("verify-pack", "-v", str(by_size[0].with_suffix(".idx")))
+                                   .decode().splitlines()) if len(f) == 7 and f[1] in ("blob", "tree")})
+    assert bases
+    # A .keep pack with the delta bases of the smallest (REF_DELTA) pack; a pack repeating some of the largest's.
+    for ids, keep in ((bases, True), (largest[:40], False)):
+        name = git("pack-objects", "-q", "--delta-base-offset", str(pack_dir / "pack"),
+                   input="\n".join(ids).encode() + b"\n", git_dir=bare).decode().strip()
+        if keep:
+            (pack_dir / f"pack-{name}.keep").write_text("")
+    repo = Repository.open(bare)
+    snap = repo.objects.snapshot()
+    sources = SourceIndex(snap, [p for p in snap.packs if not p.is_kept()], [p for p in snap.packs if p.is_kept()])
+    try:
+        assert sources.c_packs is not None and sources.kept_ids
+        every = [p.oids[20 * i:20 * i + 20] for p in sources.packs for i in range(p.count)]
+        ids = every + sorted(sources.loose_ids) + every[:25]
+        kind_b, base_b, gid_b = sources.c_packs.find_reuse(ids)
+        r = writeplan._Reuse(len(ids))
+        index_get = {oid: k for k, oid in enumerate(ids)}.get
+        for k, oid in enumerate(ids):
+            writeplan._locate(r, k, oid, sources, index_get)
+        assert bytes(r.kind) == kind_b
+        assert r.base.tobytes() == base_b and r.gid.tobytes() == gid_b
+        kinds = set(kind_b)
+        assert {writeplan.LOOSE, writeplan.WHOLE, writeplan.DELTA} <= kinds
+        base = array("i")
+        base.frombytes(base_b)
+        assert any(base[k] >= 0 and ids[base[k]] in sources.kept_ids for k in range(len(ids))), \
+            "a delta whose base id is only in the .keep pack's index"
+    finally:
+        sources.release()

@@ -67,6 +67,7 @@ def test_c_walk_equals_python_walk_on_git_split_in_packs_and_loose(tmp_path, mon
     src = repo_from_corpus(tmp_path)
     bare = split_repo(tmp_path / "split.git", src, packs=8, loose_commits=15)
     monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)
+    monkeypatch.setattr(walk_mod, "STEAL_MIN_ROOTS", 2)   # the main thread takes the helper's tail if it can
     python, c = _both_walks(bare, processes)
     assert _lists(c) == _lists(python)
     listed = git("rev-list", "--objects", "--all", git_dir=bare).split(b"\n")
@@ -80,6 +81,97 @@ def test_c_walk_equals_python_walk_on_git_v2(tmp_path):
     python, c = _both_walks(repo_from_corpus(tmp_path, "git-v2.0.0"), processes=2)
     assert len(c) > 160_000
     assert _lists(c) == _lists(python)
+
+
+class _StealFirst(walk_mod._HelperThread):
+    """The helper thread, started only after the main walk took the tail of its roots (a steal that happens
+    on every run, whatever the timing)."""
+
+    stolen: list = []
+
+    def __init__(self, walker, start: int, stop: int) -> None:
+        import threading
+
+        self.walker = walker
+        self.error = None
+        walker.claim_roots(start, stop)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def steal(self, main, cache: int):
+        tail = super().steal(main, cache)
+        self.stolen.append(tail is not None)
+        self.thread.start()
+        return tail
+
+
+@needs_c
+@pytest.mark.parametrize("share", [0.0, 0.3, 0.7])
+def test_roots_stolen_from_the_helper_thread_merge_into_the_lists_of_one_walk(tmp_path, monkeypatch, share):
+    """The main thread walks the second half of the roots the helper thread has left (with a copy of its seen
+    set); merged after the helper's, the lists are those of one Python walk: objects, order, names."""
+    from gitutil import make_worktree_repo
+
+    bare = make_worktree_repo(tmp_path, commits=40, files_per_commit=3)   # dir1 unchanged in every other commit
+    git("repack", "-q", "-a", "-d", "--depth=5", git_dir=bare)
+    monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)
+    monkeypatch.setattr(walk_mod, "FORK_SHARE", share)
+    monkeypatch.setattr(walk_mod, "STEAL_MIN_ROOTS", 2)
+    monkeypatch.setattr(walk_mod, "_HelperThread", _StealFirst)
+    _StealFirst.stolen = []
+    python, c = _both_walks(bare, processes=2)
+    assert _StealFirst.stolen == [True]
+    assert _lists(c) == _lists(python)
+    listed = git("rev-list", "--objects", "--all", git_dir=bare).split(b"\n")
+    assert {o.hex() for o, _t in c.in_order()} == {line.split()[0].decode() for line in listed if line}
+
+
+@needs_c
+def test_steal_roots_takes_the_second_half_of_what_is_left_and_nothing_twice(tmp_path):
+    """claim_roots / steal_roots / walk_claimed: the stolen span is the second half of the claimed roots, the
+    claimed walk stops where it begins, a span too short is not stolen."""
+    from gitutil import make_worktree_repo
+
+    bare = make_worktree_repo(tmp_path, commits=12, files_per_commit=2)
+    git("repack", "-q", "-a", "-d", git_dir=bare)
+    repo, sources = _sources(bare)
+    try:
+        w = walk_mod._c.Walker(sources.c_packs, lambda *a: None)
+        for name, oid in sorted(read_tips(repo).items()):
+            if name == "refs/heads/main":
+                w.mark_seen(oid)
+                w.queue_commit(oid, repo.objects.read(oid)[1])
+        w.walk_commits()
+        n = w.counts()[3]
+        assert n == 12
+        helper = w.copy(1 << 20)
+        helper.claim_roots(2, n)
+        assert helper.steal_roots(n) is None                 # 10 left: fewer than asked for
+        assert helper.steal_roots(2) == (7, 12)
+        assert helper.steal_roots(2) == (4, 7)
+        assert helper.steal_roots(4) is None
+        helper.walk_claimed()                                # roots 2 and 3 only
+        assert helper.steal_roots(2) is None                 # nothing left
+        one = w.copy(1 << 20)
+        one.walk_roots(2, 4)
+        assert helper.counts()[:3] == one.counts()[:3] and helper.result() == one.result()
+        _commits, trees, blobs = helper.result()
+        assert helper.names(trees, blobs) == one.names(*one.result()[1:]) and helper.names(trees, blobs)
+        with pytest.raises(ValueError):
+            helper.names(blobs, trees)
+        helper.release_reader()
+        with pytest.raises(RuntimeError, match="released"):
+            helper.walk_roots(0, n)
+        assert helper.result() == one.result() and len(helper) == len(one)
+        some = helper.result()[1][0]
+        assert some in helper
+        helper.release_seen()                                # then nothing may touch the seen set
+        for use in (lambda: some in helper, lambda: helper.mark_seen(some), lambda: helper.copy(1 << 20),
+                    lambda: helper.merge(one)):
+            with pytest.raises(RuntimeError, match="seen set was released"):
+                use()
+        assert helper.names(*helper.result()[1:]) == one.names(*one.result()[1:])
+    finally:
+        sources.release()
 
 
 def _implementation_in(env_extra: dict[str, str]) -> str:
@@ -503,8 +595,17 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
         assert {oid: c_sources.loc.get(oid) for oid in every} == {oid: py.loc.get(oid) for oid in every}
         assert len(c_sources.loc) == len(py.loc) and all((oid in c_sources.loc) == (oid in py.loc) for oid in every)
         assert c_sources.present(reach.ids()) == py.present(reach.ids())
-        unreached = c_sources.unreached(reach.seen)
-        assert unreached == py.unreached(reach.seen) and any(unreached)
+        reached = reach.reached()                            # the C walker's own seen set, no Python set built
+        assert reach._seen is None and reached is not reach.seen
+        unreached = c_sources.unreached(reached)
+        assert unreached == c_sources.unreached(reach.seen) == py.unreached(reach.seen) == py.unreached(reached)
+        assert any(unreached)
+        assert len(reached) == len(reach.seen) and all(oid in reached for oid in reach.seen)
+        assert not any(oid in reached for oid in every if oid not in reach.seen)
+        names = dict(reach.names)
+        reach._seen = None                                   # as after the C walk: then the walker's set is dropped
+        reach.drop_index()
+        assert reach.reached() == set(reach.ids()) and reach.names == names and reach._walker is None
         for p in py.packs:
             for i in range(p.count):
                 off = p.offsets[i]
@@ -513,3 +614,20 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
         py.release()
     finally:
         c_sources.release()
+
+
+@needs_c
+@pytest.mark.parametrize("n", [0, 1, 2, 3000])
+def test_c_pack_layout_equals_the_python_one(monkeypatch, n):
+    """pack_layout (a radix sort by offset) against sources._layout's Python sort: offsets past 32 and 40 bits,
+    and a duplicated offset (a broken idx: ties stay in idx order in both)."""
+    import packyard.store.maintenance.sources as sources_mod
+
+    rng = random.Random(n)
+    offsets = array("Q", [rng.choice((rng.randrange(12, 1 << 20), rng.randrange(1 << 32, 1 << 45)))
+                          for _ in range(n)])
+    if n > 2:
+        offsets[1] = offsets[n - 1]
+    c = sources_mod._layout(offsets, 1 << 46)
+    monkeypatch.setattr(sources_mod, "_walk_c", None)
+    assert c == sources_mod._layout(offsets, 1 << 46)

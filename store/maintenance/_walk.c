@@ -40,6 +40,25 @@
 
 static PyTypeObject WalkerType;
 
+/* -1 with RuntimeError when the seen set was released (release_seen): nothing may touch it then. */
+static int
+seen_usable(WalkerObject *w)
+{
+    if (w->seen_released) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its seen set was released");
+        return -1;
+    }
+    return 0;
+}
+
+const IdSet *
+walker_seen(PyObject *o)
+{
+    if (!PyObject_TypeCheck(o, &WalkerType) || ((WalkerObject *)o)->busy || ((WalkerObject *)o)->seen_released)
+        return NULL;
+    return &((WalkerObject *)o)->seen;
+}
+
 static void
 walker_clear(WalkerObject *w)
 {
@@ -121,6 +140,10 @@ walker_begin(WalkerObject *w)
         PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
         return -1;
     }
+    if (w->released) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its reader was released (the walk is over)");
+        return -1;
+    }
     w->busy = 1;
     w->packs->users++;
     return 0;
@@ -167,6 +190,8 @@ Walker_mark_seen(WalkerObject *w, PyObject *arg)
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
         return NULL;
     }
+    if (seen_usable(w) < 0)
+        return NULL;
     int r = idset_add(&w->seen, id);
     if (r < 0)
         return PyErr_NoMemory();
@@ -254,9 +279,71 @@ Walker_walk_tree(WalkerObject *w, PyObject *const *args, Py_ssize_t nargs)
     return finish(w, rc);
 }
 
-/* walk_roots(start, stop): every commit's tree in roots[start:stop] not seen yet, in commit order. */
+/* The claimed roots not walked yet, (next << 32) | stop, in one word: the walking thread takes the next
+ * root and another thread (steal_roots) lowers stop with compare-and-swap on that word, so a root is
+ * walked by exactly one of them. Without GCC's atomics nothing is ever stolen. */
+static void
+claim_set(WalkerObject *w, uint64_t next, uint64_t stop)
+{
+#if defined(__GNUC__)
+    __atomic_store_n(&w->claim, (next << 32) | stop, __ATOMIC_SEQ_CST);
+#else
+    w->claim = (next << 32) | stop;
+#endif
+}
+
+/* The next root to walk, or -1 when none is left. */
+static long long
+claim_next(WalkerObject *w)
+{
+#if defined(__GNUC__)
+    uint64_t cur = __atomic_load_n(&w->claim, __ATOMIC_SEQ_CST);
+    for (;;) {
+        uint64_t next = cur >> 32, stop = cur & 0xFFFFFFFFULL;
+        if (next >= stop)
+            return -1;
+        if (__atomic_compare_exchange_n(&w->claim, &cur, ((next + 1) << 32) | stop, 0, __ATOMIC_SEQ_CST,
+                                        __ATOMIC_SEQ_CST))
+            return (long long)next;
+    }
+#else
+    uint64_t next = w->claim >> 32, stop = w->claim & 0xFFFFFFFFULL;
+    if (next >= stop)
+        return -1;
+    w->claim = ((next + 1) << 32) | stop;
+    return (long long)next;
+#endif
+}
+
+/* steal_roots(min_left) -> (start, stop) or None: from another thread, take the second half of the claimed
+ * roots a walk has not started yet (at least min_left of them must be left); that walk then stops at start. */
 static PyObject *
-Walker_walk_roots(WalkerObject *w, PyObject *args)
+Walker_steal_roots(WalkerObject *w, PyObject *arg)
+{
+    Py_ssize_t min_left = PyLong_AsSsize_t(arg);
+    if (min_left == -1 && PyErr_Occurred())
+        return NULL;
+    if (min_left < 2)
+        min_left = 2;
+#if defined(__GNUC__)
+    uint64_t cur = __atomic_load_n(&w->claim, __ATOMIC_SEQ_CST);
+    for (;;) {
+        uint64_t next = cur >> 32, stop = cur & 0xFFFFFFFFULL;
+        if (next >= stop || stop - next < (uint64_t)min_left)
+            Py_RETURN_NONE;
+        uint64_t mid = next + (stop - next) / 2;
+        if (__atomic_compare_exchange_n(&w->claim, &cur, (next << 32) | mid, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return Py_BuildValue("(KK)", (unsigned long long)mid, (unsigned long long)stop);
+    }
+#else
+    Py_RETURN_NONE;
+#endif
+}
+
+/* claim_roots(start, stop): the roots walk_claimed() walks, roots[start:stop] (steal_roots may then take
+ * the tail of them, from another thread). */
+static PyObject *
+Walker_claim_roots(WalkerObject *w, PyObject *args)
 {
     Py_ssize_t start, stop;
     if (!PyArg_ParseTuple(args, "nn", &start, &stop))
@@ -266,11 +353,30 @@ Walker_walk_roots(WalkerObject *w, PyObject *args)
         start = 0;
     if (stop > n)
         stop = n;
+    if (stop < start)
+        stop = start;
+    if ((uint64_t)stop > UINT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "claim_roots: too many roots");
+        return NULL;
+    }
+    if (w->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is already walking in another thread");
+        return NULL;
+    }
+    claim_set(w, (uint64_t)start, (uint64_t)stop);
+    Py_RETURN_NONE;
+}
+
+/* walk_claimed(): every commit's tree in the claimed roots not seen yet, in commit order (fewer when
+ * steal_roots took the tail). */
+static PyObject *
+Walker_walk_claimed(WalkerObject *w, PyObject *unused)
+{
     if (walker_begin(w) < 0)
         return NULL;
     gil_drop(w);
     int rc = 0;
-    for (Py_ssize_t k = start; k < stop && rc == 0; k++) {
+    for (long long k; rc == 0 && (k = claim_next(w)) >= 0;) {
         uint8_t tree[OIDLEN], commit[OIDLEN];
         memcpy(tree, w->roots.p + (size_t)k * 2 * OIDLEN, OIDLEN);
         memcpy(commit, w->roots.p + (size_t)k * 2 * OIDLEN + OIDLEN, OIDLEN);
@@ -286,6 +392,17 @@ Walker_walk_roots(WalkerObject *w, PyObject *args)
     return finish(w, rc);
 }
 
+/* walk_roots(start, stop): claim_roots(start, stop), then walk_claimed(). */
+static PyObject *
+Walker_walk_roots(WalkerObject *w, PyObject *args)
+{
+    PyObject *r = Walker_claim_roots(w, args);
+    if (!r)
+        return NULL;
+    Py_DECREF(r);
+    return Walker_walk_claimed(w, NULL);
+}
+
 /* A second walker over the same packs with a copy of this one's seen set and roots (for a thread that
  * walks part of the roots); its own cache, of cache_bytes. */
 static PyObject *
@@ -298,6 +415,8 @@ Walker_copy(WalkerObject *w, PyObject *args)
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
         return NULL;
     }
+    if (seen_usable(w) < 0)
+        return NULL;
     WalkerObject *c = (WalkerObject *)WalkerType.tp_alloc(&WalkerType, 0);
     if (!c)
         return NULL;
@@ -327,6 +446,8 @@ Walker_merge(WalkerObject *w, PyObject *arg)
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
         return NULL;
     }
+    if (seen_usable(w) < 0)
+        return NULL;
     Buf *src[2] = {&o->trees, &o->blobs}, *dst[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++) {
         const OutEnt *e = (const OutEnt *)src[k]->p;
@@ -375,45 +496,130 @@ id_list(const uint8_t *ids, size_t n, size_t stride)
     return list;
 }
 
-/* result() -> (commits, trees, blobs, names): lists of ids, and {id: name} for what was reached by a name. */
-static PyObject *
-Walker_result(WalkerObject *w, PyObject *unused)
+static int
+not_busy(WalkerObject *w)
 {
     if (w->busy) {
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+/* result() -> (commits, trees, blobs): lists of ids. */
+static PyObject *
+Walker_result(WalkerObject *w, PyObject *unused)
+{
+    if (not_busy(w) < 0)
+        return NULL;
     PyObject *commits = id_list(w->commits.p, w->commits.len / OIDLEN, OIDLEN);
     PyObject *trees = id_list(w->trees.p, w->trees.len / sizeof(OutEnt), sizeof(OutEnt));
     PyObject *blobs = id_list(w->blobs.p, w->blobs.len / sizeof(OutEnt), sizeof(OutEnt));
-    PyObject *names = PyDict_New();
     PyObject *result = NULL;
-    if (!commits || !trees || !blobs || !names)
-        goto out;
-    PyObject *lists[2] = {trees, blobs};
+    if (commits && trees && blobs)
+        result = PyTuple_Pack(3, commits, trees, blobs);
+    Py_XDECREF(commits);
+    Py_XDECREF(trees);
+    Py_XDECREF(blobs);
+    return result;
+}
+
+/* names(trees, blobs) -> {id: name} for the trees and blobs reached by a name; trees and blobs are the lists
+ * result() gave (their id objects become the keys: no second copy of 300,000 ids). */
+static PyObject *
+Walker_names(WalkerObject *w, PyObject *args)
+{
+    PyObject *lists[2];
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1]))
+        return NULL;
+    if (not_busy(w) < 0)
+        return NULL;
     Buf *bufs[2] = {&w->trees, &w->blobs};
+    for (int k = 0; k < 2; k++) {
+        if ((size_t)PyList_GET_SIZE(lists[k]) != bufs[k]->len / sizeof(OutEnt)) {
+            PyErr_SetString(PyExc_ValueError, "names(trees, blobs): not the lists result() gave");
+            return NULL;
+        }
+    }
+    PyObject *names = PyDict_New();
+    if (!names)
+        return NULL;
     for (int k = 0; k < 2; k++) {
         const OutEnt *e = (const OutEnt *)bufs[k]->p;
         size_t n = bufs[k]->len / sizeof(OutEnt);
         for (size_t j = 0; j < n; j++) {
             if (e[j].name_len == NO_NAME)
                 continue;
-            PyObject *name = PyBytes_FromStringAndSize((const char *)w->names.p + e[j].name_off, e[j].name_len);
-            if (!name || PyDict_SetItem(names, PyList_GET_ITEM(lists[k], (Py_ssize_t)j), name) < 0) {
-                Py_XDECREF(name);
-                goto out;
+            PyObject *id = PyList_GET_ITEM(lists[k], (Py_ssize_t)j);
+            if (!PyBytes_Check(id) || PyBytes_GET_SIZE(id) != OIDLEN || memcmp(PyBytes_AS_STRING(id), e[j].oid, OIDLEN)) {
+                PyErr_SetString(PyExc_ValueError, "names(trees, blobs): not the lists result() gave");
+                Py_DECREF(names);
+                return NULL;
             }
-            Py_DECREF(name);
+            PyObject *name = PyBytes_FromStringAndSize((const char *)w->names.p + e[j].name_off, e[j].name_len);
+            int rc = name ? PyDict_SetItem(names, id, name) : -1;
+            Py_XDECREF(name);
+            if (rc < 0) {
+                Py_DECREF(names);
+                return NULL;
+            }
         }
     }
-    result = PyTuple_Pack(4, commits, trees, blobs, names);
-out:
-    Py_XDECREF(commits);
-    Py_XDECREF(trees);
-    Py_XDECREF(blobs);
-    Py_XDECREF(names);
-    return result;
+    return names;
 }
+
+/* release_reader(): free the reader (its delta-base cache, zlib stream) once the walk is over; the lists,
+ * names and the seen set stay (``in`` answers from it). */
+static PyObject *
+Walker_release_reader(WalkerObject *w, PyObject *unused)
+{
+    if (not_busy(w) < 0)
+        return NULL;
+    w->released = 1;
+    reader_clear(&w->rd);
+    Py_RETURN_NONE;
+}
+
+/* release_seen(): free the seen set (after release_reader(); the lists and names stay, 'in' is refused). */
+static PyObject *
+Walker_release_seen(WalkerObject *w, PyObject *unused)
+{
+    if (not_busy(w) < 0)
+        return NULL;
+    if (!w->released) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker.release_seen: release_reader() first");
+        return NULL;
+    }
+    w->seen_released = 1;
+    idset_free(&w->seen);
+    w->seen.count = 0;
+    w->seen.mask = 0;
+    Py_RETURN_NONE;
+}
+
+/* oid in walker: was it seen (reached, or marked seen)? */
+static int
+Walker_contains(WalkerObject *w, PyObject *key)
+{
+    if (not_busy(w) < 0)
+        return -1;
+    if (seen_usable(w) < 0)
+        return -1;
+    if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != OIDLEN)
+        return 0;
+    return idset_has(&w->seen, (const uint8_t *)PyBytes_AS_STRING(key));
+}
+
+static Py_ssize_t
+Walker_len(WalkerObject *w)
+{
+    return (Py_ssize_t)w->seen.count;
+}
+
+static PySequenceMethods Walker_as_sequence = {
+    .sq_length = (lenfunc)Walker_len,
+    .sq_contains = (objobjproc)Walker_contains,
+};
 
 static PyObject *
 Walker_counts(WalkerObject *w, PyObject *unused)
@@ -442,10 +648,21 @@ static PyMethodDef Walker_methods[] = {
      "walk_tree(oid, name | None, referrer): a tree and everything below it not seen yet"},
     {"walk_roots", (PyCFunction)Walker_walk_roots, METH_VARARGS,
      "walk_roots(start, stop): the trees of the commits taken, roots[start:stop]"},
+    {"claim_roots", (PyCFunction)Walker_claim_roots, METH_VARARGS,
+     "claim_roots(start, stop): the roots walk_claimed() walks (steal_roots may take their tail)"},
+    {"walk_claimed", (PyCFunction)Walker_walk_claimed, METH_NOARGS, "walk the claimed roots' trees"},
+    {"steal_roots", (PyCFunction)Walker_steal_roots, METH_O,
+     "steal_roots(min_left): (start, stop) of the second half of the roots a running walk_roots has left, or None"},
     {"copy", (PyCFunction)Walker_copy, METH_VARARGS, "copy(cache_bytes): a walker with this one's seen set and roots"},
     {"merge", (PyCFunction)Walker_merge, METH_O, "merge(other): append what other found and this walk did not"},
     {"cancel", (PyCFunction)Walker_cancel, METH_NOARGS, "make a walk running in another thread stop soon"},
-    {"result", (PyCFunction)Walker_result, METH_NOARGS, "(commits, trees, blobs, names)"},
+    {"result", (PyCFunction)Walker_result, METH_NOARGS, "(commits, trees, blobs)"},
+    {"names", (PyCFunction)Walker_names, METH_VARARGS,
+     "names(trees, blobs): {id: name} of the trees and blobs reached by a name (the lists result() gave)"},
+    {"release_seen", (PyCFunction)Walker_release_seen, METH_NOARGS,
+     "free the seen set once nothing asks 'in' any more (after release_reader)"},
+    {"release_reader", (PyCFunction)Walker_release_reader, METH_NOARGS,
+     "free the delta-base cache once the walk is over (the lists, names and seen set stay)"},
     {"counts", (PyCFunction)Walker_counts, METH_NOARGS, "(commits, trees, blobs, roots, seen)"},
     {"stats", (PyCFunction)Walker_stats, METH_NOARGS,
      "objects resolved, entries inflated, cache hits, bytes and entries in the delta-base cache"},
@@ -460,6 +677,7 @@ static PyTypeObject WalkerType = {
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "Walker(packs, fallback, progress=None, cache_bytes=96 MiB, expect=0): one reachability walk",
     .tp_methods = Walker_methods,
+    .tp_as_sequence = &Walker_as_sequence,
     .tp_new = Walker_new,
 };
 

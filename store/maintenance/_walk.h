@@ -372,6 +372,18 @@ slot_tag(uint64_t h)
     return h & 0xFFFFFFFF00000000ULL;
 }
 
+/* Start loading the index slot packs_find(id) reads first (see idset_prefetch). */
+static inline void
+packs_prefetch(const PacksObject *ps, const uint8_t *id)
+{
+#if defined(__GNUC__)
+    __builtin_prefetch(&ps->slots[(size_t)oid_hash(id, ps->seed) & ps->mask]);
+#else
+    (void)ps;
+    (void)id;
+#endif
+}
+
 /* The global entry number of id, or -1. */
 static inline long long
 packs_find(const PacksObject *ps, const uint8_t *id)
@@ -460,7 +472,7 @@ int reader_init(Reader *r, PacksObject *packs, size_t cache_bytes);
 void reader_clear(Reader *r);
 /* The object at entry (pack pk, idx position i), its delta chain resolved (a new reference), or NULL with
  * r->err set. No GIL needed. */
-Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i);
+Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i, int keep_whole);
 
 PyObject *walk_pack_layout(PyObject *module, PyObject *args);
 
@@ -521,7 +533,13 @@ typedef struct {
     Buf fresh;               /* Fresh */
     size_t trees_done;
     int cancelled;           /* set by cancel() from another thread */
+    uint64_t claim;          /* roots to walk: (next << 32) | stop, shared with steal_roots() in another thread */
+    int released;            /* release_reader() was called: no more walking */
+    int seen_released;       /* release_seen() was called: no more walking, no more 'in' */
 } WalkerObject;
+
+/* The seen set of o if it is a Walker not walking right now, else NULL (_walk.c). */
+const IdSet *walker_seen(PyObject *o);
 
 /* Let go of the GIL / take it back (between them: no Python object may be touched). */
 static inline void gil_drop(WalkerObject *w) { w->ts = PyEval_SaveThread(); }

@@ -130,6 +130,29 @@ check_open(PacksObject *self)
     return 0;
 }
 
+/* The position in ids of the base a delta entry names (-1: not in ids), the last position as a dict built in
+ * order would give. pos_of[g]: the last position of global entry g in ids (-1: none); g: the base's entry when
+ * the delta names it by offset (-1 when by id). Ids of these packs are found through pos_of (no hashing of
+ * the base's id when it is named by offset); only an id outside them (a loose base of a REF_DELTA) needs the
+ * map of ids, built on first use. */
+static long long
+base_position(PacksObject *self, const int32_t *pos_of, long long g, const uint8_t *bid, PosMap *map,
+              const uint8_t **idp, size_t n, int *failed)
+{
+    if (g >= 0 && pos_of[g] >= 0)
+        return pos_of[g];
+    if (!bid)
+        return -1;
+    long long gb = packs_find(self, bid);
+    if (gb >= 0)
+        return pos_of[gb];
+    if (!map->slots && posmap_init(map, idp, n, self->seed ^ 0x9E3779B97F4A7C15ULL) < 0) {
+        *failed = 1;
+        return -1;
+    }
+    return posmap_get(map, bid);
+}
+
 /* find_reuse(ids: list of 20-byte ids) -> (kind bytes, base bytes of 'i', entry bytes of 'q'), or None when
  * ids holds anything but 20-byte bytes (Python then does it all). kind: 0 loose, 1 whole entry, 2 delta
  * whose base is ids[base], 3 delta whose base is not in ids, 255 for Python to decide (an unusual header);
@@ -139,6 +162,7 @@ packs_find_reuse(PacksObject *self, PyObject *ids)
 {
     PyObject *kind_b = NULL, *base_b = NULL, *gid_b = NULL, *result = NULL;
     const uint8_t **idp = NULL;
+    int32_t *pos_of = NULL;
     PosMap map = {0};
     if (check_open(self) < 0)
         return NULL;
@@ -147,15 +171,20 @@ packs_find_reuse(PacksObject *self, PyObject *ids)
         return NULL;
     }
     Py_ssize_t n = PyList_GET_SIZE(ids);
-    if ((size_t)n >= UINT32_MAX - 1)
+    if ((size_t)n >= INT32_MAX - 1)
         Py_RETURN_NONE;
     idp = PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof(*idp));
-    if (!idp)
+    pos_of = PyMem_RawMalloc((self->total ? (size_t)self->total : 1) * sizeof(*pos_of));
+    if (!idp || !pos_of) {
+        PyMem_RawFree(idp);
+        PyMem_RawFree(pos_of);
         return PyErr_NoMemory();
+    }
     for (Py_ssize_t k = 0; k < n; k++) {
         PyObject *o = PyList_GET_ITEM(ids, k);
         if (!PyBytes_CheckExact(o) || PyBytes_GET_SIZE(o) != OIDLEN) {
             PyMem_RawFree(idp);
+            PyMem_RawFree(pos_of);
             Py_RETURN_NONE;
         }
         idp[k] = (const uint8_t *)PyBytes_AS_STRING(o);
@@ -165,17 +194,31 @@ packs_find_reuse(PacksObject *self, PyObject *ids)
     gid_b = PyBytes_FromStringAndSize(NULL, 8 * n);
     if (!kind_b || !base_b || !gid_b)
         goto done;
-    if (posmap_init(&map, idp, (size_t)n, self->seed ^ 0x9E3779B97F4A7C15ULL) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
     uint8_t *kind = (uint8_t *)PyBytes_AS_STRING(kind_b);
     int32_t *base = (int32_t *)PyBytes_AS_STRING(base_b);
     int64_t *gids = (int64_t *)PyBytes_AS_STRING(gid_b);
-    for (Py_ssize_t k = 0; k < n; k++) {
+    memset(pos_of, 0xFF, (size_t)self->total * sizeof(*pos_of));
+    for (Py_ssize_t k = 0; k < n; k++) {     /* first: every id's entry, and each entry's last position */
+        if (k + 8 < n)
+            packs_prefetch(self, idp[k + 8]);
         long long g = packs_find(self, idp[k]);
         gids[k] = g;
+        if (g >= 0)
+            pos_of[g] = (int32_t)k;
+    }
+    int failed = 0;
+    for (Py_ssize_t k = 0; k < n && !failed; k++) {
+        long long g = gids[k];
         base[k] = -1;
+#if defined(__GNUC__)
+        /* (the idx tables are read in the plan's order, at random: see copy_prefetch) */
+        if (k + 16 < n && gids[k + 16] >= 0)
+            __builtin_prefetch(&self->pack_of[gids[k + 16]]);
+        if (k + 8 < n && gids[k + 8] >= 0) {
+            const Pack *q = &self->p[self->pack_of[gids[k + 8]]];
+            __builtin_prefetch(&q->offs[(uint32_t)gids[k + 8] - q->base]);
+        }
+#endif
         if (g < 0) {
             kind[k] = K_LOOSE;
             continue;
@@ -196,19 +239,26 @@ packs_find_reuse(PacksObject *self, PyObject *ids)
             kind[k] = K_PYTHON;
             continue;
         }
-        const uint8_t *bid = h.base_id;
+        long long bk;
         if (h.type == T_OFS) {
             long long bi = pack_entry_at(p, h.base_off);
-            bid = bi >= 0 ? p->oids + (size_t)bi * OIDLEN : NULL;
+            bk = bi >= 0 ? base_position(self, pos_of, (long long)p->base + bi, p->oids + (size_t)bi * OIDLEN, &map,
+                                         idp, (size_t)n, &failed)
+                         : -1;
+        } else {
+            bk = base_position(self, pos_of, -1, h.base_id, &map, idp, (size_t)n, &failed);
         }
-        long long bk = bid ? posmap_get(&map, bid) : -1;
         kind[k] = bk < 0 ? K_BEHIND : K_DELTA;
         base[k] = (int32_t)bk;
     }
-    result = PyTuple_Pack(3, kind_b, base_b, gid_b);
+    if (failed)
+        PyErr_NoMemory();
+    else
+        result = PyTuple_Pack(3, kind_b, base_b, gid_b);
 done:
     PyMem_RawFree(map.slots);
     PyMem_RawFree(idp);
+    PyMem_RawFree(pos_of);
     Py_XDECREF(kind_b);
     Py_XDECREF(base_b);
     Py_XDECREF(gid_b);
@@ -371,6 +421,32 @@ ofs_header(uint8_t *out, uint64_t size, uint64_t rel)
     return n;
 }
 
+static inline void
+copy_prefetch(const PacksObject *self, const int64_t *gids, const int32_t *order, Py_ssize_t n, Py_ssize_t j,
+              int tables)
+{
+#if defined(__GNUC__)
+    int32_t k = order[j];
+    if (k < 0 || k >= n)
+        return;
+    int64_t g = gids[k];
+    if (g < 0 || g >= (int64_t)self->total)
+        return;
+    if (!tables) {
+        __builtin_prefetch(&self->pack_of[g]);
+        return;
+    }
+    const Pack *p = &self->p[self->pack_of[g]];
+    uint32_t i = (uint32_t)g - p->base;
+    __builtin_prefetch(&p->offs[i]);
+    __builtin_prefetch(&p->ends[i]);
+    __builtin_prefetch(&p->crcs[i]);
+    __builtin_prefetch(p->oids + (size_t)i * OIDLEN);
+#else
+    (void)self, (void)gids, (void)order, (void)n, (void)j, (void)tables;
+#endif
+}
+
 /* copy_entries(gids 'q', order 'i', start, stop, reused, rbase 'i', offsets 'Q' (writable), pos, limit)
  *   -> (next, stuck, entries bytes, offsets bytes 'Q', crcs bytes 'I', ids bytes, deltas, bytes copied)
  * Copies the objects order[start:stop] (each a whole entry, or a reused delta whose base is already
@@ -424,6 +500,12 @@ packs_copy_entries(PacksObject *self, PyObject *args)
             PyErr_SetString(PyExc_IndexError, "copy_entries: order names a position outside the plan");
             goto done;
         }
+        /* The idx tables are read in write order, i.e. at random: start loading what the entries a few
+         * steps ahead need (their pack number 16 ahead, their offset, end and CRC32 8 ahead). */
+        if (j + 16 < stop)
+            copy_prefetch(self, gids, order, n, j + 16, 0);
+        if (j + 8 < stop)
+            copy_prefetch(self, gids, order, n, j + 8, 1);
         int64_t g = gids[k];
         if (g < 0 || g >= (int64_t)self->total) {
             stuck = 1;

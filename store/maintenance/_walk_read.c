@@ -420,8 +420,11 @@ bad:
     return NULL;
 }
 
+/* Entry i of pack pk, resolved; every object made on the way is cached (a delta's bases serve the next
+ * versions), the entry itself too unless it is whole and keep_whole is 0 (a commit: read once, and 83,000 of
+ * them filled the cache the tree walk then needed). */
 Obj *
-reader_resolve(Reader *w, uint32_t pk, uint32_t i)
+reader_resolve(Reader *w, uint32_t pk, uint32_t i, int keep_whole)
 {
     Pack *p = &w->packs->p[pk];
     w->n_resolved++;
@@ -486,7 +489,8 @@ reader_resolve(Reader *w, uint32_t pk, uint32_t i)
             base = NULL;
             goto out;
         }
-        cache_put(&w->cache, pk, l.off, base);
+        if (n > 0 || keep_whole)
+            cache_put(&w->cache, pk, l.off, base);
         break;
     }
     while (n) {

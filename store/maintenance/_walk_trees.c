@@ -40,7 +40,7 @@ read_object(WalkerObject *w, const uint8_t *id, int want, const Ref *ref, long *
         uint32_t pk = w->packs->pack_of[gid];
         *where_pack = (long)pk;
         *where_off = (long long)w->packs->p[pk].offs[gid - w->packs->p[pk].base];
-        Obj *o = reader_resolve(&w->rd, pk, (uint32_t)(gid - w->packs->p[pk].base));
+        Obj *o = reader_resolve(&w->rd, pk, (uint32_t)(gid - w->packs->p[pk].base), want != T_COMMIT);
         if (o && o->type != want) {
             char rt[200];
             ref_text(ref, rt, sizeof rt);

@@ -52,7 +52,7 @@ from .sources import SourceIndex
 from .tips import read_tips
 from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
 from .walk import Reachable, parse_tree_entries, walk
-from .writeplan import DeltaPlan, write_plan
+from .writeplan import DeltaPlan, Names, write_plan
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -163,7 +163,7 @@ class _Plan:
     expired: set[bytes] = field(default_factory=set)        # unreachable ids not kept anywhere
     reach: Reachable | None = None
     tips: dict[str, bytes] = field(default_factory=dict)
-    names: dict[bytes, bytes] | None = None                 # id -> the name it is reached by (delta search order)
+    names: Names | None = None                              # id -> the name it is reached by (delta search order)
     preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
 
@@ -353,9 +353,10 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
     tips = read_tips(repo)
     reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes, packs=sources)
-    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids), names=reach.names)
+    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids),
+                 names=lambda: reach.names)   # (built only if the delta search runs)
     plan.main = sources.present(reach.ids())
-    seen = reach.seen
+    seen = reach.reached()
     # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
     ages: dict[bytes, int] = {}
     kept = sources.kept_ids
@@ -373,6 +374,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
         t = int(_mtime(repo.objects.loose.path_for(oid)))
         if t > ages.get(oid, -1):
             ages[oid] = t
+    reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
     cutoff = now - options.expire
     keep = {oid for oid, t in ages.items() if t >= cutoff}
     keep |= _reached_from(keep, ages, sources)   # an old object a young one needs stays with it
@@ -526,7 +528,7 @@ def _recheck_tips(repo, plan: _Plan, sources: SourceIndex) -> set[bytes]:
     changed = [(name, oid) for name, oid in sorted(tips.items()) if plan.tips.get(name) != oid]
     if not changed:
         return set()
-    in_new = plan.reach.seen if plan.reach is not None else set()
+    in_new = plan.reach.reached() if plan.reach is not None else set()
     cruft = set(plan.cruft)
     reach = walk(changed, sources.read, known=lambda oid: oid in in_new or oid in cruft)
     return {oid for oid, _t in reach.in_order() if oid in plan.expired}

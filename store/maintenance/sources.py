@@ -144,6 +144,8 @@ class SourceIndex:
 
     def present(self, ids: list[bytes]) -> list[bytes]:
         """The ids of ``ids`` this repack may rewrite (what ``in`` answers), in their order."""
+        if self.c_packs is not None:
+            return self.c_packs.present(ids, self.loose_ids, self.kept_ids)
         loc, loose, kept = self.loc, self.loose_ids, self.kept_ids
         return [oid for oid in ids if oid in loc or (oid in loose and oid not in kept)]
 

@@ -41,7 +41,7 @@ from binascii import Error as HexError
 from binascii import unhexlify
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Container, Iterable
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..forked import ForkedCall
@@ -74,18 +74,61 @@ FORK_MIN_COMMITS = 2000
 #: Share of the commits (newest first) whose trees the parent walks; the child walks the rest, which in a
 #: growing history has smaller trees.
 FORK_SHARE = 0.35
+#: The C walk's main thread, done with its share before the helper thread, takes half of the roots the
+#: helper has left when at least this many are (fewer: not worth a copy of the seen set).
+STEAL_MIN_ROOTS = 200
 
 
 @dataclass
 class Reachable:
-    """What the tips reach, each list in git's order (see the module docstring)."""
+    """What the tips reach, each list in git's order (see the module docstring).
+
+    ``names``: tree/blob id -> the entry name it was reached by; ``seen``: everything in the lists (and what
+    was skipped as known). After the C walk both stay in the C walker until asked for (a repack that reuses
+    every delta never needs the 300,000 names; ``oid in`` :meth:`reached` answers from the walker's own set).
+    """
 
     commits: list[bytes] = field(default_factory=list)
     tags: list[bytes] = field(default_factory=list)
     trees: list[bytes] = field(default_factory=list)
     blobs: list[bytes] = field(default_factory=list)
-    names: dict[bytes, bytes] = field(default_factory=dict)   # tree/blob id -> entry name it was reached by
-    seen: set[bytes] = field(default_factory=set)             # everything above (and what was skipped as known)
+    _names: dict[bytes, bytes] | None = field(default_factory=dict, repr=False)
+    _seen: set[bytes] | None = field(default_factory=set, repr=False)
+    _walker: object | None = field(default=None, repr=False)    # the C walk's Walker (its reader released)
+    _index_dropped: bool = field(default=False, repr=False)
+
+    @property
+    def names(self) -> dict[bytes, bytes]:
+        if self._names is None:
+            self._names = self._walker.names(self.trees, self.blobs)  # type: ignore[attr-defined]
+            if self._index_dropped:
+                self._walker = None     # (nothing more to ask of it)
+        return self._names
+
+    @property
+    def seen(self) -> set[bytes]:
+        if self._seen is None:
+            seen: set[bytes] = set()
+            for ids in (self.commits, self.tags, self.trees, self.blobs):
+                seen.update(ids)
+            self._seen = seen
+        return self._seen
+
+    def reached(self) -> Container[bytes]:
+        """What answers ``oid in`` as :attr:`seen` does, without building that set after a C walk (the C
+        walker's own set; SourceIndex.unreached uses it as it is)."""
+        if self._seen is None and self._walker is not None and not self._index_dropped:
+            return self._walker  # type: ignore[return-value]
+        return self.seen
+
+    def drop_index(self) -> None:
+        """The caller is done asking :meth:`reached` in bulk: free the C walker's seen set (tens of MB while the
+        search and the writer run); :attr:`seen` is built from the lists if anyone asks again."""
+        if self._walker is not None and not self._index_dropped:
+            self._walker.release_seen()  # type: ignore[attr-defined]
+            self._index_dropped = True
+            if self._names is not None:
+                self._walker = None
 
     def __len__(self) -> int:
         return len(self.commits) + len(self.tags) + len(self.trees) + len(self.blobs)
@@ -350,15 +393,17 @@ class Walker:
                     else:
                         cw.walk_tree(oid, None, referrer)
                 cw.walk_roots(0, split)
+                tail = helper.steal(cw, cache) if helper is not None else None
                 if helper is not None:
                     cw.merge(helper.join())
+                if tail is not None:
+                    cw.merge(tail)
             finally:
                 if helper is not None:
                     helper.cancel()
-        res.commits, res.trees, res.blobs, res.names = cw.result()
-        seen = res.seen
-        for ids in (res.commits, res.tags, res.trees, res.blobs):
-            seen.update(ids)
+        res.commits, res.trees, res.blobs = cw.result()
+        cw.release_reader()
+        res._walker, res._names, res._seen = cw, None, None   # (names and the seen set: built when asked for)
         if self.progress is not None:
             self.progress("counting objects", len(res), len(res))
         return res
@@ -426,19 +471,38 @@ class _HelperThread:
 
         self.walker = walker
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(start, stop), name="packyard-walk", daemon=True)
+        walker.claim_roots(start, stop)   # (before the thread starts: steal() sees them from now on)
+        self.thread = threading.Thread(target=self._run, name="packyard-walk", daemon=True)
         self.thread.start()
 
-    def _run(self, start: int, stop: int) -> None:
+    def _run(self) -> None:
         try:
-            self.walker.walk_roots(start, stop)
+            self.walker.walk_claimed()
         except BaseException as err:  # raised again by join()
             self.error = err
+
+    def steal(self, main, cache: int):
+        """Called when the main walk is done with its share: walk the second half of the roots the helper has
+        not started yet, here, with a copy of the main walk's seen set (the helper stops where that half
+        begins); the walker that did it, to merge after the helper's, or None when too little was left.
+
+        Merging the helper's results and then this one's gives the lists one walk makes: each walker's seen
+        set holds every object below each tree in it, so what a walker found and an earlier part of the
+        order had already seen is exactly what the merge leaves out."""
+        span = self.walker.steal_roots(STEAL_MIN_ROOTS)
+        if span is None:
+            return None
+        main.release_reader()      # (done walking: its delta-base cache goes before the tail's fills)
+        tail = main.copy(cache)
+        tail.walk_roots(*span)
+        tail.release_reader()
+        return tail
 
     def join(self):
         self.thread.join()
         if self.error is not None:
             raise self.error
+        self.walker.release_reader()   # (its lists are merged; its cache is no longer needed)
         return self.walker
 
     def cancel(self) -> None:
@@ -451,7 +515,8 @@ def walk(tips: Iterable[tuple[str, bytes]], read: Read, *, known: Callable[[byte
          progress: Progress | None = None, processes: int = 1, packs: SourceIndex | None = None) -> Reachable:
     """Everything ``tips`` reach (see :class:`Reachable`); ``known`` objects are neither added nor descended.
     With ``processes`` > 1 the older part of the history's trees is walked at the same time (a thread in
-    the C walk, a forked process in the Python one). ``packs``: the repack's SourceIndex; with the C
+    the C walk, a forked process in the Python one; the C walk's main thread, done first, takes half of what
+    the helper thread has left). ``packs``: the repack's SourceIndex; with the C
     extension, the walk reads its packs directly (``read`` then serves only objects outside them)."""
     return Walker(read, known=known, progress=progress, processes=processes, packs=packs).run(tips)
 

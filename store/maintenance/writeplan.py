@@ -15,7 +15,9 @@ search
     the walk reached it by, its source pack (two whole objects of one pack are not tried against
     each other when reusing: that pack's writer already found no delta between them) and the
     depth its own delta may reach. The search reads the objects it tries (each checked against
-    its id) and returns new deltas, already compressed.
+    its id) and returns new deltas, already compressed. Skipped when it provably has nothing to try:
+    reusing, with one source pack, every object without a reused delta whole there (git's
+    ``pack-objects`` does not search whole objects of one pack against each other either).
 write
     The ids in their order (git's: recency for commits, traversal for trees and blobs), each
     delta's base pulled in just before it when it comes later in the order (OFS_DELTA points
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
     from .repack import RepackCounters
 
 Progress = Callable[[str, int, "int | None"], None]
+
+#: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
+Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
 
 # What an object's copy in the sources is (``_Reuse.kind``).
 LOOSE, WHOLE, DELTA, DELTA_BASE_BEHIND = 0, 1, 2, 3
@@ -70,12 +75,13 @@ class _Reuse:
 
 def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "RepackCounters", *,
                progress: Progress | None = None, phase: str = "writing objects",
-               mtime_of: dict[bytes, int] | None = None, names: dict[bytes, bytes] | None = None,
+               mtime_of: dict[bytes, int] | None = None, names: Names | None = None,
                preloaded: dict[bytes, tuple[int, bytes]] | None = None, deltas: DeltaPlan = DeltaPlan(),
                timings: dict[str, float] | None = None) -> list[int] | None:
     """Write every id of ``ids`` once, in that order except that a delta's base always goes first.
 
-    ``names``: object id -> the name it was reached by (the walk's), for the search's order.
+    ``names``: object id -> the name it was reached by (the walk's), for the search's order (or a function
+    returning that dict: called only if the search runs).
     ``preloaded``: objects the plan already read and checked (type, data), not read again.
     Returns the mtimes in written order when ``mtime_of`` is given. ``timings`` gets the seconds
     spent in the search (``"search"``).
@@ -87,7 +93,7 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
     computed: dict[int, tuple[int, int]] = {}   # position -> (candidate, position of its new base)
     zwhole: dict[int, tuple[int, int, bytes]] = {}   # position -> (type, size, compressed object)
     found: SearchResult | None = None
-    if deltas.search is not None:
+    if deltas.search is not None and not _nothing_to_try(reuse, sources, deltas):
         found, cand = _search(ids, sources, reuse, names, pre, deltas, progress, c)
         cand_ids = cand.ids
         for i, b in enumerate(found.base):
@@ -200,19 +206,33 @@ def _check_chains(r: _Reuse, limit: int) -> None:
 
 # -- step 2: search ------------------------------------------------------------------------------------------
 
+def _nothing_to_try(reuse: _Reuse, sources: SourceIndex, deltas: DeltaPlan) -> bool:
+    """Pure question: would the search provably try no pair? When reusing, every object without a reused
+    delta is a whole entry of the one source pack: the search never tries two whole objects of one pack
+    against each other (that pack's writer found no delta between them), so it would only read and hash
+    them and come back empty; the writer copies them as they are (CRC32 checked) either way."""
+    if not deltas.reuse or len(sources.packs) != 1:
+        return False
+    kind = reuse.kind
+    return (kind.count(LOOSE) == 0 and kind.count(DELTA_BASE_BEHIND) == 0
+            and kind.count(DELTA) == reuse.reused.count(1))
+
+
 class _Offered(Candidates):
     """The search's candidates, with their positions in ``ids``."""
 
     ids: array
 
 
-def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: dict[bytes, bytes] | None,
+def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names | None,
             pre: dict[bytes, tuple[int, bytes]], deltas: DeltaPlan, progress: Progress | None,
             c: "RepackCounters") -> tuple[SearchResult, _Offered]:
     # Source packs matter only when reusing: that pack's writer tried its whole objects against each other.
     cand = _Offered(groups=array("i"), fixed=bytearray()) if deltas.reuse else _Offered()
     cand.ids = cand_ids = array("i")
     hashes: dict[bytes, int] = {}
+    if callable(names):
+        names = names()
     names_get = names.get if names is not None else (lambda oid: None)
     kind, reused, gids, pack_no = reuse.kind, reuse.reused, reuse.gid, sources.pack_no
     limit = deltas.depth
@@ -438,4 +458,4 @@ def _write_runs(emit: _Emitter, packs: "_walk_c.Packs", progress: Progress | Non
     return order
 
 
-__all__ = ["write_plan", "DeltaPlan"]
+__all__ = ["write_plan", "DeltaPlan", "Names"]

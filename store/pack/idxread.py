@@ -84,7 +84,7 @@ def read_idx_tables(path: str | Path, data: bytes | None = None) -> IdxTables:
                     raise PackFormatError(f"pack index names large offset #{k} of {n_large}", path=path,
                                           offset=off_at + 4 * i)
                 offsets[i] = large[k]
-    elif any(v & 0x80000000 for v in small):
+    elif small and max(small) & 0x80000000:   # (one C-level pass: a generator took 40 ms for 500,000)
         raise PackFormatError("pack index names a 64-bit offset but has no 64-bit offset table", path=path,
                               offset=off_at)
     return IdxTables(count=n, oids=oids, crcs=crcs, offsets=offsets, pack_checksum=data[n_bytes - 40:n_bytes - 20])
