@@ -62,7 +62,7 @@ from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
 from ..owner import current_owner, with_owner
 from ..refs import RefUpdate
-from .format import PACK_HEADER_SIZE, encode_entry_header, parse_pack_header
+from .format import MAX_OFS_BYTES, MAX_VARINT_SHIFT, PACK_HEADER_SIZE, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
 from .resolve import apply_delta_checked
 from .strict import check_object
@@ -412,7 +412,7 @@ class _Receiver:
             while c & 0x80:
                 if p >= blen:
                     raise PackFormatError("pack truncated inside an entry header", path=where, offset=start)
-                if shift > 63:
+                if shift > MAX_VARINT_SHIFT:
                     raise PackFormatError("entry size overflows 64 bits", path=where, offset=start)
                 c = buf[p]
                 p += 1
@@ -426,7 +426,7 @@ class _Receiver:
                 rel = c & 0x7F
                 nbytes = 1
                 while c & 0x80:
-                    if p >= blen or nbytes >= 10:
+                    if p >= blen or nbytes >= MAX_OFS_BYTES:
                         raise PackFormatError("OFS_DELTA offset overflows or is truncated", path=where,
                                               offset=start)
                     c = buf[p]

@@ -78,6 +78,16 @@ def this_host_tag() -> str:
     return _HOST_TAG
 
 
+def _checked_crc(raw: memoryview, source_crc: int, oid: bytes, path: object, start: int) -> int:
+    """The CRC32 of a source entry about to be copied verbatim; PackFormatError naming the object, the
+    source pack and the offset when it is not its idx's (nothing is copied then)."""
+    crc = zlib.crc32(raw)
+    if crc != source_crc:
+        raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
+                              f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=start)
+    return crc
+
+
 class PackWriter:
     """One pack being written; see the module docstring. Not thread-safe; one writer per pack."""
 
@@ -236,10 +246,7 @@ class PackWriter:
     def copy_raw(self, oid: bytes, view: memoryview, start: int, end: int, source_crc: int, *, path: object) -> int:
         """Copy a whole (non-delta) entry ``view[start:end]`` as it is, after checking its CRC32 (see copy_entry)."""
         raw = view[start:end]
-        crc = zlib.crc32(raw)
-        if crc != source_crc:
-            raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
-                                  f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=start)
+        crc = _checked_crc(raw, source_crc, oid, path, start)
         offset = self._pos
         self._append(raw)
         self.bytes_copied += end - start
@@ -250,10 +257,7 @@ class PackWriter:
         """Copy the delta entry ``view[start:end]`` (its instructions start at ``data_start``, ``size`` bytes
         inflated) as OFS_DELTA against ``base_offset`` in this pack, without inflating it; CRC32 checked."""
         raw = view[start:end]
-        crc = zlib.crc32(raw)
-        if crc != source_crc:
-            raise PackFormatError(f"entry's CRC32 {crc:08x} differs from its idx's {source_crc:08x} "
-                                  f"(corrupt pack entry; not copied)", oid=oid, path=path, offset=start)
+        _checked_crc(raw, source_crc, oid, path, start)   # (the new entry has a new header: its own CRC below)
         offset = self._pos
         if not 0 < offset - base_offset <= offset:
             raise InvalidInputError(f"a delta is copied only after its base (object {oid.hex()})")
