@@ -79,6 +79,18 @@ def base_repo(dest: Path, pack: Path, refs: Path) -> Path:
     return dest
 
 
+def _pack_ranges(dest: Path, src: Path, tips: list[str]) -> str:
+    """One pack in ``dest`` per range of ``src``'s history: up to tips[0], then each tip since the one
+    before it (as successive pushes would bring them); returns the last tip."""
+    prev: str | None = None
+    for tip in tips:
+        spec = f"{tip}\n" + (f"^{prev}\n" if prev else "")
+        _git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src, input=spec.encode())
+        prev = tip
+    assert prev is not None
+    return prev
+
+
 def split_repo(dest: Path, src: Path, packs: int = 50, loose_commits: int = 20) -> Path:
     """``src``'s history in ``packs`` packs of consecutive ranges, the newest ``loose_commits`` commits loose."""
     if dest.exists():
@@ -86,12 +98,7 @@ def split_repo(dest: Path, src: Path, packs: int = 50, loose_commits: int = 20) 
     _git("init", "-q", "--bare", str(dest))
     commits = _git("rev-list", "--reverse", "--topo-order", "main", git_dir=src).decode().split()
     body = len(commits) - loose_commits
-    prev = None
-    for k in range(1, packs + 1):
-        tip = commits[body * k // packs - 1]
-        spec = f"{tip}\n" + (f"^{prev}\n" if prev else "")
-        _git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src, input=spec.encode())
-        prev = tip
+    prev = _pack_ranges(dest, src, [commits[body * k // packs - 1] for k in range(1, packs + 1)])
     tail = _git("pack-objects", "-q", "--revs", "--stdout", git_dir=src, input=f"{commits[-1]}\n^{prev}\n".encode())
     subprocess.run(["git", "--git-dir", str(dest), "unpack-objects", "-q"], input=tail, check=True)
     _git("update-ref", "refs/heads/main", commits[-1], git_dir=dest)
@@ -105,14 +112,7 @@ def geometric_repo(dest: Path, src: Path, small: int = 30, per_push: int = 3) ->
     _git("init", "-q", "--bare", str(dest))
     commits = _git("rev-list", "--reverse", "--topo-order", "main", git_dir=src).decode().split()
     cut = len(commits) - small * per_push
-    _git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src,
-         input=f"{commits[cut - 1]}\n".encode())
-    prev = commits[cut - 1]
-    for k in range(small):
-        tip = commits[cut + (k + 1) * per_push - 1]
-        _git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src,
-             input=f"{tip}\n^{prev}\n".encode())
-        prev = tip
+    _pack_ranges(dest, src, [commits[cut - 1]] + [commits[cut + (k + 1) * per_push - 1] for k in range(small)])
     _git("update-ref", "refs/heads/main", commits[-1], git_dir=dest)
     return dest
 
