@@ -23,14 +23,15 @@ falls back to a fresh lookup when a pack of the snapshot has been repacked away.
 from __future__ import annotations
 
 import enum
+import errno
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
-from .errors import CorruptObjectError, ObjectMissingError
+from .errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from .loose import LooseObjects
 from .objects import ObjectType, hash_object
-from .pack.packdir import PackDirectory, PackList, is_gone
+from .pack.packdir import PackDirectory, PackFile, PackList, is_gone
 
 PRESERVED_DIR = "preserved"   # objects/pack/preserved: packs a repack replaced (JGit's preserved packs)
 
@@ -99,13 +100,49 @@ class LookupCounters:
     relisted_hits: int = 0        # found only after re-listing objects/pack
     preserved_hits: int = 0       # found only in objects/pack/preserved/
     snapshot_fallbacks: int = 0   # an ObjectSnapshot read fell back to a fresh lookup
+    packs_unreadable: int = 0     # a listed pack could not be read (truncated, corrupt): skipped for that lookup
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
+#: A lookup re-lists a pack directory at most this many times because packs it found vanished; past it
+#: the lookup goes on with the listing it has (every pack found gone stays out of the candidates, so a
+#: finite listing always ends). Bounds a lookup under a directory whose packs keep disappearing.
+MAX_VANISHED_RELISTINGS = 8
+
+#: What a probe of one pack found: a result, or ``None`` when the object is not where the idx said
+#: (only freshen can say that: the pack's file vanished before its mtime could be touched).
+T = TypeVar("T")
+
+
+class Stage(enum.Enum):
+    """Which listing of the search answered (a result, not a boolean)."""
+
+    CURRENT = "current"        # the pack list this reader had, or its loose file
+    RELISTED = "relisted"      # objects/pack listed again after a miss
+    PRESERVED = "preserved"    # objects/pack/preserved: a pack a repack replaced
+
+
+@dataclass
+class _Search:
+    """One lookup's memory across listings: packs found gone or unreadable stay out of its candidates."""
+
+    gone: set[Path] = field(default_factory=set)          # by idx path: preserved/ reuses the names
+    unreadable: dict[Path, PackFormatError] = field(default_factory=dict)
+    relistings_left: int = MAX_VANISHED_RELISTINGS
+
+    def skips(self, pack: PackFile) -> bool:
+        return pack.idx_path in self.gone or pack.idx_path in self.unreadable
+
+
 class ObjectDirectory:
-    """``<git dir>/objects``: delegates to :class:`LooseObjects` and :class:`PackDirectory`."""
+    """``<git dir>/objects``: delegates to :class:`LooseObjects` and :class:`PackDirectory`.
+
+    Every lookup (``locate``, ``read``, ``read_header``, ``freshen``) goes through ONE search loop,
+    :meth:`_search` (JGit's ``searchPacksAgain``), with ONE handler for a pack that failed under it,
+    :meth:`_pack_failed` (JGit's ``handlePackError``).
+    """
 
     def __init__(self, objects_dir: Path, *, unsafe_trust_dir_mtime: bool = False) -> None:
         """``unsafe_trust_dir_mtime``: UNSAFE, for the race harness's negative control only -- a miss
@@ -116,110 +153,147 @@ class ObjectDirectory:
         self.preserved = PackDirectory(objects_dir / "pack" / PRESERVED_DIR)
         self.counters = LookupCounters()
 
-    def _listings(self) -> Iterator[PackList]:
-        """The current pack list, then -- only if the caller keeps looking -- one fresh listing.
+    # -- the one search loop -------------------------------------------------
+    def _search(self, oid: bytes, probe: Callable[[PackFile, int], T | None],
+                loose: Callable[[bytes], T | None] | None, *, relist: bool, preserved: bool,
+                skip_cruft: bool = False) -> tuple[T, Stage] | None:
+        """The lookup rule, in one place: the current pack list (then the loose file), a miss re-lists
+        ``objects/pack`` once (then the loose file again), and a read that still misses looks in
+        ``preserved/``. ``probe(pack, offset)`` reads what the caller wants from one pack; a pack found
+        gone or unreadable under it is handled by :meth:`_pack_failed` and stays out of this lookup's
+        candidates across every re-listing, so the loop ends (a finite number of packs, a bounded
+        number of re-listings) even when dead packs keep being listed."""
+        search = _Search()
+        got = self._in_packs(oid, self.packs, self.packs.prepare(), probe, search, skip_cruft)
+        if got is None and loose is not None:
+            got = loose(oid)
+        if got is not None:
+            return got, Stage.CURRENT
+        if relist:
+            # A concurrent repack may have packed (and pruned) it since our listing.
+            got = self._in_packs(oid, self.packs, self.packs.reprepare(), probe, search, skip_cruft)
+            if got is None and loose is not None:
+                got = loose(oid)
+            if got is not None:
+                self.counters.relisted_hits += 1
+                return got, Stage.RELISTED
+        if preserved:
+            # ...or replaced the pack this reader's view of the refs still needs: preserved/ has it for a while.
+            got = self._in_packs(oid, self.preserved, self.preserved.reprepare(), probe, search, skip_cruft)
+            if got is not None:
+                self.counters.preserved_hits += 1
+                return got, Stage.PRESERVED
+        if search.unreadable:   # it may be in a pack that cannot be read: say so rather than "missing"
+            raise next(iter(search.unreadable.values()))
+        return None
 
-        This is the lookup rule in one place: a miss re-lists objects/pack exactly once.
+    def _in_packs(self, oid: bytes, directory: PackDirectory, packs: PackList,
+                  probe: Callable[[PackFile, int], T | None], search: _Search, skip_cruft: bool) -> T | None:
+        while True:
+            found = None
+            for pack in packs:
+                if search.skips(pack) or (skip_cruft and pack.is_cruft):
+                    continue
+                try:
+                    offset = pack.find_offset(oid)
+                except (OSError, PackFormatError) as err:
+                    if not self._pack_failed(pack, err, search):
+                        raise
+                    continue
+                if offset is not None:
+                    found = pack, offset
+                    break
+            if found is None:
+                return None
+            pack, offset = found
+            try:
+                got = probe(pack, offset)
+            except (OSError, PackFormatError) as err:
+                if not self._pack_failed(pack, err, search):
+                    raise
+                got = None
+            if got is not None:
+                return got
+            if pack.idx_path in search.gone and search.relistings_left > 0:
+                # The repack that removed it installed what replaces it: list the directory again.
+                search.relistings_left -= 1
+                packs = directory.reprepare()
+            elif not search.skips(pack):
+                return None
+
+    def _pack_failed(self, pack: PackFile, err: BaseException, search: _Search) -> bool:
+        """The one handler for a pack that failed under a lookup; True if the lookup goes on without it.
+
+        Gone (ENOENT, ESTALE: repacked away, or only its .idx is left): counted, and left out of the
+        rest of this lookup. Unreadable (truncated, a bad header or idx, a corrupt entry:
+        PackFormatError naming the file and offset): left out too, and raised if no other pack
+        answers, as git falls back to another copy of a corrupt packed object. Anything else: False.
         """
-        yield self.packs.prepare()
-        yield self.packs.reprepare()
+        if isinstance(err, OSError) and is_gone(err):
+            search.gone.add(pack.idx_path)
+            self.counters.packs_vanished += 1
+            return True
+        if isinstance(err, PackFormatError):
+            search.unreadable.setdefault(pack.idx_path, err)
+            self.counters.packs_unreadable += 1
+            return True
+        return False
 
     # -- existence ---------------------------------------------------------
-    def _locate_once(self, oid: bytes, packs: PackList) -> Location:
-        if packs.find(oid) is not None:
-            return Location.PACKED
-        if self.loose.has(oid):
-            return Location.LOOSE
-        return Location.MISSING
-
     def locate(self, oid: bytes, *, quick: bool = False) -> Location:
-        where = self._locate_once(oid, self.packs.prepare())
-        if where is Location.MISSING and not quick:
-            # A concurrent repack may have packed (and pruned) it since our listing.
-            fresh = self.packs.reprepare()
-            if fresh.find(oid) is not None:
-                return Location.PACKED
-        return where
+        def in_pack(pack: PackFile, offset: int) -> Location:
+            return Location.PACKED
+
+        def in_loose(oid: bytes) -> Location | None:
+            return Location.LOOSE if self.loose.has(oid) else None
+
+        try:
+            got = self._search(oid, in_pack, in_loose, relist=not quick, preserved=False)
+        except PackFormatError:   # only in a pack that cannot be read: not an answer to "does it exist?"
+            return Location.MISSING
+        return Location.MISSING if got is None else got[0]
 
     def has(self, oid: bytes, *, quick: bool = False) -> bool:
         return self.locate(oid, quick=quick) is not Location.MISSING
 
     # -- reading -----------------------------------------------------------
-    def _read_packed(self, oid: bytes, packs: PackList, directory: PackDirectory | None,
-                     verify: bool) -> tuple[ObjectType, bytes] | None:
-        """Look in ``packs``; a pack found gone is dropped and ``directory`` re-listed (once per vanished pack)."""
-        while True:
-            gone: list = []
-            found = packs.find(oid, gone)
-            self.counters.packs_vanished += len(gone)
-            if found is None:
-                return None
-            pack, offset = found
-            try:
-                obj_type, data = pack.read_at(offset, resolve_ref=self.read)
-            except OSError as err:
-                if not is_gone(err):
-                    raise
-                # The pack vanished between listing and opening (repacked away): drop it, re-list.
-                self.counters.packs_vanished += 1
-                packs = directory.reprepare() if directory is not None else packs.without(pack)
-                packs = packs.without(pack)
-                continue
+    def read(self, oid: bytes, *, verify: bool = False) -> tuple[ObjectType, bytes]:
+        """The object's type and content; ObjectMissingError only after one re-listing and a look in preserved/."""
+        def in_pack(pack: PackFile, offset: int) -> tuple[ObjectType, bytes]:
+            obj_type, data = pack.read_at(offset, resolve_ref=self.read)
             if verify and hash_object(obj_type, data) != oid:
                 raise CorruptObjectError("packed object does not hash to its name", oid=oid,
                                          path=pack.pack_path, offset=offset)
             return obj_type, data
 
-    def _read_once(self, oid: bytes, packs: PackList, verify: bool) -> tuple[ObjectType, bytes] | None:
-        got = self._read_packed(oid, packs, self.packs, verify)
-        if got is not None:
-            return got
-        try:
-            return self.loose.read(oid, verify=verify)
-        except ObjectMissingError:
-            return None
+        def in_loose(oid: bytes) -> tuple[ObjectType, bytes] | None:
+            try:
+                return self.loose.read(oid, verify=verify)
+            except ObjectMissingError:
+                return None
 
-    def read(self, oid: bytes, *, verify: bool = False) -> tuple[ObjectType, bytes]:
-        """The object's type and content; ObjectMissingError only after one re-listing and a look in preserved/."""
-        got = self._read_once(oid, self.packs.prepare(), verify)
-        if got is not None:
-            return got
-        # A concurrent repack may have moved it into a new pack (and deleted the loose file or old pack).
-        got = self._read_once(oid, self.packs.reprepare(), verify)
-        if got is not None:
-            self.counters.relisted_hits += 1
-            return got
-        # ...or replaced the pack this reader's view of the refs still needs: preserved/ has it for a while.
-        got = self._read_packed(oid, self.preserved.reprepare(), self.preserved, verify)
-        if got is not None:
-            self.counters.preserved_hits += 1
-            return got
-        raise ObjectMissingError("object not found (pack directory re-listed once, preserved packs searched)",
-                                 oid=oid, path=self.path)
+        got = self._search(oid, in_pack, in_loose, relist=True, preserved=True)
+        if got is None:
+            raise ObjectMissingError("object not found (pack directory re-listed once, preserved packs searched)",
+                                     oid=oid, path=self.path)
+        return got[0]
 
     def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
         """Type and size; the same rules as :meth:`read` (one re-listing, then preserved/)."""
-        for attempt in range(3):
-            packs = (self.packs.prepare() if attempt == 0 else self.packs.reprepare() if attempt == 1
-                     else self.preserved.reprepare())
-            while True:
-                found = packs.find(oid)
-                if found is None:
-                    break
-                try:
-                    return found[0].header_at(found[1])
-                except OSError as err:
-                    if not is_gone(err):
-                        raise
-                    self.counters.packs_vanished += 1
-                    packs = packs.without(found[0])
-            if attempt < 2:
-                try:
-                    return self.loose.read_header(oid)
-                except ObjectMissingError:
-                    continue
-        raise ObjectMissingError("object not found (pack directory re-listed once, preserved packs searched)",
-                                 oid=oid, path=self.path)
+        def in_pack(pack: PackFile, offset: int) -> tuple[ObjectType, int]:
+            return pack.header_at(offset)
+
+        def in_loose(oid: bytes) -> tuple[ObjectType, int] | None:
+            try:
+                return self.loose.read_header(oid)
+            except ObjectMissingError:
+                return None
+
+        got = self._search(oid, in_pack, in_loose, relist=True, preserved=True)
+        if got is None:
+            raise ObjectMissingError("object not found (pack directory re-listed once, preserved packs searched)",
+                                     oid=oid, path=self.path)
+        return got[0]
 
     # -- bulk --------------------------------------------------------------
     def snapshot(self) -> ObjectSnapshot:
@@ -262,8 +336,15 @@ class ObjectDirectory:
         only in a cruft pack is MISSING (the caller writes it anew, as git does)."""
         if self.loose.freshen(oid):
             return Location.LOOSE
-        for packs in self._listings():
-            found = packs.find_not_cruft(oid)   # a cruft pack's mtime is never touched: write it anew
-            if found is not None and found[0].freshen():
+
+        def touch(pack: PackFile, offset: int) -> Location | None:
+            if pack.freshen():
                 return Location.PACKED
-        return Location.MISSING
+            raise FileNotFoundError(errno.ENOENT, "pack vanished before it could be freshened", str(pack.pack_path))
+
+        try:
+            # a cruft pack's mtime is never touched: an object only there is written anew
+            got = self._search(oid, touch, None, relist=True, preserved=False, skip_cruft=True)
+        except PackFormatError:
+            return Location.MISSING
+        return Location.MISSING if got is None else got[0]

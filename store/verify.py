@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections import deque
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Callable
 
 from .errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
@@ -84,6 +85,7 @@ def _verify(repo: Repository, report: VerifyReport, progress: Progress | None) -
     refs = repo.refs.as_dict()
     head = repo.refs.resolve("HEAD")
     report.refs = len(refs)
+    _orphaned_idx_files(repo.objects.packs.path)
     snap = repo.objects.snapshot()
     report.packs = len(snap.packs)
     # oid -> (type, size, links as bytes: 20-byte oid + 1 type byte per link)
@@ -92,7 +94,11 @@ def _verify(repo: Repository, report: VerifyReport, progress: Progress | None) -
     total_packed = sum(len(p) for p in snap.packs)
     tick = _Tick(progress, "checking packed objects", total_packed)
     for pack in snap.packs:
-        _verify_pack(pack, known, report, tick)
+        try:
+            _verify_pack(pack, known, report, tick)
+        except OSError as err:   # removed since the listing (a concurrent repack), or unreadable: name the file
+            raise PackFormatError(f"pack cannot be read: {err.strerror or err}", path=err.filename or pack.pack_path,
+                                  offset=None) from err
     tick.finish()
 
     loose_ids = [oid for oid in snap.loose_ids if oid not in known]
@@ -111,6 +117,20 @@ def _verify(repo: Repository, report: VerifyReport, progress: Progress | None) -
     report.unreachable = len(known) - report.objects
     report.pack_rescans = repo.objects.packs.rescans
     return report
+
+
+def _orphaned_idx_files(pack_dir: Path) -> None:
+    """A ``pack-*.idx`` without its ``.pack`` fails verification, naming the missing file. Readers (git's and
+    ours) treat it as absent; it is what an interrupted ``git repack``/``gc`` leaves (git unlinks the .pack
+    first), and the janitor removes it after its age rule (store/maintenance/leftovers.py)."""
+    try:
+        names = set(os.listdir(pack_dir))
+    except FileNotFoundError:
+        return
+    for name in sorted(names):
+        if name.startswith("pack-") and name.endswith(".idx") and f"{name[:-4]}.pack" not in names:
+            raise PackFormatError(f"pack index without its pack: {name[:-4]}.pack is missing (readers ignore "
+                                  "the idx; the janitor removes it once stale)", path=pack_dir / f"{name[:-4]}.pack")
 
 
 def _pack_links(obj_type, data: bytes, oid: bytes, where) -> bytes:

@@ -30,7 +30,8 @@ def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_a
     older than ``stale_after``; others named ``tmp_*`` (git's, another host's) after ``foreign_after``.
     A ``pack-*.pack``/``.rev``/``.mtimes`` without its ``.idx`` is invisible to readers: if the idx is in
     preserved/ (a repack died moving the pack there) the move is finished; otherwise (an install killed
-    between renames) it is removed once older than ``stale_after``.
+    between renames) it is removed once older than ``stale_after``. A ``pack-*.idx`` whose ``.pack`` is
+    gone (an interrupted ``git repack``/``gc``: git unlinks the .pack first) goes by the same age rule.
 
     ``fence()`` (a job's maintenance-lease check) runs before each removal: a holder that lost its
     lease stops before deleting anything more. ``orphans=False`` (an ingesting job, which holds no
@@ -68,6 +69,10 @@ def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_a
                 preserve_pack(pack_dir, stem, now=now)
                 removed += 1
                 continue
+            stale = age >= stale_after
+        elif orphans and name.startswith("pack-") and name.endswith(".idx") and f"{name[:-4]}.pack" not in names:
+            # An idx whose pack is gone: what git's unlink_pack_path leaves when interrupted (it removes
+            # the .pack first). Readers treat it as absent (packdir.list_packs); past the age rule it goes.
             stale = age >= stale_after
         else:
             continue

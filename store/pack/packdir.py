@@ -313,13 +313,20 @@ class PackList:
 
 
 def list_packs(directory: Path, old: dict[str, PackFile] | None = None) -> tuple[PackFile, ...]:
-    """The packs in ``directory`` (by their .idx), newest first; reuses open PackFiles from ``old``."""
+    """The packs in ``directory`` (by their .idx), newest first; reuses open PackFiles from ``old``.
+
+    An ``.idx`` whose ``.pack`` is not in the same listing is not a pack (git's ``add_packed_git``
+    skips it too): git's own ``unlink_pack_path`` removes the ``.pack`` before the ``.idx``, so an
+    interrupted ``git repack``/``gc`` leaves exactly that, and a reader that listed it would find it
+    gone on every re-listing. The janitor removes such an orphan by its age rule.
+    """
     old = old or {}
     try:
         with os.scandir(directory) as it:
-            idx_names = [e.name for e in it if e.name.startswith("pack-") and e.name.endswith(".idx")]
+            names = {e.name for e in it if e.name.startswith("pack-")}
     except FileNotFoundError:
-        idx_names = []
+        names = set()
+    idx_names = [n for n in names if n.endswith(".idx") and n[:-4] + ".pack" in names]
     packs = [old.get(name[:-4]) or PackFile(directory / name) for name in sorted(idx_names)]
     # Newest first is what git does (recently written packs are most likely to be hit).
     packs.sort(key=lambda p: _mtime_or_zero(p.idx_path), reverse=True)
