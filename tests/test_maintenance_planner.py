@@ -17,7 +17,7 @@ from sqlalchemy import select
 from gitutil import commit_blobs, git
 
 from packyard.workers.records import JobState, registry
-from packyard.workers.records.recorder import record_finished, record_queued, record_started
+from packyard.workers.records.recorder import record_admitted, record_finished, record_queued, record_started
 
 
 # -- slots ----------------------------------------------------------------------------------------------
@@ -62,6 +62,7 @@ def finish(url: str, repo: str, kind: str, state: JobState = JobState.SUCCESS, p
     tid = uuid.uuid4().hex
     record_queued(url, task_id=tid, kind=kind, repo=repo, params=params)
     record_started(url, task_id=tid, kind=kind, repo=repo, params=params, hostname="h", pid=1)
+    record_admitted(url, task_id=tid, repo=repo)          # the job passed the boundary: registered from now on
     record_finished(url, task_id=tid, kind=kind, repo=repo, state=state, counters=None, error=None, error_type=None,
                     on_ingest_counted=None if seen is None else seen.append)
     return tid

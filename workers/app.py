@@ -97,7 +97,15 @@ def create_app(settings: Settings | None = None) -> Celery:
     settings = settings or get_settings()
     celery_app = Celery("packyard")
     celery_app.config_from_object(celery_config(settings))
+    # Celery's built-in tasks (celery.starmap, ...) would run packyard's task bodies unconfined: refused.
+    celery_app.on_after_finalize.connect(_refuse_foreign, weak=False)
     return celery_app
+
+
+def _refuse_foreign(sender: Celery, **_: Any) -> None:
+    from packyard.workers.tasks.foreign import refuse_foreign_tasks
+
+    refuse_foreign_tasks(sender)
 
 
 broker.install_restore_guard(get_settings().redis_py_url)

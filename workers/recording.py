@@ -173,6 +173,34 @@ def job_started(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str
     return delivery
 
 
+def job_admitted(task_id: str, repo: str | None) -> None:
+    """The job passed the boundary: its (confined, resolved) repository is registered and linked only now
+    (``recorder.record_admitted``), so a refused path never becomes a registered repository."""
+    if repo is None:
+        return
+    recorder.record_admitted(get_settings(), task_id=task_id, repo=repo)
+
+
+def job_refused(task_id: str, name: str, args: Any, kwargs: Any, hostname: str | None, exc: BaseException) -> None:
+    """Record a delivery that is refused before anything runs (a Celery built-in such as ``celery.starmap``, a
+    packyard task reached from inside another task): a FAILURE row naming why, linked to no repository."""
+    plog.bind_job(job_id=task_id, task=name)
+    try:
+        params = params_from_call(tuple(args or ()), dict(kwargs or {}) if isinstance(kwargs, dict) else {})
+    except (TypeError, ValueError):
+        params = None
+    settings = get_settings()
+    log.error("job.refused", error=str(exc), error_type=type(exc).__name__)
+
+    def write() -> None:
+        recorder.record_started(settings, task_id=task_id, kind=name, repo=None, params=params, hostname=hostname,
+                                pid=os.getpid())
+        recorder.record_finished(settings, task_id=task_id, kind=name, repo=None, state=JobState.FAILURE,
+                                 counters=None, error=str(exc), error_type=type(exc).__name__)
+
+    record_with_retries("refused", write)
+
+
 def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[str, Any], started: float,
                  result: Any = None, exc: BaseException | None = None) -> None:
     """Log the one summary event, then record SUCCESS (counters from the result) or FAILURE (str(exc))."""

@@ -12,18 +12,36 @@ from packyard.workers.cli import common
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "repos", help="the repository registry (what nightly maintenance covers)",
-        description="Every repository a job touches is registered (enabled). The nightly window plans the "
+        description="Every repository a job was admitted to (inside a storage root) is registered (enabled). "
+                    "The nightly window plans the "
                     "enabled ones. `remove` forgets a repository (its job rows stay, unlinked); `disable` keeps "
                     "its history but leaves it out of maintenance.")
     sub = p.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
     ls = sub.add_parser("list", help="registered repositories, their counters and last plan")
     ls.add_argument("--json", action="store_true", help="JSON lines instead of a table")
+    ls.add_argument("--outside", action="store_true",
+                    help="only registered paths outside the storage roots (left by versions that registered a "
+                         "path before confining it)")
+    sub.add_parser("remove-outside", help="forget every registered path outside the storage roots "
+                                          "(PACKYARD_STORAGE_ROOTS); their job rows stay, unlinked")
     for name, help_ in (("add", "register a repository (enabled)"), ("remove", "forget a repository"),
                         ("enable", "include it in maintenance"), ("disable", "leave it out of maintenance")):
         sp = sub.add_parser(name, help=help_)
         common.add_repo_arg(sp)
     p.set_defaults(func=run, logs=False)
+
+
+def _outside(settings, path: str) -> bool:  # type: ignore[no-untyped-def]
+    """Does a registered path lie outside every storage root (the boundary would refuse a job on it)?"""
+    from packyard.store.errors import InvalidInputError
+    from packyard.workers.confine import Confinement
+
+    try:
+        Confinement.from_settings(settings).repository(path)
+    except InvalidInputError:
+        return True
+    return False
 
 
 def _t(t: datetime | None) -> str:
@@ -38,8 +56,18 @@ def run(args: argparse.Namespace) -> int:
         from packyard.workers.records import upgrade_database
 
         upgrade_database(s)
+    if args.action == "remove-outside":
+        gone = [r["path"] for r in registry.list_repositories(s) if _outside(s, r["path"])]
+        for path in gone:
+            unlinked = registry.remove(s, path)
+            print(f"removed {path} (outside the storage roots; {unlinked or 0} job row(s) kept, unlinked)")
+        if not gone:
+            print("no registered path lies outside the storage roots")
+        return 0
     if args.action == "list":
         rows = registry.list_repositories(s)
+        if args.outside:
+            rows = [r for r in rows if _outside(s, r["path"])]
         if args.json:
             for r in rows:
                 print(json.dumps(r, default=str))

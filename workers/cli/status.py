@@ -76,13 +76,33 @@ def _time(t: datetime | None) -> str:
     return t.strftime("%Y-%m-%d %H:%M:%S") if t else ""
 
 
+#: How many of the newest unlinked job rows ``status --repo`` looks through for ones naming the repository.
+UNLINKED_SCAN = 10_000
+
+
+def _unlinked(session, path: str, limit: int, task_ids: Sequence[str] | None) -> list[Any]:  # type: ignore[no-untyped-def]
+    """The newest unlinked rows (no registered repository) whose params name ``path`` (recorder.REQUESTED_REPO)."""
+    from sqlalchemy import select
+
+    from packyard.workers.records import Job
+    from packyard.workers.records.recorder import REQUESTED_REPO
+
+    recent = (select(Job.id).where(Job.repo_id.is_(None)).order_by(Job.id.desc()).limit(UNLINKED_SCAN)
+              .subquery())
+    q = select(Job, Job.repo_id).where(Job.id.in_(select(recent.c.id)),
+                                       Job.params[REQUESTED_REPO].as_string() == path)
+    if task_ids is not None:
+        q = q.where(Job.task_id.in_(list(task_ids)))
+    return [(job, None) for job, _ in session.execute(q.order_by(Job.id.desc()).limit(limit))]
+
+
 def fetch(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
           task_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Newest first: the last ``limit`` jobs (of ``repo``, or with one of ``task_ids``, when given)."""
     from sqlalchemy import select
 
     from packyard.workers.records import Job, Repository, session_scope
-    from packyard.workers.records.recorder import normalize_repo_path
+    from packyard.workers.records.recorder import REQUESTED_REPO, normalize_repo_path
 
     with session_scope(s) as session:
         q = select(Job, Repository.path).outerjoin(Repository, Job.repo_id == Repository.id)
@@ -91,14 +111,19 @@ def fetch(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
         if task_ids is not None:
             q = q.where(Job.task_id.in_(list(task_ids)))
         q = q.order_by(Job.id.desc()).limit(limit)
+        found = list(session.execute(q))
+        if repo:   # jobs that name it but were never admitted (queued, refused, unknown task): unlinked rows
+            found = sorted(found + _unlinked(session, normalize_repo_path(repo), limit, task_ids),
+                           key=lambda row: row[0].id, reverse=True)[:limit]
         return [{
-            "id": job.id, "task_id": job.task_id, "kind": job.kind, "repo": path, "state": job.state.value,
+            "id": job.id, "task_id": job.task_id, "kind": job.kind,
+            "repo": path or (job.params or {}).get(REQUESTED_REPO), "state": job.state.value,
             "queued_at": job.queued_at, "started_at": job.started_at, "finished_at": job.finished_at,
             "duration_ms": job.duration_ms, "counters": job.counters, "error": job.error,
             "worker": job.worker_hostname, "pid": job.worker_pid, "attempts": job.attempts, "retries": job.retries,
             "first_started_at": job.first_started_at, "last_started_at": job.last_started_at,
             "lease": job.lease.value if job.lease is not None else None, "lease_wait_ms": job.lease_wait_ms,
-        } for job, path in session.execute(q)]
+        } for job, path in found]
 
 
 def render_table(rows: Sequence[dict[str, Any]], width: int = 60) -> str:

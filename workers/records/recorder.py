@@ -26,13 +26,19 @@ def normalize_repo_path(path: str | Path) -> str:
     return str(Path(path).expanduser().resolve())
 
 
-def repository_id(session: Session, path: str | Path | None) -> int | None:
-    """The id of the repository row for ``path``, creating it if needed (safe against concurrent creators)."""
+def repository_id(session: Session, path: str | Path | None, *, create: bool = True) -> int | None:
+    """The id of the repository row for ``path``, creating it if needed (safe against concurrent creators).
+
+    ``create=False``: only an existing row (None otherwise). Job rows written before a job passed the
+    boundary (queued, started, a refusal) use it: a path a message names is not a repository until a
+    job on it was confined to the storage roots (:func:`record_admitted` registers it then), so a
+    refused ``--repo /etc`` never becomes a registered (planned, scraped) repository.
+    """
     if path is None:
         return None
     norm = normalize_repo_path(path)
     found = session.scalar(select(Repository.id).where(Repository.path == norm))
-    if found is not None:
+    if found is not None or not create:
         return found
     try:
         with session.begin_nested():
@@ -44,11 +50,23 @@ def repository_id(session: Session, path: str | Path | None) -> int | None:
         return session.scalar(select(Repository.id).where(Repository.path == norm))
 
 
+#: The params key that keeps the repository a job names while its row is linked to none (before the job
+#: passed the boundary, or refused there): ``packyard status --repo`` finds unlinked rows by it.
+REQUESTED_REPO = "repo"
+
+
+def _requested(params: dict[str, Any] | None, repo: str | None, repo_id: int | None) -> dict[str, Any] | None:
+    """``params`` plus the requested repository while the row is linked to no registered repository."""
+    if repo is None or repo_id is not None:
+        return params
+    return {**(params or {}), REQUESTED_REPO: normalize_repo_path(repo)}
+
+
 def _job(session: Session, task_id: str, kind: str, repo: str | None) -> Job:
     job = session.scalar(select(Job).where(Job.task_id == task_id))
     if job is None:
-        job = Job(task_id=task_id, kind=kind, repo_id=repository_id(session, repo), state=JobState.QUEUED,
-                  retries=0)
+        job = Job(task_id=task_id, kind=kind, repo_id=repository_id(session, repo, create=False),
+                  state=JobState.QUEUED, retries=0)
         session.add(job)
     return job
 
@@ -65,7 +83,7 @@ def record_queued(settings: Settings | str, *, task_id: str, kind: str, repo: st
         if job.state in FINISHED_STATES:
             return
         job.queued_at = job.queued_at or utcnow()
-        job.params = params
+        job.params = _requested(params, repo, job.repo_id)
         job.unseen_since = None
         if job.started_at is None or job.state is JobState.LOST:
             job.state = JobState.QUEUED
@@ -113,18 +131,32 @@ def record_started(settings: Settings | str, *, task_id: str, kind: str, repo: s
                     return Delivery(DeliveryVerdict.ALREADY_FINISHED, job.attempts, job.state, now)
                 try:
                     with s.begin_nested():
-                        s.add(Job(task_id=task_id, kind=kind, repo_id=repository_id(s, repo), state=JobState.STARTED,
-                                  params=params, retries=0, attempts=1, first_started_at=now, last_started_at=now,
-                                  started_at=now, worker_hostname=hostname, worker_pid=pid))
+                        rid = repository_id(s, repo, create=False)
+                        s.add(Job(task_id=task_id, kind=kind, repo_id=rid, state=JobState.STARTED,
+                                  params=_requested(params, repo, rid), retries=0, attempts=1, first_started_at=now,
+                                  last_started_at=now, started_at=now, worker_hostname=hostname, worker_pid=pid))
                 except IntegrityError:
                     continue
                 return Delivery(DeliveryVerdict.RUN, 1, JobState.STARTED, now)
             job = s.scalar(select(Job).where(Job.task_id == task_id))
             assert job is not None
             if job.params is None:
-                job.params = params
+                job.params = _requested(params, repo, job.repo_id)
             return Delivery(DeliveryVerdict.RUN, job.attempts, JobState.STARTED, now)
     raise RuntimeError(f"job row {task_id} could neither be created nor found")  # pragma: no cover
+
+
+def record_admitted(settings: Settings | str, *, task_id: str, repo: str) -> None:
+    """The job passed the boundary (``repo`` confined to a storage root): register the repository (enabled,
+    as every repository a job touches is) and link the job row to it."""
+    with session_scope(settings) as s:
+        rid = repository_id(s, repo)
+        job = s.scalar(select(Job).where(Job.task_id == task_id))
+        if job is None or job.repo_id is not None:
+            return
+        job.repo_id = rid
+        if job.params and REQUESTED_REPO in job.params:   # linked now: the row's repository says it
+            job.params = {k: v for k, v in job.params.items() if k != REQUESTED_REPO}
 
 
 def job_state(settings: Settings | str, task_id: str) -> JobState | None:

@@ -8,11 +8,12 @@ from typing import Any, Callable, Iterator, NoReturn, TypeVar
 import redis
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
+from celery.signals import worker_init, worker_process_init
 from kombu.exceptions import OperationalError
 from sqlalchemy.exc import SQLAlchemyError
 
 from packyard.store import owner
-from packyard.store.errors import LockContendedError, LockLostError, StoreError
+from packyard.store.errors import InvalidInputError, LockContendedError, LockLostError, StoreError
 from packyard.workers import logging as plog
 from packyard.workers import recording
 from packyard.workers.confine import InputKind
@@ -31,6 +32,21 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (LockLostError, LockContende
 BROKER_ERRORS: tuple[type[BaseException], ...] = (redis.ConnectionError, redis.TimeoutError, OperationalError)
 
 log = plog.get_logger("packyard.jobs")
+
+_in_worker = False
+
+
+@worker_init.connect
+@worker_process_init.connect
+def _note_worker_process(**_: Any) -> None:
+    """This process runs tasks for a worker (its main process, or a prefork child)."""
+    global _in_worker
+    _in_worker = True
+
+
+def in_worker_process() -> bool:
+    """Does this process run tasks for a ``celery worker``? (a direct call of a task is refused there)."""
+    return _in_worker
 
 
 class AlreadyFinished(Ignore):
@@ -99,8 +115,19 @@ class PackyardTask(Task):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         req = self.request
-        if req.id is None or req.is_eager:  # a direct call (tests, in-process): no job row
-            return self.run(*args, **kwargs)
+        if req.id is None or req.is_eager:
+            if in_worker_process():
+                # Inside a worker only a delivery of the task's own message runs it: a call from another
+                # task's body (Celery's celery.starmap / map / chunks call task(*args)), or a message whose
+                # headers claim is_eager, would skip the boundary and the job row.
+                err = InvalidInputError(
+                    f"{self.name} was called inside a worker process without a delivery of its own message "
+                    "(from another task, e.g. a Celery built-in such as celery.starmap, or with an is_eager "
+                    "header); packyard tasks run only through their own, recorded and confined, message")
+                if req.id is not None:
+                    recording.job_refused(req.id, self.name, args, kwargs, req.hostname, err)
+                raise err
+            return self.run(*args, **kwargs)  # a direct call outside any worker (tests, in-process): no job row
         self._progress_phase, self._progress_at, self._progress_dropped = None, 0.0, 0
         # Every claim file the store creates during the job (ref locks, fence lock, ...) names it.
         with owner.bind_job(req.id):
@@ -125,6 +152,8 @@ class PackyardTask(Task):
             try:
                 # Arguments checked, repo confined to the storage roots, inputs to the incoming dir.
                 with boundary.prepared(self, args, kwargs) as (run_args, run_kwargs):
+                    # Only now, confined, is the repository registered (a refused path never is).
+                    recording.job_admitted(req.id, recording.repo_from_call(run_args, run_kwargs))
                     result = self.run(*run_args, **run_kwargs)
             except SkippedJob as skipped:   # decided not to run: a success that did nothing, saying why
                 result = skipped.result
@@ -310,8 +339,6 @@ class PackyardTask(Task):
         from packyard.workers.records.models import LeaseOutcome, LockEventKind
 
         if on_busy not in ON_BUSY:
-            from packyard.store.errors import InvalidInputError
-
             raise InvalidInputError(f"on_busy must be one of {', '.join(ON_BUSY)}, not {on_busy!r}")
         settings = get_settings()
         kind = LeaseKind.MAINTENANCE
