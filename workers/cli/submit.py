@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(k.removeprefix('packyard.') for k in known)}", file=sys.stderr)
         return 2
     s = common.settings()
-    from packyard.store.errors import InvalidInputError
+    from packyard.store.errors import InvalidInputError, LimitExceededError
+    from packyard.workers.broker import check_message_size
     from packyard.workers.app import app
     from packyard.workers.confine import Confinement
     from packyard.workers.tasks.boundary import check_call
@@ -65,6 +66,11 @@ def run(args: argparse.Namespace) -> int:
         except InvalidInputError as err:
             print(f"packyard submit: {type(err).__name__}: {err}", file=sys.stderr)
             return 2
+    try:  # not skipped by --no-check: the broker refuses it anyway (it closes the connection mid-message)
+        check_message_size(s, name, (), kwargs)
+    except LimitExceededError as err:
+        print(f"packyard submit: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
     common.prepare_embedded(s)
     result = app.send_task(name, kwargs=kwargs)
     print(f"queued {name} {result.id} repo={kwargs['repo']}", flush=True)

@@ -1,0 +1,119 @@
+"""Issue 16: a job message over PACKYARD_MAX_MESSAGE_BYTES is refused by the embedded Redis before it is
+stored (not in a queue, not in the append-only file), and by `packyard submit` before it is published."""
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gitutil import make_worktree_repo
+
+
+@pytest.fixture
+def small_state():
+    state = Path(tempfile.mkdtemp(prefix="pkm-", dir="/tmp"))   # a short unix socket path
+    yield state
+    shutil.rmtree(state, ignore_errors=True)
+
+
+def _write_objects_kwargs(content_bytes: int) -> dict:
+    data = base64.b64encode(os.urandom(content_bytes)).decode()
+    return {"repo": "/nowhere/r.git", "objects": [{"type": "blob", "data": data}]}
+
+
+def test_embedded_redis_refuses_an_oversized_message_before_storing_it(small_state):
+    import kombu.exceptions
+    import redis
+    from celery import Celery
+
+    from packyard.workers.embedded import EmbeddedRedis
+
+    limit = 2 << 20
+    server = EmbeddedRedis(small_state, max_message_bytes=limit).start()
+    try:
+        aof = small_state / "redis" / "appendonly.aof"
+        app = Celery("sizecheck", broker=server.celery_url)
+        app.conf.broker_connection_retry_on_startup = False
+        with server.client() as c:
+            assert c.config_get("proto-max-bulk-len") == {"proto-max-bulk-len": str(limit)}
+            assert c.config_get("client-query-buffer-limit") == {"client-query-buffer-limit": str(2 * limit)}
+
+            # Under the limit (content 0.5 MiB: ~0.9 MiB once kombu base64-encodes the body): stored.
+            app.send_task("packyard.write_objects", kwargs=_write_objects_kwargs(512 << 10))
+            assert c.llen("celery") == 1
+            before = aof.stat().st_size
+
+            # Over it (content 3 MiB, 5.3 MiB on the wire): the connection is refused mid-request.
+            with pytest.raises((kombu.exceptions.OperationalError, redis.ConnectionError)):
+                app.send_task("packyard.write_objects", kwargs=_write_objects_kwargs(3 << 20))
+            assert c.llen("celery") == 1, "the oversized message was queued"
+            grown = aof.stat().st_size - before
+            assert grown < 64 << 10, f"the append-only file grew by {grown} bytes"
+            assert c.ping()   # the server itself is fine
+        app.close()
+    finally:
+        server.stop()
+
+
+def test_embedded_redis_takes_its_limit_from_the_settings(small_state):
+    from packyard.workers.embedded import EmbeddedRedis
+    from packyard.workers.settings import Settings
+
+    s = Settings.from_env({"PACKYARD_STATE_DIR": str(small_state), "PACKYARD_MAX_MESSAGE_BYTES": str(5 << 20)})
+    server = EmbeddedRedis.for_settings(s).start()
+    try:
+        with server.client() as c:
+            assert c.config_get("proto-max-bulk-len")["proto-max-bulk-len"] == str(5 << 20)
+    finally:
+        server.stop()
+    # Default: 16 MiB, or more when a write_objects message may carry more (base64 twice + headers).
+    assert Settings.from_env({"PACKYARD_STATE_DIR": str(small_state)}).message_limit == 16 << 20
+    big = Settings.from_env({"PACKYARD_STATE_DIR": str(small_state), "PACKYARD_WRITE_OBJECTS_MAX_BYTES": str(10 << 20)})
+    assert big.message_limit == (21 << 20)
+
+
+def test_settings_refuse_a_limit_a_full_write_objects_message_would_not_fit(small_state):
+    from packyard.workers.settings import Settings, SettingsError
+
+    with pytest.raises(SettingsError, match=r"PACKYARD_MAX_MESSAGE_BYTES \(2097152\) must be at least 3145728"):
+        Settings.from_env({"PACKYARD_STATE_DIR": str(small_state), "PACKYARD_MAX_MESSAGE_BYTES": str(2 << 20)})
+
+
+def test_submit_refuses_an_oversized_message_before_publishing(store_root, redis_client, monkeypatch, capsys):
+    """In-process (`main(argv)`): a message this big does not fit in one argv string of a real exec."""
+    from packyard.workers.cli import main
+
+    repo = make_worktree_repo(store_root)
+    objects = '[{"type": "blob", "data": "%s"}]' % base64.b64encode(os.urandom(2 << 20)).decode()
+    monkeypatch.setenv("PACKYARD_MAX_MESSAGE_BYTES", str(3 << 20))
+    queued = sum(redis_client.llen(k) for k in redis_client.scan_iter(_type="list"))
+    for extra in ([], ["--no-check"]):   # the broker's limit is not one of the skippable argument checks
+        assert main(["submit", "write_objects", "--repo", str(repo), *extra, "-p", f"objects={objects}"]) == 2
+        out, err = capsys.readouterr()
+        assert err.startswith("packyard submit: LimitExceededError: packyard.write_objects message of "), err
+        assert "over the 3145728-byte limit of the broker (PACKYARD_MAX_MESSAGE_BYTES); not sent" in err, err
+        assert "objects_file=" in err and "queued" not in out
+    assert sum(redis_client.llen(k) for k in redis_client.scan_iter(_type="list")) == queued
+    # Under the limit it is sent (and the worker-side checks are the worker's business).
+    small = '[{"type": "blob", "data": "%s"}]' % base64.b64encode(b"hello").decode()
+    assert main(["submit", "write_objects", "--repo", str(repo), "-p", f"objects={small}"]) == 0
+    assert capsys.readouterr().out.startswith("queued packyard.write_objects ")
+
+
+def test_compose_redis_has_the_size_directives_of_the_default_settings(small_state):
+    import yaml
+
+    from packyard.workers.embedded import size_directives
+    from packyard.workers.settings import Settings
+
+    command = yaml.safe_load((Path(__file__).resolve().parent.parent / "docker-compose.yml").read_text())[
+        "services"]["redis"]["command"]
+    limit = Settings.from_env({"PACKYARD_STATE_DIR": str(small_state)}).message_limit
+    for directive in size_directives(limit):
+        name, value = directive.split()
+        assert command[command.index(f"--{name}") + 1] == value, command
