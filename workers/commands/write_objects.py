@@ -58,7 +58,8 @@ def decode_objects(objects: list[dict[str, Any]], max_payload_bytes: int | None 
         try:
             kind = item["type"]
             if not isinstance(kind, str) or kind not in OBJECT_TYPE_NAMES:
-                raise InvalidInputError(f"object #{i}: type {json.dumps(kind, default=repr)} is not an object type name "
+                shown = json.dumps(kind, default=repr)
+                raise InvalidInputError(f"object #{i}: type {shown} is not an object type name "
                                         f"(want one of {', '.join(OBJECT_TYPE_NAMES)}; numbers are not taken)")
             out.append((kind, base64.b64decode(item["data"], validate=True)))
         except (KeyError, TypeError):
