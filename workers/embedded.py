@@ -182,6 +182,26 @@ class EmbeddedRedis:
         except (OSError, ValueError):
             return None
 
+    def server_pid(self) -> int | None:
+        """The pid of a live server on this state dir: the one we started, or the pidfile's when that process
+        is alive and is a redis-server (not a reused pid); None when no server process is left."""
+        if self.process is not None and self.process.poll() is None:
+            return self.process.pid
+        pid = self.pid_from_file()
+        return pid if pid is not None and _alive(pid) and _is_redis_server(pid) else None
+
+    def restart_if_dead(self, timeout: float = 20.0) -> int | None:
+        """Start a new server on the same socket and data dir (so with its AOF) when the server died: nothing
+        answers the ping and no redis-server process holds the pidfile. A live server that does not answer
+        (busy loading a large AOF, stopped) is left alone: two servers must never share one AOF.
+        Returns the new server's pid, or None when nothing was started."""
+        if self.ping() or self.server_pid() is not None:
+            return None
+        self.process = None
+        self.reused = False
+        self.start(timeout)
+        return self.process.pid if self.process is not None else self.pid_from_file()
+
     def stop(self, force: bool = False, timeout: float = 10.0) -> None:
         """Stop the server we started; ``force`` also stops a reused one (named by the pidfile)."""
         if self.process is None and not force:
@@ -286,6 +306,14 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _is_redis_server(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"redis-server" in f.read()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:
