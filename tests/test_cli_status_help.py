@@ -1,0 +1,68 @@
+"""Issue 16: `packyard status --repo` takes `<storage>:<path>` and shows a repository's statistics before any
+records database exists; `packyard submit <task> --help` lists the task's parameters."""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gitutil import git, make_worktree_repo
+
+
+@pytest.fixture
+def fresh_env(pk):
+    """A state dir with no database and no Redis, one storage root."""
+    base = Path(tempfile.mkdtemp(prefix="pks-", dir="/tmp")).resolve()
+    env = pk.cli_env(PACKYARD_STATE_DIR=str(base / "state"), PACKYARD_STORAGE_ROOTS=f"default={base / 'root'}",
+                     PACKYARD_INCOMING_DIR=str(base / "incoming"))
+    for key in ("PACKYARD_REDIS_URL", "PACKYARD_DATABASE_URL"):
+        env.pop(key, None)
+    yield base, env
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(env, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["packyard", *argv], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_status_repo_by_storage_address_before_any_records(fresh_env):
+    base, env = fresh_env
+    repo = make_worktree_repo(base / "root" / "team")          # <root>/team/repo.git, all loose
+    git("repack", "-q", "-a", "-d", git_dir=repo)
+    git("hash-object", "-w", "--stdin", git_dir=repo, input=b"one more loose object\n")
+    counts = dict(line.split(": ") for line in git("count-objects", "-v", git_dir=repo).decode().splitlines())
+
+    out = _run(env, "status", "--repo", "default:team/repo.git")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith(f"repository {repo.resolve()} (no records yet)\n"), out.stdout
+    packed = int(git("show-index", input=next((repo / "objects" / "pack").glob("*.idx")).read_bytes())
+                 .decode().count("\n"))
+    assert f"  packs: {counts['packs']} (0 .keep, 0 cruft), " in out.stdout
+    assert f", {packed:,} objects;" in out.stdout
+    assert re.search(r"\n  loose objects: ~\d+ \(\d in \d+ of 256 fan-out directories sampled\)\n", out.stdout)
+    assert counts["count"] == "1"
+    assert "\nplan if planned now: " in out.stdout
+    assert out.stdout.endswith(f"no job records yet ({base / 'state' / 'packyard.db'} does not exist)\n")
+    assert not (base / "state").exists(), "status created the state dir (or a database) as a side effect"
+
+    # The same repository by its path gives the same statistics.
+    by_path = _run(env, "status", "--repo", str(repo))
+    assert by_path.returncode == 0 and by_path.stdout == out.stdout
+
+    bad = _run(env, "status", "--repo", "archive:team/repo.git")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr == ("packyard status: InvalidInputError: repository 'archive:team/repo.git' names storage "
+                          f"'archive', which is not configured (PACKYARD_STORAGE_ROOTS: default={base / 'root'})\n")
+
+
+def test_status_repo_by_storage_address_with_records(pk, store_root, migrated_db):
+    repo = make_worktree_repo(store_root)
+    relative = repo.relative_to(pk.storage_root)
+    out = _run(pk.cli_env(), "status", "--repo", f"default:{relative}", "--no-reconcile")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(f"repository {repo.resolve()} (not registered)\n"), out.stdout
+    assert out.stdout.rstrip().endswith(f"no jobs recorded for {repo.resolve()}")
