@@ -66,3 +66,35 @@ def test_status_repo_by_storage_address_with_records(pk, store_root, migrated_db
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith(f"repository {repo.resolve()} (not registered)\n"), out.stdout
     assert out.stdout.rstrip().endswith(f"no jobs recorded for {repo.resolve()}")
+
+
+def test_submit_task_help_lists_its_parameters(pk):
+    import inspect
+
+    import packyard.workers.tasks  # noqa: F401
+    from packyard.workers.app import app
+
+    out = _run(pk.cli_env(), "submit", "write_objects", "--help")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: packyard submit ")
+    assert ("parameters (-p KEY=VALUE, VALUE parsed as JSON when it is JSON; repo is --repo):\n"
+            "  repo: str                       required (--repo)\n"
+            "  objects: list[dict] | None      default null\n"
+            "  ref_updates: list[dict] | None  default null\n"
+            "  objects_file: str | None        default null; a regular file in PACKYARD_INCOMING_DIR\n") in out.stdout
+
+    out = _run(pk.cli_env(), "submit", "repack", "--help")
+    assert re.search(r"\n  preserve: bool +default true\n", out.stdout) and re.search(
+        r"\n  mode: str +default \"full\"\n", out.stdout), out.stdout
+    # Every packyard task: each parameter of its signature, with its annotation, in order.
+    for name in (n for n in app.tasks if n.startswith("packyard.")):
+        out = _run(pk.cli_env(), "submit", name.removeprefix("packyard."), "--help")
+        listed = [line.split(":")[0].strip() for line in out.stdout.split(" repo is --repo):\n", 1)[1].splitlines()]
+        params = inspect.signature(app.tasks[name].run).parameters.values()
+        assert listed == [p.name for p in params], (name, out.stdout)
+        for p in params:
+            assert f"  {p.name}: {p.annotation}" in out.stdout, (name, p)
+
+    out = _run(pk.cli_env(), "submit", "no-such-task", "--help")
+    assert out.returncode == 0 and "unknown task 'no-such-task'; known: " in out.stdout
+
