@@ -77,6 +77,22 @@ def test_embedded_redis_takes_its_limit_from_the_settings(small_state):
     assert big.message_limit == (21 << 20)
 
 
+def test_a_reused_server_gets_the_limits_too(small_state):
+    """A server left running by an older packyard (Redis's own defaults: 512 MB) gets the limits when
+    a packyard process reuses it."""
+    from packyard.workers.embedded import EmbeddedRedis
+
+    first = EmbeddedRedis(small_state, max_message_bytes=512 << 20).start()
+    try:
+        reused = EmbeddedRedis(small_state, max_message_bytes=4 << 20).start()
+        assert reused.reused and reused.process is None
+        with first.client() as c:
+            assert c.config_get("proto-max-bulk-len")["proto-max-bulk-len"] == str(4 << 20)
+            assert c.config_get("client-query-buffer-limit")["client-query-buffer-limit"] == str(8 << 20)
+    finally:
+        first.stop()
+
+
 def test_settings_refuse_a_limit_a_full_write_objects_message_would_not_fit(small_state):
     from packyard.workers.settings import Settings, SettingsError
 

@@ -113,6 +113,7 @@ class EmbeddedRedis:
     def start(self, timeout: float = 20.0) -> "EmbeddedRedis":
         if self.ping():
             self.reused = True
+            self.apply_size_limits()
             return self
         ensure_private_dir(self.state_dir)
         ensure_private_dir(self.dir, tighten=True)
@@ -121,8 +122,20 @@ class EmbeddedRedis:
         with file_lock(self.dir / "start.lock"):
             if self.ping():
                 self.reused = True
+                self.apply_size_limits()
                 return self
             return self._start_locked(timeout)
+
+    def apply_size_limits(self) -> None:
+        """Give a reused server (started by an older packyard, or with other settings) this object's limits;
+        they are runtime settings of Redis (CONFIG SET), also written to redis.conf at the next start."""
+        try:
+            with self.client(socket_timeout=2.0) as c:
+                for directive in size_directives(self.max_message_bytes):
+                    name, value = directive.split()
+                    c.config_set(name, value)
+        except (redis.RedisError, OSError):
+            pass   # the server went away meanwhile: the next start writes the limits into its conf
 
     def _start_locked(self, timeout: float) -> "EmbeddedRedis":
         if len(str(self.socket)) > MAX_SOCKET_PATH:
