@@ -78,3 +78,14 @@ def test_cli_prints_the_error_not_a_traceback(tmp_path, pk, kind):
     assert out.stderr == (f"packyard write-objects: InvalidInputError: object #1: type {json.dumps(kind)} is not an "
                           "object type name (want one of commit, tree, blob, tag; numbers are not taken)\n")
     assert git("count-objects", git_dir=bare).startswith(b"0 objects")
+
+
+def test_a_queued_job_with_a_type_number_fails_typed(celery_worker, celery_app, pk, store_root):
+    repo = store_root / "r.git"
+    git("init", "-q", "--bare", str(repo))
+    res = celery_app.send_task("packyard.write_objects", kwargs={"repo": str(repo), "objects": [_obj(3)]})
+    res.get(timeout=120, propagate=False)
+    job = pk.job_row(res.id)
+    assert job.state.value == "FAILURE" and job.error_type == "InvalidInputError", (job.state, job.error)
+    assert "object #0: type 3 is not an object type name" in job.error
+    assert git("count-objects", git_dir=repo).startswith(b"0 objects")
