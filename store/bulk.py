@@ -1015,6 +1015,23 @@ def validate_object(obj_type: ObjectType, data: bytes, index: int) -> None:
                                 f"{err.message}", oid=err.oid) from err
 
 
+def object_type_of(value: object, index: int) -> ObjectType:
+    """The type of caller-supplied object #``index``: an ObjectType, a name (``"blob"``, ``b"tree"``) or git's
+    type number (1 commit, 2 tree, 3 blob, 4 tag, as in a pack entry header). Anything else (5, None, True,
+    "Blob") is an InvalidInputError naming the object and the value, never a bare ValueError."""
+    if type(value) is ObjectType:
+        return value
+    if isinstance(value, (str, bytes)):
+        try:
+            return ObjectType.from_label(value)
+        except InvalidInputError:
+            pass
+    elif type(value) is int and value in ObjectType._value2member_map_:
+        return ObjectType(value)
+    raise InvalidInputError(f"object #{index}: {value!r} is not an object type (want commit, tree, blob or tag; "
+                            "or git's type numbers 1-4)")
+
+
 @gc_paused()   # many long-lived acyclic objects: see store/tuning.py
 def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]], *,
                   ref_updates: Sequence[RefUpdate] = (), counters: BatchCounters | None = None,
@@ -1025,7 +1042,7 @@ def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]],
     objects (None: never); the counters' ``write_path`` says which."""
     typed: list[tuple[ObjectType, bytes]] = []
     for i, (t, data) in enumerate(objects):
-        obj_type = ObjectType.from_label(t) if isinstance(t, (str, bytes)) else ObjectType(t)
+        obj_type = object_type_of(t, i)
         validate_object(obj_type, data, i)
         typed.append((obj_type, data))
     from .packbatch import begin_pack_batch, should_write_pack  # (it builds on this module)

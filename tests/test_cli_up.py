@@ -176,3 +176,56 @@ def test_down_stops_the_embedded_redis_only_when_nothing_uses_it(embedded_env, t
             assert sum(c.llen(k) for k in c.scan_iter(_type="list")) == 1
     finally:
         server.stop()
+
+
+def test_up_creates_its_dirs_and_starts_a_dead_redis_again(embedded_env, tmp_path, pk):
+    """The first `submit index_pack` finds the incoming dir and the storage root `up` created; an embedded
+    Redis killed under `up` is started again on the same socket and AOF, and jobs run again."""
+    import threading
+
+    from gitutil import _all_as_pack
+
+    state, env = embedded_env
+    repos, incoming = state / "repositories", state / "incoming"
+    assert not repos.exists() and not incoming.exists()
+    up = subprocess.Popen(["packyard", "up", "--no-beat"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(up.stdout.readline, "")), daemon=True)
+    reader.start()
+
+    def submit(*argv: str) -> dict:
+        out = subprocess.run(["packyard", "submit", *argv, "--wait", "--timeout", "90"], env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stdout + out.stderr
+        return json.loads(out.stdout[out.stdout.index("{"):])
+
+    try:
+        pk.wait_until(lambda: any("created" in line for line in lines), 60, what="up's banner")
+        assert f"packyard up: created {repos}, {incoming}\n" in lines, lines
+        assert repos.is_dir() and incoming.is_dir()
+        (incoming / "push.pack").write_bytes(_all_as_pack(make_worktree_repo(tmp_path / "src")))
+        init = subprocess.run(["packyard", "init", "--repo", str(repos / "new.git")], env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert init.returncode == 0, init.stderr
+        assert submit("index_pack", "--repo", str(repos / "new.git"), "-p", "pack=push.pack")["state"] == "SUCCESS"
+
+        old = int((state / "redis" / "redis.pid").read_text())
+        os.kill(old, signal.SIGKILL)
+        restarted = pk.wait_until(lambda: next((line for line in lines if "started it again" in line), None), 60,
+                                  what="up to start Redis again")
+        new = int(re.search(r"\(pid (\d+)\)", restarted).group(1))
+        assert new != old and int((state / "redis" / "redis.pid").read_text()) == new
+        assert f"on {state / 'redis.sock'} with its data in {state / 'redis'}" in restarted
+        # The worker reconnects by itself; a job queued now runs.
+        assert submit("verify_repo", "--repo", str(repos / "new.git"))["state"] == "SUCCESS"
+        up.send_signal(signal.SIGINT)
+        assert up.wait(60) == 0, lines
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGKILL)
+            up.wait(10)
+    reader.join(10)
+    assert "packyard up: stopped\n" in lines
+    assert not (state / "redis.sock").exists()
+    pk.wait_until(lambda: not os.path.exists(f"/proc/{new}"), 10, what="the restarted Redis to exit with up")

@@ -260,13 +260,22 @@ def test_a_message_cannot_raise_its_time_limit(celery_worker, celery_app, pk, st
 
 def test_big_write_objects_payload_refused_then_accepted_as_a_file(celery_worker, celery_app, pk, store_root,
                                                                    incoming):
+    import kombu.exceptions
+
     repo = make_worktree_repo(store_root / "r")
     main = git("rev-parse", "main", git_dir=repo).strip().decode()
     blob = os.urandom(40 << 20)
     objects, tip = commit_payload(repo, blob)
     updates = [{"ref": "refs/heads/main", "old": main, "new": tip}]
-    _, job = run_task(celery_app, pk, "packyard.write_objects", timeout=300, repo=str(repo), objects=objects,
-                      ref_updates=updates)
+    # 40 MiB in a message: over the broker's PACKYARD_MAX_MESSAGE_BYTES (16 MiB), so Redis refuses it while it
+    # arrives (issue 16; tests/test_message_size.py) and no job exists.
+    with pytest.raises(kombu.exceptions.OperationalError):
+        celery_app.send_task("packyard.write_objects", kwargs={"repo": str(repo), "objects": objects,
+                                                               "ref_updates": updates})
+    # 2 MiB: the broker takes it, the worker refuses it (over PACKYARD_WRITE_OBJECTS_MAX_BYTES) and says how.
+    medium, medium_tip = commit_payload(repo, os.urandom(2 << 20))
+    _, job = run_task(celery_app, pk, "packyard.write_objects", timeout=300, repo=str(repo), objects=medium,
+                      ref_updates=[{"ref": "refs/heads/main", "old": main, "new": medium_tip}])
     refused(job, "over the 1048576-byte limit per message (PACKYARD_WRITE_OBJECTS_MAX_BYTES)",
             "in the incoming directory", "git cat-file --batch", "objects_file=", error_type="LimitExceededError")
     assert git("rev-parse", "main", git_dir=repo).strip().decode() == main

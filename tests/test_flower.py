@@ -16,13 +16,21 @@ from gitutil import make_worktree_repo
 CREDENTIALS = "operator:a-long-test-password"
 
 
-def _get(url: str, auth: str | None = CREDENTIALS):
+def _request(url: str, auth: str | None = CREDENTIALS) -> urllib.request.Request:
     request = urllib.request.Request(url)
     if auth is not None:
         request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    return request
+
+
+def _get(url: str, auth: str | None = CREDENTIALS):
     try:
-        with urllib.request.urlopen(request, timeout=2) as r:
-            return r.status, json.loads(r.read().decode() or "null")
+        with urllib.request.urlopen(_request(url, auth), timeout=2) as r:
+            body = r.read().decode()
+            try:
+                return r.status, json.loads(body or "null")
+            except ValueError:
+                return r.status, body   # /metrics: Prometheus text
     except urllib.error.HTTPError as err:
         return err.code, None
     except (urllib.error.URLError, ConnectionError, TimeoutError, ValueError):
@@ -68,7 +76,10 @@ def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, 
 
         from promql import dashboard_metrics, served
 
-        with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
+        # Behind the dashboard's credentials (Flower itself serves it to anyone).
+        assert _get(f"{base}/metrics", auth=None)[0] == 401
+        assert _get(f"{base}/metrics", auth="operator:wrong-password-here")[0] == 401
+        with urllib.request.urlopen(_request(f"{base}/metrics"), timeout=5) as r:
             families = {f.name: f.type for f in text_string_to_metric_families(r.read().decode())}
         wanted = dashboard_metrics("flower_")
         assert wanted and all(served(n, families) for n in wanted), (wanted, sorted(families))
@@ -85,7 +96,10 @@ def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, 
     (["--basic-auth", "admin:change-me"], {}, "well-known default"),
     ([], {"FLOWER_BASIC_AUTH": "admin:change-me"}, "well-known default"),
     ([], {"FLOWER_BASIC_AUTH": "admin:"}, "both parts non-empty"),
-    ([], {"FLOWER_BASIC_AUTH": "ops:short"}, "shorter than 12 characters"),
+    ([], {"FLOWER_BASIC_AUTH": "ops:short"}, "'ops' is 5 characters: use at least 16, or a passphrase of 4 or more words"),
+    ([], {"FLOWER_BASIC_AUTH": "admin:password1234"}, "'admin' is a well-known default with digits or punctuation appended"),
+    ([], {"FLOWER_BASIC_AUTH": "ops:Xk7#pQ2!mZ9vRt4"}, "is 15 characters: use at least 16"),
+    ([], {"FLOWER_BASIC_AUTH": f"{CREDENTIALS},metrics:abababababababababab"}, "fewer than 6 different characters"),
     (["--unauthenticated-api"], {"FLOWER_BASIC_AUTH": CREDENTIALS}, "needs --insecure-local"),
     (["--insecure-local", "--address", "0.0.0.0"], {}, "only listens on the loopback interface"),
 ])
@@ -105,3 +119,39 @@ def test_flower_binds_loopback_by_default():
     assert args.address == "127.0.0.1"
     check_exposure("127.0.0.1", None, insecure_local=True, unauthenticated_api=True)   # a developer's machine
     check_exposure("0.0.0.0", CREDENTIALS, insecure_local=False, unauthenticated_api=False)
+
+
+@pytest.mark.parametrize("password, ok", [
+    ("a-long-test-password", True),          # 20 characters
+    ("Xk7#pQ2!mZ9vRt4&", True),               # 16 characters
+    ("cat dog fox owl", True),               # a passphrase of 4 words (15 characters)
+    ("cat-dog-fox", False),                  # 3 words, 11 characters
+    ("cat cat cat cat", False),              # 4 words, one of them different
+    ("password1234", False), ("Change-Me!!", False), ("aaaaaaaaaaaaaaaaaaaa", False),
+])
+def test_password_strength_rule(password, ok):
+    from packyard.workers.cli.flower import password_problem
+
+    assert (password_problem(password) is None) == ok, password_problem(password)
+
+
+def test_flower_metrics_public_serves_metrics_without_credentials(tmp_path, celery_worker, pk):
+    from packyard.workers.cli.common import Child
+
+    port = pk.free_port()
+    log = open(tmp_path / "flower.log", "wb")
+    flower = Child("flower", ["packyard", "flower", "--port", str(port), "--metrics-public"],
+                   pk.cli_env(FLOWER_BASIC_AUTH=CREDENTIALS), stdout=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        def ready():
+            if flower.poll() is not None:
+                raise AssertionError(f"flower exited: {(tmp_path / 'flower.log').read_text()[-2000:]}")
+            return _get(f"{base}/api/tasks")[0] == 200
+        pk.wait_until(ready, 60, interval=0.3, what="flower's HTTP API")
+        status, body = _get(f"{base}/metrics", auth=None)
+        assert status == 200 and "flower_" in body
+        assert _get(f"{base}/api/tasks", auth=None)[0] == 401   # only /metrics is opened
+    finally:
+        flower.stop(timeout=10)
+        log.close()

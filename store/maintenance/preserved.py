@@ -4,7 +4,8 @@ A reader on another host may have listed ``objects/pack`` before the repack and 
 pack a moment later (over NFS an unlinked file is gone for a client that had not opened it,
 and ESTALE for one that had). JGit keeps replaced packs in ``preserved/`` for a while; so does
 packyard: a reader that misses everywhere looks there before it says "missing"
-(:mod:`packyard.store.objdir`). git ignores the subdirectory.
+(:mod:`packyard.store.objdir`). git reads no object from the subdirectory (fsck and gc say nothing
+of it); only ``git count-objects -v`` counts it, as one "garbage found" entry (README, "Operating safely").
 
 Moving a pack: its ``.idx`` first (no new reader discovers the pack once the idx is gone),
 then ``.pack``, ``.rev``, ``.mtimes``, ``.bitmap``; the moved idx's mtime is set to the time

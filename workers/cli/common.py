@@ -143,8 +143,10 @@ def beat_argv(s: Settings) -> list[str]:
 
 
 def flower_argv(port: int, address: str) -> list[str]:
-    """Flower's command line; credentials go through its environment (FLOWER_BASIC_AUTH), not argv."""
-    return celery_argv("flower", f"--port={port}", f"--address={address}")
+    """Flower's command line; credentials go through its environment (FLOWER_BASIC_AUTH), not argv. It runs
+    Celery's CLI through packyard's wrapper, which puts /metrics behind the same credentials (cli/flower.py)."""
+    return [sys.executable, "-m", "packyard.workers.cli.flower", "-A", "packyard.workers.app", "flower",
+            f"--port={port}", f"--address={address}"]
 
 
 def _die_with_parent() -> None:

@@ -1,7 +1,9 @@
 """packyard status: recent jobs from the records database, as a table.
 
-With ``--repo R``: first the repository's statistics, the plan the maintenance strategy would
-make if it were planned now (with its reasons), then its recent jobs.
+With ``--repo R`` (a path, or ``<storage>:<relative path>`` as jobs name it): first the
+repository's statistics, the plan the maintenance strategy would make if it were planned now
+(with its reasons), then its recent jobs. The statistics come from the repository itself, so
+they are shown before any records database exists ("no records yet").
 
 Before listing, one reconciler pass (workers/reconcile.py) checks the pending jobs against the
 broker and the workers: a job whose message is nowhere is marked LOST once it stayed unseen for
@@ -188,24 +190,48 @@ def _clip(s: str, n: int) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def repo_path(s, value: str) -> str:  # type: ignore[no-untyped-def]
+    """The path ``--repo`` names: ``<storage>:<relative path>`` expanded (an unknown storage is an
+    InvalidInputError naming the configured ones), a plain path resolved like every other command's."""
+    import os
+
+    from packyard.workers.confine import Confinement
+
+    if not value.startswith("/") and ":" in value.split("/", 1)[0] and not os.path.exists(value):
+        return os.path.realpath(Confinement.from_settings(s).spelled_path(value))
+    return str(Path(value).expanduser().resolve())
+
+
 def run(args: argparse.Namespace) -> int:
+    from packyard.store.errors import InvalidInputError
+
     s = common.settings()
+    repo = None
+    if args.repo:
+        try:
+            repo = repo_path(s, args.repo)
+        except InvalidInputError as err:
+            print(f"packyard status: {type(err).__name__}: {err}", file=sys.stderr)
+            return 2
     if common.is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
+        if repo and not args.json:
+            print(render_repository(s, repo, records=False))
+            print()
         print(f"no job records yet ({s.state_dir / 'packyard.db'} does not exist)")
         return 0
     note = None if args.no_reconcile else reconcile_first(s)
     if note:
         print(note, file=sys.stderr)   # stdout stays the table (or JSON lines)
-    rows = fetch(s, args.repo, args.limit)
-    if args.repo and not args.json:
-        print(render_repository(s, args.repo))
+    rows = fetch(s, repo, args.limit)
+    if repo and not args.json:
+        print(render_repository(s, repo))
         print()
     if args.json:
         for r in rows:
             print(json.dumps(r, default=str))
         return 0
     if not rows:
-        print("no jobs recorded" + (f" for {args.repo}" if args.repo else ""))
+        print("no jobs recorded" + (f" for {repo}" if repo else ""))
         return 0
     print(render_table(rows))
     return 0
@@ -220,21 +246,29 @@ def _ago(seconds: float | None) -> str:
     return f"{seconds:.0f} seconds ago"
 
 
-def render_repository(s, repo: str) -> str:  # type: ignore[no-untyped-def]
-    """The repository's statistics and the plan it would get now, in words."""
+def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignore[no-untyped-def]
+    """The repository's statistics and the plan it would get now, in words; ``records=False``: no records
+    database yet, so no registry row (planned as a repository with no maintenance on record)."""
+    import time
+
     from packyard.store.errors import StoreError
-    from packyard.workers.commands.plan_maintenance import assess
+    from packyard.store.maintenance.stats import gather_stats
+    from packyard.store.maintenance.strategy import plan_maintenance
     from packyard.workers.records import registry
 
-    row = registry.get(s, repo)
+    row = registry.get(s, repo) if records else None
     path = registry.normalize(repo)
-    if row is None:
+    if not records:
+        head = f"repository {path} (no records yet)"
+    elif row is None:
         head = f"repository {path} (not registered)"
     else:
         head = (f"repository {path} ({'enabled' if row['enabled'] else 'DISABLED'} for maintenance; "
                 f"{row['ingests_since_repack']} ingest(s) since the last repack)")
     try:
-        stats, plan = assess(s, repo)
+        now = time.time()
+        stats = gather_stats(repo, history=registry.history(row), now=now)
+        plan = plan_maintenance(stats, s.maintenance_policy, now)
     except (StoreError, OSError) as err:
         return f"{head}\n  statistics: {type(err).__name__}: {err}"
     d = stats.as_dict(s.maintenance_geometric_factor)

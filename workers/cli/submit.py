@@ -10,14 +10,69 @@ from typing import Any
 from packyard.workers.cli import common
 
 
+class TaskHelp(argparse.Action):
+    """``-h/--help``: the command's help and, after ``submit TASK``, the task's parameters (:func:`task_help`)."""
+
+    def __init__(self, option_strings, dest, **kwargs):  # type: ignore[no-untyped-def]
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[no-untyped-def]
+        parser.print_help()
+        task = getattr(namespace, "task", None)
+        if task:
+            print()
+            try:
+                print(task_help(task))
+            except KeyError:
+                known = ", ".join(k.removeprefix("packyard.") for k in common.known_tasks())
+                print(f"unknown task {task!r}; known: {known}")
+        parser.exit()
+
+
+def task_help(task: str) -> str:
+    """The parameters of a task, from its signature: name, type, default (as -p takes it: JSON), in order.
+
+    Raises KeyError for a task that is not packyard's.
+    """
+    import inspect
+
+    from packyard.workers.app import app
+    from packyard.workers.tasks.boundary import declared_inputs
+
+    name = common.normalize_task_name(task)
+    if name not in common.known_tasks():
+        raise KeyError(name)
+    t = app.tasks[name]
+    inputs = declared_inputs(t)
+    doc = " ".join((inspect.getdoc(t.run) or "").split("\n\n", 1)[0].split())
+    lines = [f"{name}: {doc}" if doc else name,
+             "parameters (-p KEY=VALUE, VALUE parsed as JSON when it is JSON; repo is --repo):"]
+    params = list(inspect.signature(t.run).parameters.values())
+    width = max((len(f"{p.name}: {p.annotation}") for p in params), default=0)
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        typed = f"{p.name}: {p.annotation}" if p.annotation is not p.empty else p.name
+        if p.default is p.empty:
+            what = "required" + (" (--repo)" if p.name == "repo" else "")
+        else:
+            what = f"default {json.dumps(p.default, default=str)}"
+        if p.name in inputs:
+            what += f"; {inputs[p.name].value} in PACKYARD_INCOMING_DIR"
+        lines.append(f"  {typed.ljust(width)}  {what}")
+    return "\n".join(lines)
+
+
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
-        "submit", help="queue a job (by task name)",
+        "submit", help="queue a job (by task name)", add_help=False,
         description="Publish a task by name (app.send_task, like a frontend). The queued job row is recorded. "
                     "Task names: verify_repo (or verify-repo, packyard.verify_repo), … The repository must lie "
                     "in a storage root (PACKYARD_STORAGE_ROOTS; --repo PATH or --repo STORAGE:RELATIVE/PATH) and "
                     "input files (-p pack=, source=, objects_file=) in PACKYARD_INCOMING_DIR (a relative name is "
                     "relative to it); what this process can check is checked before sending.")
+    p.add_argument("-h", "--help", action=TaskHelp,
+                   help="show this help; `packyard submit TASK --help` also lists TASK's parameters")
     p.add_argument("task", help="task name, e.g. verify_repo")
     common.add_repo_arg(p)
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
@@ -50,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
               f"{', '.join(k.removeprefix('packyard.') for k in known)}", file=sys.stderr)
         return 2
     s = common.settings()
-    from packyard.store.errors import InvalidInputError
+    from packyard.store.errors import InvalidInputError, LimitExceededError
+    from packyard.workers.broker import check_message_size
     from packyard.workers.app import app
     from packyard.workers.confine import Confinement
     from packyard.workers.tasks.boundary import check_call
@@ -65,6 +121,11 @@ def run(args: argparse.Namespace) -> int:
         except InvalidInputError as err:
             print(f"packyard submit: {type(err).__name__}: {err}", file=sys.stderr)
             return 2
+    try:  # not skipped by --no-check: the broker refuses it anyway (it closes the connection mid-message)
+        check_message_size(s, name, (), kwargs)
+    except LimitExceededError as err:
+        print(f"packyard submit: {type(err).__name__}: {err}", file=sys.stderr)
+        return 2
     common.prepare_embedded(s)
     result = app.send_task(name, kwargs=kwargs)
     print(f"queued {name} {result.id} repo={kwargs['repo']}", flush=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
@@ -20,6 +21,9 @@ from packyard.workers.commands._bulk import fence_options, flat_counters, pack_t
 
 Progress = Callable[[str, int, "int | None"], None]
 
+#: What a message's ``"type"`` may say: git's names only. A number (even git's 3 for a blob) is refused, so a
+#: frontend that sends pack type numbers or a null learns it at once instead of writing the wrong type.
+OBJECT_TYPE_NAMES = ("commit", "tree", "blob", "tag")
 #: Objects per message or file: a bound on the loops over them whatever their sizes.
 MAX_OBJECTS = 100_000
 #: objects_file bound when the caller gives none (the CLI); queued jobs use PACKYARD_OBJECTS_FILE_MAX_BYTES.
@@ -52,7 +56,12 @@ def decode_objects(objects: list[dict[str, Any]], max_payload_bytes: int | None 
     out = []
     for i, item in enumerate(objects):
         try:
-            out.append((item["type"], base64.b64decode(item["data"], validate=True)))
+            kind = item["type"]
+            if not isinstance(kind, str) or kind not in OBJECT_TYPE_NAMES:
+                shown = json.dumps(kind, default=repr)
+                raise InvalidInputError(f"object #{i}: type {shown} is not an object type name "
+                                        f"(want one of {', '.join(OBJECT_TYPE_NAMES)}; numbers are not taken)")
+            out.append((kind, base64.b64decode(item["data"], validate=True)))
         except (KeyError, TypeError):
             raise InvalidInputError(f"object #{i} needs 'type' and 'data' (base64)") from None
         except binascii.Error as err:
