@@ -89,6 +89,15 @@ PACKYARD_ALLOW_UNSAFE_MAINTENANCE  1: a queued repack/gc may delete         0
                                PACKYARD_MAINTENANCE_PRESERVE_FOR; only for
                                the race harness's negative control and
                                tests -- readers may lose objects
+-- receive checks (fsck, docs/fsck.md) --
+PACKYARD_RECEIVE_FSCK          1: every queued index_pack/unpack_objects    1
+                               runs git's fsck (--strict) whatever the
+                               message says (git's receive.fsckObjects)
+PACKYARD_FSCK                  severities, git's syntax: ``id=sev,...``     (git's defaults)
+                               (``zeroPaddedFilemode=ignore``; sev is
+                               error, warn or ignore)
+PACKYARD_FSCK_SKIPLIST         file of object ids whose findings are        (none)
+                               ignored (git's fsck.skipList format)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -103,6 +112,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Mapping
 
 if TYPE_CHECKING:
+    from packyard.store.fsck import FsckOptions
     from packyard.store.maintenance.strategy import MaintenancePolicy
 
 LogFormat = Literal["json", "console", "auto"]
@@ -256,6 +266,10 @@ class Settings:
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
     allow_unsafe_maintenance: bool = False
+    # -- receive checks (fsck, docs/fsck.md): the server decides, a message may only ask for more
+    receive_fsck: bool = True
+    fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
+    fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
 
     def __post_init__(self) -> None:
         if not self.storage_roots:
@@ -291,6 +305,19 @@ class Settings:
         if self.pack_threshold < 0:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
+        _ = self.fsck_options   # PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST must parse (else SettingsError)
+
+    @property
+    def fsck_options(self) -> "FsckOptions":
+        """The fsck severities and skip list every way in checks with (store/fsck)."""
+        from packyard.store.fsck import FsckConfigError, FsckOptions
+
+        try:
+            return FsckOptions.from_config(self.fsck or None, str(self.fsck_skiplist) if self.fsck_skiplist else None)
+        except FsckConfigError as err:
+            raise SettingsError(f"PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST: {err}") from None
+        except OSError as err:
+            raise SettingsError(f"PACKYARD_FSCK_SKIPLIST: cannot read {self.fsck_skiplist}: {err.strerror}") from None
 
     @property
     def incoming_path(self) -> Path:
@@ -360,6 +387,10 @@ class Settings:
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
             allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
+            receive_fsck=_flag(env, "PACKYARD_RECEIVE_FSCK") if env.get("PACKYARD_RECEIVE_FSCK", "").strip() else True,
+            fsck=env.get("PACKYARD_FSCK", "").strip(),
+            fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
+                           if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
         )
 
     @property
@@ -422,6 +453,9 @@ class Settings:
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
             "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
+            "PACKYARD_RECEIVE_FSCK": "1" if self.receive_fsck else "0",
+            "PACKYARD_FSCK": self.fsck,
+            "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
         }
 
     @property
