@@ -12,8 +12,8 @@ See docs/fsck.md for which checks run where.
 from __future__ import annotations
 
 from ..errors import FsckError
-from .checker import FsckChecker, FsckState, fsck_error
+from .checker import FsckChecker, FsckState, check_batch, fsck_error
 from .msgs import DEFAULTS, STRICT, FsckConfigError, FsckOptions, Severity, parse_severities, read_skiplist
 
 __all__ = ["DEFAULTS", "STRICT", "FsckChecker", "FsckConfigError", "FsckError", "FsckOptions", "FsckState",
-           "Severity", "fsck_error", "parse_severities", "read_skiplist"]
+           "Severity", "check_batch", "fsck_error", "parse_severities", "read_skiplist"]

@@ -157,7 +157,7 @@ class FsckChecker:
 
     def check_links(self, incoming_type: Callable[[bytes], int | None],
                     existing_type: Callable[[bytes], int | None], *, where: object = None,
-                    incoming_sets: dict[int, set[bytes]] | None = None) -> None:
+                    incoming_sets: dict[int, set[bytes]] | None = None, require: bool = True) -> None:
         """Every link names an object of the type it claims; a missing one raises ObjectMissingError.
         ``incoming_sets`` (type -> ids of the batch), when given, answers in bulk before ``incoming_type``."""
         links = self.state.links
@@ -170,12 +170,40 @@ class FsckChecker:
                 if got is None:
                     got = existing_type(oid)
                     if got is None:
+                        if not require:
+                            continue
                         raise ObjectMissingError("--strict: did not receive expected object (linked from an "
                                                  f"incoming object as a {_LABEL[t]}, absent from the pack and "
                                                  "the repository)", oid=oid, path=where)
                 if got != t:
                     raise fsck_error(oid, LINK_TYPE, f"object is a {_LABEL.get(got, got)}, "
                                      f"linked as a {_LABEL[t]}", path=where)
+
+
+def check_batch(objects: Iterable[tuple[int, bytes, bytes]], opts: FsckOptions,
+                existing_type: Callable[[bytes], int | None],
+                read_existing: Callable[[bytes], tuple[int, bytes] | None], *, require_links: bool,
+                where: object = None, known: dict[bytes, int] | None = None) -> FsckChecker:
+    """fsck a batch of (type, data, oid) built or received in memory (write_objects, import_tree): every
+    object, every link's type (``require_links``: and presence), the .gitmodules blobs. ``known``: ids
+    of the batch (-> type) that were not passed as objects (import_tree's blobs)."""
+    checker = FsckChecker(opts)
+    ours: dict[bytes, tuple[int, bytes]] = {}
+    for t, data, oid in objects:
+        ours[oid] = (int(t), data)
+        checker.check(int(t), data, oid, where=where)
+    extra = known or {}
+
+    def incoming_type(oid: bytes) -> int | None:
+        got = ours.get(oid)
+        return got[0] if got is not None else extra.get(oid)
+
+    def read(oid: bytes) -> tuple[int, bytes] | None:
+        return ours.get(oid) or read_existing(oid)
+
+    checker.check_links(incoming_type, existing_type, where=where, require=require_links)
+    checker.finish_gitmodules(read, where=where)
+    return checker
 
 
 def object_label(t: int) -> str:
