@@ -91,21 +91,38 @@ def _tree(entries):
                                             b"040000", b"100600", b"644"]),
                           st.sampled_from([b"a", b"b", b"a.c", b"a-", b".", b"..", b".git", b"git~1", b"x/y",
                                            b"zz", b"\xc3\xa9", b".gitmodules", b"GI7EBA~1", b"a\\b", b"\xe2\x80\x8c.git",
-                                           b"g", b"m"]),
+                                           b"g", b"m", b".gitignore", b".mailmap", b".gitattributes", b"~1",
+                                           b"x~y", b".git.", b".gitx", b"gitmod~1", b"\xef\xbb\xbf.git"]),
                           st.sampled_from([b"\x11" * 20, b"\0" * 20, b" .git\0" + b"\1" * 14])),
                 max_size=6))
 def test_fast_tree_path_agrees_with_exact_check(entries):
     data = _tree(entries)
-    fast = check_tree_fast(data)
-    if fast is None:
-        return
-    rep = ObjectReport(FsckOptions(severities={k: Severity.ERROR for k in ("badFilemode",)}), b"\0" * 20)
-    try:
-        ret, blobs, trees, gitmodules = check_tree(data, rep)
-    except Refused:
-        pytest.fail("fast path accepted a tree git cannot parse")
-    assert ret == 0 and not rep.findings and not rep.warnings and not gitmodules
-    assert (sorted(blobs), sorted(trees)) == (sorted(fast[0]), sorted(fast[1]))
+    for allow_664 in (False, True):
+        fast = check_tree_fast(data, allow_664)
+        if fast is None:
+            continue
+        # without allow_664 nothing at all may be found, even with badFilemode raised to an error
+        opts = FsckOptions() if allow_664 else FsckOptions(severities={"badFilemode": Severity.ERROR})
+        rep = ObjectReport(opts, b"\0" * 20)
+        try:
+            ret, blobs, trees, gitmodules = check_tree(data, rep)
+        except Refused:
+            pytest.fail("fast path accepted a tree git cannot parse")
+        assert ret == 0 and not rep.findings and not gitmodules
+        assert allow_664 or not rep.warnings
+        assert (sorted(blobs), sorted(trees)) == (sorted(fast[0]), sorted(fast[1]))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([b"A", b" ", b"<", b">", b"a@b", b"0", b"1", b"123", b"9" * 19, b"+", b"-",
+                                 b"0000", b"0100", b"\n", b"\0", b"x"]), max_size=12))
+def test_fast_ident_agrees_with_exact(parts):
+    from packyard.store.fsck.rules import fsck_ident, fsck_ident_exact
+
+    data = b"author " + b"".join(parts) + b"\ncommitter x\n"
+    r1, r2 = (ObjectReport(FsckOptions(), b"\1" * 20) for _ in range(2))
+    assert fsck_ident(data, 7, r1) == fsck_ident_exact(data, 7, r2)
+    assert r1.findings == r2.findings
 
 
 def test_severity_syntax_like_git():

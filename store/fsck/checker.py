@@ -57,6 +57,7 @@ class FsckChecker:
         self.state = state if state is not None else FsckState()
         self._blob_links = self.state.links[BLOB]
         self._tree_links = self.state.links[TREE]
+        self._allow_664 = not opts.refuses("badFilemode")
 
     def _raise(self, rep: ObjectReport, where: object, offset: int | None, refuse: bool = True) -> None:
         """Keep the object's warnings; if git's result refuses it, raise its first error-level finding."""
@@ -72,7 +73,7 @@ class FsckChecker:
               offset: int | None = None) -> None:
         """fsck_object + the walk's links for one object (a blob only if found at .gitmodules)."""
         if obj_type == TREE:
-            got = check_tree_fast(data)     # a tree it accepts has no finding under any severity
+            got = check_tree_fast(data, self._allow_664)   # what it accepts has no refusable finding
             if got is not None:
                 self._blob_links.update(got[0])
                 self._tree_links.update(got[1])

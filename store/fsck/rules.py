@@ -234,36 +234,62 @@ def check_tree(data: bytes, rep: ObjectReport) -> TreeResult:
     return retval, blobs, trees, gitmodules
 
 
-# Fast path for the common tree: standard modes, names that cannot be special on any filesystem
-# (a special name starts with '.', a byte >= 0x80 (HFS+ ignorables) or holds '~' or '\\'), sorted,
-# no duplicates, no null id. Anything else goes to check_tree, which decides exactly as git.
+# Fast path for the common tree: standard modes, sorted, no duplicates, no null id, and no name that is
+# special on any filesystem. A special name starts with '.' or a byte >= 0x80 (HFS+ ignorables) or holds
+# '~' or '\\'; the few such names in a tree (.gitignore, ...) are judged one by one with git's rules, and
+# anything that could be a finding goes to check_tree, which decides (and reports) exactly as git.
 _TREE_OK = re.compile(rb"(?:(?:100644|100755|120000|40000|160000) [^\0/]+\0.{20})*", re.S)
+_TREE_OK_664 = re.compile(rb"(?:(?:100644|100755|100664|120000|40000|160000) [^\0/]+\0.{20})*", re.S)
 _TREE_ENTRY = re.compile(rb"(\d+) ([^\0]+)\0(.{20})", re.S)
 _SPECIAL = re.compile(rb"(?:^|\0)[.\x80-\xff]|[~\\]")
 
 
-def check_tree_fast(data: bytes) -> tuple[list[bytes], list[bytes]] | None:
-    """(blob links, tree links) when the tree is certainly clean, else None (use check_tree)."""
-    if not _TREE_OK.fullmatch(data):
+_HIGH_START = re.compile(rb"(?:^|\0)[\x80-\xff]")
+_NULL_ENTRY_ID = b"\0" * 21     # a name's terminator followed by a null id (may also hit inside ids: slow path)
+
+
+def _special_is_clean(data: bytes, name: bytes) -> bool:
+    """A special-looking name that git's fsck_tree has nothing to say about (so the fast path may keep it)."""
+    if name in (b".", b"..") or b"\\" in name or name[0] >= 0x80:
+        return False
+    if is_ntfs_dotgit(name) or is_hfs_dotgit(name) or is_ntfs_dotgitmodules(name) or is_hfs_dotgitmodules(name):
+        return False
+    if (is_hfs_dotgitignore(name) or is_ntfs_dotgitignore(name) or is_hfs_dotgitattributes(name)
+            or is_ntfs_dotgitattributes(name) or is_hfs_dotmailmap(name) or is_ntfs_dotmailmap(name)):
+        # a finding only as a symlink (INFO by default): is it one? (a hit inside an id only costs the slow path)
+        return (b"120000 " + name + b"\0") not in data
+    return True
+
+
+def check_tree_fast(data: bytes, allow_664: bool = False) -> tuple[list[bytes], list[bytes]] | None:
+    """(blob links, tree links) when the tree is certainly clean, else None (use check_tree).
+    ``allow_664``: mode 100664 counts as clean (its badFilemode is INFO, reported by nothing here)."""
+    if not (_TREE_OK_664 if allow_664 else _TREE_OK).fullmatch(data) or _NULL_ENTRY_ID in data:
         return None
     entries = _TREE_ENTRY.findall(data)
-    names = [name for _m, name, _o in entries]
-    if _SPECIAL.search(b"\0".join(names)):
-        return None
+    names = [e[1] for e in entries]
+    joined = b"\0".join(names)
+    if (joined[:1] == b"." or b"\0." in joined or b"~" in joined or b"\\" in joined
+            or (not joined.isascii() and _HIGH_START.search(joined))):
+        for m in _SPECIAL.finditer(joined):
+            i = m.start()
+            start = joined.rfind(b"\0", 0, i + 1) + 1 if joined[i] != 0 else i + 1
+            end = joined.find(b"\0", start)
+            if not _special_is_clean(data, joined[start:end if end >= 0 else len(joined)]):
+                return None
     if len(set(names)) != len(names):
         return None
-    keys = [name + b"/" if mode == b"40000" else name for mode, name, _o in entries]
-    if keys != sorted(keys):
-        return None
-    blobs = []
-    trees = []
-    for mode, _, oid in entries:
-        if oid == _NULL:
+    if b"40000 " in data:
+        keys = [name + b"/" if mode == b"40000" else name for mode, name, _o in entries]
+        if keys != sorted(keys):
             return None
-        if mode == b"40000":
-            trees.append(oid)
-        elif mode != b"160000":
-            blobs.append(oid)
+        trees = [o for m, _n, o in entries if m == b"40000"]
+        blobs = [o for m, _n, o in entries if m != b"40000" and m != b"160000"]
+    else:
+        if names != sorted(names):
+            return None
+        trees = []
+        blobs = [o for m, _n, o in entries if m != b"160000"] if b"160000 " in data else [e[2] for e in entries]
     return blobs, trees
 
 
@@ -312,8 +338,21 @@ def _at(data: bytes, i: int) -> int:
     return data[i] if i < len(data) else 0
 
 
+# A well-formed ident line (the common case): name, " <email>", a date without leading zero that
+# fits in 19 digits, a time zone, LF. Anything else takes the exact path below.
+_IDENT_OK = re.compile(rb"[^<>\n\0]+ <[^<>\n\0]*> (?:0|[1-9][0-9]{0,17}) [+-][0-9]{4}\n")
+
+
 def fsck_ident(data: bytes, pos: int, rep: ObjectReport) -> tuple[int, int]:
     """(git's result, position of the next line)."""
+    m = _IDENT_OK.match(data, pos)
+    if m is not None:
+        return 0, m.end()
+    return fsck_ident_exact(data, pos, rep)
+
+
+def fsck_ident_exact(data: bytes, pos: int, rep: ObjectReport) -> tuple[int, int]:
+    """fsck.c fsck_ident, step by step (the specification of the fast match above)."""
     eol = data.find(b"\n", pos)
     nul = data.find(b"\0", pos)
     if nul >= 0 and (eol < 0 or nul < eol):
