@@ -125,6 +125,45 @@ def test_fast_ident_agrees_with_exact(parts):
     assert r1.findings == r2.findings
 
 
+_tree_bytes = st.lists(st.tuples(st.sampled_from([b"100644", b"100755", b"100664", b"120000", b"40000", b"160000",
+                                                   b"040000", b"1006440", b"", b"10064"]),
+                                  st.one_of(st.sampled_from([b"a", b"a.c", b"a-", b"b", b".gitignore", b"x~1",
+                                                             b"a\\b", b"\xc3\xa9", b"a/b", b"", b".", b"A"]),
+                                            st.binary(max_size=4)),
+                                  st.one_of(st.just(b"\x11" * 20), st.just(b"\0" * 20), st.binary(min_size=19,
+                                                                                                 max_size=21))),
+                        max_size=7).map(lambda es: b"".join(m + b" " + n + b"\0" + o for m, n, o in es))
+
+
+def _sorted_tree(entries):
+    uniq = {n: m for m, n in entries}
+    es = sorted(((m, n) for n, m in uniq.items()), key=lambda e: e[1] + (b"/" if e[0] == b"40000" else b""))
+    return b"".join(m + b" " + n + b"\0" + bytes([len(n)]) * 20 for m, n in es)
+
+
+_sorted_trees = st.lists(st.tuples(st.sampled_from([b"100644", b"40000", b"160000", b"120000", b"100664"]),
+                                   st.one_of(st.sampled_from([b"a", b"a.c", b"a-b", b"ab", b".gitignore", b".mailmap",
+                                                              b"x~1", b"git~1", b".git", b"\xe2\x80\x8c.git"]),
+                                             st.binary(min_size=1, max_size=3).filter(
+                                                 lambda b: b"\0" not in b and b"/" not in b))),
+                         max_size=8).map(_sorted_tree)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.one_of(_tree_bytes, _sorted_trees, st.binary(max_size=80)), st.booleans())
+def test_tree_scan_c_same_as_python(data, allow_664):
+    from packyard.store.fsck import rules
+
+    if rules._C is None:
+        pytest.skip("C tree scan not built (or PACKYARD_PURE_PYTHON=1)")
+    got = rules.check_tree_fast(data, allow_664)
+    assert got == rules.check_tree_fast_py(data, allow_664)
+    # the file and directory named alike, apart: a duplicate both must see
+    if got is not None:
+        dup = _sorted_tree([(b"100644", b"n"), (b"100644", b"n.c")]) + b"40000 n\0" + b"\2" * 20
+        assert rules.check_tree_fast(dup) is None and rules.check_tree_fast_py(dup) is None
+
+
 def test_severity_syntax_like_git():
     sev, skip = parse_severities("zeroPaddedFilemode=ignore,badTimezone:warn missingemail=error|skiplist=/x")
     assert sev == {"zeroPaddedFilemode": Severity.IGNORE, "badTimezone": Severity.WARN,

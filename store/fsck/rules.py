@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ..native import extension
 from ..objects import ObjectType
 from .gitmodules import gitmodules_findings
 from .msgs import FsckOptions, Severity
@@ -24,6 +25,10 @@ _NULL = b"\0" * 20
 _HEX = re.compile(rb"[0-9a-fA-F]{40}")
 _TYPES = {b"commit": COMMIT, b"tree": TREE, b"blob": BLOB, b"tag": TAG}
 MAX_WARNINGS = 100
+
+_C = extension("packyard.store.fsck._fsck")
+#: which tree scan runs: "C" (store/fsck/_fsck.c) or "Python" (PACKYARD_PURE_PYTHON=1, or not built)
+IMPLEMENTATION = "C" if _C is not None else "Python"
 
 
 class ObjectReport:
@@ -263,7 +268,22 @@ def _special_is_clean(data: bytes, name: bytes) -> bool:
 
 def check_tree_fast(data: bytes, allow_664: bool = False) -> tuple[list[bytes], list[bytes]] | None:
     """(blob links, tree links) when the tree is certainly clean, else None (use check_tree).
-    ``allow_664``: mode 100664 counts as clean (its badFilemode is INFO, reported by nothing here)."""
+    ``allow_664``: mode 100664 counts as clean (its badFilemode is INFO, reported by nothing here).
+    The scan runs in C (store/fsck/_fsck.c) when built; :func:`check_tree_fast_py` is its specification."""
+    if _C is None:
+        return check_tree_fast_py(data, allow_664)
+    got = _C.tree_scan(data, allow_664)
+    if got is None:
+        return None
+    blobs, trees, specials = got
+    for name in specials:
+        if not _special_is_clean(data, name):
+            return None
+    return blobs, trees
+
+
+def check_tree_fast_py(data: bytes, allow_664: bool = False) -> tuple[list[bytes], list[bytes]] | None:
+    """check_tree_fast in Python: the specification of the C scan, and the fallback without it."""
     if not (_TREE_OK_664 if allow_664 else _TREE_OK).fullmatch(data) or _NULL_ENTRY_ID in data:
         return None
     entries = _TREE_ENTRY.findall(data)
