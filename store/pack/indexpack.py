@@ -1218,20 +1218,37 @@ class IncomingPack:
 
     def _check_links(self, opts: FsckOptions, stats_all: list[_Stats], oids: bytearray, rtypes: bytearray, n: int,
                      existing: _ExistingIds) -> FsckChecker:
-        """--strict: every link names an object of the type it claims, in the pack or the repository."""
-        state = FsckState()
-        for st in stats_all:
-            if st.fsck is not None:
-                state.merge(st.fsck)
-                st.fsck = None
-        checker = FsckChecker(opts, state)
-        by_type: dict[int, set[bytes]] = {1: set(), 2: set(), 3: set(), 4: set()}
-        for i in range(n):
-            by_type[rtypes[i]].add(bytes(oids[20 * i:20 * i + 20]))
+        """--strict: every link names an object of the type it claims, in the pack or the repository.
 
-        def incoming_type(oid: bytes) -> int | None:
-            return next((t for t, ids in by_type.items() if oid in ids), None)
-        checker.check_links(incoming_type, self._existing_type(existing), where=self.label, incoming_sets=by_type)
+        Memory: the resolvers' states are merged into the largest one (each freed once merged), and an
+        incoming object is struck off the links of its own type one at a time (no set of every
+        incoming id); what is left links to the repository, to nothing, or to an object of another type."""
+        states = [st.fsck for st in stats_all if st.fsck is not None]
+        for st in stats_all:
+            st.fsck = None
+        states.sort(key=lambda fs: -sum(len(v) for v in fs.links.values()))
+        state = states[0] if states else FsckState()
+        for other in states[1:]:
+            state.merge(other)
+        del states
+        checker = FsckChecker(opts, state)
+        links = state.links
+        ob = bytes(oids[:20 * n])
+        for i in range(n):
+            links[rtypes[i]].discard(ob[20 * i:20 * i + 20])
+        repo_type = self._existing_type(existing)
+
+        def incoming_or_repo_type(oid: bytes) -> int | None:
+            got = repo_type(oid)
+            if got is not None:
+                return got
+            k = ob.find(oid)            # only for a link the repository does not have: an error either way
+            while k >= 0:
+                if k % 20 == 0:
+                    return int(rtypes[k // 20])
+                k = ob.find(oid, k + 1)
+            return None
+        checker.check_links(lambda oid: None, incoming_or_repo_type, where=self.label)
         return checker
 
     def _existing_type(self, existing: _ExistingIds) -> Callable[[bytes], int | None]:
