@@ -18,7 +18,7 @@ from packyard.store.pack.indexpack import index_pack
 from packyard.store.pack.unpack import unpack_objects
 from packyard.store.repo import Repository
 from fsckcases import CASES, CONFIGS, LOWERED, Case, Source, Verdict, git_verdict
-from gitutil import snapshot_tree
+from gitutil import git, snapshot_tree
 
 TOOLS = ("index-pack", "unpack-objects")
 
@@ -124,3 +124,48 @@ def test_random_well_formed_history_same_verdict(tmp_path_factory, entries, date
         assert g.accepted == p.accepted, (g.text, p.text)
         if expect_ok and g.accepted is False:
             assert p.msg_id == g.msg_id
+
+
+def test_refusal_found_by_a_forked_resolver(tmp_path):
+    """Enough deltas for index-pack to resolve in forked processes: the bad tree is a delta resolved by a
+    child, whose FsckError (msg id, object, path) crosses the pipe; a .gitmodules blob that is a delta is
+    checked late. Same verdicts as git."""
+    from packyard.store.pack.indexpack import FORK_MIN_DELTAS
+
+    src = Source(tmp_path / "src.git")
+    files = tmp_path / "files"
+    files.mkdir()
+    body = "".join(f"line {k} of a file that changes a little\n" for k in range(60))
+    paths = []
+    for i in range(FORK_MIN_DELTAS + 300):
+        p = files / f"{i}"
+        p.write_text(body + f"version {i}\n")
+        paths.append(str(p))
+    blobs = git("hash-object", "-w", "--stdin-paths", git_dir=src.path,
+                input="\n".join(paths).encode()).decode().split()
+    big = [("100644", f"file{k:03}", blobs[k]) for k in range(200)]
+    good = src.tree(*big)
+    bad_tree = src.tree(*(big[:100] + [("100644", "git~1", blobs[0])] + big[102:]))   # smaller: git deltifies it
+    gm_good = src.blob(b'[submodule "a"]\n\tpath = a\n\turl = https://example.com/a.git\n' + body.encode())
+    gm_bad = src.blob(b'[submodule "a"]\n\tpath = a\n\turl = --upload-pack=x\n' + body.encode())
+    with_gm = src.tree(("100644", ".gitmodules", gm_bad), *big[1:])
+    for name, extra, msg_id in (("tree", [good, bad_tree], "hasDotgit"),
+                                ("gitmodules", [gm_good, gm_bad, with_gm], "gitmodulesUrl")):
+        case = Case(blobs + extra)
+        where = tmp_path / name
+        where.mkdir()
+        (where / "p.pack").write_bytes(src.pack(case.push))
+        git("index-pack", str(where / "p.pack"))
+        deltas = {ln.split()[0] for ln in git("verify-pack", "-v", str(where / "p.idx")).decode().splitlines()
+                  if len(ln.split()) == 7}
+        assert (bad_tree if name == "tree" else gm_bad) in deltas     # the bad object is a delta
+        g = git_verdict(src, case, "index-pack", where)
+        assert not g.accepted and g.msg_id == msg_id, g.text
+        repo = Repository.init(where / "py.git")
+        before = snapshot_tree(repo.path)
+        with pytest.raises(StoreError) as info:
+            index_pack(repo, io.BytesIO(src.pack(case.push)), strict=True, processes=2)
+        assert getattr(info.value, "msg_id", None) == msg_id, str(info.value)
+        assert snapshot_tree(repo.path) == before
+        result = index_pack(repo, io.BytesIO(src.pack(blobs + [good, gm_good])), strict=True, processes=2)
+        assert result.workers == 2 and result.deltas >= FORK_MIN_DELTAS

@@ -199,8 +199,13 @@ def test_settings_carry_fsck(tmp_path):
         Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path), "PACKYARD_FSCK_SKIPLIST": str(skip)})
 
 
-def test_typed_error_fields():
-    err = FsckError("0123456789012345678901234567890123456789: hasDotgit: contains '.git' [path git~1]",
-                    oid="0123456789012345678901234567890123456789")
-    assert err.msg_id == "hasDotgit" and err.tree_path == "git~1"
+def test_typed_error_fields_survive_a_resolver_process():
+    from packyard.store.fsck import fsck_error
+    from packyard.store.forked import error_from_tuple, error_tuple
+
+    err = fsck_error(b"\x01" * 20, "hasDotgit", "contains '.git'", "git~1", path="push.pack", offset=12)
+    assert str(err).startswith("01" * 20 + ": hasDotgit: contains '.git' [path git~1]")
+    back = error_from_tuple(error_tuple(err))     # what a forked resolver sends its parent
+    assert isinstance(back, FsckError) and str(back) == str(err)
+    assert (back.msg_id, back.tree_path, back.oid, back.offset) == ("hasDotgit", "git~1", "01" * 20, 12)
     assert ObjectType.TREE == 2
