@@ -179,12 +179,12 @@ def unpack_50(base: Path, rounds: int, env: dict[str, str]) -> None:
     # where packyard's time goes: the checks alone (parse, resolve, fsck; nothing written) vs the durable write
     from packyard.store.pack.unpack import parse_pack, strict_check
     from packyard.store.fsck import STRICT
-    repo = Repository.open(warm)
-    snap = repo.objects.snapshot()
+    fresh = Repository.open(warm)
+    snap = fresh.objects.snapshot()
     checks = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        strict_check(repo, snap, data, parse_pack(data), snap.read, STRICT, "<push>")
+        strict_check(fresh, snap, data, parse_pack(data), snap.read, STRICT, "<push>")
         checks.append(time.perf_counter() - t0)
     print(f"  of which parse + resolve + fsck (nothing written): {statistics.median(checks) * 1000:.2f} ms; the rest "
           f"is the durable loose write (one syncfs barrier; git unpack-objects does not fsync loose objects by "
