@@ -8,7 +8,9 @@ alike:
   (store/pack/_search.c); without them packyard runs the pure-Python encoder and search
   (same bytes, slower): ``packyard.store.pack.delta.IMPLEMENTATION`` says which one is in use;
 * repack's reachability walk (store/maintenance/_walk.c); without it the pure-Python walk
-  (same lists, slower): ``packyard.store.maintenance.walk.IMPLEMENTATION``.
+  (same lists, slower): ``packyard.store.maintenance.walk.IMPLEMENTATION``;
+* fsck's scan of a clean tree (store/fsck/_fsck.c); without it store/fsck/rules.py's
+  ``check_tree_fast`` in Python (same verdicts): ``packyard.store.fsck.rules.IMPLEMENTATION``.
 
 PACKYARD_PURE_PYTHON=1 selects the fallbacks; CI sets PACKYARD_REQUIRE_C_DELTA=1 so that a
 missing extension fails the tests.
@@ -32,6 +34,11 @@ setup(
             depends=["store/maintenance/_walk.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers", "-fvisibility=hidden"],
+        ),
+        Extension(
+            "packyard.store.fsck._fsck",
+            sources=["store/fsck/_fsck.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter", "-fvisibility=hidden"],
         ),
     ],
 )

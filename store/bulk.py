@@ -73,6 +73,7 @@ from . import durable, install
 from .tuning import gc_paused, keep_heap_slack_if_needed
 from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
 from .faults import fault_point
+from .fsck import STRICT, FsckOptions, check_batch
 from .objdir import Location
 from .objects import ObjectType, hash_object
 from .owner import current_owner
@@ -1033,18 +1034,56 @@ def object_type_of(value: object, index: int) -> ObjectType:
 
 
 @gc_paused()   # many long-lived acyclic objects: see store/tuning.py
+def fsck_objects(repo, typed: Sequence[tuple[ObjectType, bytes]], opts: FsckOptions, *,
+                 require_links: bool = False, known: dict[bytes, int] | None = None,
+                 oids: Sequence[bytes] | None = None) -> None:
+    """git's fsck over objects about to be written to ``repo`` (FsckError / ObjectMissingError).
+    Existence and types of linked objects come from one snapshot of the repository. Without
+    ``require_links`` a link to an object nowhere (and a .gitmodules blob nowhere) is not refused."""
+    from dataclasses import replace
+
+    snap = repo.objects.snapshot()
+    if not require_links:
+        opts = replace(opts, missing_gitmodules_is_error=False)
+
+    def existing_type(oid: bytes) -> int | None:
+        if oid not in snap:
+            return None
+        found = snap.packs.find(oid)
+        if found is not None:
+            return int(found[0].header_at(found[1])[0])
+        return int(repo.objects.read_header(oid)[0])
+
+    def read_existing(oid: bytes) -> tuple[int, bytes] | None:
+        if oid not in snap:
+            return None
+        t, data = snap.read(oid)
+        return int(t), data
+
+    ids = oids if oids is not None else [hash_object(t, data) for t, data in typed]
+    check_batch(((int(t), data, oid) for (t, data), oid in zip(typed, ids)), opts, existing_type, read_existing,
+                require_links=require_links, known=known)
+
+
 def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]], *,
                   ref_updates: Sequence[RefUpdate] = (), counters: BatchCounters | None = None,
                   progress: Progress | None = None, pack_threshold: int | None = PACK_THRESHOLD,
+                  fsck: FsckOptions | None = None,
                   **batch_options) -> tuple[list[tuple[bytes, WriteResult]], BatchResult]:
     """Validate every object first, then write them in one batch and apply ``ref_updates``: loose files,
     or one pack with computed deltas (store/packbatch.py) when there are at least ``pack_threshold``
-    objects (None: never); the counters' ``write_path`` says which."""
+    objects (None: never); the counters' ``write_path`` says which.
+
+    Validation is git's fsck (store/fsck, ``fsck`` or git's strict defaults): every object, every link
+    that names a known object names one of the type it claims, .gitmodules blobs checked. A link to an
+    object neither here nor in the repository is allowed (a frontend may write a history in several
+    batches); a refusal raises FsckError and nothing is written."""
     typed: list[tuple[ObjectType, bytes]] = []
     for i, (t, data) in enumerate(objects):
         obj_type = object_type_of(t, i)
         validate_object(obj_type, data, i)
         typed.append((obj_type, data))
+    fsck_objects(repo, typed, fsck or STRICT)
     from .packbatch import begin_pack_batch, should_write_pack  # (it builds on this module)
 
     begin = begin_pack_batch if should_write_pack(len(typed), pack_threshold) else begin_batch

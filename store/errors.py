@@ -48,6 +48,24 @@ class CorruptObjectError(StoreError):
     """An object's bytes do not decompress, do not parse, or do not hash to its name."""
 
 
+class FsckError(CorruptObjectError):
+    """An object git's fsck refuses (store/fsck): ``msg_id`` is git's message id (``hasDotgit``,
+    ``gitmodulesUrl``, ...), ``oid`` the object, ``tree_path`` the entry name when known.
+    The message reads ``"<object id>: <msgId>: <text>"`` (plus ``[path <tree path>]``)."""
+
+    def __init__(self, message: str, *, msg_id: str | None = None, tree_path: str | None = None,
+                 **kw: Any) -> None:
+        super().__init__(message, **kw)
+        if msg_id is None or tree_path is None:   # rebuilt from its message (e.g. across a fork's pipe)
+            import re
+            m = re.match(r"[0-9a-f]{40}: ([A-Za-z0-9]+): .*?(?: \[path (.*)\])?\Z", message, re.S)
+            if m is not None:
+                msg_id = msg_id or m.group(1)
+                tree_path = tree_path or m.group(2)
+        self.msg_id = msg_id
+        self.tree_path = tree_path
+
+
 class PackFormatError(CorruptObjectError):
     """A pack, idx or rev file is malformed (header, checksum, entry, delta)."""
 

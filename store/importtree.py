@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .bulk import BatchCounters, begin_batch, open_source
+from .bulk import BatchCounters, begin_batch, fsck_objects, open_source
+from .fsck import STRICT, FsckOptions
+from .fsck.paths import is_hfs_dotgitmodules, is_ntfs_dotgitmodules
 from .packbatch import PACK_MEMORY, PACK_THRESHOLD, PackBatch, begin_pack_batch, should_write_pack
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
@@ -383,7 +385,7 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                 large_file_threshold: int = LARGE_FILE_THRESHOLD,
                 max_tar_member_bytes: int = MAX_TAR_MEMBER_BYTES, max_files: int | None = None,
                 max_bytes: int | None = None, pack_threshold: int | None = PACK_THRESHOLD,
-                **batch_options) -> ImportResult:
+                fsck: FsckOptions | None = None, **batch_options) -> ImportResult:
     """Write ``source`` (directory or tar) as blobs + trees + a commit whose parent is ``ref``'s
     current value, then move ``ref`` by compare-and-swap. Raises InvalidInputError for bad input
     (nothing written), RefUpdateError if the ref moved meanwhile (objects stay unreferenced).
@@ -396,7 +398,10 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
 
     An import of at least ``pack_threshold`` objects (files, directories and the commit; None: never)
     is written as one pack with computed deltas (store/packbatch.py) instead of loose files; the
-    counters' ``write_path`` says which ("pack" or "loose")."""
+    counters' ``write_path`` says which ("pack" or "loose").
+
+    What it builds is checked by git's fsck (store/fsck; ``fsck`` or git's strict defaults) before
+    anything is published: every tree and the commit, the .gitmodules files (FsckError: nothing written)."""
     check_ref_name(ref)
     src = Path(source)
     if not src.exists():
@@ -421,6 +426,15 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     as_pack = should_write_pack(nfiles + _count_dirs(root) + 1, pack_threshold) and \
         (tar is None or budget.bytes <= PACK_MEMORY)
     begin = begin_pack_batch if as_pack else begin_batch
+    built: list[tuple[ObjectType, bytes]] = []      # trees, the commit, .gitmodules blobs: what fsck reads
+    built_ids: list[bytes] = []
+    blob_ids: dict[bytes, int] = {}
+
+    def keep(obj_type: ObjectType, data: bytes, oid: bytes) -> bytes:
+        built.append((obj_type, data))
+        built_ids.append(oid)
+        return oid
+
     try:
         with begin(repo, counters=counters, progress=progress if as_pack else None, **batch_options) as batch:
             pack_batch = batch if isinstance(batch, PackBatch) else None   # (as_pack, narrowed once)
@@ -432,26 +446,39 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                     if isinstance(child, _Dir):
                         entries.append((MODE_TREE, name, write(child, full + b"/")))
                     else:
+                        gitmodules = is_hfs_dotgitmodules(name) or is_ntfs_dotgitmodules(name)
                         if child.read is not None:          # symlink target, tar member
-                            oid, _ = batch.add(ObjectType.BLOB, child.read(), full)
+                            data = child.read()
+                            oid, _ = batch.add(ObjectType.BLOB, data, full)
+                            if gitmodules:
+                                keep(ObjectType.BLOB, data, oid)
                         elif child.size > large_file_threshold or \
                                 (pack_batch is not None and pack_batch.held_bytes + child.size > PACK_MEMORY):
                             oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress,
                                                     name=full)
+                            if gitmodules:
+                                keep(ObjectType.BLOB, _read_file(child.where, child.size), oid)
                         else:
-                            oid, _ = batch.add(ObjectType.BLOB, _read_file(child.where, child.size, read_limit), full)
+                            data = _read_file(child.where, child.size, read_limit)
+                            oid, _ = batch.add(ObjectType.BLOB, data, full)
+                            if gitmodules:
+                                keep(ObjectType.BLOB, data, oid)
+                        blob_ids[oid] = int(ObjectType.BLOB)
                         entries.append((child.mode, name, oid))
                         done += 1
                         if progress is not None and (done % step == 0 or done == nfiles):
                             progress("import", done, nfiles)
                 ntrees += 1
-                return batch.add(ObjectType.TREE, encode_tree(entries), path.rstrip(b"/"))[0]
+                data = encode_tree(entries)
+                return keep(ObjectType.TREE, data, batch.add(ObjectType.TREE, data, path.rstrip(b"/"))[0])
 
             tree = write(root, b"")
             now = int(time.time())
             commit_data = encode_commit(tree, [parent] if parent else [], author.line(now),
                                         (committer or author).line(now), message)
             commit, _ = batch.add(ObjectType.COMMIT, commit_data)
+            keep(ObjectType.COMMIT, commit_data, commit)
+            fsck_objects(repo, built, fsck or STRICT, known=blob_ids, oids=built_ids)
             if progress is not None:
                 progress("commit", 0, None)
             result = batch.commit([RefUpdate(ref, parent, commit)])

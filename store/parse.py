@@ -2,7 +2,7 @@
 
 This is the "does it parse" half of verification. It is deliberately
 structural (headers present, ids well formed, tree entries well formed);
-stricter fsck-style checks live with the code that rejects incoming data.
+git's fsck rules for incoming data are in store/fsck/
 """
 from __future__ import annotations
 

@@ -524,7 +524,7 @@ STRICT_BAD = {
                                    + b"committer C <c@x> notadate +0000\n"), True),
     "tag-no-type": (4, b"object " + BLOB_ID.hex().encode() + b"\ntag v1\n" + _ident(b"tagger") + b"\nmsg\n", True),
     "tree-dotgit": (2, _tree((b"100644", b".git", BLOB_ID)), True),
-    # git only warns about a bad mode; packyard refuses it (see store/pack/strict.py).
+    # git only reports a bad mode (badFilemode is INFO): old histories have them. So does packyard.
     "tree-bad-mode": (2, _tree((b"100600", b"a", BLOB_ID)), False),
 }
 
@@ -541,29 +541,12 @@ def test_strict_rejects_malformed_objects(tmp_path, case):
                           capture_output=True)
     assert (proc.returncode != 0) == git_rejects, proc.stderr
     repo = fresh_repo(tmp_path)
+    if not git_rejects:
+        index_pack(repo, _write(tmp_path / "t.pack", pack), strict=True)
+        return
     err = ingest_fails(repo, _write(tmp_path / "t.pack", pack), CorruptObjectError, strict=True)
     assert err.offset is not None and err.oid == hash_object(obj_type, data).hex()
     index_pack(repo, tmp_path / "t.pack")  # without --strict the pack is accepted
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([b"100644", b"100755", b"100664", b"120000", b"40000", b"160000",
-                                            b"040000", b"100600", b"644"]),
-                          st.sampled_from([b"a", b"b", b"a.c", b"a-", b".", b"..", b".git", b".GIT", b"x/y", b"",
-                                           b"zz", b"\xc3\xa9"]),
-                          st.sampled_from([BLOB_ID, b"\0" * 20, b" .git\0" + b"\1" * 14, b"\0" * 19 + b"1"])),
-                max_size=6))
-def test_strict_tree_fast_path_agrees_with_exact_check(entries):
-    from packyard.store.pack.strict import StrictError, _check_tree_exact, check_tree
-
-    data = _tree(*entries)
-    try:
-        expected = _check_tree_exact(data)
-    except StrictError:
-        with pytest.raises(StrictError):
-            check_tree(data)
-    else:
-        assert check_tree(data) == expected
 
 
 def test_strict_connectivity(tmp_path):

@@ -94,6 +94,15 @@ PACKYARD_MAX_MESSAGE_BYTES     the largest broker request packyard sends    16 M
                                embedded Redis refuses bigger ones           + 1 MiB
                                (``proto-max-bulk-len``) before storing
                                them, ``packyard submit`` before sending
+-- receive checks (fsck, docs/fsck.md) --
+PACKYARD_RECEIVE_FSCK          1: every queued index_pack/unpack_objects    1
+                               runs git's fsck (--strict) whatever the
+                               message says (git's receive.fsckObjects)
+PACKYARD_FSCK                  severities, git's syntax: ``id=sev,...``     (git's defaults)
+                               (``zeroPaddedFilemode=ignore``; sev is
+                               error, warn or ignore)
+PACKYARD_FSCK_SKIPLIST         file of object ids whose findings are        (none)
+                               ignored (git's fsck.skipList format)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -108,6 +117,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Mapping
 
 if TYPE_CHECKING:
+    from packyard.store.fsck import FsckOptions
     from packyard.store.maintenance.strategy import MaintenancePolicy
 
 LogFormat = Literal["json", "console", "auto"]
@@ -276,6 +286,10 @@ class Settings:
     allow_unsafe_maintenance: bool = False
     # broker message size (issue 16): None = the larger of DEFAULT_MAX_MESSAGE_BYTES and message_bytes_needed()
     max_message_bytes: int | None = None
+    # -- receive checks (fsck, docs/fsck.md): the server decides, a message may only ask for more
+    receive_fsck: bool = True
+    fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
+    fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -320,6 +334,19 @@ class Settings:
         if self.pack_threshold < 0:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
+        _ = self.fsck_options   # PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST must parse (else SettingsError)
+
+    @property
+    def fsck_options(self) -> "FsckOptions":
+        """The fsck severities and skip list every way in checks with (store/fsck)."""
+        from packyard.store.fsck import FsckConfigError, FsckOptions
+
+        try:
+            return FsckOptions.from_config(self.fsck or None, str(self.fsck_skiplist) if self.fsck_skiplist else None)
+        except FsckConfigError as err:
+            raise SettingsError(f"PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST: {err}") from None
+        except OSError as err:
+            raise SettingsError(f"PACKYARD_FSCK_SKIPLIST: cannot read {self.fsck_skiplist}: {err.strerror}") from None
 
     @property
     def message_limit(self) -> int:
@@ -397,6 +424,10 @@ class Settings:
             allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
             max_message_bytes=(_int(env, "PACKYARD_MAX_MESSAGE_BYTES", 0)
                                if env.get("PACKYARD_MAX_MESSAGE_BYTES", "").strip() else None),
+            receive_fsck=_flag(env, "PACKYARD_RECEIVE_FSCK") if env.get("PACKYARD_RECEIVE_FSCK", "").strip() else True,
+            fsck=env.get("PACKYARD_FSCK", "").strip(),
+            fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
+                           if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
         )
 
     @property
@@ -460,6 +491,9 @@ class Settings:
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
             "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
             "PACKYARD_MAX_MESSAGE_BYTES": str(self.message_limit),
+            "PACKYARD_RECEIVE_FSCK": "1" if self.receive_fsck else "0",
+            "PACKYARD_FSCK": self.fsck,
+            "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
         }
 
     @property

@@ -5,7 +5,6 @@
 * :mod:`.packdir` — installed packs (``objects/pack``) and the immutable pack list;
 * :mod:`.indexpack` — index-pack: a pushed pack verified in quarantine and installed;
 * :mod:`.unpack` — unpack-objects: a small pack exploded into loose objects;
-* :mod:`.strict` — git fsck's checks for incoming objects (``--strict``);
 * :mod:`.delta` — the delta encoder (C extension ``_delta``, pure-Python fallback ``_delta_py``);
 * :mod:`.search` — the delta search: which object is stored as a delta of which (git's sliding window);
 * :mod:`.write` — the one pack writer.

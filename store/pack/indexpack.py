@@ -48,7 +48,7 @@ import time
 import zlib
 from array import array
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ContextManager, Sequence
@@ -57,6 +57,7 @@ from .. import durable
 from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                       ObjectMissingError, PackFormatError, StoreError, WriteFailedError)
 from ..faults import fault_point
+from ..fsck import STRICT, FsckChecker, FsckOptions, FsckState
 from ..forked import child_main, kill_and_reap, read_outcome
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
@@ -65,7 +66,6 @@ from ..refs import RefUpdate
 from .format import MAX_OFS_BYTES, MAX_VARINT_SHIFT, PACK_HEADER_SIZE, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
 from .resolve import apply_delta_checked
-from .strict import check_object
 
 if TYPE_CHECKING:
     from ..objdir import ObjectSnapshot
@@ -250,7 +250,15 @@ class _Entries:
 class _Stats:
     def __init__(self) -> None:
         self.collisions: list[tuple[int, bytes]] = []   # (entry index, sha256 of incoming content)
-        self.links: set[bytes] = set()                  # --strict: ids linked from incoming objects
+        self.fsck: FsckState | None = None              # --strict: links by type, .gitmodules blobs
+
+
+def _checker(opts: FsckOptions | None, stats: _Stats) -> FsckChecker | None:
+    if opts is None:
+        return None
+    if stats.fsck is None:
+        stats.fsck = FsckState()
+    return FsckChecker(opts, stats.fsck)
 
 
 # --------------------------------------------------------------------------------------
@@ -261,13 +269,14 @@ class _Receiver:
     """Copies the source into the quarantined pack file while parsing it."""
 
     def __init__(self, source: BinaryIO, fd: int, label: str, *, max_pack_bytes: int | None,
-                 existing: _ExistingIds, strict: bool, progress: Progress | None) -> None:
+                 existing: _ExistingIds, fsck: FsckOptions | None, progress: Progress | None) -> None:
         self.source = source
         self.fd = fd
         self.where = label
         self.max_pack_bytes = max_pack_bytes
         self.existing = existing
-        self.strict = strict
+        self.strict = fsck is not None
+        self.fsck_opts = fsck
         self.progress = progress
         self.sha = hashlib.sha1()
         self.buf = b""
@@ -379,8 +388,8 @@ class _Receiver:
         oids, first_child, next_sibling, ref_first = e.oids, e.first_child, e.next_sibling, e.ref_first
         existing = self.existing
         check_existing = not existing.empty
-        strict = self.strict
         stats = self.stats
+        fsck = _checker(self.fsck_opts, stats)
         crc32 = zlib.crc32
         sha1 = hashlib.sha1
         decompressobj = zlib.decompressobj
@@ -486,8 +495,8 @@ class _Receiver:
                         oids += oid
                         if check_existing and oid in existing:
                             stats.collisions.append((i, _strong_digest(typ, out)))
-                        if strict and typ != 3:
-                            stats.links.update(check_object(typ, out, oid=oid, path=where, offset=start))
+                        if fsck is not None:
+                            fsck.check(typ, out, oid, where=where, offset=start)
                     else:
                         oids += zero_oid
                     self.bpos = end
@@ -503,8 +512,8 @@ class _Receiver:
                     oids += oid
                     if check_existing and oid in existing:
                         stats.collisions.append((i, digest))
-                    if strict and body is not None:
-                        stats.links.update(check_object(typ, body, oid=oid, path=where, offset=start))
+                    if fsck is not None and body is not None:
+                        fsck.check(typ, body, oid, where=where, offset=start)
                 else:
                     oids += zero_oid
             i += 1
@@ -571,13 +580,13 @@ class _Receiver:
 class _Resolver:
     """Shared state for resolving; forked workers inherit it (copy-on-write + shared mmaps)."""
 
-    def __init__(self, e: _Entries, fd: int, where: str, existing: _ExistingIds, strict: bool,
+    def __init__(self, e: _Entries, fd: int, where: str, existing: _ExistingIds, fsck: FsckOptions | None,
                  nslots: int) -> None:
         self.e = e
         self.fd = fd
         self.where = where
         self.existing = existing
-        self.strict = strict
+        self.fsck_opts = fsck
         n = len(e)
         self.n = n
         # Shared between processes: object ids, resolved types, per-worker progress, work counter.
@@ -641,7 +650,7 @@ class _Resolver:
         shared = self.shared_oids
         existing = self.existing
         check_existing = not existing.empty
-        strict = self.strict
+        fsck = _checker(self.fsck_opts, stats)
         sha1 = hashlib.sha1
         header = _TYPE_HEADER[rtype]
         kids = self.children(root, oid)
@@ -672,8 +681,8 @@ class _Resolver:
             rtypes[ch] = rtype
             if check_existing and coid in existing:
                 stats.collisions.append((ch, _strong_digest(rtype, obj)))
-            if strict and rtype != 3:
-                stats.links.update(check_object(rtype, obj, oid=coid, path=where, offset=offsets[ch]))
+            if fsck is not None:
+                fsck.check(rtype, obj, coid, where=where, offset=offsets[ch])
             counted[0] += 1
             if counted[0] & 255 == 0:
                 self._ctl_set(4 + slot, counted[0])
@@ -713,10 +722,10 @@ def _check_no_double_resolution(res: _Resolver, e: _Entries, where: str, among: 
 
 
 def _resolve_share(res: "_Resolver", roots: list[int], slot: int, batch: int,
-                   lock: Any) -> tuple[list[tuple[int, bytes]], set[bytes]]:
+                   lock: Any) -> tuple[list[tuple[int, bytes]], FsckState | None]:
     """In a forked resolver: resolve this slot's share of ``roots``; what the parent merges."""
     stats = res.resolve_roots(roots, slot, batch, lock)
-    return stats.collisions, stats.links
+    return stats.collisions, stats.fsck
 
 
 def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progress | None,
@@ -769,7 +778,7 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
                 crashes.append(out.crash)
             else:
                 st = _Stats()
-                st.collisions, st.links = out.value
+                st.collisions, st.fsck = out.value
                 outs.append(st)
         if errors:
             raise min(errors, key=lambda err: err.offset if err.offset is not None else 1 << 62)
@@ -832,7 +841,7 @@ class IncomingPack:
     # -------------------------------------------------------------------------------
     @classmethod
     def begin(cls, repo, source, *, fix_thin: bool = False, strict: bool = False,
-              keep_message: str | None = None, max_pack_bytes: int | None = None,
+              fsck: FsckOptions | None = None, keep_message: str | None = None, max_pack_bytes: int | None = None,
               processes: int | None = None, progress: Progress | None = None,
               off32_limit: int = DEFAULT_OFF32_LIMIT) -> "IncomingPack":
         self = cls()
@@ -850,7 +859,12 @@ class IncomingPack:
         self.quarantine = create_quarantine(objects_dir)
         self._writing = self.quarantine   # the file being written: what a full disk's error names
         try:
-            self._build(source, existing, fix_thin=fix_thin, strict=strict, max_pack_bytes=max_pack_bytes,
+            opts = None
+            if strict or fsck is not None:
+                # index-pack's FSCK_OPTIONS_MISSING_GITMODULES: a .gitmodules blob absent everywhere is
+                # printed by git, not refused (the links check refuses a missing object anyway).
+                opts = replace(fsck or STRICT, missing_gitmodules_is_error=False)
+            self._build(source, existing, fix_thin=fix_thin, strict=opts, max_pack_bytes=max_pack_bytes,
                         processes=processes, progress=progress, off32_limit=off32_limit, t0=t0)
         except OSError as err:
             # Reading the source already raised InvalidInputError: this is our own writing (ENOSPC, EFBIG, EIO).
@@ -865,7 +879,8 @@ class IncomingPack:
     def _build(self, source, existing: _ExistingIds, *, fix_thin, strict, max_pack_bytes, processes,
                progress, off32_limit, t0) -> None:
         q = self.quarantine
-        self.strict = strict
+        self.strict = strict is not None
+        self.fsck_opts: FsckOptions | None = strict
         fd_pack, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=q)
         self.tmp_pack = self._writing = Path(tmp_pack)
         self.fd_pack = fd_pack
@@ -874,7 +889,7 @@ class IncomingPack:
         self.label = label = _source_label(source)
         try:
             rx = _Receiver(stream, fd_pack, label, max_pack_bytes=max_pack_bytes, existing=existing,
-                           strict=strict, progress=progress)
+                           fsck=strict, progress=progress)
             try:
                 entries, trailer_off, checksum = rx.run()
             except zlib.error as err:
@@ -939,8 +954,9 @@ class IncomingPack:
         # ---- checks: collisions and (strict) connectivity, against the snapshot
         self.collisions_checked = self._check_collisions(stats_all, entries, oids, rtypes)
         nobj = len(entries)
-        if strict:
-            self._check_links(stats_all, oids, nobj, existing)
+        fsck = None
+        if strict is not None:
+            fsck = self._check_links(strict, stats_all, oids, rtypes, nobj, existing)
         t4 = time.monotonic()
         self.elapsed["check"] = t4 - t3
 
@@ -955,6 +971,8 @@ class IncomingPack:
             os.fchmod(f_rev.fileno(), 0o444)
         self.tmp_idx, self.tmp_rev = Path(tmp_idx), Path(tmp_rev)
         self.oids = oids
+        if fsck is not None:
+            self._finish_fsck(fsck, tmp_pack=self.tmp_pack, tmp_idx=self.tmp_idx)
         self.large_offsets = info.large_offsets
         self.checksum = checksum
         self.pack_name = f"pack-{checksum.hex()}"
@@ -1125,7 +1143,7 @@ class IncomingPack:
             write_off, _btype, _data = self._append_base(e, oids, rtypes, b, write_off)
         e.offsets.append(write_off)
         e.oids = oids  # copied into the new resolver's shared map
-        res2 = _Resolver(e, self.fd_pack, self.label, existing, self.strict, nslots=nproc)
+        res2 = _Resolver(e, self.fd_pack, self.label, existing, self.fsck_opts, nslots=nproc)
         res2.skip_duplicates = True
         e.oids = bytearray()
         try:
@@ -1198,18 +1216,76 @@ class IncomingPack:
             return found[0].read_at(found[1])
         return snap.loose.read(oid, verify=False)
 
-    def _check_links(self, stats_all: list[_Stats], oids: bytearray, n: int, existing: _ExistingIds) -> None:
-        links: set[bytes] = set()
+    def _check_links(self, opts: FsckOptions, stats_all: list[_Stats], oids: bytearray, rtypes: bytearray, n: int,
+                     existing: _ExistingIds) -> FsckChecker:
+        """--strict: every link names an object of the type it claims, in the pack or the repository.
+
+        Memory: the resolvers' states are merged into the largest one (each freed once merged), and an
+        incoming object is struck off the links of its own type one at a time (no set of every
+        incoming id); what is left links to the repository, to nothing, or to an object of another type."""
+        states = [st.fsck for st in stats_all if st.fsck is not None]
         for st in stats_all:
-            links |= st.links
-        if not links:
-            return
-        ours = {bytes(oids[20 * i:20 * i + 20]) for i in range(n)}
-        for oid in sorted(links - ours):
+            st.fsck = None
+        states.sort(key=lambda fs: -sum(len(v) for v in fs.links.values()))
+        state = states[0] if states else FsckState()
+        for other in states[1:]:
+            state.merge(other)
+        del states
+        checker = FsckChecker(opts, state)
+        links = state.links
+        ob = bytes(oids[:20 * n])
+        for i in range(n):
+            links[rtypes[i]].discard(ob[20 * i:20 * i + 20])
+        repo_type = self._existing_type(existing)
+
+        def incoming_or_repo_type(oid: bytes) -> int | None:
+            got = repo_type(oid)
+            if got is not None:
+                return got
+            k = ob.find(oid)            # only for a link the repository does not have: an error either way
+            while k >= 0:
+                if k % 20 == 0:
+                    return int(rtypes[k // 20])
+                k = ob.find(oid, k + 1)
+            return None
+        checker.check_links(lambda oid: None, incoming_or_repo_type, where=self.label)
+        return checker
+
+    def _existing_type(self, existing: _ExistingIds) -> Callable[[bytes], int | None]:
+        snap = self.snapshot
+        repo = self.repo
+
+        def existing_type(oid: bytes) -> int | None:
             if oid not in existing:
-                raise ObjectMissingError("--strict: did not receive expected object (linked from an incoming "
-                                         "object, absent from the pack and the repository)", oid=oid,
-                                         path=self.label)
+                return None
+            found = snap.packs.find(oid)
+            if found is not None:
+                return int(found[0].header_at(found[1])[0])
+            return int(repo.objects.read_header(oid)[0])
+        return existing_type
+
+    def _finish_fsck(self, checker: FsckChecker, *, tmp_pack: Path, tmp_idx: Path) -> None:
+        """fsck_finish: .gitmodules blobs not checked while resolving, read from the quarantined pack
+        (now indexed) or the repository."""
+        if not set(checker.state.gitmodules) - checker.state.gitmodules_done:
+            return
+        from .packdir import PackFile
+        pf = PackFile(tmp_idx)
+        pf.pack_path = tmp_pack
+        snap = self.snapshot
+        try:
+            def read(oid: bytes) -> tuple[int, bytes] | None:
+                off = pf.find_offset(oid)
+                if off is not None:
+                    t, data = pf.read_at(off)
+                    return int(t), data
+                if oid in snap:
+                    t, data = snap.read(oid)
+                    return int(t), data
+                return None
+            checker.finish_gitmodules(read, where=self.label)
+        finally:
+            pf.close()
 
     def contains(self, oid: bytes) -> bool:
         """Is ``oid`` one of the incoming objects?"""
@@ -1307,7 +1383,7 @@ def _encode_entry(typ: int, data: bytes) -> bytes:
 
 
 def index_pack(repo, source: BinaryIO | str | os.PathLike[str], *, fix_thin: bool = False, strict: bool = False,
-               keep_message: str | None = None, ref_updates: Sequence[RefUpdate] = (),
+               fsck: FsckOptions | None = None, keep_message: str | None = None, ref_updates: Sequence[RefUpdate] = (),
                max_pack_bytes: int | None = None, processes: int | None = None,
                progress: Progress | None = None,
                install_guard: Callable[[], ContextManager] | None = None,
@@ -1317,7 +1393,7 @@ def index_pack(repo, source: BinaryIO | str | os.PathLike[str], *, fix_thin: boo
     ``install_guard`` (e.g. a repository lock) is entered around install + ref updates only,
     so the long receive/resolve phases run without holding it.
     """
-    with IncomingPack.begin(repo, source, fix_thin=fix_thin, strict=strict, keep_message=keep_message,
+    with IncomingPack.begin(repo, source, fix_thin=fix_thin, strict=strict, fsck=fsck, keep_message=keep_message,
                             max_pack_bytes=max_pack_bytes, processes=processes, progress=progress,
                             off32_limit=off32_limit) as incoming:
         with (install_guard() if install_guard is not None else nullcontext()):

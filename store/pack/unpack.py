@@ -4,6 +4,11 @@ The pack is parsed with the one entry reader (:mod:`.entries`: header, entries, 
 streams; trailer checksum here), deltas are resolved by the one resolver (:mod:`.resolve`)
 against this pack or the repository (REF_DELTA, thin packs), and every object is added to
 a batch: one durable flush, renames at the end, refs last.
+
+With ``strict`` (git's ``unpack-objects --strict``), every object is checked first (store/fsck:
+git's rules, links by type in the pack or the repository, ``.gitmodules`` blobs at the end) and
+nothing is written unless all pass: a refusal raises FsckError (or ObjectMissingError) with no
+loose object, temp file or ref left behind.
 """
 from __future__ import annotations
 
@@ -13,7 +18,8 @@ from typing import Callable, Iterator, Sequence
 
 from ..bulk import BatchCounters, begin_batch
 from ..errors import LimitExceededError, PackFormatError, StoreError
-from ..objects import ObjectType
+from ..fsck import STRICT, FsckChecker, FsckOptions
+from ..objects import ObjectType, hash_object
 from ..refs import RefUpdate
 from ..tuning import gc_paused
 from .entries import EntryHeader, iter_entries
@@ -24,6 +30,8 @@ Progress = Callable[[str, int, "int | None"], None]
 
 #: "small": beyond this many objects a pack should be indexed, not exploded (receive.unpackLimit idea).
 DEFAULT_MAX_OBJECTS = 100_000
+#: --strict keeps the checked objects in memory for the write pass up to this many bytes (else resolves again).
+STRICT_KEEP_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -61,8 +69,10 @@ def resolve_pack(pack: bytes, headers: Sequence[EntryHeader], read_base: Callabl
 @gc_paused()   # many long-lived acyclic objects: see store/tuning.py
 def unpack_objects(repo, pack: bytes, *, ref_updates: Sequence[RefUpdate] = (), where: str = "<pack>",
                    counters: BatchCounters | None = None, progress: Progress | None = None,
-                   max_objects: int | None = DEFAULT_MAX_OBJECTS, **batch_options) -> UnpackResult:
-    """Parse and fully validate the pack first, then write every object in one batch."""
+                   max_objects: int | None = DEFAULT_MAX_OBJECTS, strict: bool = False,
+                   fsck: FsckOptions | None = None, **batch_options) -> UnpackResult:
+    """Parse and fully validate the pack first (with ``strict``/``fsck``: git's fsck too), then
+    write every object in one batch."""
     headers = parse_pack(pack, where, max_objects)
     total = len(headers)
     deltas = sum(1 for h in headers if h.is_delta)
@@ -76,8 +86,12 @@ def unpack_objects(repo, pack: bytes, *, ref_updates: Sequence[RefUpdate] = (), 
                 return snap.read(oid)
             return repo.objects.read(oid)
 
+        kept: list[tuple[ObjectType, bytes]] | None = None
+        if strict or fsck is not None:
+            kept = strict_check(repo, snap, pack, headers, read_base, fsck or STRICT, where)
         n = 0
-        for obj_type, data in resolve_pack(pack, headers, read_base, where):
+        objects = kept if kept is not None else resolve_pack(pack, headers, read_base, where)
+        for obj_type, data in objects:
             batch.add(obj_type, data)
             n += 1
             if progress is not None and (n % step == 0 or n == total):
@@ -85,6 +99,50 @@ def unpack_objects(repo, pack: bytes, *, ref_updates: Sequence[RefUpdate] = (), 
         result = batch.commit(ref_updates)
     return UnpackResult(objects=total, written=result.written, skipped=result.skipped, deltas=deltas,
                         counters=result.counters)
+
+
+def strict_check(repo, snap, pack: bytes, headers: Sequence[EntryHeader], read_base, opts: FsckOptions,
+                 where: str) -> list[tuple[ObjectType, bytes]] | None:
+    """git unpack-objects --strict before anything is written: every object fsck'd, every link of the
+    type it claims (in the pack or the repository), then the .gitmodules blobs. Returns the objects
+    when they fit in STRICT_KEEP_BYTES (the write pass reuses them), else None (resolve again)."""
+    checker = FsckChecker(opts)
+    ours: dict[bytes, int] = {}
+    kept: list[tuple[ObjectType, bytes]] | None = []
+    size = 0
+    blobs: dict[bytes, bytes] = {}
+    for obj_type, data in resolve_pack(pack, headers, read_base, where):
+        oid = hash_object(obj_type, data)
+        ours[oid] = int(obj_type)
+        checker.check(int(obj_type), data, oid, where=where)
+        if kept is not None:
+            size += len(data)
+            if size > STRICT_KEEP_BYTES:
+                kept = None
+            else:
+                kept.append((obj_type, data))
+                if obj_type == ObjectType.BLOB:
+                    blobs[oid] = data
+
+    def existing_type(oid: bytes) -> int | None:
+        if oid not in snap:
+            return None
+        return int(repo.objects.read_header(oid)[0])
+
+    def read(oid: bytes) -> tuple[int, bytes] | None:
+        if oid in ours:
+            if oid in blobs:
+                return int(ObjectType.BLOB), blobs[oid]
+            for obj_type, data in resolve_pack(pack, headers, read_base, where):
+                if hash_object(obj_type, data) == oid:
+                    return int(obj_type), data
+        if oid in snap:
+            t, data = snap.read(oid)
+            return int(t), data
+        return None
+
+    checker.finish(ours.get, existing_type, read, where=where)
+    return kept
 
 
 __all__ = ["parse_pack", "resolve_pack", "unpack_objects", "UnpackResult", "StoreError"]

@@ -22,7 +22,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     common.add_repo_arg(p)
     p.add_argument("pack", nargs="?", default="-", help="pack file, or - for stdin (default)")
     p.add_argument("--fix-thin", action="store_true", help="append missing delta bases from the repository")
-    p.add_argument("--strict", action="store_true", help="fsck commits, trees and tags; require their links")
+    p.add_argument("--strict", action="store_true",
+                   help="git's fsck (index-pack --strict): every object, every link's type, .gitmodules")
+    common.add_fsck_args(p)
     p.add_argument("--keep", metavar="MSG", nargs="?", const="", default=None,
                    help="leave pack-<checksum>.keep (with MSG) until released")
     common.add_ref_update_arg(p)
@@ -46,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         lock = redis_repo_lock(args.repo)
     t0 = time.monotonic()
     result = common.call_store("index-pack", progress, index_pack, args.repo, args.pack, fix_thin=args.fix_thin,
-                               strict=args.strict, keep=args.keep, ref_updates=args.ref_update,
+                               strict=args.strict or bool(args.fsck) or args.fsck_skiplist is not None,
+                               fsck=common.fsck_options(args), keep=args.keep, ref_updates=args.ref_update,
                                max_pack_bytes=args.max_pack_bytes if args.max_pack_bytes is not None
                                else common.settings().max_pack_bytes,
                                processes=args.processes, progress=progress, lock=lock)

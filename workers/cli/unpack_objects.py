@@ -18,6 +18,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     common.add_repo_arg(p)
     p.add_argument("pack", nargs="?", default="-", help="pack file, or - for stdin")
     common.add_ref_update_arg(p)
+    p.add_argument("--strict", action="store_true",
+                   help="git's fsck first (unpack-objects --strict); nothing is written on a refusal")
+    common.add_fsck_args(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
@@ -34,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
             tmp.flush()
             path = tmp.name
         result = common.call_store("unpack-objects", progress, unpack_objects, args.repo, path,
-                                   ref_updates=args.ref_update, progress=progress)
+                                   ref_updates=args.ref_update, progress=progress,
+                                   strict=args.strict or bool(args.fsck) or args.fsck_skiplist is not None,
+                                   fsck=common.fsck_options(args))
     c = result["counters"]
     print(json.dumps(result) if args.json else
           f"unpacked {c['objects']} objects ({c['deltas']} deltas): {c['objects_written']} written, "

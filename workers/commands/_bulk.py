@@ -54,6 +54,23 @@ def fence_options(lease: Any) -> dict[str, Any]:
     return {"fence": lease.check, "fence_token": lease.token}
 
 
+def fsck_options_of(extra: Iterable[str] = (), skiplist: str | None = None) -> Any:
+    """The fsck options every way in checks with: PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST, then ``extra``
+    (``id=severity`` items, e.g. from the CLI) and ``skiplist`` on top."""
+    from packyard.store.fsck import FsckConfigError, FsckOptions
+    from packyard.workers.settings import get_settings
+
+    s = get_settings()
+    items = [s.fsck] if s.fsck else []
+    items += list(extra)
+    try:
+        return FsckOptions.from_config(items or None, skiplist or (str(s.fsck_skiplist) if s.fsck_skiplist else None))
+    except FsckConfigError as err:
+        raise InvalidInputError(f"fsck configuration: {err}") from None
+    except OSError as err:
+        raise InvalidInputError(f"fsck skip list: {err.strerror}", path=skiplist) from None
+
+
 def pack_threshold_of(value: int | None) -> int | None:
     """The batch size from which objects are written as one pack: ``value``, else PACKYARD_PACK_THRESHOLD;
     0 means never (None for the store)."""

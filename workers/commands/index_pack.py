@@ -12,6 +12,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, ContextManager
 
+from packyard.store.fsck import FsckOptions
 from packyard.store.pack.indexpack import IncomingPack, IndexPackResult
 from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import parse_ref_updates
@@ -49,12 +50,13 @@ def counters_of(result: IndexPackResult) -> dict[str, int]:
 
 
 def index_pack(repo: str | Path, pack: str | Path | BinaryIO, *, fix_thin: bool = False, strict: bool = False,
-               keep: str | None = None, ref_updates: list[dict] | None = None,
+               fsck: FsckOptions | None = None, keep: str | None = None, ref_updates: list[dict] | None = None,
                max_pack_bytes: int | None = None, processes: int | None = None,
                progress: Progress | None = None, lock: LockFactory | None = None) -> dict[str, Any]:
     """Receive and verify ``pack`` (a path, ``-`` for stdin, or an open binary file), install it under ``lock``,
     then ``ref_updates``.
 
+    ``strict``: git's fsck (``fsck``: its severities and skip list; default git's).
     ``ref_updates``: ``[{"ref": "refs/heads/x", "old": hex | None, "new": hex}, ...]`` (all or nothing).
     Raises the store's typed errors for bad input; the repository is then unchanged.
     """
@@ -65,7 +67,8 @@ def index_pack(repo: str | Path, pack: str | Path | BinaryIO, *, fix_thin: bool 
         source = pack  # type: ignore[assignment]
     else:
         source = sys.stdin.buffer if str(pack) == "-" else Path(pack)  # type: ignore[arg-type]
-    with IncomingPack.begin(r, source, fix_thin=fix_thin, strict=strict, keep_message=keep,
+    with IncomingPack.begin(r, source, fix_thin=fix_thin, strict=strict, fsck=fsck if strict else None,
+                            keep_message=keep,
                             max_pack_bytes=max_pack_bytes, processes=processes, progress=progress) as incoming:
         with (lock() if lock is not None else nullcontext()) as lease:
             if lease is not None and hasattr(lease, "check"):

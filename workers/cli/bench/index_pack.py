@@ -9,6 +9,11 @@ run under ``/usr/bin/time`` so that neither inherits this process's high-water
 mark (Linux keeps a process's peak RSS across fork+exec). The idx, rev and pack
 files of both sides must be byte-identical (checked).
 
+``--strict`` runs both sides with git's fsck (``git index-pack --strict``, ``packyard index-pack
+--strict``) and then measures a 50-object push exploded with ``--strict``: packyard's library call
+``unpack_objects(strict=True)`` in this (warm) process, as a worker runs it, against
+``git unpack-objects --strict``, alternating, fresh repositories each round.
+
 Then each side runs once under ``strace -f`` on a repository with 20 packs and 5,000
 loose objects, counting the calls (open/openat/stat/lstat/newfstatat/statx/access/
 getdents64) that name a path under ``objects/``.
@@ -40,6 +45,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--processes", type=int, default=None, help="packyard resolver processes (default: cores)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
     p.add_argument("--no-strace", action="store_true", help="skip the strace filesystem-call counts")
+    p.add_argument("--strict", action="store_true",
+                   help="both sides with fsck (index-pack --strict), then a 50-object unpack-objects --strict")
     p.set_defaults(func=run)
 
 
@@ -73,15 +80,17 @@ def same_file(a: Path, b: Path) -> bool:
                 return True
 
 
-def packyard_cmd(repo: Path, processes: int | None) -> list[str]:
+def packyard_cmd(repo: Path, processes: int | None, strict: bool = False) -> list[str]:
     cmd = common.packyard_entry() + ["index-pack", "--repo", str(repo), "--no-progress", "--json"]
+    if strict:
+        cmd.append("--strict")
     if processes:
         cmd += ["--processes", str(processes)]
     return cmd + ["-"]
 
 
-def git_cmd(repo: Path) -> list[str]:
-    return ["git", "--git-dir", str(repo), "index-pack", "--stdin", "--rev-index"]
+def git_cmd(repo: Path, strict: bool = False) -> list[str]:
+    return ["git", "--git-dir", str(repo), "index-pack", "--stdin", "--rev-index"] + (["--strict"] if strict else [])
 
 
 def child_env() -> dict[str, str]:
@@ -124,6 +133,64 @@ def strace_count(cmd: list[str], pack: Path, objects_dir: Path, log: Path, env: 
     return sum(1 for line in log.read_text(errors="replace").splitlines() if needle in line)
 
 
+def small_push(base: Path, env: dict[str, str]) -> Path:
+    """A self-contained 50-object push made by git: 47 files (40 at the top, 7 in sub/), 2 trees, 1 commit."""
+    work = base / "push-work"
+    (work / "sub").mkdir(parents=True)
+    common.git("init", "-q", str(work))
+    for i in range(47):
+        d = work if i < 40 else work / "sub"
+        (d / f"file{i:02}.c").write_text("".join(f"int f{i}_{k}(void) {{ return {k}; }}\n" for k in range(40 + i)))
+    common.git("-C", str(work), "add", "-A")
+    common.git("-C", str(work), "-c", "user.name=Bench", "-c", "user.email=bench@example.com", "commit", "-q",
+               "-m", "fifty objects")
+    out = base / "push50.pack"
+    out.write_bytes(common.git("-C", str(work), "pack-objects", "-q", "--revs", "--stdout", input=b"HEAD\n"))
+    shutil.rmtree(work)
+    return out
+
+
+def unpack_50(base: Path, rounds: int, env: dict[str, str]) -> None:
+    """Library call in this warm process vs git unpack-objects --strict, alternating, fresh repos each round."""
+    from packyard.store.pack.unpack import unpack_objects
+    from packyard.store.repo import Repository
+
+    push = small_push(base, env)
+    data = push.read_bytes()
+    times: dict[str, list[float]] = {"git": [], "packyard": []}
+    warm = base / "warm.git"
+    common.git("init", "-q", "--bare", str(warm))
+    res = unpack_objects(Repository.open(warm), data, strict=True)     # warm the process (imports, caches)
+    for rnd in range(rounds):
+        for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
+            repo = base / f"u-{side}-{rnd}.git"
+            common.git("init", "-q", "--bare", str(repo))
+            t0 = time.perf_counter()
+            if side == "git":
+                subprocess.run(["git", "--git-dir", str(repo), "unpack-objects", "-q", "--strict"], input=data,
+                               check=True, env=env)
+            else:
+                unpack_objects(Repository.open(repo), data, strict=True)
+            times[side].append(time.perf_counter() - t0)
+            shutil.rmtree(repo)
+    g, p = statistics.median(times["git"]), statistics.median(times["packyard"])
+    print(f"unpack-objects --strict of a {res.objects}-object push ({len(data)} bytes), {rounds} alternating rounds: "
+          f"packyard (library call, warm process) {p * 1000:.1f} ms, git {g * 1000:.1f} ms, ratio {p / g:.2f}x")
+    # where packyard's time goes: the checks alone (parse, resolve, fsck; nothing written) vs the durable write
+    from packyard.store.pack.unpack import parse_pack, strict_check
+    from packyard.store.fsck import STRICT
+    fresh = Repository.open(warm)
+    snap = fresh.objects.snapshot()
+    checks = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        strict_check(fresh, snap, data, parse_pack(data), snap.read, STRICT, "<push>")
+        checks.append(time.perf_counter() - t0)
+    print(f"  of which parse + resolve + fsck (nothing written): {statistics.median(checks) * 1000:.2f} ms; the rest "
+          f"is the durable loose write (one syncfs barrier; git unpack-objects does not fsync loose objects by "
+          f"default)")
+
+
 def run(args: argparse.Namespace) -> int:
     pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
     if not Path(TIME).exists():
@@ -140,13 +207,13 @@ def run(args: argparse.Namespace) -> int:
         cpus: dict[str, list[float]] = {"git": [], "packyard": []}
         phases: list[dict] = []
         print(f"pack {pack} ({pack.stat().st_size / 1e6:.1f} MB), {os.cpu_count()} cores, "
-              f"{args.runs} rounds alternating git/packyard", flush=True)
+              f"{args.runs} rounds alternating git/packyard{' (--strict)' if args.strict else ''}", flush=True)
         for rnd in range(args.runs):
             order = ("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")
             for side in order:
                 repo = base / f"{side}-{rnd}.git"
                 common.git("init", "-q", "--bare", str(repo))
-                cmd = git_cmd(repo) if side == "git" else packyard_cmd(repo, args.processes)
+                cmd = git_cmd(repo, args.strict) if side == "git" else packyard_cmd(repo, args.processes, args.strict)
                 wall, rss, rc, out, cpu = measured(cmd, pack, env, base / "rss.txt")
                 if rc != 0:
                     print(f"{side} failed with status {rc}", file=sys.stderr)
@@ -181,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'cpu user+sys (median) s':24} {p_cpu:10.2f} {g_cpu:10.2f} {p_cpu / g_cpu:6.2f}x")
         print(f"wall spread: git {min(w for w, _ in rows['git']):.2f}-{max(w for w, _ in rows['git']):.2f}s, "
               f"packyard {min(w for w, _ in rows['packyard']):.2f}-{max(w for w, _ in rows['packyard']):.2f}s")
+        if args.strict:
+            unpack_50(base, max(args.runs, 5), env)
         if not args.no_strace:
             if shutil.which("strace") is None:
                 print("strace not installed: filesystem-call counts skipped")

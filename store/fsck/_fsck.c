@@ -1,0 +1,125 @@
+/* The hot part of store/fsck: the fast path for a clean tree (store/fsck/rules.py check_tree_fast is the
+ * specification and the fallback; tests/test_fsck_rules.py checks that both give the same answer).
+ *
+ * tree_scan(data, allow_664) -> None | (blob ids, tree ids, special names)
+ *   None: the tree is not certainly clean (the exact rules must judge it);
+ *   otherwise the ids it links to, and the names that look special (start with '.' or a byte >= 0x80,
+ *   or hold '~' or '\\'), which the caller judges with git's name rules.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static int mode_kind(const unsigned char *m, Py_ssize_t n, int allow_664)
+{
+    /* 1 blob, 2 tree, 3 gitlink, 0 not a standard mode */
+    if (n == 6 && memcmp(m, "100644", 6) == 0) return 1;
+    if (n == 6 && memcmp(m, "100755", 6) == 0) return 1;
+    if (n == 6 && memcmp(m, "120000", 6) == 0) return 1;
+    if (n == 5 && memcmp(m, "40000", 5) == 0) return 2;
+    if (n == 6 && memcmp(m, "160000", 6) == 0) return 3;
+    if (allow_664 && n == 6 && memcmp(m, "100664", 6) == 0) return 1;
+    return 0;
+}
+
+/* bytes comparison of name1 (+ '/' if dir1) with name2 (+ '/' if dir2), as Python compares the keys */
+static int key_cmp(const unsigned char *a, Py_ssize_t la, int da, const unsigned char *b, Py_ssize_t lb, int db)
+{
+    Py_ssize_t ka = la + (da ? 1 : 0), kb = lb + (db ? 1 : 0);
+    Py_ssize_t n = ka < kb ? ka : kb;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int ca = i < la ? a[i] : '/';
+        int cb = i < lb ? b[i] : '/';
+        if (ca != cb) return ca < cb ? -1 : 1;
+    }
+    return ka < kb ? -1 : (ka > kb ? 1 : 0);
+}
+
+typedef struct { const unsigned char *name; Py_ssize_t len; int kind; } entry_t;
+
+static PyObject *tree_scan(PyObject *self, PyObject *args)
+{
+    Py_buffer buf;
+    int allow_664 = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &buf, &allow_664))
+        return NULL;
+    const unsigned char *d = buf.buf;
+    Py_ssize_t size = buf.len, pos = 0, nent = 0, cap = 64, zeros = 0;
+    PyObject *blobs = NULL, *trees = NULL, *specials = NULL, *result = NULL;
+    entry_t *ents = PyMem_Malloc(cap * sizeof(entry_t));
+    if (!ents) { PyBuffer_Release(&buf); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < size; i++) {     /* 21 NUL bytes in a row: a null id (or inside ids: not fast) */
+        zeros = d[i] ? 0 : zeros + 1;
+        if (zeros >= 21) goto not_fast;
+    }
+    blobs = PyList_New(0); trees = PyList_New(0); specials = PyList_New(0);
+    if (!blobs || !trees || !specials) goto error;
+    while (pos < size) {
+        Py_ssize_t sp = pos;
+        while (sp < size && sp - pos < 7 && d[sp] != ' ') sp++;
+        if (sp >= size || d[sp] != ' ') goto not_fast;
+        int kind = mode_kind(d + pos, sp - pos, allow_664);
+        if (!kind) goto not_fast;
+        Py_ssize_t ns = sp + 1, ne = ns;
+        while (ne < size && d[ne] != 0) {
+            if (d[ne] == '/') goto not_fast;
+            ne++;
+        }
+        if (ne == ns || ne >= size || ne + 21 > size) goto not_fast;
+        const unsigned char *name = d + ns;
+        Py_ssize_t len = ne - ns;
+        if (nent == cap) {
+            cap *= 2;
+            entry_t *grown = PyMem_Realloc(ents, cap * sizeof(entry_t));
+            if (!grown) { PyErr_NoMemory(); goto error; }
+            ents = grown;
+        }
+        if (nent > 0) {
+            entry_t *p = &ents[nent - 1];
+            if (key_cmp(p->name, p->len, p->kind == 2, name, len, kind == 2) >= 0) goto not_fast;
+        }
+        if (kind == 2) {       /* a file of the same name sorts before, past names that extend it with < '/' */
+            for (Py_ssize_t k = nent - 1; k >= 0; k--) {
+                entry_t *p = &ents[k];
+                if (p->len < len || memcmp(p->name, name, len) != 0) break;
+                if (p->len == len) goto not_fast;
+            }
+        }
+        ents[nent].name = name; ents[nent].len = len; ents[nent].kind = kind;
+        nent++;
+        int special = name[0] == '.' || name[0] >= 0x80 || memchr(name, '~', len) || memchr(name, '\\', len);
+        if (special) {
+            PyObject *s = PyBytes_FromStringAndSize((const char *)name, len);
+            if (!s || PyList_Append(specials, s) < 0) { Py_XDECREF(s); goto error; }
+            Py_DECREF(s);
+        }
+        if (kind != 3) {
+            PyObject *oid = PyBytes_FromStringAndSize((const char *)d + ne + 1, 20);
+            if (!oid || PyList_Append(kind == 2 ? trees : blobs, oid) < 0) { Py_XDECREF(oid); goto error; }
+            Py_DECREF(oid);
+        }
+        pos = ne + 21;
+    }
+    result = PyTuple_Pack(3, blobs, trees, specials);
+    goto done;
+not_fast:
+    result = Py_None;
+    Py_INCREF(result);
+    goto done;
+error:
+    result = NULL;
+done:
+    Py_XDECREF(blobs); Py_XDECREF(trees); Py_XDECREF(specials);
+    PyMem_Free(ents);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"tree_scan", tree_scan, METH_VARARGS, "Fast path of fsck_tree for a clean tree: None or (blobs, trees, specials)."},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fsck", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__fsck(void) { return PyModule_Create(&module); }

@@ -1,0 +1,211 @@
+"""The stateful side of fsck for one incoming batch (a pack, an unpack, a write): git's
+``fsck_object`` per object, the links each object claims (by type), the blobs found at a
+``.gitmodules`` name, and ``fsck_finish``: the late checks once every object is known.
+
+:class:`FsckState` is plain data (picklable: forked resolvers send theirs back to merge).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from ..errors import FsckError, ObjectMissingError
+from ..objects import ObjectType
+from .msgs import LINK_TYPE, FsckOptions
+from .rules import (BLOB, COMMIT, TAG, TREE, ObjectReport, Refused, check_commit, check_gitmodules_blob,
+                    check_tag, check_tree, check_tree_fast)
+
+_LABEL = {BLOB: "blob", TREE: "tree", COMMIT: "commit", TAG: "tag"}
+
+
+def fsck_error(oid: bytes, msg_id: str, text: str, tree_path: str | None = None, *, path: object = None,
+               offset: int | None = None) -> FsckError:
+    msg = f"{oid.hex()}: {msg_id}: {text}" + (f" [path {tree_path}]" if tree_path else "")
+    return FsckError(msg, msg_id=msg_id, tree_path=tree_path, oid=oid, path=path, offset=offset)
+
+
+class FsckState:
+    """What the per-object checks leave for :meth:`FsckChecker.finish`."""
+
+    __slots__ = ("links", "gitmodules", "gitmodules_done", "warnings")
+
+    def __init__(self) -> None:
+        self.links: dict[int, set[bytes]] = {BLOB: set(), TREE: set(), COMMIT: set(), TAG: set()}
+        self.gitmodules: dict[bytes, str] = {}      # blob id -> the name it was found at
+        self.gitmodules_done: set[bytes] = set()
+        self.warnings: list[str] = []
+
+    def __getstate__(self):
+        return (self.links, self.gitmodules, self.gitmodules_done, self.warnings)
+
+    def __setstate__(self, st) -> None:
+        self.links, self.gitmodules, self.gitmodules_done, self.warnings = st
+
+    def merge(self, other: "FsckState") -> None:
+        for t, s in other.links.items():
+            self.links[t] |= s
+        for oid, name in other.gitmodules.items():
+            self.gitmodules.setdefault(oid, name)
+        self.gitmodules_done |= other.gitmodules_done
+        self.warnings.extend(other.warnings[:max(0, 100 - len(self.warnings))])
+
+
+class FsckChecker:
+    """fsck for a batch of objects under ``opts``; raises :class:`FsckError` at the first refusal."""
+
+    def __init__(self, opts: FsckOptions, state: FsckState | None = None) -> None:
+        self.opts = opts
+        self.state = state if state is not None else FsckState()
+        self._blob_links = self.state.links[BLOB]
+        self._tree_links = self.state.links[TREE]
+        self._allow_664 = not opts.refuses("badFilemode")
+
+    def _raise(self, rep: ObjectReport, where: object, offset: int | None, refuse: bool = True) -> None:
+        """Keep the object's warnings; if git's result refuses it, raise its first error-level finding."""
+        st = self.state
+        for msg_id, text, path in rep.warnings:
+            if len(st.warnings) < 100:
+                st.warnings.append(f"{rep.oid.hex()}: {msg_id}: {text}" + (f" [path {path}]" if path else ""))
+        if refuse and rep.findings:
+            msg_id, text, path = rep.findings[0]
+            raise fsck_error(rep.oid, msg_id, text, path, path=where, offset=offset)
+
+    def check(self, obj_type: int, data: bytes, oid: bytes, *, where: object = None,
+              offset: int | None = None) -> None:
+        """fsck_object + the walk's links for one object (a blob only if found at .gitmodules)."""
+        if obj_type == TREE:
+            got = check_tree_fast(data, self._allow_664)   # what it accepts has no refusable finding
+            if got is not None:
+                self._blob_links.update(got[0])
+                self._tree_links.update(got[1])
+                return
+            rep = ObjectReport(self.opts, oid)
+            try:
+                ret, blobs, trees, gitmodules = check_tree(data, rep)
+            except Refused as r:
+                raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
+            self._blob_links.update(blobs)
+            self._tree_links.update(trees)
+            for goid, name in gitmodules:
+                self.state.gitmodules.setdefault(goid, name.decode("utf-8", "backslashreplace"))
+            self._raise(rep, where, offset, bool(ret))
+        elif obj_type == COMMIT:
+            rep = ObjectReport(self.opts, oid)
+            try:
+                ret, tree, parents = check_commit(data, rep)
+            except Refused as r:
+                raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
+            self._raise(rep, where, offset, bool(ret))
+            if tree is not None:
+                self._tree_links.add(tree)
+            self.state.links[COMMIT].update(parents)
+        elif obj_type == TAG:
+            rep = ObjectReport(self.opts, oid)
+            try:
+                ret, target, ttype = check_tag(data, rep)
+            except Refused as r:
+                raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
+            self._raise(rep, where, offset, bool(ret))
+            if target is not None:
+                self.state.links[ttype].add(target)
+        elif obj_type == BLOB:
+            found_at = self.state.gitmodules.get(oid)
+            if found_at is not None:
+                self.check_gitmodules(oid, data, found_at, where=where, offset=offset)
+
+    def check_gitmodules(self, oid: bytes, data: bytes, name: str, *, where: object = None,
+                         offset: int | None = None) -> None:
+        self.state.gitmodules_done.add(oid)
+        if oid in self.opts.skiplist:
+            return
+        rep = ObjectReport(self.opts, oid)
+        self._raise(rep, where, offset, bool(check_gitmodules_blob(data, rep, name)))
+
+    # -- fsck_finish ----------------------------------------------------------------------------
+    def finish(self, incoming_type: Callable[[bytes], int | None], existing_type: Callable[[bytes], int | None],
+               read: Callable[[bytes], tuple[int, bytes] | None], *, where: object = None) -> None:
+        """Late checks, once every object is known.
+
+        ``incoming_type(oid)``: the type of an object of this batch, or None; ``existing_type(oid)``:
+        of an object already in the repository, or None; ``read(oid)``: (type, bytes) from either.
+        Order: links (each names an object of the type it claims, in the batch or the repository;
+        a missing one is ObjectMissingError), then every .gitmodules blob not checked yet.
+        """
+        self.check_links(incoming_type, existing_type, where=where)
+        self.finish_gitmodules(read, where=where)
+
+    def finish_gitmodules(self, read: Callable[[bytes], tuple[int, bytes] | None], *, where: object = None) -> None:
+        """fsck_finish: every blob found at a .gitmodules name and not checked yet, read now."""
+        st = self.state
+        for oid in sorted(st.gitmodules):
+            if oid in st.gitmodules_done:
+                continue
+            name = st.gitmodules[oid]
+            got = read(oid)
+            if got is None:
+                if not self.opts.missing_gitmodules_is_error:
+                    continue       # index-pack prints it (receive-pack decides); not a refusal
+                rep = ObjectReport(self.opts, oid)
+                rep("gitmodulesMissing", "unable to read .gitmodules blob", name)
+                self._raise(rep, where, None)
+                continue
+            typ, data = got
+            if typ == BLOB:
+                self.check_gitmodules(oid, data, name, where=where)
+            else:
+                rep = ObjectReport(self.opts, oid)
+                rep("gitmodulesBlob", "non-blob found at .gitmodules", name)
+                self._raise(rep, where, None)
+
+    def check_links(self, incoming_type: Callable[[bytes], int | None],
+                    existing_type: Callable[[bytes], int | None], *, where: object = None,
+                    incoming_sets: dict[int, set[bytes]] | None = None, require: bool = True) -> None:
+        """Every link names an object of the type it claims; a missing one raises ObjectMissingError.
+        ``incoming_sets`` (type -> ids of the batch), when given, answers in bulk before ``incoming_type``."""
+        links = self.state.links
+        for t in (COMMIT, TREE, BLOB, TAG):
+            todo: Iterable[bytes] = links[t]
+            if incoming_sets is not None:
+                todo = links[t] - incoming_sets.get(t, set())
+            for oid in sorted(todo):
+                got = incoming_type(oid)
+                if got is None:
+                    got = existing_type(oid)
+                    if got is None:
+                        if not require:
+                            continue
+                        raise ObjectMissingError("--strict: did not receive expected object (linked from an "
+                                                 f"incoming object as a {_LABEL[t]}, absent from the pack and "
+                                                 "the repository)", oid=oid, path=where)
+                if got != t:
+                    raise fsck_error(oid, LINK_TYPE, f"object is a {_LABEL.get(got, got)}, "
+                                     f"linked as a {_LABEL[t]}", path=where)
+
+
+def check_batch(objects: Iterable[tuple[int, bytes, bytes]], opts: FsckOptions,
+                existing_type: Callable[[bytes], int | None],
+                read_existing: Callable[[bytes], tuple[int, bytes] | None], *, require_links: bool,
+                where: object = None, known: dict[bytes, int] | None = None) -> FsckChecker:
+    """fsck a batch of (type, data, oid) built or received in memory (write_objects, import_tree): every
+    object, every link's type (``require_links``: and presence), the .gitmodules blobs. ``known``: ids
+    of the batch (-> type) that were not passed as objects (import_tree's blobs)."""
+    checker = FsckChecker(opts)
+    ours: dict[bytes, tuple[int, bytes]] = {}
+    for t, data, oid in objects:
+        ours[oid] = (int(t), data)
+        checker.check(int(t), data, oid, where=where)
+    extra = known or {}
+
+    def incoming_type(oid: bytes) -> int | None:
+        got = ours.get(oid)
+        return got[0] if got is not None else extra.get(oid)
+
+    def read(oid: bytes) -> tuple[int, bytes] | None:
+        return ours.get(oid) or read_existing(oid)
+
+    checker.check_links(incoming_type, existing_type, where=where, require=require_links)
+    checker.finish_gitmodules(read, where=where)
+    return checker
+
+
+def object_label(t: int) -> str:
+    return ObjectType(t).label.decode()
