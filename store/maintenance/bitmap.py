@@ -340,6 +340,34 @@ def _tag_name(data: bytes) -> bytes | None:
     return None
 
 
+# -- a repack's new pack ------------------------------------------------------------------------------------
+
+def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, options: BitmapOptions) -> int | None:
+    """A full repack's bitmap for its finished pack (``writer``: :class:`~..pack.write.PackWriter` after
+    ``finish()``; ``reach``: the plan's :class:`~.walk.Reachable`), attached to be installed with the pack.
+    Returns the commits bitmapped, or None when the pack is not closed (objects left in a .keep pack: git
+    too writes no bitmap then)."""
+    oids = bytes(writer.oids)
+    order = [oids[k:k + 20] for k in range(0, len(oids), 20)]   # write order = offset order = bit order
+    kind: dict[bytes, int] = {}
+    for ids, t in ((reach.commits, ObjectType.COMMIT), (reach.tags, ObjectType.TAG), (reach.trees, ObjectType.TREE),
+                   (reach.blobs, ObjectType.BLOB)):
+        kind.update(dict.fromkeys(ids, int(t)))
+    try:
+        types = [kind[o] for o in order]
+    except KeyError:
+        return None   # (an object the walk did not reach: not a full repack's pack)
+    in_pack = set(order)
+    commits = [c for c in reach.commits if c in in_pack]
+    try:
+        data = bitmap_for(order, types, writer.checksum, commits, read,
+                          names=reach.names if options.hash_cache else None, tips=tips, options=options)
+    except BitmapClosureError:
+        return None
+    writer.attach_bitmap(data)
+    return read_header(data).entries
+
+
 # -- reading the header (the strategy's "does the bitmap match the pack?") ---------------------------------
 
 @dataclass(frozen=True)
@@ -363,4 +391,5 @@ def read_header(data: bytes) -> BitmapHeader:
 
 
 __all__ = ["BitmapOptions", "BitmapClosureError", "BitmapHeader", "name_hash", "select_commits", "build_bitmaps",
-           "xor_offsets", "encode_bitmap", "bitmap_for", "read_header", "CommitGraph", "preferred_tips"]
+           "xor_offsets", "encode_bitmap", "bitmap_for", "read_header", "CommitGraph", "preferred_tips",
+           "write_pack_bitmap"]
