@@ -348,6 +348,8 @@ def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, opti
     Returns the commits bitmapped, or None when the pack is not closed (objects left in a .keep pack: git
     too writes no bitmap then)."""
     oids = bytes(writer.oids)
+    if len(oids) // 20 != len(reach):
+        return None   # (some reached objects stay in .keep packs: no closure)
     order = [oids[k:k + 20] for k in range(0, len(oids), 20)]   # write order = offset order = bit order
     kind: dict[bytes, int] = {}
     for ids, t in ((reach.commits, ObjectType.COMMIT), (reach.tags, ObjectType.TAG), (reach.trees, ObjectType.TREE),
