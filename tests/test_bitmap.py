@@ -20,6 +20,7 @@ import pytest
 from gitutil import ROOT, git, repo_from_corpus
 from packyard.store.maintenance import ewah
 from packyard.store.maintenance.bitmap import BitmapOptions, bitmap_for, name_hash, read_header
+from packyard.store.maintenance.stats import gather_stats
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
 from packyard.store.repo import Repository
 
@@ -214,6 +215,24 @@ def test_full_repack_writes_a_bitmap_git_uses(tmp_path):
     assert header.checksum.hex() == bm.stem[5:]
     assert result.counters.bitmap_commits == header.entries > 0
     _check_git_uses(bare)
+    assert [p.bitmap for p in gather_stats(bare).packs] == ["ok"]
+
+
+def test_stats_tell_a_missing_or_foreign_bitmap(tmp_path):
+    bare = _history(tmp_path, commits=20)
+    git("-c", "repack.writeBitmaps=false", "repack", "-adq", git_dir=bare)
+    [info] = gather_stats(bare).packs
+    assert info.bitmap == "missing"
+    git("repack", "-adbq", git_dir=bare)   # git's own bitmap: ok
+    [info] = gather_stats(bare).packs
+    assert info.bitmap == "ok"
+    bm = bare / "objects" / "pack" / f"{info.name}.bitmap"
+    data = bytearray(bm.read_bytes())
+    data[12:32] = bytes(20)   # (names another pack)
+    bm.chmod(0o644)
+    bm.write_bytes(bytes(data))
+    [info] = gather_stats(bare).packs
+    assert info.bitmap == f"bitmap names pack {'00' * 20}"
 
 
 def test_no_bitmap_option_writes_none(tmp_path):

@@ -17,8 +17,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "repack", help="repack a repository (full, geometric or loose) in-process",
         description="Like `git repack`: --mode full packs everything reachable from the refs, HEAD and reflogs "
-                    "into one pack with a reachability bitmap (unreachable objects younger than --expire into a cruft pack with .mtimes, "
-                    "older ones deleted), reusing deltas verbatim and searching new ones for the rest "
+                    "into one pack with a reachability bitmap (--no-bitmap: without; unreachable objects younger "
+                    "than --expire into a cruft pack with .mtimes, older ones deleted), reusing deltas verbatim and "
+                    "searching new ones for the rest "
                     "(--window, --depth; --no-reuse recomputes every delta, like git repack -f); "
                     "--mode geometric merges the smallest packs "
                     "until pack sizes form a progression (--factor); --mode loose packs every loose object. "
