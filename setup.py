@@ -28,7 +28,7 @@ setup(
             "packyard.store.maintenance._walk",
             sources=["store/maintenance/_walk.c", "store/maintenance/_walk_packs.c",
                      "store/maintenance/_walk_read.c", "store/maintenance/_walk_trees.c",
-                     "store/maintenance/_walk_copy.c"],
+                     "store/maintenance/_walk_copy.c", "store/maintenance/_walk_bitmap.c"],
             depends=["store/maintenance/_walk.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers", "-fvisibility=hidden"],

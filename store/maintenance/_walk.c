@@ -688,6 +688,10 @@ static PyMethodDef module_methods[] = {
      "check_chains(reused, base 'i', limit) -> (height 'i' bytes, dropped): writeplan._check_chains"},
     {"pack_layout", walk_pack_layout, METH_VARARGS,
      "pack_layout(offsets 'Q', trailer) -> (order 'I', sorted offsets 'Q', ends 'Q') as bytes"},
+    {"bitmap_commits", walk_bitmap_commits, METH_VARARGS,
+     "bitmap_commits(packs, ids, read) -> (committer dates 'q', parent counts 'I') as bytes"},
+    {"bitmap_closures", walk_bitmap_closures, METH_VARARGS,
+     "bitmap_closures(packs, order, selected, read, seed) -> [closure bitmap as 64-bit words] or None"},
     {NULL, NULL, 0, NULL},
 };
 

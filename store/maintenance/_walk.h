@@ -7,6 +7,7 @@
  *   _walk_copy.c   a repack's write plan: where each object's copy lies, the write order, the copies
  *   _walk_trees.c  the walk itself, without the GIL: reading commits and trees (through the Reader, or the
  *                  Python fallback), the commit queue, the depth-first tree walk
+ *   _walk_bitmap.c the reachability bitmaps' closures (bitmap.py's build_bitmaps)
  *   _walk.c        the Walker type, its Python methods, the module
  */
 #ifndef PACKYARD_WALK_H
@@ -482,6 +483,11 @@ PyObject *packs_find_reuse(PacksObject *self, PyObject *ids);
 PyObject *packs_copy_entries(PacksObject *self, PyObject *args);
 PyObject *walk_write_order(PyObject *module, PyObject *args);
 PyObject *walk_check_chains(PyObject *module, PyObject *args);
+
+/* ---- reachability bitmaps (_walk_bitmap.c) ---------------------------------------------------- */
+
+PyObject *walk_bitmap_commits(PyObject *module, PyObject *args);
+PyObject *walk_bitmap_closures(PyObject *module, PyObject *args);
 
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 

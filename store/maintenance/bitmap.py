@@ -31,16 +31,26 @@ with git's own file for git's own pack).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import heapq
+import os
 import struct
+import sys
+from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
-from ..errors import StoreError
+from ..errors import CorruptObjectError, PackFormatError, StoreError
+from ..native import extension
 from ..objects import ObjectType
 from . import ewah as _ewah
 from .walk import parse_commit, parse_tree_entries
+
+#: The closure loop in C (``_walk_bitmap.c``, in the walk's extension: it reads through the same packs), unless
+#: PACKYARD_PURE_PYTHON=1 or it was not built; :func:`build_bitmaps` is its specification.
+_c = extension(__package__ + "._walk")
+IMPLEMENTATION = "c" if _c is not None else "python"
 
 SIGNATURE = b"BITM"
 VERSION = 1
@@ -289,7 +299,7 @@ def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes,
 
 def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, commits: Sequence[bytes],
                read: Read, *, names: Mapping[bytes, bytes] | None = None, tips: Mapping[str, bytes] | None = None,
-               options: BitmapOptions = BitmapOptions()) -> bytes:
+               options: BitmapOptions = BitmapOptions(), packs: object = None) -> bytes:
     """Everything from the objects: select among ``commits`` (traversal order), build, encode.
 
     ``names``: object -> the path it was reached by (git hashes the full path; a last component gives the
@@ -316,8 +326,15 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
         return None
 
     preferred = preferred_tips(tips or {}, options.prefer_tips, peel)
-    selected = select_commits(commits, graph, preferred)
-    bitmaps = build_bitmaps(selected, pos, len(order), graph, read)
+    if _c is not None and packs is not None:
+        with _c_errors():
+            dates, nparents = _c.bitmap_commits(packs, b"".join(commits), read)
+            graph.info.update(_c_dates(commits, dates, nparents))
+            selected = select_commits(commits, graph, preferred)
+            bitmaps = _c_build(selected, order, pos, graph, read, packs)
+    else:
+        selected = select_commits(commits, graph, preferred)
+        bitmaps = build_bitmaps(selected, pos, len(order), graph, read)
     hashes = None
     if options.hash_cache:
         hashes = [0] * len(order)
@@ -332,6 +349,49 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
     return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options)
 
 
+def _c_dates(commits: Sequence[bytes], dates: bytes, nparents: bytes):
+    """CommitGraph entries for the selection from the C reads: (no tree, as many parents, the date)."""
+    d = array("q")
+    d.frombytes(dates)
+    k = array("I")
+    k.frombytes(nparents)
+    return {c: (b"", [b""] * n, when) for c, when, n in zip(commits, d, k)}
+
+
+def _c_build(selected: Sequence[bytes], order: Sequence[bytes], pos: Mapping[bytes, int], graph: CommitGraph,
+             read: Read, packs: object) -> list[int]:
+    """build_bitmaps in C: the same walks in the same order (oldest first), the same bits."""
+    todo = sorted(set(selected), key=lambda c: (graph(c)[2], pos.get(c, 0)))
+    got = _c.bitmap_closures(packs, b"".join(order), b"".join(todo), read,
+                             int.from_bytes(os.urandom(8), "little"))
+    if got is None:
+        raise BitmapClosureError("objects reached from the selected commits are not all among the objects to "
+                                 "bitmap: no full closure")
+    if sys.byteorder != "little":   # pragma: no cover (the words are native)
+        swapped = []
+        for b in got:
+            a = array("Q")
+            a.frombytes(b)
+            a.byteswap()
+            swapped.append(a.tobytes())
+        got = swapped
+    done = {c: int.from_bytes(b, "little") for c, b in zip(todo, got)}
+    return [done[c] for c in selected]
+
+
+@contextlib.contextmanager
+def _c_errors():
+    """The C loop's errors as the store's typed errors (it names the object; the pack entry's offset if any)."""
+    try:
+        yield
+    except _c.WalkError as err:
+        kind, message, oid, _pack_no, offset = err.args
+        cls = PackFormatError if kind == "pack" else CorruptObjectError
+        raise cls(message, oid=oid, offset=offset if offset is not None and offset >= 0 else None) from None
+    except ValueError as err:
+        raise CorruptObjectError(str(err)) from None
+
+
 def _tag_name(data: bytes) -> bytes | None:
     end = data.find(b"\n\n")
     for line in (data if end < 0 else data[:end]).split(b"\n"):
@@ -342,7 +402,8 @@ def _tag_name(data: bytes) -> bytes | None:
 
 # -- a repack's new pack ------------------------------------------------------------------------------------
 
-def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, options: BitmapOptions) -> int | None:
+def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, options: BitmapOptions, *,
+                      packs: object = None) -> int | None:
     """A full repack's bitmap for its finished pack (``writer``: :class:`~..pack.write.PackWriter` after
     ``finish()``; ``reach``: the plan's :class:`~.walk.Reachable`), attached to be installed with the pack.
     Returns the commits bitmapped, or None when the pack is not closed (objects left in a .keep pack: git
@@ -363,7 +424,8 @@ def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, opti
     commits = [c for c in reach.commits if c in in_pack]
     try:
         data = bitmap_for(order, types, writer.checksum, commits, read,
-                          names=reach.names if options.hash_cache else None, tips=tips, options=options)
+                          names=reach.names if options.hash_cache else None, tips=tips, options=options,
+                          packs=packs)
     except BitmapClosureError:
         return None
     writer.attach_bitmap(data)

@@ -263,7 +263,8 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             writer.finish(mtimes=mtimes)
             if not is_cruft and options.bitmap and options.mode is RepackMode.FULL and plan.reach is not None:
                 t0 = time.monotonic()
-                n = write_pack_bitmap(writer, plan.reach, plan.tips, sources.read, options.bitmap_options)
+                n = write_pack_bitmap(writer, plan.reach, plan.tips, sources.read, options.bitmap_options,
+                                      packs=sources.c_packs)
                 c.bitmap_commits, c.bitmap_skipped = (n, 0) if n is not None else (0, 1)
                 searched["bitmap"] = time.monotonic() - t0
             written.append((writer, mtimes, prefix))
