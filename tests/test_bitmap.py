@@ -283,3 +283,33 @@ def test_sigkill_at_the_bitmap_rename_leaves_a_repository_git_serves(tmp_path):
     bitmaps = [n for n in names if n.endswith(".bitmap")]
     assert len(bitmaps) == 1 and bitmaps[0].replace(".bitmap", ".idx") in names
     _check_git_uses(bare)
+
+
+_REPACK_BYTES = """
+import sys
+from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance import bitmap
+from packyard.store.repo import Repository
+r = repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode.FULL))
+print(bitmap.IMPLEMENTATION, r.packs_written[0])
+"""
+
+
+@pytest.mark.parametrize("source", ["history", "git-v1.0.0"])
+def test_c_and_python_give_the_same_bytes(tmp_path, source):
+    if source == "history":
+        base = _history(tmp_path / "h")
+        git("repack", "-dq", git_dir=base)   # (in a pack: the C loop reads through the packs)
+    else:
+        base = repo_from_corpus(tmp_path / "c")
+    got = {}
+    for impl, env in (("c", {}), ("python", {"PACKYARD_PURE_PYTHON": "1"})):
+        bare = tmp_path / f"{impl}.git"
+        subprocess.run(["cp", "-a", str(base), str(bare)], check=True)
+        proc = subprocess.run([sys.executable, "-c", _REPACK_BYTES, str(bare)], cwd=ROOT, capture_output=True,
+                              text=True, env={**os.environ, **env}, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        used, name = proc.stdout.split()
+        assert used == impl
+        got[impl] = (name, (bare / "objects" / "pack" / f"{name}.bitmap").read_bytes())
+    assert got["c"] == got["python"]

@@ -692,6 +692,8 @@ static PyMethodDef module_methods[] = {
      "bitmap_commits(packs, ids, read) -> (committer dates 'q', parent counts 'I') as bytes"},
     {"bitmap_closures", walk_bitmap_closures, METH_VARARGS,
      "bitmap_closures(packs, order, selected, read, seed) -> [closure bitmap as 64-bit words] or None"},
+    {"ewah_stored", walk_ewah_stored, METH_VARARGS,
+     "ewah_stored(bitmaps, window) -> [(xor offset, serialized EWAH)]: bitmap.py's xor_offsets, serialized"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -488,6 +488,7 @@ PyObject *walk_check_chains(PyObject *module, PyObject *args);
 
 PyObject *walk_bitmap_commits(PyObject *module, PyObject *args);
 PyObject *walk_bitmap_closures(PyObject *module, PyObject *args);
+PyObject *walk_ewah_stored(PyObject *module, PyObject *args);
 
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 

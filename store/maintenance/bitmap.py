@@ -36,7 +36,6 @@ import hashlib
 import heapq
 import os
 import struct
-import sys
 from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
@@ -256,10 +255,12 @@ def xor_offsets(bitmaps: Sequence[_ewah.Ewah]) -> list[tuple[int, _ewah.Ewah]]:
 # -- the file ---------------------------------------------------------------------------------------------
 
 def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes, selected: Sequence[bytes],
-                  bitmaps: Sequence[int], *, hashes: Sequence[int] | None, options: BitmapOptions) -> bytes:
+                  bitmaps: Sequence[int] | None, *, hashes: Sequence[int] | None, options: BitmapOptions,
+                  stored: Sequence[tuple[int, bytes]] | None = None) -> bytes:
     """The ``.bitmap`` file: ``order`` (bit order), ``types`` (each object's type number, same order),
     ``checksum`` (the pack's or MIDX's), the selected commits and their closures, ``hashes`` (name hash of
-    each object, bit order; None: zeros)."""
+    each object, bit order; None: zeros). ``stored``: (XOR offset, serialized EWAH) of each bitmap already
+    computed (the C path), instead of ``bitmaps``."""
     n = len(order)
     if len(types) != n or (hashes is not None and len(hashes) != n):
         raise ValueError(f"{n} objects but {len(types)} types / {len(hashes or ())} name hashes")
@@ -272,7 +273,8 @@ def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes,
         rank[i] = k
     pos = {oid: i for i, oid in enumerate(order)} if selected else {}
     commit_pos = [rank[pos[c]] for c in selected]
-    stored = xor_offsets([_ewah.from_int(b) for b in bitmaps])
+    if stored is None:
+        stored = [(xo, e.serialize()) for xo, e in xor_offsets([_ewah.from_int(b) for b in bitmaps or ()])]
 
     out = bytearray(SIGNATURE + struct.pack(">HHI", VERSION, options.flags, len(selected)) + checksum)
     for r in rows:
@@ -281,7 +283,7 @@ def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes,
     for cpos, (xo, bm) in zip(commit_pos, stored):
         offsets.append(len(out))
         out += struct.pack(">IBB", cpos, xo, 0)
-        out += bm.serialize()
+        out += bm
     if options.lookup_table:
         table = sorted(range(len(selected)), key=commit_pos.__getitem__)
         inv = [0] * len(table)
@@ -331,10 +333,12 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
             dates, nparents = _c.bitmap_commits(packs, b"".join(commits), read)
             graph.info.update(_c_dates(commits, dates, nparents))
             selected = select_commits(commits, graph, preferred)
-            bitmaps = _c_build(selected, order, pos, graph, read, packs)
+            stored = _c.ewah_stored(_c_build(selected, order, pos, graph, read, packs), MAX_XOR_OFFSET)
+        bitmaps = None
     else:
         selected = select_commits(commits, graph, preferred)
         bitmaps = build_bitmaps(selected, pos, len(order), graph, read)
+        stored = None
     hashes = None
     if options.hash_cache:
         hashes = [0] * len(order)
@@ -346,7 +350,7 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
                 hashes[i] = name_hash(_tag_name(data))
             elif t != int(ObjectType.COMMIT):
                 hashes[i] = name_hash(named.get(oid))
-    return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options)
+    return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options, stored=stored)
 
 
 def _c_dates(commits: Sequence[bytes], dates: bytes, nparents: bytes):
@@ -359,23 +363,16 @@ def _c_dates(commits: Sequence[bytes], dates: bytes, nparents: bytes):
 
 
 def _c_build(selected: Sequence[bytes], order: Sequence[bytes], pos: Mapping[bytes, int], graph: CommitGraph,
-             read: Read, packs: object) -> list[int]:
-    """build_bitmaps in C: the same walks in the same order (oldest first), the same bits."""
+             read: Read, packs: object) -> list[bytes]:
+    """build_bitmaps in C: the same walks in the same order (oldest first), the same bits, as native 64-bit words
+    (what ewah_stored takes)."""
     todo = sorted(set(selected), key=lambda c: (graph(c)[2], pos.get(c, 0)))
     got = _c.bitmap_closures(packs, b"".join(order), b"".join(todo), read,
                              int.from_bytes(os.urandom(8), "little"))
     if got is None:
         raise BitmapClosureError("objects reached from the selected commits are not all among the objects to "
                                  "bitmap: no full closure")
-    if sys.byteorder != "little":   # pragma: no cover (the words are native)
-        swapped = []
-        for b in got:
-            a = array("Q")
-            a.frombytes(b)
-            a.byteswap()
-            swapped.append(a.tobytes())
-        got = swapped
-    done = {c: int.from_bytes(b, "little") for c, b in zip(todo, got)}
+    done = dict(zip(todo, got))
     return [done[c] for c in selected]
 
 
