@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -258,6 +259,7 @@ def test_replaced_pack_takes_its_bitmap_to_preserved(tmp_path):
 
 _CHILD = """
 import sys
+import time
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
 from packyard.store.repo import Repository
 repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode.FULL))
@@ -287,6 +289,7 @@ def test_sigkill_at_the_bitmap_rename_leaves_a_repository_git_serves(tmp_path):
 
 _REPACK_BYTES = """
 import sys
+import time
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
 from packyard.store.maintenance import bitmap
 from packyard.store.repo import Repository
@@ -313,3 +316,45 @@ def test_c_and_python_give_the_same_bytes(tmp_path, source):
         assert used == impl
         got[impl] = (name, (bare / "objects" / "pack" / f"{name}.bitmap").read_bytes())
     assert got["c"] == got["python"]
+
+
+def test_leftovers_know_the_bitmap_temp_file(tmp_path):
+    from packyard.store.maintenance.leftovers import STALE_AFTER, remove_stale_temp_files
+    from packyard.store.pack.write import this_host_tag, tmp_owner_tag
+
+    pack_dir = tmp_path / "objects" / "pack"
+    pack_dir.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    old = time.time() - STALE_AFTER - 1
+    mine = pack_dir / f"tmp_bitmap_{os.getpid()}_{this_host_tag()}-0000abcd"
+    theirs = pack_dir / f"tmp_bitmap_{dead.pid}_{this_host_tag()}-0000abcd"
+    orphan = pack_dir / f"pack-{'3' * 40}.bitmap"   # (a bitmap renamed in, its idx never: a killed install)
+    for p in (mine, theirs, orphan):
+        p.write_bytes(b"BITM")
+        os.utime(p, (old, old))
+    assert tmp_owner_tag(theirs.name) == (dead.pid, this_host_tag())
+    assert remove_stale_temp_files(pack_dir) == 2
+    assert mine.exists() and not theirs.exists() and not orphan.exists()
+
+
+@pytest.mark.parametrize("source", ["history", "git-v1.0.0"])
+def test_same_bytes_from_packyards_own_walk(tmp_path, source):
+    """No input from git but its pack: packyard's walk gives the commits (in git's traversal order) and each
+    object's path hash (git's full path, first reached), and the file is git's, name-hash cache included."""
+    from packyard.store.maintenance.tips import read_tips
+    from packyard.store.maintenance.walk import walk
+
+    bare = _history(tmp_path) if source == "history" else repo_from_corpus(tmp_path)
+    git("-c", "pack.writeBitmapLookupTable=true", "repack", "-adbq", git_dir=bare)
+    order, types, checksum, objs, theirs = _git_pack(bare)
+    repo = Repository.open(bare)
+
+    def read(oid):
+        t, data = repo.objects.read(oid)
+        return int(t), data
+
+    reach = walk(sorted(read_tips(repo).items()), read)
+    mine = bitmap_for(order, types, checksum, reach.commits, read, path_hashes=reach.path_hashes,
+                      tips=read_tips(repo), options=BitmapOptions(lookup_table=True))
+    assert mine == theirs.read_bytes()

@@ -505,6 +505,7 @@ typedef struct {             /* a tree/blob in the output: id, then its name in 
     uint8_t oid[OIDLEN];
     uint32_t name_len;       /* NO_NAME: reached without a name */
     uint64_t name_off;
+    uint32_t path_hash;      /* git's pack_name_hash of the whole path it was reached by (the bitmaps' cache) */
 } OutEnt;
 
 typedef struct {             /* a fresh entry of a tree on the stack */
@@ -517,6 +518,7 @@ typedef struct {
     Obj *tree;
     uint8_t oid[OIDLEN];
     size_t first, next, stop; /* its fresh entries in the entries array */
+    uint32_t base;           /* pack_name_hash state after its path and "/" (0 for a root tree: no path) */
 } Frame;
 
 
@@ -578,8 +580,22 @@ int queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_
 int walk_commits(WalkerObject *w);
 /* Depth first from one tree (already marked seen), walk.Walker._tree's order. GIL released. */
 int walk_tree(WalkerObject *w, const uint8_t *root, const uint8_t *name, size_t name_len, int named, const Ref *ref);
-/* Append an id (and its name, if named) to an output list. */
-int out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t name_len, int named);
+/* Append an id (and its name, if named; path_hash: of its whole path) to an output list. */
+int out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t name_len, int named,
+            uint32_t path_hash);
+
+/* git's pack_name_hash, continued from state h over s[0..n) (whitespace skipped, the last bytes weigh most). */
+static inline uint32_t
+name_hash_fold(uint32_t h, const uint8_t *s, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        uint32_t c = s[k];
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+            continue;
+        h = (h >> 2) + (c << 24);
+    }
+    return h;
+}
 
 
 #endif

@@ -20,8 +20,9 @@ Documentation/technical/bitmap-format.txt), and how:
   by definition).
 * **XOR compression** (``compute_xor_offsets``): each bitmap, in selection order, is stored XORed against
   the one of the 10 before it that makes the smallest EWAH, if smaller than itself.
-* **The name-hash cache** (``BITMAP_OPT_HASH_CACHE``, on as in git): ``pack_name_hash`` of the path each
-  object was reached by (0 for commits), one be32 per object in index order.
+* **The name-hash cache** (``BITMAP_OPT_HASH_CACHE``, on as in git): ``pack_name_hash`` of the whole path each
+  object was first reached by in the traversal (0 for commits and root trees; a tag: its ``tag`` name), one
+  be32 per object in index order; the walk computes them as it goes (:attr:`.walk.Reachable.path_hashes`).
 * **The lookup table** (``BITMAP_OPT_LOOKUP_TABLE``, git's ``pack.writeBitmapLookupTable``; git 2.39 reads
   and writes it, off by default there, on here as Gitaly sets it): (commit position, file offset of the
   bitmap, row of its XOR base) sorted by commit position.
@@ -44,7 +45,7 @@ from ..errors import CorruptObjectError, PackFormatError, StoreError
 from ..native import extension
 from ..objects import ObjectType
 from . import ewah as _ewah
-from .walk import parse_commit, parse_tree_entries
+from .walk import name_hash_fold, parse_commit, parse_tree_entries
 
 #: The closure loop in C (``_walk_bitmap.c``, in the walk's extension: it reads through the same packs), unless
 #: PACKYARD_PURE_PYTHON=1 or it was not built; :func:`build_bitmaps` is its specification.
@@ -67,7 +68,6 @@ MAX_COMMITS = 5000
 
 _DIR_MODES = frozenset({b"40000", b"040000"})
 _GITLINK = b"160000"
-_SPACE = frozenset(b" \t\n\r")   # git's sane_ctype GIT_SPACE
 _TYPE_ROW = {int(ObjectType.COMMIT): 0, int(ObjectType.TREE): 1, int(ObjectType.BLOB): 2, int(ObjectType.TAG): 3}
 
 Read = Callable[[bytes], tuple[int, bytes]]
@@ -92,14 +92,7 @@ class BitmapOptions:
 
 def name_hash(name: bytes | None) -> int:
     """git's ``pack_name_hash``: the last ~16 non-space bytes of a path, the last weighing most."""
-    if not name:
-        return 0
-    h = 0
-    for c in name:
-        if c in _SPACE:
-            continue
-        h = ((h >> 2) + (c << 24)) & 0xFFFFFFFF
-    return h
+    return name_hash_fold(0, name) if name else 0
 
 
 # -- the commits ---------------------------------------------------------------------------------------
@@ -301,11 +294,12 @@ def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes,
 
 def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, commits: Sequence[bytes],
                read: Read, *, names: Mapping[bytes, bytes] | None = None, tips: Mapping[str, bytes] | None = None,
-               options: BitmapOptions = BitmapOptions(), packs: object = None) -> bytes:
+               options: BitmapOptions = BitmapOptions(), packs: object = None,
+               path_hashes: Mapping[bytes, int] | None = None) -> bytes:
     """Everything from the objects: select among ``commits`` (traversal order), build, encode.
 
-    ``names``: object -> the path it was reached by (git hashes the full path; a last component gives the
-    same hash for names of 16 bytes or more); tags are named by their ``tag`` header, as git's traversal
+    ``names``: object -> the whole path it was first reached by, or ``path_hashes``: object -> git's hash of that
+    path (the walk's :attr:`~.walk.Reachable.path_hashes`); tags are named by their ``tag`` header, as git's traversal
     names them. ``tips``: the refs, for ``prefer_tips``.
     """
     graph = CommitGraph(read)
@@ -349,7 +343,7 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
                 _typ, data = read(oid)
                 hashes[i] = name_hash(_tag_name(data))
             elif t != int(ObjectType.COMMIT):
-                hashes[i] = name_hash(named.get(oid))
+                hashes[i] = path_hashes.get(oid, 0) if path_hashes is not None else name_hash(named.get(oid))
     return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options, stored=stored)
 
 
@@ -421,8 +415,8 @@ def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, opti
     commits = [c for c in reach.commits if c in in_pack]
     try:
         data = bitmap_for(order, types, writer.checksum, commits, read,
-                          names=reach.names if options.hash_cache else None, tips=tips, options=options,
-                          packs=packs)
+                          path_hashes=reach.path_hashes if options.hash_cache else None, tips=tips,
+                          options=options, packs=packs)
     except BitmapClosureError:
         return None
     writer.attach_bitmap(data)
