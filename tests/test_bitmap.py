@@ -358,3 +358,41 @@ def test_same_bytes_from_packyards_own_walk(tmp_path, source):
     mine = bitmap_for(order, types, checksum, reach.commits, read, path_hashes=reach.path_hashes,
                       tips=read_tips(repo), options=BitmapOptions(lookup_table=True))
     assert mine == theirs.read_bytes()
+
+
+def test_settings_choose_the_lookup_table_and_preferred_tips(tmp_path):
+    from packyard.workers.settings import Settings
+
+    s = Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path)})
+    assert s.bitmap_lookup_table is True and s.bitmap_prefer_tips == ()
+    s = Settings.from_env({"PACKYARD_STATE_DIR": str(tmp_path), "PACKYARD_BITMAP_LOOKUP_TABLE": "0",
+                           "PACKYARD_BITMAP_PREFER_TIPS": "refs/heads/, refs/tags/"})
+    assert s.bitmap_lookup_table is False and s.bitmap_prefer_tips == ("refs/heads/", "refs/tags/")
+    again = Settings.from_env(s.as_env())
+    assert (again.bitmap_lookup_table, again.bitmap_prefer_tips) == (False, ("refs/heads/", "refs/tags/"))
+
+
+def test_the_queued_command_takes_the_bitmap_options_from_the_settings(tmp_path, monkeypatch):
+    from packyard.store.maintenance.bitmap import OPT_LOOKUP_TABLE
+    from packyard.workers.commands.repack import repack as command
+
+    bare = _history(tmp_path, commits=160)
+
+    def has_bitmap(commit: str) -> bool:   # (git 2.39's --test-bitmap refuses a commit without its own bitmap)
+        proc = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--test-bitmap", commit],
+                              capture_output=True)
+        assert proc.returncode == 0 or b"doesn't have an indexed bitmap" in proc.stderr, proc.stderr[-300:]
+        return proc.returncode == 0
+
+    git("repack", "-adbq", git_dir=bare)   # git's selection, no preferred tips: find a commit it skips
+    tip = next(c for c in (git("rev-parse", f"main~{n}", git_dir=bare).decode().strip() for n in range(101, 150))
+               if not has_bitmap(c))
+    monkeypatch.setenv("PACKYARD_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setenv("PACKYARD_BITMAP_LOOKUP_TABLE", "0")
+    monkeypatch.setenv("PACKYARD_BITMAP_PREFER_TIPS", "refs/prefer/")
+    git("update-ref", "refs/prefer/old", tip, git_dir=bare)
+    result = command(bare, mode="full")
+    [bm] = _bitmaps(bare)
+    assert bm.stem == result["packs_written"][0]
+    assert not read_header(bm.read_bytes()).flags & OPT_LOOKUP_TABLE
+    assert has_bitmap(tip)   # the preferred tip got one (checked by git against a walk from it)
