@@ -131,6 +131,7 @@ def test_same_bytes_for_a_few_commits(tmp_path):
     assert read_header(mine).entries == len(commits)
 
 
+@pytest.mark.slow
 def test_same_bytes_for_git_v1(tmp_path):
     bare = repo_from_corpus(tmp_path)
     git("repack", "-adbq", git_dir=bare)
@@ -298,7 +299,7 @@ print(bitmap.IMPLEMENTATION, r.packs_written[0])
 """
 
 
-@pytest.mark.parametrize("source", ["history", "git-v1.0.0"])
+@pytest.mark.parametrize("source", ["history", pytest.param("git-v1.0.0", marks=pytest.mark.slow)])
 def test_c_and_python_give_the_same_bytes(tmp_path, source):
     if source == "history":
         base = _history(tmp_path / "h")
@@ -338,7 +339,7 @@ def test_leftovers_know_the_bitmap_temp_file(tmp_path):
     assert mine.exists() and not theirs.exists() and not orphan.exists()
 
 
-@pytest.mark.parametrize("source", ["history", "git-v1.0.0"])
+@pytest.mark.parametrize("source", ["history", pytest.param("git-v1.0.0", marks=pytest.mark.slow)])
 def test_same_bytes_from_packyards_own_walk(tmp_path, source):
     """No input from git but its pack: packyard's walk gives the commits (in git's traversal order) and each
     object's path hash (git's full path, first reached), and the file is git's, name-hash cache included."""
