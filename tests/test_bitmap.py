@@ -397,3 +397,30 @@ def test_the_queued_command_takes_the_bitmap_options_from_the_settings(tmp_path,
     assert bm.stem == result["packs_written"][0]
     assert not read_header(bm.read_bytes()).flags & OPT_LOOKUP_TABLE
     assert has_bitmap(tip)   # the preferred tip got one (checked by git against a walk from it)
+
+
+def test_a_pack_the_repack_keeps_gives_up_its_bitmap(tmp_path):
+    """A writer freshened a pack holding expired objects during the repack: the pack stays (it is relied on),
+    but git reads one bitmap per repository: the new pack's; the kept pack's goes (git would warn about it)."""
+    from packyard.store.maintenance.repack import RepackHooks
+
+    bare = _history(tmp_path, commits=20)
+    git("update-ref", "refs/heads/doomed", "side", git_dir=bare)
+    git("repack", "-adbq", git_dir=bare)   # git's pack, with git's bitmap; then 'side' becomes unreachable
+    [old] = (bare / "objects" / "pack").glob("pack-*.pack")
+    git("update-ref", "-d", "refs/heads/doomed", git_dir=bare)
+    git("update-ref", "-d", "refs/heads/side", git_dir=bare)
+    git("reflog", "expire", "--expire=now", "--all", git_dir=bare)
+
+    def freshen():
+        t = time.time() + 5
+        os.utime(old, (t, t))
+
+    result = repack(Repository.open(bare), RepackOptions(mode=RepackMode.FULL, expire=0),
+                    hooks=RepackHooks(before_delete=freshen))
+    assert result.counters.kept_freshened == 1 and old.exists()
+    assert result.counters.bitmaps_removed == 1
+    assert [p.stem for p in _bitmaps(bare)] == result.packs_written
+    proc = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--test-bitmap", "main"], capture_output=True)
+    assert proc.returncode == 0 and b"ignoring extra bitmap" not in proc.stderr, proc.stderr[-300:]
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)

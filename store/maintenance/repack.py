@@ -124,6 +124,7 @@ class RepackCounters:
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
     bitmap_commits: int = 0       # commits the new pack's .bitmap has a bitmap for
     bitmap_skipped: int = 0       # 1: a full repack wrote no bitmap (its pack lacks closure: .keep packs)
+    bitmaps_removed: int = 0      # bitmaps of replaceable packs the repack had to keep (the new pack's is git's one)
 
 
 @dataclass
@@ -332,6 +333,9 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             c.objects_in += 1
             c.bytes_in += size
         fault_point("repack.after_loose_deleted")
+        if c.bitmap_commits:   # (git uses one bitmap: a pack kept above keeps none beside the new one's)
+            c.bitmaps_removed = sum(_unlink(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
+                                    if p.name not in new_names and p.name not in result.packs_deleted)
         c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
     fault_point("repack.after_delete")
     timer.lap("delete")
@@ -349,6 +353,14 @@ def _mtime(path: Path) -> float:
         return os.stat(path).st_mtime
     except FileNotFoundError:
         return 0.0
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _size(path: Path) -> int:
