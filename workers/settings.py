@@ -103,6 +103,14 @@ PACKYARD_FSCK                  severities, git's syntax: ``id=sev,...``     (git
                                error, warn or ignore)
 PACKYARD_FSCK_SKIPLIST         file of object ids whose findings are        (none)
                                ignored (git's fsck.skipList format)
+-- reachability bitmaps (docs/serving.md) --
+PACKYARD_BITMAP_LOOKUP_TABLE   (reachability bitmaps) 1: a full repack's    1
+                               .bitmap has git's lookup table
+                               (pack.writeBitmapLookupTable; git 2.39
+                               reads it)
+PACKYARD_BITMAP_PREFER_TIPS    (reachability bitmaps) comma-separated ref   (none)
+                               prefixes whose tips always get a bitmap
+                               (git's pack.preferBitmapTips)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -290,6 +298,9 @@ class Settings:
     receive_fsck: bool = True
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
+    # reachability bitmaps (store/maintenance/bitmap.py, docs/serving.md)
+    bitmap_lookup_table: bool = True
+    bitmap_prefer_tips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -428,6 +439,11 @@ class Settings:
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
+            # reachability bitmaps
+            bitmap_lookup_table=_flag(env, "PACKYARD_BITMAP_LOOKUP_TABLE")
+            if env.get("PACKYARD_BITMAP_LOOKUP_TABLE", "").strip() else True,
+            bitmap_prefer_tips=tuple(p.strip() for p in env.get("PACKYARD_BITMAP_PREFER_TIPS", "").split(",")
+                                     if p.strip()),
         )
 
     @property
@@ -494,6 +510,9 @@ class Settings:
             "PACKYARD_RECEIVE_FSCK": "1" if self.receive_fsck else "0",
             "PACKYARD_FSCK": self.fsck,
             "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
+            # reachability bitmaps
+            "PACKYARD_BITMAP_LOOKUP_TABLE": "1" if self.bitmap_lookup_table else "0",
+            "PACKYARD_BITMAP_PREFER_TIPS": ",".join(self.bitmap_prefer_tips),
         }
 
     @property

@@ -245,7 +245,8 @@ Walker_add_blob(WalkerObject *w, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
         return NULL;
     }
-    if (out_add(&w->blobs, &w->names, id, (const uint8_t *)name, (size_t)name_len, 1) < 0)
+    if (out_add(&w->blobs, &w->names, id, (const uint8_t *)name, (size_t)name_len, 1,
+                name_hash_fold(0, (const uint8_t *)name, (size_t)name_len)) < 0)
         return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
@@ -460,7 +461,7 @@ Walker_merge(WalkerObject *w, PyObject *arg)
                 continue;
             int named = e[j].name_len != NO_NAME && e[j].name_len > 0;
             if (out_add(dst[k], &w->names, e[j].oid, named ? o->names.p + e[j].name_off : NULL,
-                        named ? e[j].name_len : 0, named) < 0)
+                        named ? e[j].name_len : 0, named, e[j].path_hash) < 0)
                 return PyErr_NoMemory();
         }
     }
@@ -568,6 +569,47 @@ Walker_names(WalkerObject *w, PyObject *args)
     return names;
 }
 
+/* name_hashes(trees, blobs): {id: pack_name_hash of its whole path} for every tree and blob (the lists result()
+ * gave; 0 for those reached without a path). */
+static PyObject *
+Walker_name_hashes(WalkerObject *w, PyObject *args)
+{
+    PyObject *lists[2];
+    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1]))
+        return NULL;
+    if (not_busy(w) < 0)
+        return NULL;
+    Buf *bufs[2] = {&w->trees, &w->blobs};
+    for (int k = 0; k < 2; k++)
+        if ((size_t)PyList_GET_SIZE(lists[k]) != bufs[k]->len / sizeof(OutEnt)) {
+            PyErr_SetString(PyExc_ValueError, "name_hashes(trees, blobs): not the lists result() gave");
+            return NULL;
+        }
+    PyObject *out = PyDict_New();
+    if (!out)
+        return NULL;
+    for (int k = 0; k < 2; k++) {
+        const OutEnt *e = (const OutEnt *)bufs[k]->p;
+        size_t n = bufs[k]->len / sizeof(OutEnt);
+        for (size_t j = 0; j < n; j++) {
+            PyObject *id = PyList_GET_ITEM(lists[k], (Py_ssize_t)j);
+            if (!PyBytes_Check(id) || PyBytes_GET_SIZE(id) != OIDLEN || memcmp(PyBytes_AS_STRING(id), e[j].oid, OIDLEN)) {
+                PyErr_SetString(PyExc_ValueError, "name_hashes(trees, blobs): not the lists result() gave");
+                Py_DECREF(out);
+                return NULL;
+            }
+            PyObject *h = PyLong_FromUnsignedLong(e[j].path_hash);
+            int rc = h ? PyDict_SetItem(out, id, h) : -1;
+            Py_XDECREF(h);
+            if (rc < 0) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        }
+    }
+    return out;
+}
+
 /* release_reader(): free the reader (its delta-base cache, zlib stream) once the walk is over; the lists,
  * names and the seen set stay (``in`` answers from it). */
 static PyObject *
@@ -659,6 +701,8 @@ static PyMethodDef Walker_methods[] = {
     {"result", (PyCFunction)Walker_result, METH_NOARGS, "(commits, trees, blobs)"},
     {"names", (PyCFunction)Walker_names, METH_VARARGS,
      "names(trees, blobs): {id: name} of the trees and blobs reached by a name (the lists result() gave)"},
+    {"name_hashes", (PyCFunction)Walker_name_hashes, METH_VARARGS,
+     "name_hashes(trees, blobs): {id: git's pack_name_hash of the whole path it was reached by}"},
     {"release_seen", (PyCFunction)Walker_release_seen, METH_NOARGS,
      "free the seen set once nothing asks 'in' any more (after release_reader)"},
     {"release_reader", (PyCFunction)Walker_release_reader, METH_NOARGS,
@@ -688,6 +732,12 @@ static PyMethodDef module_methods[] = {
      "check_chains(reused, base 'i', limit) -> (height 'i' bytes, dropped): writeplan._check_chains"},
     {"pack_layout", walk_pack_layout, METH_VARARGS,
      "pack_layout(offsets 'Q', trailer) -> (order 'I', sorted offsets 'Q', ends 'Q') as bytes"},
+    {"bitmap_commits", walk_bitmap_commits, METH_VARARGS,
+     "bitmap_commits(packs, ids, read) -> (committer dates 'q', parent counts 'I') as bytes"},
+    {"bitmap_closures", walk_bitmap_closures, METH_VARARGS,
+     "bitmap_closures(packs, order, selected, read, seed) -> [closure bitmap as 64-bit words] or None"},
+    {"ewah_stored", walk_ewah_stored, METH_VARARGS,
+     "ewah_stored(bitmaps, window) -> [(xor offset, serialized EWAH)]: bitmap.py's xor_offsets, serialized"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -7,6 +7,8 @@
  *   _walk_copy.c   a repack's write plan: where each object's copy lies, the write order, the copies
  *   _walk_trees.c  the walk itself, without the GIL: reading commits and trees (through the Reader, or the
  *                  Python fallback), the commit queue, the depth-first tree walk
+ *   _walk_bitmap.c the reachability bitmaps' closures (bitmap.py's build_bitmaps)
+ *   _walk_ewah.c   EWAH bitmaps as git builds them, git's XOR search (ewah.py, bitmap.py's xor_offsets)
  *   _walk.c        the Walker type, its Python methods, the module
  */
 #ifndef PACKYARD_WALK_H
@@ -483,6 +485,12 @@ PyObject *packs_copy_entries(PacksObject *self, PyObject *args);
 PyObject *walk_write_order(PyObject *module, PyObject *args);
 PyObject *walk_check_chains(PyObject *module, PyObject *args);
 
+/* ---- reachability bitmaps (_walk_bitmap.c) ---------------------------------------------------- */
+
+PyObject *walk_bitmap_commits(PyObject *module, PyObject *args);
+PyObject *walk_bitmap_closures(PyObject *module, PyObject *args);
+PyObject *walk_ewah_stored(PyObject *module, PyObject *args);   /* _walk_ewah.c */
+
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 
 typedef struct {
@@ -498,6 +506,7 @@ typedef struct {             /* a tree/blob in the output: id, then its name in 
     uint8_t oid[OIDLEN];
     uint32_t name_len;       /* NO_NAME: reached without a name */
     uint64_t name_off;
+    uint32_t path_hash;      /* git's pack_name_hash of the whole path it was reached by (the bitmaps' cache) */
 } OutEnt;
 
 typedef struct {             /* a fresh entry of a tree on the stack */
@@ -510,6 +519,7 @@ typedef struct {
     Obj *tree;
     uint8_t oid[OIDLEN];
     size_t first, next, stop; /* its fresh entries in the entries array */
+    uint32_t base;           /* pack_name_hash state after its path and "/" (0 for a root tree: no path) */
 } Frame;
 
 
@@ -571,8 +581,22 @@ int queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_
 int walk_commits(WalkerObject *w);
 /* Depth first from one tree (already marked seen), walk.Walker._tree's order. GIL released. */
 int walk_tree(WalkerObject *w, const uint8_t *root, const uint8_t *name, size_t name_len, int named, const Ref *ref);
-/* Append an id (and its name, if named) to an output list. */
-int out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t name_len, int named);
+/* Append an id (and its name, if named; path_hash: of its whole path) to an output list. */
+int out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t name_len, int named,
+            uint32_t path_hash);
+
+/* git's pack_name_hash, continued from state h over s[0..n) (whitespace skipped, the last bytes weigh most). */
+static inline uint32_t
+name_hash_fold(uint32_t h, const uint8_t *s, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        uint32_t c = s[k];
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
+            continue;
+        h = (h >> 2) + (c << 24);
+    }
+    return h;
+}
 
 
 #endif

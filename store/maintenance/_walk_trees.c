@@ -354,10 +354,12 @@ walk_commits(WalkerObject *w)
 /* -- trees -- */
 
 int
-out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t name_len, int named)
+out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t name_len, int named,
+        uint32_t path_hash)
 {
     OutEnt e;
     memcpy(e.oid, oid, OIDLEN);
+    e.path_hash = path_hash;
     e.name_len = NO_NAME;
     e.name_off = 0;
     if (named) {
@@ -428,10 +430,11 @@ malformed:
 }
 
 static int
-push_frame(WalkerObject *w, Obj *tree, const uint8_t *oid)
+push_frame(WalkerObject *w, Obj *tree, const uint8_t *oid, uint32_t base)
 {
     Frame f;
     f.tree = tree;
+    f.base = base;
     memcpy(f.oid, oid, OIDLEN);
     if (tree_fresh(w, tree, oid, &f.first, &f.stop) < 0) {
         obj_decref(tree);
@@ -466,12 +469,14 @@ drop_frames(WalkerObject *w)
 int
 walk_tree(WalkerObject *w, const uint8_t *root, const uint8_t *name, size_t name_len, int named, const Ref *ref)
 {
-    if (out_add(&w->trees, &w->names, root, name, name_len, named) < 0)
+    /* git names a root tree's entries by their own names; a tree a tip names, "<name>/<entry>" */
+    uint32_t root_hash = named ? name_hash_fold(0, name, name_len) : 0;
+    if (out_add(&w->trees, &w->names, root, name, name_len, named, root_hash) < 0)
         return nomem(&w->rd.err);
     long pk;
     long long off;
     Obj *t = read_object(w, root, T_TREE, ref, &pk, &off);
-    if (!t || push_frame(w, t, root) < 0)
+    if (!t || push_frame(w, t, root, named && name_len ? name_hash_fold(root_hash, (const uint8_t *)"/", 1) : 0) < 0)
         goto error;
     while (w->frames.len) {
         Frame *f = (Frame *)(w->frames.p + w->frames.len) - 1;
@@ -495,18 +500,20 @@ walk_tree(WalkerObject *w, const uint8_t *root, const uint8_t *name, size_t name
             if (e->is_dir) {
                 uint8_t eid[OIDLEN];
                 memcpy(eid, id, OIDLEN);
-                if (out_add(&w->trees, &w->names, eid, d + e->name_off, e->name_len, 1) < 0) {
+                uint32_t ph = name_hash_fold(f->base, d + e->name_off, e->name_len);
+                if (out_add(&w->trees, &w->names, eid, d + e->name_off, e->name_len, 1, ph) < 0) {
                     nomem(&w->rd.err);
                     goto error;
                 }
                 Ref r = {"tree", f->oid, NULL, NULL};
                 Obj *sub = read_object(w, eid, T_TREE, &r, &pk, &off);
-                if (!sub || push_frame(w, sub, eid) < 0)   /* (f may move: the frames array grows) */
+                if (!sub || push_frame(w, sub, eid, name_hash_fold(ph, (const uint8_t *)"/", 1)) < 0)   /* (f may move: the frames array grows) */
                     goto error;
                 descended = 1;
                 break;
             }
-            if (out_add(&w->blobs, &w->names, id, d + e->name_off, e->name_len, 1) < 0) {
+            if (out_add(&w->blobs, &w->names, id, d + e->name_off, e->name_len, 1,
+                        name_hash_fold(f->base, d + e->name_off, e->name_len)) < 0) {
                 nomem(&w->rd.err);
                 goto error;
             }

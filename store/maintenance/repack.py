@@ -46,6 +46,7 @@ from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..parse import object_links
 from ..tuning import gc_paused
+from .bitmap import BitmapOptions, write_pack_bitmap
 from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
@@ -81,6 +82,8 @@ class RepackOptions:
     window: int = DEFAULT_WINDOW                     # delta search window (git's --window); 0: no search
     depth: int = DEFAULT_DEPTH                       # longest delta chain, reused ones too (git's --depth)
     window_memory: int = DEFAULT_WINDOW_MEMORY       # bytes per search process (git's --window-memory); 0: no bound
+    bitmap: bool = True                              # full: a reachability bitmap with the pack (bitmap.py)
+    bitmap_options: BitmapOptions = BitmapOptions()  # hash cache, lookup table, pack.preferBitmapTips
 
     def delta_plan(self) -> DeltaPlan:
         search = None if self.window <= 1 else SearchOptions(
@@ -119,6 +122,9 @@ class RepackCounters:
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
     search_processes: int = 0     # processes the search ran in
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
+    bitmap_commits: int = 0       # commits the new pack's .bitmap has a bitmap for
+    bitmap_skipped: int = 0       # 1: a full repack wrote no bitmap (its pack lacks closure: .keep packs)
+    bitmaps_removed: int = 0      # bitmaps of replaceable packs the repack had to keep (the new pack's is git's one)
 
 
 @dataclass
@@ -256,10 +262,17 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
                                 names=None if is_cruft else plan.names, preloaded=plan.preloaded,
                                 deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
+            if not is_cruft and options.bitmap and options.mode is RepackMode.FULL and plan.reach is not None:
+                t0 = time.monotonic()
+                n = write_pack_bitmap(writer, plan.reach, plan.tips, sources.read, options.bitmap_options,
+                                      packs=sources.c_packs)
+                c.bitmap_commits, c.bitmap_skipped = (n, 0) if n is not None else (0, 1)
+                searched["bitmap"] = time.monotonic() - t0
             written.append((writer, mtimes, prefix))
         timer.lap("write")
         result.elapsed["search"] = searched.get("search", 0.0)   # (inside "write" until here)
-        result.elapsed["write"] -= result.elapsed["search"]
+        result.elapsed["bitmap"] = searched.get("bitmap", 0.0)
+        result.elapsed["write"] -= result.elapsed["search"] + result.elapsed["bitmap"]
         fault_point("repack.after_write")
         for writer, mtimes, prefix in written:
             _outcome, files, _keep = writer.install(mtimes=mtimes)
@@ -320,6 +333,9 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             c.objects_in += 1
             c.bytes_in += size
         fault_point("repack.after_loose_deleted")
+        if c.bitmap_commits:   # (git uses one bitmap: a pack kept above keeps none beside the new one's)
+            c.bitmaps_removed = sum(_unlink(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
+                                    if p.name not in new_names and p.name not in result.packs_deleted)
         c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
     fault_point("repack.after_delete")
     timer.lap("delete")
@@ -337,6 +353,14 @@ def _mtime(path: Path) -> float:
         return os.stat(path).st_mtime
     except FileNotFoundError:
         return 0.0
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _size(path: Path) -> int:

@@ -93,6 +93,7 @@ class Reachable:
     trees: list[bytes] = field(default_factory=list)
     blobs: list[bytes] = field(default_factory=list)
     _names: dict[bytes, bytes] | None = field(default_factory=dict, repr=False)
+    _hashes: dict[bytes, int] | None = field(default_factory=dict, repr=False)   # id -> pack_name_hash of its path
     _seen: set[bytes] | None = field(default_factory=set, repr=False)
     _walker: object | None = field(default=None, repr=False)    # the C walk's Walker (its reader released)
     _index_dropped: bool = field(default=False, repr=False)
@@ -101,9 +102,19 @@ class Reachable:
     def names(self) -> dict[bytes, bytes]:
         if self._names is None:
             self._names = self._walker.names(self.trees, self.blobs)  # type: ignore[attr-defined]
+            self._hashes = self._walker.name_hashes(self.trees, self.blobs)  # type: ignore[attr-defined]
             if self._index_dropped:
                 self._walker = None     # (nothing more to ask of it)
         return self._names
+
+    @property
+    def path_hashes(self) -> dict[bytes, int]:
+        """tree/blob id -> git's ``pack_name_hash`` of the whole path it was first reached by ("dir/sub/name";
+        a root tree's path is empty): what git's bitmap name-hash cache holds."""
+        if self._names is None:
+            _ = self.names   # (fetches both from the C walker)
+        assert self._hashes is not None
+        return self._hashes
 
     @property
     def seen(self) -> set[bytes]:
@@ -141,6 +152,18 @@ class Reachable:
         """(id, type) for every object: commits, tags, trees, blobs."""
         return ([(o, COMMIT) for o in self.commits] + [(o, TAG) for o in self.tags] +
                 [(o, TREE) for o in self.trees] + [(o, BLOB) for o in self.blobs])
+
+
+_SPACE = frozenset(b" \t\n\r")   # git's sane_ctype GIT_SPACE
+
+
+def name_hash_fold(h: int, s: bytes) -> int:
+    """git's ``pack_name_hash`` continued from state ``h`` over ``s`` (whitespace skipped; the hash of a path is
+    ``name_hash_fold(0, path)``, and a child's continues its parent's over "/" and its name)."""
+    for c in s:
+        if c not in _SPACE:
+            h = ((h >> 2) + (c << 24)) & 0xFFFFFFFF
+    return h
 
 
 def _hex(value: bytes, what: str, oid: bytes) -> bytes:
@@ -287,6 +310,7 @@ class Walker:
                 if typ == BLOB:
                     res.blobs.append(oid)
                     res.names[oid] = name
+                    res._hashes[oid] = name_hash_fold(0, name)  # type: ignore[index]
                 else:
                     self._tree(oid, name, referrer)
             for tree, referrer in roots[:split]:
@@ -309,20 +333,22 @@ class Walker:
                 seen.add(tree)
                 self._tree(tree, b"", f"commit {referrer}")
 
-    def _walk_in_child(self, roots: list[tuple[bytes, str]]) -> tuple[list[bytes], list[bytes], dict[bytes, bytes]]:
+    def _walk_in_child(self, roots: list[tuple[bytes, str]]
+                       ) -> tuple[list[bytes], list[bytes], dict[bytes, bytes], dict[bytes, int] | None]:
         """In the forked helper (store/forked.py): walk the older ``roots`` with the state inherited so far,
         return the trees, blobs and names found (the parent merges them)."""
         self.progress = None
         self._walk_roots(roots)
         r = self.result
-        return r.trees, r.blobs, r.names
+        return r.trees, r.blobs, r.names, r._hashes
 
-    def _merge(self, other: tuple[list[bytes], list[bytes], dict[bytes, bytes]]) -> None:
+    def _merge(self, other: tuple[list[bytes], list[bytes], dict[bytes, bytes], dict[bytes, int] | None]) -> None:
         """Append what the child found and this walk did not, in the child's order: the same lists a
         single walk would have made (everything below a tree this walk saw was seen here too)."""
         res = self.result
-        seen, names = res.seen, res.names
-        trees, blobs, child_names = other
+        seen, names, hashes = res.seen, res.names, res._hashes
+        trees, blobs, child_names, child_hashes = other
+        assert hashes is not None and child_hashes is not None
         for src, dst in ((trees, res.trees), (blobs, res.blobs)):
             for oid in src:
                 if oid not in seen:
@@ -331,6 +357,7 @@ class Walker:
                     name = child_names.get(oid)
                     if name:
                         names[oid] = name
+                    hashes[oid] = child_hashes.get(oid, 0)
 
     def _queue_commit(self, heap, oid: bytes, data: bytes) -> None:
         _tree, _parents, when = parse_commit(data, oid)
@@ -430,14 +457,18 @@ class Walker:
         completely before the entries after it."""
         res = self.result
         trees, blobs, names, seen = res.trees, res.blobs, res.names, res.seen
+        hashes = res._hashes
+        assert hashes is not None
         known = self.known
         read = self._read
         trees.append(root)
         if name:
             names[root] = name
-        stack = [(fresh_tree_entries(read(root, TREE, referrer)[1], root, seen), 0, root)]
+        hashes[root] = name_hash_fold(0, name)
+        base = name_hash_fold(hashes[root], b"/") if name else 0   # (a root tree's entries: their own names)
+        stack = [(fresh_tree_entries(read(root, TREE, referrer)[1], root, seen), 0, root, base)]
         while stack:
-            entries, i, parent = stack[-1]
+            entries, i, parent, base = stack[-1]
             n = len(entries)
             while i < n:
                 mode, ename, eid = entries[i]
@@ -448,14 +479,16 @@ class Walker:
                 if known is not None and known(eid):
                     continue
                 if mode in _DIR_MODES:
-                    stack[-1] = (entries, i, parent)
+                    stack[-1] = (entries, i, parent, base)
                     trees.append(eid)
                     names[eid] = ename
+                    h = hashes[eid] = name_hash_fold(base, ename)
                     data = read(eid, TREE, f"tree {parent.hex()}")[1]
-                    stack.append((fresh_tree_entries(data, eid, seen), 0, eid))
+                    stack.append((fresh_tree_entries(data, eid, seen), 0, eid, name_hash_fold(h, b"/")))
                     break
                 blobs.append(eid)
                 names[eid] = ename
+                hashes[eid] = name_hash_fold(base, ename)
             else:
                 stack.pop()
                 if self.progress is not None and len(trees) % 2000 == 0:
