@@ -112,14 +112,15 @@ class NfsimOps(mfusepy.Operations):
     def _b(self, path: str) -> str:
         return self.root + path
 
-    def _rt(self, kind: str) -> None:
-        """One round trip to the server: counted, and it costs ``latency``."""
+    def _rt(self, kind: str, share: float = 1.0) -> None:
+        """One round trip to the server: counted, and it costs ``latency`` (``share`` of it now: an
+        operation that also waits for its reply after the server acted sleeps the rest itself)."""
         with self._lock:
             self._count[kind] += 1
             self._slept += self.latency
             self._dirty = True
         if self.latency > 0:
-            time.sleep(self.latency)
+            time.sleep(self.latency * share)
 
     def _bump(self, kind: str, n: int = 1) -> None:
         with self._lock:
@@ -391,11 +392,14 @@ class NfsimOps(mfusepy.Operations):
 
     # -- files ---------------------------------------------------------------
     def open(self, path: str, flags: int) -> int:  # type: ignore[override]
-        self._rt("open")      # close-to-open: always asks the server
+        self._rt("open", 0.5)      # close-to-open: always asks the server; half the trip there...
         fd = os.open(self._b(path), flags & ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY) | os.O_CLOEXEC)
         if flags & os.O_TRUNC:
             self._forget(path)
-        return self._add_handle(fd, path)
+        fh = self._add_handle(fd, path)
+        if self.latency > 0:
+            time.sleep(self.latency / 2)   # ...and half back: another host can delete the file meanwhile
+        return fh
 
     def create(self, path: str, mode: int, fi: Any = None) -> int:  # type: ignore[override]
         self._rt("create")

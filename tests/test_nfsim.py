@@ -1,0 +1,224 @@
+"""nfsim (issue 22): two simulated NFS client hosts over one backing directory, and packyard's lookup
+rules across them.
+
+* nfsim itself: each mount caches attributes and listings on its own; a listing is revalidated on
+  opendir (close-to-open) unless the mount trusts it; a file removed or replaced through one mount is
+  ESTALE to a reader on the other (not on the mount that removed it: silly-rename); RENAME_NOREPLACE
+  passes through; counters count the round trips.
+* packyard: a pack installed through host A is found by a long-lived reader on host B whose listing
+  of objects/pack is older than the pack (the miss re-lists with a fresh opendir, which revalidates);
+  the negative control -- the same reader on a mount that trusts its cached listing -- loses the read.
+* packyard: objects a loose repack on host A moves into a pack while a reader on host B has their
+  loose files open answer ESTALE to B; B's read still succeeds (ESTALE is "gone": re-list, read the pack).
+
+git is the oracle of what exists (``git cat-file -e`` on the backing directory). Tests skip only
+where /dev/fuse (or fuse3) is missing.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from gitutil import git, make_worktree_repo, write_blobs
+
+from packyard.workers import nfsim
+
+REASON = nfsim.unavailable()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"nfsim cannot mount here: {REASON}")
+
+LONG = 600.0   # cache lifetimes far beyond a test's run: what a test sees never depends on expiry
+
+
+@pytest.fixture
+def hosts(tmp_path: Path):
+    """mount(name, **options) -> nfsim.Mount of the shared backing dir; every mount closed at the end."""
+    backing = tmp_path / "server"
+    backing.mkdir()
+    mounts: list[nfsim.Mount] = []
+
+    def mount(name: str, **opts) -> nfsim.Mount:
+        opts.setdefault("latency", 0.0)
+        m = nfsim.Mount(backing, tmp_path / name, name=name, **opts)
+        mounts.append(m)
+        return m
+
+    mount.backing = backing  # type: ignore[attr-defined]
+    yield mount
+    for m in reversed(mounts):
+        m.close()
+
+
+def _renameat2(old: Path, new: Path, flags: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.renameat2(-100, os.fsencode(old), -100, os.fsencode(new), ctypes.c_uint(flags)) != 0:
+        return ctypes.get_errno()
+    return 0
+
+
+def test_each_mount_is_one_nfs_client(hosts):
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG)
+    c = hosts("c", ac_attr=LONG, ac_dir=LONG, dir_revalidate="trust")
+    A, B, C = a.mountpoint, b.mountpoint, c.mountpoint
+    (A / "d").mkdir()
+    (A / "d" / "one").write_bytes(b"1" * 100)
+    assert sorted(os.listdir(B / "d")) == sorted(os.listdir(C / "d")) == ["one"]
+
+    # listings: B revalidates on opendir and sees a new name at once; C trusts its cached listing
+    before = b.counters()
+    (A / "d" / "two").write_bytes(b"2")
+    assert sorted(os.listdir(B / "d")) == ["one", "two"]
+    assert os.listdir(C / "d") == ["one"]
+    assert (C / "d" / "two").read_bytes() == b"2"       # a lookup by name is not the listing: found
+    after = b.counters()
+    assert after["readdir"] - before["readdir"] == 1
+    os.listdir(B / "d")                                   # unchanged directory: no listing re-read
+    assert b.counters()["readdir"] == after["readdir"]
+
+    # attributes: B's cached size is stale until B opens the file (close-to-open)
+    assert os.stat(B / "d" / "one").st_size == 100
+    with open(A / "d" / "one", "ab") as f:
+        f.write(b"1" * 50)
+    assert os.stat(B / "d" / "one").st_size == 100
+    with open(B / "d" / "one", "rb") as f:
+        assert os.fstat(f.fileno()).st_size == 150
+        assert f.read() == b"1" * 150
+
+    # ESTALE: a handle on B whose file A removed, or replaced by a rename
+    (A / "d" / "gone").write_bytes(b"g" * 10)
+    (A / "d" / "old").write_bytes(b"o" * 10)
+    (A / "d" / "new").write_bytes(b"n" * 10)
+    fg = os.open(B / "d" / "gone", os.O_RDONLY)
+    fo = os.open(B / "d" / "old", os.O_RDONLY)
+    try:
+        os.unlink(A / "d" / "gone")
+        os.rename(A / "d" / "new", A / "d" / "old")
+        for fd in (fg, fo):
+            with pytest.raises(OSError) as exc:
+                os.pread(fd, 10, 0)
+            assert exc.value.errno == errno.ESTALE
+    finally:
+        os.close(fg)
+        os.close(fo)
+    assert b.counters()["estale"] >= 2   # the kernel may retry a failed read
+    assert (B / "d" / "old").read_bytes() == b"n" * 10    # a new open finds the new file
+
+    # silly-rename: the mount that removed an open file still reads it
+    (A / "d" / "mine").write_bytes(b"m" * 10)
+    with open(A / "d" / "mine", "rb") as f:
+        os.unlink(A / "d" / "mine")
+        assert f.read() == b"m" * 10
+
+    # RENAME_NOREPLACE reaches the server (packyard's loose publish relies on it)
+    assert _renameat2(A / "d" / "two", A / "d" / "one", 1) == errno.EEXIST
+    assert (hosts.backing / "d" / "one").read_bytes() == b"1" * 150
+
+
+def _packed_repo(base: Path) -> Path:
+    """A bare repository made by git, every object in one pack."""
+    bare = make_worktree_repo(base, commits=4, files_per_commit=4)
+    git("repack", "-a", "-d", "-q", git_dir=bare)
+    return bare
+
+
+def _new_pack(scratch: Path, tag: str) -> tuple[Path, list[str]]:
+    """A pack of new blobs made by git in a scratch repository; the pack file and the ids."""
+    s = scratch / f"scratch-{tag}.git"
+    git("init", "-q", "--bare", str(s))
+    ids = write_blobs(s, scratch, 20, tag)
+    data = git("pack-objects", "--stdout", "-q", git_dir=s, input=("\n".join(ids) + "\n").encode())
+    path = scratch / f"{tag}.pack"
+    path.write_bytes(data)
+    return path, ids
+
+
+def _index_pack(repo: Path, pack: Path, env: dict[str, str]) -> None:
+    proc = subprocess.run(["packyard", "index-pack", "--repo", str(repo), "--no-progress", str(pack)],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_pack_installed_through_host_a_is_found_by_a_reader_on_host_b(hosts, tmp_path, pk):
+    from packyard.store.errors import ObjectMissingError
+    from packyard.store.repo import Repository
+
+    bare = _packed_repo(hosts.backing)
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG)
+    c = hosts("c", ac_attr=LONG, ac_dir=LONG, dir_revalidate="trust")
+    old = git("rev-parse", "main", git_dir=bare).decode().strip()
+    reader_b = Repository(b.mountpoint / bare.name)
+    reader_c = Repository(c.mountpoint / bare.name)
+    for reader in (reader_b, reader_c):     # both list objects/pack now, and keep that listing
+        assert reader.objects.read(bytes.fromhex(old))[0].name.lower() == "commit"
+
+    pack, ids = _new_pack(tmp_path, "pushed")
+    _index_pack(a.mountpoint / bare.name, pack, pk.cli_env())
+    for oid in ids:                         # git, on the server, has them
+        git("cat-file", "-e", oid, git_dir=bare)
+
+    before = b.counters()
+    for oid in ids:
+        kind, data = reader_b.objects.read(bytes.fromhex(oid), verify=True)
+        assert data == git("cat-file", "blob", oid, git_dir=bare)
+    assert reader_b.objects.counters.relisted_hits == 1            # one miss, one re-listing, then found
+    assert b.counters()["readdir"] - before["readdir"] >= 1          # the re-listing really read the directory
+
+    # Negative control: the same reader on a mount that trusts its cached listing never sees the pack.
+    lost = 0
+    for oid in ids:
+        try:
+            reader_c.objects.read(bytes.fromhex(oid))
+        except ObjectMissingError:
+            lost += 1
+    assert lost == len(ids)
+    assert c.counters()["readdir_hits"] >= 1
+
+
+def test_loose_objects_repacked_on_host_a_while_open_on_host_b_are_read_despite_estale(hosts, tmp_path, pk):
+    """A loose repack on A (``packyard repack --mode loose``: a new pack, then the loose files go) deletes
+    loose files a reader on B has open: B's read answers ESTALE; packyard treats that as gone (as ENOENT),
+    re-lists objects/pack and reads the new pack. Before that rule, the ESTALE escaped the read."""
+    from packyard.store.repo import Repository
+
+    bare = _packed_repo(hosts.backing)
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG, latency=0.02)  # a slow reply: the window where ESTALE happens
+    ra, rb = a.mountpoint / bare.name, b.mountpoint / bare.name
+    errors: list[BaseException] = []
+    reads = 0
+    for rnd in range(30):
+        ids = write_blobs(ra, tmp_path, 40, f"round{rnd}")
+        expected = {oid: git("cat-file", "blob", oid, git_dir=bare) for oid in ids}
+        reader = Repository(rb)
+        reader.objects.packs.prepare()
+
+        def read_all(reader=reader, ids=ids, expected=expected) -> None:
+            nonlocal reads
+            for oid in ids:
+                try:
+                    _, data = reader.objects.read(bytes.fromhex(oid), verify=True)
+                    assert data == expected[oid]
+                    reads += 1
+                except BaseException as err:   # noqa: B036 - reported below, with the object
+                    errors.append(err)
+        t = threading.Thread(target=read_all)
+        t.start()
+        proc = subprocess.run(["packyard", "repack", "--repo", str(ra), "--mode", "loose", "--no-progress"],
+                              env=pk.cli_env(), capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr    # through host A: new pack, then the loose files go
+        t.join(timeout=120)
+        assert not t.is_alive()
+        assert not errors, f"round {rnd}: {errors[0]!r}"
+        if rnd >= 2 and b.counters()["estale"] > 0:
+            break
+    assert reads > 0
+    assert b.counters()["estale"] > 0, "no read on B ever met a file A had deleted: the race never happened"
+    assert not list((bare / "objects").glob("[0-9a-f][0-9a-f]/*"))   # every loose object was moved
+    git("fsck", "--full", "--strict", git_dir=bare)
