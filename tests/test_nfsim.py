@@ -222,3 +222,57 @@ def test_loose_objects_repacked_on_host_a_while_open_on_host_b_are_read_despite_
     assert b.counters()["estale"] > 0, "no read on B ever met a file A had deleted: the race never happened"
     assert not list((bare / "objects").glob("[0-9a-f][0-9a-f]/*"))   # every loose object was moved
     git("fsck", "--full", "--strict", git_dir=bare)
+
+
+HOST_B_HOLDER = r"""
+import os, sys
+from packyard.store import lockfile
+claim = lockfile.acquire(sys.argv[1], "host B's claim")
+print(os.getpid(), flush=True)
+sys.stdin.read()            # hold the claim until host A closes our stdin
+"""
+
+
+def _unshare_works() -> bool:
+    return subprocess.run(["unshare", "--pid", "--uts", "--fork", "--mount-proc", "true"],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("uts", [True, False], ids=["own-hostname", "same-hostname"])
+def test_a_claim_of_host_b_in_its_own_pid_namespace_is_never_judged_by_host_a_s_process_table(hosts, uts):
+    """Host B's process runs in its own PID namespace (``unshare --pid --fork --mount-proc``; with its own
+    hostname, or -- a container on the same machine -- with A's), on its own mount, and holds a claim
+    file in the shared directory. Its pid means nothing on host A: A must not break the claim (neither
+    "dead" because A has no such pid or a later one, nor "alive" by A's process table)."""
+    from packyard.store import lockfile
+    from packyard.store.errors import LockContendedError
+    from packyard.store.owner import Liveness, liveness, read_owner
+
+    if not _unshare_works():
+        pytest.skip("unshare --pid --uts --mount-proc is not permitted here")
+    a = hosts("a")
+    b = hosts("b")
+    (a.mountpoint / "locks").mkdir()
+    claim_b = b.mountpoint / "locks" / "main.lock"
+    prefix = ["unshare", "--pid", "--fork", "--mount-proc", *(["--uts"] if uts else [])]
+    # sh is pid 1 inside; python, its child, gets a small pid that names another process on host A
+    inner = ("hostname nfsim-host-b; " if uts else "") + f'"{os.sys.executable}" -c "$0" "$1"; :'
+    proc = subprocess.Popen([*prefix, "sh", "-c", inner, HOST_B_HOLDER, str(claim_b)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        inner_pid = int(proc.stdout.readline() or "0")
+        assert 0 < inner_pid < 100, proc.stderr.read() if proc.stderr else ""
+        claim_a = a.mountpoint / "locks" / "main.lock"
+        owner = read_owner(claim_a)
+        assert owner is not None and owner.pid == inner_pid
+        assert liveness(owner) is Liveness.UNKNOWN
+        assert lockfile.judge(claim_a)[0] is lockfile.BreakVerdict.TOO_YOUNG
+        with pytest.raises(LockContendedError):
+            lockfile.acquire(claim_a, "host A's claim", wait=0.0)
+        assert claim_a.exists()
+    finally:
+        proc.communicate(timeout=30)
+    # B's process is gone now, and still A cannot prove it: only the age rule (or job records) may break it.
+    owner = read_owner(a.mountpoint / "locks" / "main.lock")
+    assert owner is not None and liveness(owner) is Liveness.UNKNOWN
