@@ -25,9 +25,10 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import git, make_worktree_repo, write_blobs
+from gitutil import commit_blobs, git, make_worktree_repo, write_blobs
 
 from packyard.workers import nfsim
+import packyard.workers.nfsim.fs  # noqa: F401  (METADATA_KINDS)
 
 REASON = nfsim.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"nfsim cannot mount here: {REASON}")
@@ -276,3 +277,45 @@ def test_a_claim_of_host_b_in_its_own_pid_namespace_is_never_judged_by_host_a_s_
     # B's process is gone now, and still A cannot prove it: only the age rule (or job records) may break it.
     owner = read_owner(a.mountpoint / "locks" / "main.lock")
     assert owner is not None and liveness(owner) is Liveness.UNKNOWN
+
+
+def _commit_packs(scratch: Path, tag: str, count: int) -> tuple[Path, Path, str]:
+    """Two packs made by git: a commit of ``count`` new blobs, then one of ``count`` more on top; the tip."""
+    s = scratch / f"budget-{tag}.git"
+    git("init", "-q", "--bare", str(s))
+    first = commit_blobs(s, scratch, "main", count)
+    tip = commit_blobs(s, scratch, "main", count, parent=first)
+    p1, p2 = scratch / f"{tag}-1.pack", scratch / f"{tag}-2.pack"
+    p1.write_bytes(git("pack-objects", "--stdout", "-q", "--revs", git_dir=s, input=f"{first}\n".encode()))
+    p2.write_bytes(git("pack-objects", "--stdout", "-q", "--revs", git_dir=s, input=f"{tip}\n^{first}\n".encode()))
+    return p1, p2, tip
+
+
+def test_metadata_calls_per_operation_do_not_grow_with_the_object_count(hosts, tmp_path, pk):
+    """The syscall budget: index-pack and a full repack make as many metadata round trips for 2,000
+    objects as for 100 (the repack merges two packs; seed 000: a re-listing per missed lookup made a clone 7x slower on NFS)."""
+    a = hosts("a", ac_attr=3.0, ac_dir=3.0)
+    env = pk.cli_env()
+    calls: dict[tuple[str, int], dict[str, int]] = {}
+    for count in (100, 2000):
+        p1, p2, tip = _commit_packs(tmp_path, f"n{count}", count)
+        repo = a.mountpoint / f"r{count}.git"
+        git("init", "-q", "--bare", str(repo))
+        before = a.counters()
+        _index_pack(repo, p1, env)
+        mid = a.counters()
+        _index_pack(repo, p2, env)
+        git("update-ref", "refs/heads/main", tip, git_dir=hosts.backing / repo.name)   # not through a mount
+        mid2 = a.counters()
+        proc = subprocess.run(["packyard", "repack", "--repo", str(repo), "--mode", "full", "--no-progress"],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        after = a.counters()
+        calls[("index-pack", count)] = {k: mid[k] - before[k] for k in nfsim.fs.METADATA_KINDS}
+        calls[("repack", count)] = {k: after[k] - mid2[k] for k in nfsim.fs.METADATA_KINDS}
+        git("fsck", "--full", "--strict", git_dir=hosts.backing / repo.name)
+    print({f"{op} {n}": {k: v for k, v in c.items() if v} for (op, n), c in calls.items()})
+    for op in ("index-pack", "repack"):
+        small, large = calls[(op, 100)], calls[(op, 2000)]
+        assert sum(large.values()) <= sum(small.values()) + 4, (op, small, large)
+        assert sum(small.values()) < 200, (op, small)    # a few per file the operation creates, not per object
