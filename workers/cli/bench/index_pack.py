@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from packyard.workers.cli.bench import common
+from packyard.workers.cli.bench import common, nfsim_side
 
 TRACED = "trace=open,openat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2,getdents64"
 
@@ -40,6 +40,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--processes", type=int, default=None, help="packyard resolver processes (default: cores)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
     p.add_argument("--no-strace", action="store_true", help="skip the strace filesystem-call counts")
+    nfsim_side.add_arg(p)
     p.set_defaults(func=run)
 
 
@@ -124,6 +125,28 @@ def strace_count(cmd: list[str], pack: Path, objects_dir: Path, log: Path, env: 
     return sum(1 for line in log.read_text(errors="replace").splitlines() if needle in line)
 
 
+def run_on_nfsim(args: argparse.Namespace, base: Path, pack: Path, env: dict[str, str], rows: dict) -> None:
+    """The same rounds on an nfsim mount (fresh repositories there), then the nfsim table."""
+    local = {side: [w for w, _ in rows[side]] for side in ("packyard", "git")}
+    walls: dict[str, list[float]] = {"packyard": [], "git": []}
+    calls: dict[str, list[dict[str, int]]] = {"packyard": [], "git": []}
+    with nfsim_side.mounted(base, args.nfsim_latency) as m:
+        for rnd in range(args.runs):
+            for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
+                repo = m.mountpoint / f"{side}-{rnd}.git"
+                common.git("init", "-q", "--bare", str(repo))
+                before = m.counters()
+                cmd = git_cmd(repo) if side == "git" else packyard_cmd(repo, args.processes)
+                wall, _, rc, _, _ = measured(cmd, pack, env, base / "rss.txt")
+                if rc != 0:
+                    raise SystemExit(f"{side} failed on nfsim with status {rc}")
+                calls[side].append(nfsim_side.calls_between(m.counters(), before))
+                walls[side].append(wall)
+                print(f"  nfsim round {rnd + 1} {side:8} wall {wall:7.2f}s", flush=True)
+                shutil.rmtree(repo)
+    nfsim_side.report(args.nfsim_latency, local, walls, calls)
+
+
 def run(args: argparse.Namespace) -> int:
     pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
     if not Path(TIME).exists():
@@ -181,6 +204,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{'cpu user+sys (median) s':24} {p_cpu:10.2f} {g_cpu:10.2f} {p_cpu / g_cpu:6.2f}x")
         print(f"wall spread: git {min(w for w, _ in rows['git']):.2f}-{max(w for w, _ in rows['git']):.2f}s, "
               f"packyard {min(w for w, _ in rows['packyard']):.2f}-{max(w for w, _ in rows['packyard']):.2f}s")
+        if args.nfsim_latency:
+            run_on_nfsim(args, base, pack, env, rows)
         if not args.no_strace:
             if shutil.which("strace") is None:
                 print("strace not installed: filesystem-call counts skipped")
