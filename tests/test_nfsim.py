@@ -319,3 +319,40 @@ def test_metadata_calls_per_operation_do_not_grow_with_the_object_count(hosts, t
         small, large = calls[(op, 100)], calls[(op, 2000)]
         assert sum(large.values()) <= sum(small.values()) + 4, (op, small, large)
         assert sum(small.values()) < 200, (op, small)    # a few per file the operation creates, not per object
+
+
+def _race_two_hosts(pk, repo: Path, *args: str, timeout: float) -> tuple[int, dict, str]:
+    import json
+
+    proc = subprocess.run(["packyard", "race", "--repo", str(repo), "--hosts", "2", "--json", *args],
+                          env=pk.cli_env(), capture_output=True, text=True, timeout=timeout)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert lines, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
+    return proc.returncode, json.loads(lines[-1]), proc.stderr
+
+
+@pytest.mark.slow
+def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk):
+    """``packyard race --hosts 2``: the session's workers repack and ingest through host A's nfsim mount
+    while the readers read through host B's (1 ms per metadata call, 3 s caches): no lost read."""
+    repo = store_root / "race2.git"
+    code, out, err = _race_two_hosts(pk, repo, "--readers", "2", "--duration", "20", "--repack-every", "3",
+                                     "--seed", "7", timeout=300)
+    assert code == 0 and out["ok"], err[-3000:]
+    assert out["events"]["lost"] == 0 and out["final_missing"] == 0
+    assert out["recovered"] > 0, "no miss was recovered: the readers never raced a repack"
+    assert all(n >= 1 for n in out["repacks"].values()), out["repacks"]
+    assert "nfsim host B" in err
+    git("fsck", "--full", "--strict", git_dir=store_root / "race2.git.nfs" / "server" / "race2.git")
+
+
+@pytest.mark.slow
+def test_race_across_two_hosts_trusting_the_cached_listing_loses_reads(celery_worker, store_root, pk):
+    """The third negative control: host B's mount reuses its cached listings (no revalidation on
+    opendir) -- the readers' one re-listing then sees the old directory and reads are lost."""
+    repo = store_root / "race2-control.git"
+    code, out, err = _race_two_hosts(pk, repo, "--readers", "2", "--duration", "12", "--repack-every", "2",
+                                     "--seed", "11", "--nfsim-trust-listing", timeout=300)
+    assert code == 1 and not out["ok"], err[-3000:]
+    assert out["events"]["lost"] > 0
+    assert out["mode"] == "nfsim-trust-listing"

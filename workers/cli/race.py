@@ -55,6 +55,14 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--unsafe-delete", action="store_true",
                    help="NEGATIVE CONTROL: repacks unlink replaced packs at once instead of preserving them; the "
                         "run must report lost reads")
+    p.add_argument("--hosts", type=int, choices=(1, 2), default=1,
+                   help="2: two simulated NFS client hosts (nfsim mounts of one directory beside --repo): the "
+                        "workers repack and ingest through host A's mount, the readers read through host B's")
+    p.add_argument("--nfsim-latency", default="1ms", metavar="T",
+                   help="with --hosts 2: latency per metadata call on both mounts (default 1ms)")
+    p.add_argument("--nfsim-trust-listing", action="store_true",
+                   help="NEGATIVE CONTROL (with --hosts 2): host B's mount reuses cached directory listings for "
+                        "3 s without revalidating them on opendir; the run must report lost reads")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     p.set_defaults(func=run)
 
@@ -88,9 +96,49 @@ def run(args: argparse.Namespace) -> int:
     if args.readers < 1 or args.duration <= 0:
         print("packyard race: --readers must be at least 1 and --duration positive", file=sys.stderr)
         return 2
+    if args.nfsim_trust_listing and args.hosts != 2:
+        print("packyard race: --nfsim-trust-listing needs --hosts 2", file=sys.stderr)
+        return 2
+    if args.hosts == 2:
+        return _two_hosts(args, repo)
     options = RaceOptions(repo=repo, readers=args.readers, duration=args.duration, repack_every=args.repack_every,
                           ingest_every=args.ingest_every, seed=args.seed, unsafe_dir_cache=args.unsafe_dir_cache,
                           unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate)
+    return _run(args, options, repo)
+
+
+def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
+    """--hosts 2: R's directory becomes nfsim's backing dir ``<R>.nfs/server``, mounted twice (host A,
+    host B); the repository is built and served through A (the workers' path), read through B."""
+    from packyard.workers import nfsim
+
+    reason = nfsim.unavailable()
+    if reason:
+        print(f"packyard race --hosts 2: {reason}", file=sys.stderr)
+        return 2
+    base = repo.parent / f"{repo.name}.nfs"
+    server = base / "server"
+    server.mkdir(parents=True, exist_ok=True)
+    latency = nfsim.parse_latency(args.nfsim_latency)
+    with nfsim.Mount(server, base / "host-a", latency=latency, name="race-host-a") as a, \
+            nfsim.Mount(server, base / "host-b", latency=latency, name="race-host-b",
+                        dir_revalidate="trust" if args.nfsim_trust_listing else "open") as b:
+        from packyard.workers.race.harness import RaceOptions
+
+        options = RaceOptions(repo=a.mountpoint / repo.name, readers=args.readers, duration=args.duration,
+                              repack_every=args.repack_every, ingest_every=args.ingest_every, seed=args.seed,
+                              unsafe_dir_cache=args.unsafe_dir_cache, unsafe_delete=args.unsafe_delete,
+                              expire=args.expire, reader_rate=args.reader_rate, hosts=2,
+                              reader_repo=b.mountpoint / repo.name, nfsim_trust_listing=args.nfsim_trust_listing)
+        rc = _run(args, options, a.mountpoint / repo.name)
+        counts = {"host A": a.counters(), "host B": b.counters()}
+    for host, c in counts.items():
+        print(f"[race] nfsim {host}: {c['metadata_calls']} metadata calls, {c['readdir']} listings read, "
+              f"{c['readdir_hits']} from cache, {c['estale']} ESTALE answers", file=sys.stderr, flush=True)
+    return rc
+
+
+def _run(args: argparse.Namespace, options, repo: Path) -> int:  # type: ignore[no-untyped-def]
     import logging
 
     # This process is the frontend: its job.queued log lines would only repeat what the harness prints.
