@@ -332,9 +332,10 @@ def _race_two_hosts(pk, repo: Path, *args: str, timeout: float) -> tuple[int, di
 
 
 @pytest.mark.slow
-def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk):
-    """``packyard race --hosts 2``: the session's workers repack and ingest through host A's nfsim mount
-    while the readers read through host B's (1 ms per metadata call, 3 s caches): no lost read."""
+def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk, settings):
+    """``packyard race --hosts 2``: the session's worker (host A) and host B's worker (its own PID and UTS
+    namespaces, host B's mount bound over A's path) repack and ingest from one Redis and one database,
+    while readers read through both mounts (1 ms per metadata call, 3 s caches): no lost read."""
     repo = store_root / "race2.git"
     code, out, err = _race_two_hosts(pk, repo, "--readers", "2", "--duration", "20", "--repack-every", "3",
                                      "--seed", "7", timeout=300)
@@ -344,6 +345,18 @@ def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk):
     assert all(n >= 1 for n in out["repacks"].values()), out["repacks"]
     assert "nfsim host B" in err
     git("fsck", "--full", "--strict", git_dir=store_root / "race2.git.nfs" / "server" / "race2.git")
+    # Host B's worker (own PID and UTS namespaces, host B's mount) really repacked and ingested.
+    from sqlalchemy import select
+
+    from packyard.workers.records import session_scope
+    from packyard.workers.records.models import Job
+
+    with session_scope(settings) as s:
+        rows = s.execute(select(Job.kind, Job.state, Job.worker_pid, Job.worker_hostname)
+                         .where(Job.worker_hostname.like("%@race-host-b"))).all()
+    kinds = {r.kind for r in rows}
+    assert "packyard.repack" in kinds and kinds - {"packyard.repack"}, rows
+    assert all(r.state.name == "SUCCESS" for r in rows), rows
 
 
 @pytest.mark.slow

@@ -180,7 +180,37 @@ def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
     if options.unsafe_delete and not s.allow_unsafe_maintenance:
         say("--unsafe-delete needs workers started with PACKYARD_ALLOW_UNSAFE_MAINTENANCE=1 (they refuse "
             "preserve=false otherwise); this shell does not set it, so the workers likely do not either")
-    return run_race(s, options, app, say=say)
+    if options.hosts != 2:
+        return run_race(s, options, app, say=say)
+    # --hosts 2: the configured workers are host A; host B's worker joins them for the run.
+    logs = s.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "race-worker-host-b.log", "ab") as log_b:
+        worker_b = host_b_worker(s, options, log_b)
+        try:
+            say(f"host B's worker: pid {worker_b.pid} here, in its own PID and UTS namespaces (host name {HOST_B})")
+            if not common.wait_for(lambda: any(n.startswith(f"race-{os.getpid()}-b@") for n in common.ping_workers()),
+                                   timeout=90, interval=0.5):
+                say("host B's worker did not answer a ping within 90 s; see its log")
+                return None
+            return run_race(s, options, app, say=say)
+        finally:
+            worker_b.stop()
+
+
+HOST_B = "race-host-b"
+#: host B's worker: its own PID namespace (pids collide with host A's), its own host name, and in its own
+#: mount namespace host B's nfsim mount bound over host A's mount point, so job paths name the same files.
+HOST_B_SCRIPT = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"'
+
+
+def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
+    argv = ["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "--kill-child",
+            "sh", "-c", HOST_B_SCRIPT, "sh", HOST_B, str(options.reader_repo.parent), str(options.repo.parent),
+            *common.worker_argv(s, name=f"race-{os.getpid()}-b@%h", concurrency=2)]
+    env = common.child_env(s, {"PACKYARD_LOG_FORMAT": "json",
+                               "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if options.unsafe_delete else "0"})
+    return common.Child("race-worker-b", argv, env, stdout=log)
 
 
 def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-def]
@@ -196,18 +226,31 @@ def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-
                                                # the worker must accept preserve=false for --unsafe-delete
                                                "PACKYARD_ALLOW_UNSAFE_MAINTENANCE":
                                                    "1" if options.unsafe_delete else "0"}), stdout=log)
+    worker_b = None
+    log_b = None
     try:
         say(f"embedded redis {'reused' if server and server.reused else 'started'}; worker pid {worker.pid} "
             f"(2 prefork processes, log {logs / 'race-worker.log'})" +
             (f"; storage root {added_root} added for this run" if added_root else ""))
-        if not common.wait_for(lambda: any(n.startswith(f"race-{os.getpid()}@") for n in common.ping_workers()),
+        names = [f"race-{os.getpid()}@"]
+        if options.hosts == 2:
+            log_b = open(logs / "race-worker-host-b.log", "ab")
+            worker_b = host_b_worker(s, options, log_b)
+            names.append(f"race-{os.getpid()}-b@{HOST_B}")
+            say(f"host B's worker: pid {worker_b.pid} here, in its own PID and UTS namespaces (host name {HOST_B}) "
+                f"with host B's mount over host A's path (log {logs / 'race-worker-host-b.log'})")
+        if not common.wait_for(lambda: all(any(n.startswith(p) for n in common.ping_workers()) for p in names),
                                timeout=90, interval=0.5):
-            say("the worker did not answer a ping within 90 s; see its log")
+            say("a worker did not answer a ping within 90 s; see its log")
             return None
         from packyard.workers.app import app
 
         return run_race(s, options, app, say=say)
     finally:
+        if worker_b is not None:
+            worker_b.stop()
+        if log_b is not None:
+            log_b.close()
         worker.stop()
         log.close()
         if server is not None and not server.reused:
