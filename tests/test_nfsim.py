@@ -357,6 +357,15 @@ def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk, sett
     kinds = {r.kind for r in rows}
     assert "packyard.repack" in kinds and kinds - {"packyard.repack"}, rows
     assert all(r.state.name == "SUCCESS" for r in rows), rows
+    # The two hosts' repacks took turns on the maintenance lease; neither judged the other's pid (they
+    # collide: host B's are single digits) dead and broke or took over its lease.
+    from packyard.workers.records.models import LockEvent, LockEventKind
+
+    with session_scope(settings) as s:
+        events = [e for (e,) in s.execute(select(LockEvent.event).where(LockEvent.job_id.in_(
+            select(Job.task_id).where(Job.worker_hostname.like("%@race-host-b"))))).all()]
+    assert LockEventKind.ACQUIRED in events
+    assert not {LockEventKind.BROKEN, LockEventKind.TAKEN_OVER, LockEventKind.LOST} & set(events), events
 
 
 @pytest.mark.slow
