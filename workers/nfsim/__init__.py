@@ -63,12 +63,14 @@ class Mount:
                str(self.mountpoint), "--ac-attr", str(ac_attr), "--ac-dir", str(ac_dir),
                "--latency", f"{latency}s", "--dir-revalidate", dir_revalidate,
                "--counters", str(self.counters_path), "--name", name]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE)
+        # The daemon's messages go to a file, never a pipe nobody reads (a full pipe would stall the mount).
+        self.log_path = self.mountpoint.with_name(self.mountpoint.name + ".log")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + MOUNT_WAIT_S
         while _mount_dev(self.mountpoint) == before:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
+                err = self.log_path.read_text(errors="replace")[-4000:]
                 raise RuntimeError(f"nfsim mount of {backing} at {mountpoint} exited {self.proc.returncode}: {err}")
             if time.monotonic() > deadline:
                 self.close()
