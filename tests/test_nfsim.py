@@ -291,6 +291,7 @@ def _commit_packs(scratch: Path, tag: str, count: int) -> tuple[Path, Path, str]
     return p1, p2, tip
 
 
+@pytest.mark.slow
 def test_metadata_calls_per_operation_do_not_grow_with_the_object_count(hosts, tmp_path, pk):
     """The syscall budget: index-pack and a full repack make as many metadata round trips for 2,000
     objects as for 100 (the repack merges two packs; seed 000: a re-listing per missed lookup made a clone 7x slower on NFS)."""
