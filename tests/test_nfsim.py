@@ -11,8 +11,16 @@ rules across them.
 * packyard: objects a loose repack on host A moves into a pack while a reader on host B has their
   loose files open answer ESTALE to B; B's read still succeeds (ESTALE is "gone": re-list, read the pack).
 
-git is the oracle of what exists (``git cat-file -e`` on the backing directory). Tests skip only
-where /dev/fuse (or fuse3) is missing.
+* another host's pids: a claim held by host B's process in its own PID namespace (with its own host
+  name, and with A's) is never judged by host A's process table.
+* the syscall budget: index-pack and a full repack make as many metadata round trips for 2,000 objects
+  as for 100.
+* ``packyard race --hosts 2``: workers on both hosts (B's in its own PID/UTS/mount namespaces), readers
+  on both mounts, no lost read and no lease taken across hosts; the control trusting cached listings
+  loses reads.
+
+git is the oracle of what exists (``git cat-file -e``, ``git fsck`` on the backing directory). Tests skip
+only where /dev/fuse (or fuse3, or unshare for the namespace tests) is missing.
 """
 from __future__ import annotations
 
