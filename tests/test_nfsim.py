@@ -387,3 +387,37 @@ def test_race_across_two_hosts_trusting_the_cached_listing_loses_reads(celery_wo
     assert code == 1 and not out["ok"], err[-3000:]
     assert out["events"]["lost"] > 0
     assert out["mode"] == "nfsim-trust-listing"
+
+
+def test_index_pack_fix_thin_finds_a_base_its_snapshot_listing_missed(hosts, tmp_path, pk):
+    """index-pack answers existence from ONE snapshot (packs listed, then every loose fan-out dir). A thin
+    pack's base the snapshot lacks -- a listing that missed it (here: host B's mount reusing its cached
+    listing of objects/ while host A wrote the base loose; in the race: a loose repack on the other host
+    moving the base into a new pack between the two listings, which over NFS take hundreds of round
+    trips) -- must get one normal lookup before index-pack says "delta base missing"."""
+    scratch = tmp_path / "thin-src.git"
+    git("init", "-q", "--bare", str(scratch))
+    text = "".join(f"line {i} of a file long enough to be deltified\n" for i in range(200))
+    blob1 = git("hash-object", "-w", "--stdin", git_dir=scratch, input=text.encode()).decode().strip()
+    blob2 = git("hash-object", "-w", "--stdin", git_dir=scratch, input=(text + "one more\n").encode()).decode().strip()
+    t1 = git("mktree", git_dir=scratch, input=f"100644 blob {blob1}\tf\n".encode()).decode().strip()
+    t2 = git("mktree", git_dir=scratch, input=f"100644 blob {blob2}\tf\n".encode()).decode().strip()
+    c1 = git("commit-tree", t1, "-m", "one", git_dir=scratch).decode().strip()
+    c2 = git("commit-tree", t2, "-p", c1, "-m", "two", git_dir=scratch).decode().strip()
+    base_pack = git("pack-objects", "--stdout", "-q", "--revs", git_dir=scratch, input=f"{c1}\n".encode())
+    thin = tmp_path / "thin.pack"
+    thin.write_bytes(git("pack-objects", "--stdout", "-q", "--revs", "--thin", git_dir=scratch,
+                         input=f"{c2}\n^{c1}\n".encode()))
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG, dir_revalidate="trust")
+    git("init", "-q", "--bare", str(hosts.backing / "r.git"))
+    from packyard.store.repo import Repository
+
+    assert not Repository(b.mountpoint / "r.git").objects.snapshot().loose_ids   # B lists objects/ now
+    git("unpack-objects", "-q", git_dir=a.mountpoint / "r.git", input=base_pack)  # A writes the base loose
+    git("cat-file", "-e", blob1, git_dir=hosts.backing / "r.git")
+    proc = subprocess.run(["packyard", "index-pack", "--repo", str(b.mountpoint / "r.git"), "--fix-thin",
+                           "--no-progress", str(thin)], env=pk.cli_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    git("fsck", "--full", "--strict", git_dir=hosts.backing / "r.git")
+    assert git("cat-file", "-p", f"{c2}:f", git_dir=hosts.backing / "r.git").decode() == text + "one more\n"
