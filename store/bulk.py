@@ -60,7 +60,6 @@ import hashlib
 import os
 import re
 import secrets
-import socket
 import stat
 import threading
 import time
@@ -76,13 +75,13 @@ from .faults import fault_point
 from .fsck import STRICT, FsckOptions, check_batch
 from .objdir import Location
 from .objects import ObjectType, hash_object
-from .owner import current_owner
+from .owner import current_owner, host_identity
 from .refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]
 
 TMP_PREFIX = "tmp_obj_"
-_HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
+_HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace
 # tmp_obj_<pid>_<host tag 4 hex>-<random 8 hex>_<n>; git's own temp files are tmp_obj_XXXXXX.
 _TMP_RE = re.compile(r"^tmp_obj_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})_(\d+)$")
 _MARKER_RE = re.compile(r"^(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from .errors import CorruptObjectError, ObjectMissingError
 from .objects import ObjectType, decode_loose, hash_object
+from .pack.packdir import is_gone
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -29,7 +30,11 @@ class LooseObjects:
         try:
             with open(path, "rb") as f:
                 return f.read()
-        except FileNotFoundError:
+        except OSError as err:
+            # ENOENT, or ESTALE over NFS: another host deleted the file between our open and read (a
+            # loose repack moved it into a pack). Either way it is gone here: the caller re-lists packs.
+            if not is_gone(err):
+                raise
             raise ObjectMissingError("loose object not found", oid=oid, path=path) from None
 
     def read(self, oid: bytes, *, verify: bool = True) -> tuple[ObjectType, bytes]:

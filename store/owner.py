@@ -44,8 +44,24 @@ def _read_boot_id() -> str | None:
         return None
 
 
+def _read_pid_namespace() -> int | None:
+    """The inode of this process's PID namespace: pids of another namespace (a container, or host B
+    under ``unshare --pid``) mean nothing in our process table, even on a host of the same name."""
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
 _BOOT_ID = _read_boot_id()
 _HOST = socket.gethostname()
+_PIDNS = _read_pid_namespace()
+
+
+def host_identity() -> str:
+    """Host name and PID namespace: whose pids a tmp file's name may be judged by (the tags in
+    ``tmp_*`` names hash this; two PID namespaces with one host name get different tags)."""
+    return _HOST if _PIDNS is None else f"{_HOST}/pidns:{_PIDNS}"
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -81,6 +97,7 @@ class Owner:
     boot: str | None = None
     start: int | None = None
     created: float = 0.0
+    pidns: int | None = None      # PID namespace inode (None: an older record, judged by host alone)
 
     def encode(self) -> bytes:
         """One JSON line (with its newline) for the start of a claim file."""
@@ -102,7 +119,8 @@ class Owner:
         try:
             return cls(pid=int(d["pid"]), host=str(d["host"]), job=d.get("job") or None, boot=d.get("boot") or None,
                        start=int(d["start"]) if d.get("start") is not None else None,
-                       created=float(d.get("created") or 0.0))
+                       created=float(d.get("created") or 0.0),
+                       pidns=int(d["pidns"]) if d.get("pidns") is not None else None)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -123,13 +141,15 @@ def current_owner() -> Owner:
     """The record for a claim made now by this process (and the job bound to it, if any)."""
     pid = os.getpid()
     return Owner(pid=pid, host=_HOST, job=_job_id.get(), boot=_BOOT_ID, start=process_start_ticks(pid),
-                 created=time.time())
+                 created=time.time(), pidns=_PIDNS)
 
 
 def liveness(owner: Owner) -> Liveness:
     """Whether ``owner`` is provably alive, provably dead, or cannot be judged from this host."""
     if owner.host != _HOST:
         return Liveness.UNKNOWN
+    if owner.pidns is not None and _PIDNS is not None and owner.pidns != _PIDNS:
+        return Liveness.UNKNOWN   # same host name, another PID namespace: our process table cannot tell
     if owner.boot is not None and _BOOT_ID is not None and owner.boot != _BOOT_ID:
         return Liveness.DEAD  # the host rebooted: every process of the old boot is gone
     if owner.pid <= 0:

@@ -213,11 +213,25 @@ class _ExistingIds:
         self.small = small
         self.large = tuple(large)
         self.empty = not self.loose and not small and not large
+        self.late: set[bytes] = set()   # thin bases the snapshot lacked, found by a normal lookup
+
+    def learn(self, oids) -> None:  # type: ignore[no-untyped-def]
+        """One normal lookup (one re-listing) for each of ``oids`` the snapshot lacks: a listing can miss
+        an object that exists -- the snapshot lists objects/pack, then every loose fan-out dir, and a loose
+        repack elsewhere (another NFS host: those listings are hundreds of round trips) can move it from
+        loose to a new pack in between. Used for thin bases only (a handful), never per incoming object."""
+        objects = self.snapshot.objects
+        if objects is None:
+            return
+        for oid in set(oids):
+            if oid not in self and objects.has(oid):
+                self.late.add(oid)
+                self.empty = False
 
     def __contains__(self, oid: bytes) -> bool:
         if self.empty:
             return False
-        if oid in self.loose or oid in self.small:
+        if oid in self.loose or oid in self.small or oid in self.late:
             return True
         for pack in self.large:
             if pack.find_offset(oid) is not None:
@@ -1036,6 +1050,7 @@ class IncomingPack:
             hint = " (the base exists in the repository: thin pack, use fix_thin)" if ref_base[i] in existing else ""
             raise ObjectMissingError(f"delta base missing{hint}; {len(unresolved)} unresolved deltas",
                                      oid=ref_base[i], path=where, offset=e.offsets[i])
+        existing.learn(ref_base.values())
         if nproc > 1 and len(unresolved) >= FORK_MIN_DELTAS:
             added = self._fix_thin_parallel(e, oids, rtypes, candidates, ref_base, unresolved, existing,
                                             stats_all, trailer_off, progress, nproc)
@@ -1093,7 +1108,12 @@ class IncomingPack:
     def _append_base(self, e: _Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes,
                      write_off: int) -> tuple[int, int, bytes]:
         """Append one repository object as a full entry at ``write_off``: (next offset, type, data)."""
-        btype, data = self.snapshot.read(base_oid)
+        try:
+            btype, data = self.snapshot.read(base_oid)
+        except ObjectMissingError:
+            if self.snapshot.objects is None:
+                raise
+            btype, data = self.snapshot.objects.read(base_oid)   # a base _ExistingIds.learn found late
         if hash_object(btype, data) != base_oid:
             raise CorruptObjectError("local object is corrupt (does not hash to its name)", oid=base_oid)
         entry = _encode_entry(int(btype), data)

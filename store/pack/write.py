@@ -31,7 +31,6 @@ import hashlib
 import os
 import re
 import secrets
-import socket
 import struct
 import zlib
 from array import array
@@ -42,7 +41,7 @@ from .. import durable
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
 from ..install import InstallOutcome, PackFiles, install_pack
 from ..objects import OFS_DELTA, REF_DELTA
-from ..owner import current_owner
+from ..owner import current_owner, host_identity
 from .entries import EntryHeader
 from .format import PACK_SIGNATURE, encode_entry_header
 from .idxwrite import write_index
@@ -51,7 +50,7 @@ from .idxwrite import write_index
 PACK_COMPRESSION = zlib.Z_DEFAULT_COMPRESSION
 WRITE_BUFFER = 1 << 20
 
-_HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
+_HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace
 #: Temp files of the writer: tmp_<kind>_<pid>_<host tag>-<random>; git's own are tmp_pack_XXXXXX.
 TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|bitmap|keep|owner)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 OWNER_PREFIX = "tmp_owner_"   # the owner record of the temp files with the same tag

@@ -55,6 +55,14 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--unsafe-delete", action="store_true",
                    help="NEGATIVE CONTROL: repacks unlink replaced packs at once instead of preserving them; the "
                         "run must report lost reads")
+    p.add_argument("--hosts", type=int, choices=(1, 2), default=1,
+                   help="2: two simulated NFS client hosts (nfsim mounts of one directory beside --repo): the "
+                        "workers repack and ingest through host A's mount, the readers read through host B's")
+    p.add_argument("--nfsim-latency", default="1ms", metavar="T",
+                   help="with --hosts 2: latency per metadata call on both mounts (default 1ms)")
+    p.add_argument("--nfsim-trust-listing", action="store_true",
+                   help="NEGATIVE CONTROL (with --hosts 2): host B's mount reuses cached directory listings for "
+                        "3 s without revalidating them on opendir; the run must report lost reads")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     p.set_defaults(func=run)
 
@@ -88,9 +96,49 @@ def run(args: argparse.Namespace) -> int:
     if args.readers < 1 or args.duration <= 0:
         print("packyard race: --readers must be at least 1 and --duration positive", file=sys.stderr)
         return 2
+    if args.nfsim_trust_listing and args.hosts != 2:
+        print("packyard race: --nfsim-trust-listing needs --hosts 2", file=sys.stderr)
+        return 2
+    if args.hosts == 2:
+        return _two_hosts(args, repo)
     options = RaceOptions(repo=repo, readers=args.readers, duration=args.duration, repack_every=args.repack_every,
                           ingest_every=args.ingest_every, seed=args.seed, unsafe_dir_cache=args.unsafe_dir_cache,
                           unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate)
+    return _run(args, options, repo)
+
+
+def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
+    """--hosts 2: R's directory becomes nfsim's backing dir ``<R>.nfs/server``, mounted twice (host A,
+    host B); the repository is built and served through A (the workers' path), read through B."""
+    from packyard.workers import nfsim
+
+    reason = nfsim.unavailable()
+    if reason:
+        print(f"packyard race --hosts 2: {reason}", file=sys.stderr)
+        return 2
+    base = repo.parent / f"{repo.name}.nfs"
+    server = base / "server"
+    server.mkdir(parents=True, exist_ok=True)
+    latency = nfsim.parse_latency(args.nfsim_latency)
+    with nfsim.Mount(server, base / "host-a", latency=latency, name="race-host-a") as a, \
+            nfsim.Mount(server, base / "host-b", latency=latency, name="race-host-b",
+                        dir_revalidate="trust" if args.nfsim_trust_listing else "open") as b:
+        from packyard.workers.race.harness import RaceOptions
+
+        options = RaceOptions(repo=a.mountpoint / repo.name, readers=args.readers, duration=args.duration,
+                              repack_every=args.repack_every, ingest_every=args.ingest_every, seed=args.seed,
+                              unsafe_dir_cache=args.unsafe_dir_cache, unsafe_delete=args.unsafe_delete,
+                              expire=args.expire, reader_rate=args.reader_rate, hosts=2,
+                              reader_repo=b.mountpoint / repo.name, nfsim_trust_listing=args.nfsim_trust_listing)
+        rc = _run(args, options, a.mountpoint / repo.name)
+        counts = {"host A": a.counters(), "host B": b.counters()}
+    for host, c in counts.items():
+        print(f"[race] nfsim {host}: {c['metadata_calls']} metadata calls, {c['readdir']} listings read, "
+              f"{c['readdir_hits']} from cache, {c['estale']} ESTALE answers", file=sys.stderr, flush=True)
+    return rc
+
+
+def _run(args: argparse.Namespace, options, repo: Path) -> int:  # type: ignore[no-untyped-def]
     import logging
 
     # This process is the frontend: its job.queued log lines would only repeat what the harness prints.
@@ -132,7 +180,37 @@ def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
     if options.unsafe_delete and not s.allow_unsafe_maintenance:
         say("--unsafe-delete needs workers started with PACKYARD_ALLOW_UNSAFE_MAINTENANCE=1 (they refuse "
             "preserve=false otherwise); this shell does not set it, so the workers likely do not either")
-    return run_race(s, options, app, say=say)
+    if options.hosts != 2:
+        return run_race(s, options, app, say=say)
+    # --hosts 2: the configured workers are host A; host B's worker joins them for the run.
+    logs = s.state_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / "race-worker-host-b.log", "ab") as log_b:
+        worker_b = host_b_worker(s, options, log_b)
+        try:
+            say(f"host B's worker: pid {worker_b.pid} here, in its own PID and UTS namespaces (host name {HOST_B})")
+            if not common.wait_for(lambda: any(n.startswith(f"race-{os.getpid()}-b@") for n in common.ping_workers()),
+                                   timeout=90, interval=0.5):
+                say("host B's worker did not answer a ping within 90 s; see its log")
+                return None
+            return run_race(s, options, app, say=say)
+        finally:
+            worker_b.stop()
+
+
+HOST_B = "race-host-b"
+#: host B's worker: its own PID namespace (pids collide with host A's), its own host name, and in its own
+#: mount namespace host B's nfsim mount bound over host A's mount point, so job paths name the same files.
+HOST_B_SCRIPT = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"'
+
+
+def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
+    argv = ["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "--kill-child",
+            "sh", "-c", HOST_B_SCRIPT, "sh", HOST_B, str(options.reader_repo.parent), str(options.repo.parent),
+            *common.worker_argv(s, name=f"race-{os.getpid()}-b@%h", concurrency=2)]
+    env = common.child_env(s, {"PACKYARD_LOG_FORMAT": "json",
+                               "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if options.unsafe_delete else "0"})
+    return common.Child("race-worker-b", argv, env, stdout=log)
 
 
 def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-def]
@@ -148,18 +226,31 @@ def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-
                                                # the worker must accept preserve=false for --unsafe-delete
                                                "PACKYARD_ALLOW_UNSAFE_MAINTENANCE":
                                                    "1" if options.unsafe_delete else "0"}), stdout=log)
+    worker_b = None
+    log_b = None
     try:
         say(f"embedded redis {'reused' if server and server.reused else 'started'}; worker pid {worker.pid} "
             f"(2 prefork processes, log {logs / 'race-worker.log'})" +
             (f"; storage root {added_root} added for this run" if added_root else ""))
-        if not common.wait_for(lambda: any(n.startswith(f"race-{os.getpid()}@") for n in common.ping_workers()),
+        names = [f"race-{os.getpid()}@"]
+        if options.hosts == 2:
+            log_b = open(logs / "race-worker-host-b.log", "ab")
+            worker_b = host_b_worker(s, options, log_b)
+            names.append(f"race-{os.getpid()}-b@{HOST_B}")
+            say(f"host B's worker: pid {worker_b.pid} here, in its own PID and UTS namespaces (host name {HOST_B}) "
+                f"with host B's mount over host A's path (log {logs / 'race-worker-host-b.log'})")
+        if not common.wait_for(lambda: all(any(n.startswith(p) for n in common.ping_workers()) for p in names),
                                timeout=90, interval=0.5):
-            say("the worker did not answer a ping within 90 s; see its log")
+            say("a worker did not answer a ping within 90 s; see its log")
             return None
         from packyard.workers.app import app
 
         return run_race(s, options, app, say=say)
     finally:
+        if worker_b is not None:
+            worker_b.stop()
+        if log_b is not None:
+            log_b.close()
         worker.stop()
         log.close()
         if server is not None and not server.reused:

@@ -63,11 +63,14 @@ class RaceOptions:
     rewrite_every: int = 4           # every Nth push is a force push of a topic (while topics remain)
     reader_rate: float = 1500.0      # lookups per second per reader, at most
     job_timeout: float = 300.0       # seconds a job may take before the run gives up on it
+    reader_repo: Path | None = None  # --hosts 2: the same repository through host B's mount (None: ``repo``)
+    hosts: int = 1                   # 2: workers and readers on both hosts' nfsim mounts (even readers on B)
+    nfsim_trust_listing: bool = False  # NEGATIVE CONTROL (--hosts 2): host B's mount trusts cached listings
 
     @property
     def mode(self) -> str:
-        unsafe = [n for n, on in (("unsafe-dir-cache", self.unsafe_dir_cache), ("unsafe-delete", self.unsafe_delete))
-                  if on]
+        unsafe = [n for n, on in (("unsafe-dir-cache", self.unsafe_dir_cache), ("unsafe-delete", self.unsafe_delete),
+                                  ("nfsim-trust-listing", self.nfsim_trust_listing)) if on]
         return "+".join(unsafe) if unsafe else "safe"
 
 
@@ -257,8 +260,11 @@ def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summ
     out = ctx.Queue()
     stop = ctx.Event()
     readies = [ctx.Event() for _ in range(options.readers)]
+    # --hosts 2: even readers read through host B's mount, odd ones through host A's (the workers' path)
+    paths = [str(options.reader_repo if options.reader_repo and i % 2 == 0 else fe.served)
+             for i in range(options.readers)]
     procs = [ctx.Process(target=reader_main, name=f"race-reader-{i}", daemon=True, args=(
-        ReaderConfig(repo=str(fe.served), index=i, seed=summary.seed * 1000 + i, run_mode=options.mode,
+        ReaderConfig(repo=paths[i], index=i, seed=summary.seed * 1000 + i, run_mode=options.mode,
                      unsafe_dir_cache=options.unsafe_dir_cache, rate=options.reader_rate), out, readies[i], stop))
         for i in range(options.readers)]
     sink = _EventSink(settings, out, str(fe.served), summary.run_id, summary, say)

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from packyard.workers.cli.bench import common
+from packyard.workers.cli.bench import common, nfsim_side
 
 TRACED = "trace=open,openat,stat,lstat,newfstatat,statx,access,faccessat,faccessat2,getdents64"
 
@@ -47,6 +47,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--no-strace", action="store_true", help="skip the strace filesystem-call counts")
     p.add_argument("--strict", action="store_true",
                    help="both sides with fsck (index-pack --strict), then a 50-object unpack-objects --strict")
+    nfsim_side.add_arg(p)
     p.set_defaults(func=run)
 
 
@@ -189,6 +190,26 @@ def unpack_50(base: Path, rounds: int, env: dict[str, str]) -> None:
     print(f"  of which parse + resolve + fsck (nothing written): {statistics.median(checks) * 1000:.2f} ms; the rest "
           f"is the durable loose write (one syncfs barrier; git unpack-objects does not fsync loose objects by "
           f"default)")
+def run_on_nfsim(args: argparse.Namespace, base: Path, pack: Path, env: dict[str, str], rows: dict) -> None:
+    """The same rounds on an nfsim mount (fresh repositories there), then the nfsim table."""
+    local = {side: [w for w, _ in rows[side]] for side in ("packyard", "git")}
+    walls: dict[str, list[float]] = {"packyard": [], "git": []}
+    calls: dict[str, list[dict[str, int]]] = {"packyard": [], "git": []}
+    with nfsim_side.mounted(base, args.nfsim_latency) as m:
+        for rnd in range(args.runs):
+            for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
+                repo = m.mountpoint / f"{side}-{rnd}.git"
+                common.git("init", "-q", "--bare", str(repo))
+                before = m.counters()
+                cmd = git_cmd(repo, args.strict) if side == "git" else packyard_cmd(repo, args.processes, args.strict)
+                wall, _, rc, _, _ = measured(cmd, pack, env, base / "rss.txt")
+                if rc != 0:
+                    raise SystemExit(f"{side} failed on nfsim with status {rc}")
+                calls[side].append(nfsim_side.calls_between(m.counters(), before))
+                walls[side].append(wall)
+                print(f"  nfsim round {rnd + 1} {side:8} wall {wall:7.2f}s", flush=True)
+                shutil.rmtree(repo)
+    nfsim_side.report(args.nfsim_latency, local, walls, calls)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -250,6 +271,8 @@ def run(args: argparse.Namespace) -> int:
               f"packyard {min(w for w, _ in rows['packyard']):.2f}-{max(w for w, _ in rows['packyard']):.2f}s")
         if args.strict:
             unpack_50(base, max(args.runs, 5), env)
+        if args.nfsim_latency:
+            run_on_nfsim(args, base, pack, env, rows)
         if not args.no_strace:
             if shutil.which("strace") is None:
                 print("strace not installed: filesystem-call counts skipped")

@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from packyard.workers.cli.bench import nfsim_side
 from packyard.workers.cli.bench.common import compile_bytecode, describe_filesystem, fresh_ext4, packyard_entry
 
 FLUSH_CALLS = ("fsync", "fdatasync", "syncfs", "msync")
@@ -52,6 +53,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--fresh-ext4", action="store_true",
                    help="run on a new journaled ext4 loop-mounted under the work directory (root only): "
                         "figures independent of what else the machine deleted lately")
+    nfsim_side.add_arg(p)
     p.set_defaults(func=run)
 
 
@@ -137,6 +139,8 @@ def strace_counts(cmd: list[str], env: dict[str, str], cwd: Path, out: Path) -> 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.nfsim_latency:
+        return run_nfsim(args)
     if not args.fresh_ext4:
         return run_in(args, Path(args.dir) if args.dir else None)
     parent = Path(tempfile.mkdtemp(prefix="packyard-bench-loose-fs-", dir=args.dir))
@@ -147,11 +151,36 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(parent, ignore_errors=True)
 
 
-def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = None) -> int:
+def run_nfsim(args: argparse.Namespace) -> int:
+    """The import locally, then with both repositories on an nfsim mount (the source files stay local)."""
+    base = Path(tempfile.mkdtemp(prefix="packyard-bench-loose-nfsim-", dir=args.dir))
+    try:
+        local: dict[str, list[float]] = {}
+        if run_in(args, base / "local", keep=False, src_base=base, times_out=local):
+            return 1
+        args.no_strace = True
+        mounted: dict[str, list[float]] = {}
+        calls: dict[str, list[dict[str, int]]] = {"git": [], "packyard": []}
+        with nfsim_side.mounted(base, args.nfsim_latency) as m:
+            print(f"\n-- the same on nfsim ({m.mountpoint}) --", flush=True)
+            if run_in(args, m.mountpoint / "bench", keep=False, src_base=base, times_out=mounted,
+                      probe=m.counters, calls_out=calls):
+                return 1
+        nfsim_side.report(args.nfsim_latency, local, mounted, calls)
+        return 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = None, *, src_base: Path | None = None,
+           times_out: dict | None = None, probe=None, calls_out: dict | None = None) -> int:  # type: ignore[no-untyped-def]
+    """One comparison in ``where``; ``src_base``: make the source files there instead; ``times_out``
+    gets each side's wall times; ``probe`` (an nfsim mount's counters) is read around each timed run
+    and the metadata calls of each go to ``calls_out``."""
     root = where or Path(tempfile.mkdtemp(prefix="packyard-bench-loose-"))
     keep = (where is not None) if keep is None else keep
     root.mkdir(parents=True, exist_ok=True)
-    src = root / "src"
+    src = (src_base or root) / "src"
     try:
         shutil.rmtree(src, ignore_errors=True)
         names = make_files(src, args.files)
@@ -181,6 +210,7 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
                 if side == "git":
                     env = {**git_env(), **fresh_git(root, f"t{i}"), "GIT_WORK_TREE": str(src)}
                     os.sync()
+                    before = probe() if probe else None
                     t, out = timed(git_cmd(list_file), env, src)
                     git_tree = out.strip().splitlines()[-1]
                     git_dir = Path(env["GIT_DIR"])
@@ -188,13 +218,18 @@ def run_in(args: argparse.Namespace, where: Path | None, keep: bool | None = Non
                 else:
                     repo = fresh_packyard(root, f"t{i}")
                     os.sync()
+                    before = probe() if probe else None
                     t, out = timed(packyard_cmd(repo, src), env_py, root)
                     result = json.loads(out)
                     py_tree = result["tree"]
                     py_repo = repo
                     py_times.append(t)
                     phases = phase_summary(result["counters"], t)
+                if probe and calls_out is not None:
+                    calls_out[side].append(nfsim_side.calls_between(probe(), before or {}))
             print(f"  round {i + 1}: git {git_times[-1]:.3f}s  packyard {py_times[-1]:.3f}s  ({phases})", flush=True)
+        if times_out is not None:
+            times_out.update(git=git_times, packyard=py_times)
         if git_tree != py_tree:
             print(f"packyard bench loose: trees differ! git {git_tree} packyard {py_tree}", file=sys.stderr)
             return 1

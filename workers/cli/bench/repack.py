@@ -24,6 +24,7 @@ and its children, so packyard's forked walk counts).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from packyard.workers.cli.bench import common
+from packyard.workers.cli.bench import common, nfsim_side
 
 TIME = "/usr/bin/time"
 
@@ -57,6 +58,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="run on a new journaled ext4 loop-mounted under the work directory (root only): figures "
                         "independent of what else the machine deleted lately (the loose scenario deletes 12,000 "
                         "files per run, on both sides)")
+    nfsim_side.add_arg(p)
     p.set_defaults(func=run)
 
 
@@ -220,13 +222,16 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path) -> dict:
-    """Copies first (every round, both sides), then the timed runs alternating; returns per-side figures."""
+def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path,
+                 mount: Any = None) -> dict:
+    """Copies first (every round, both sides), then the timed runs alternating; returns per-side figures.
+    With ``mount`` (an nfsim Mount) the copies go to its backing directory and both sides run through the
+    mount; each row then has the run's metadata calls by kind (``calls``)."""
     env = child_env()
     copies = {}
     for rnd in range(runs):
         for side in ("git", "packyard"):
-            dest = work / f"{name}-{side}-{rnd}.git"
+            dest = (mount.backing if mount is not None else work) / f"{name}-{side}-{rnd}.git"
             shutil.copytree(template, dest, copy_function=shutil.copy2)
             copies[side, rnd] = dest
     subprocess.run(["sync"], check=False)
@@ -235,19 +240,24 @@ def scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs
         order = ("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")
         for side in order:
             repo = copies[side, rnd]
-            cmd = (["git", "--git-dir", str(repo)] + theirs) if side == "git" else \
-                (common.packyard_entry() + ["repack", "--repo", str(repo), "--json", "--no-progress"] + ours)
+            path = mount.mountpoint / repo.name if mount is not None else repo
+            cmd = (["git", "--git-dir", str(path)] + theirs) if side == "git" else \
+                (common.packyard_entry() + ["repack", "--repo", str(path), "--json", "--no-progress"] + ours)
+            before = mount.counters() if mount is not None else None
             wall, rss, out = measured(cmd, env, work / "rss.txt")
             sizes = pack_sizes(repo)
             row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
                                    "largest": sizes[0] if sizes else 0, "total": sum(sizes)}
+            if mount is not None and before is not None:
+                row["calls"] = nfsim_side.calls_between(mount.counters(), before)
             if side == "packyard":
                 res = json.loads(out)
                 row["phases"] = {k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
                                  if k.startswith("elapsed_us_")}
                 row["counters"] = res["counters"]
             rows[side].append(row)
-            print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
+            where = " (nfsim)" if mount is not None else ""
+            print(f"  {name}{where} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
                   f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB", flush=True)
     common.git("fsck", "--full", "--no-dangling", git_dir=copies["packyard", runs - 1])
     for repo in copies.values():
@@ -305,8 +315,18 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
     print(f"{os.cpu_count()} cores, {args.runs} rounds per scenario alternating git/packyard, in {work} "
           f"({common.describe_filesystem(work)})", flush=True)
     print(f"reachability walk: {_walk_implementation()}; {_load()} at start", flush=True)
+    stack = contextlib.ExitStack()
     try:
         results = {}
+        on_nfsim: dict[str, dict] = {}
+        mount = stack.enter_context(nfsim_side.mounted(work, args.nfsim_latency)) if args.nfsim_latency else None
+
+        def scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path) -> dict:
+            rows = run_scenario(name, template, ours, theirs, runs, work)
+            if mount is not None:
+                on_nfsim[name] = run_scenario(name, template, ours, theirs, runs, work, mount)
+            return rows
+
         if corpus_scenarios:
             src = base_repo(work / "inputs" / "v2.git", pack, refs)
         if {"full", "no-reuse"} & set(scenarios):
@@ -342,8 +362,14 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
         print(f"\n{_load()} at the end (other work on the machine skews both sides' times)")
         for name, rows in results.items():
             report(name, rows)
+        for name, rows in on_nfsim.items():
+            print(f"\n{name}:", end="")
+            nfsim_side.report(args.nfsim_latency, {s: [r["wall"] for r in results[name][s]] for s in rows},
+                              {s: [r["wall"] for r in rows[s]] for s in rows}, {s: [r["calls"] for r in rows[s]]
+                                                                                for s in rows})
         return 0
     finally:
+        stack.close()
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
 

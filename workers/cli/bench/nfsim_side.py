@@ -1,0 +1,63 @@
+"""The benchmarks' nfsim side (issue 22): the same runs on a simulated NFS client mount.
+
+``--nfsim-latency 1ms`` on a benchmark runs both sides (packyard, git) once more on an nfsim mount
+(:mod:`packyard.workers.nfsim`: attribute and listing caches of 3 s, close-to-open, the given latency
+on every metadata round trip) of a fresh directory beside the local ones, and prints each side's
+slowdown against its own local time, packyard's time against git's on the mount, and the metadata
+round trips per run by kind (the mount's counters).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def add_arg(p: Any) -> None:
+    p.add_argument("--nfsim-latency", default=None, metavar="T",
+                   help="also run both sides on an nfsim mount (simulated NFS client) with this latency per "
+                        "metadata call (1ms, 250us): each side's slowdown and its metadata calls per kind")
+
+
+@contextmanager
+def mounted(base: Path, latency: str) -> Iterator[Any]:
+    """An nfsim mount of ``base/nfsim-server`` at ``base/nfsim-mnt`` (SystemExit naming why it cannot)."""
+    from packyard.workers import nfsim
+
+    reason = nfsim.unavailable()
+    if reason:
+        raise SystemExit(f"packyard bench: --nfsim-latency: {reason}")
+    server = base / "nfsim-server"
+    server.mkdir(parents=True, exist_ok=True)
+    m = nfsim.Mount(server, base / "nfsim-mnt", latency=nfsim.parse_latency(latency), ac_attr=3.0, ac_dir=3.0,
+                    name="bench-nfsim")
+    try:
+        yield m
+    finally:
+        m.close()
+
+
+def calls_between(after: dict[str, Any], before: dict[str, Any]) -> dict[str, int]:
+    from packyard.workers.nfsim.fs import METADATA_KINDS
+
+    return {k: after[k] - before[k] for k in METADATA_KINDS if after[k] - before[k]}
+
+
+def report(latency: str, local: dict[str, list[float]], mounted_: dict[str, list[float]],
+           calls: dict[str, list[dict[str, int]]]) -> None:
+    """The nfsim table: per side, median local and mounted wall time, the slowdown, calls per run."""
+    print(f"\non nfsim (latency {latency} per metadata call, attribute/listing caches 3 s, close-to-open):")
+    print(f"{'':10} {'local s':>9} {'nfsim s':>9} {'slowdown':>9} {'metadata calls/run':>19}")
+    med = {s: (statistics.median(local[s]), statistics.median(mounted_[s])) for s in local}
+    for side, (lo, mo) in med.items():
+        total = statistics.median(sum(c.values()) for c in calls[side])
+        print(f"{side:10} {lo:9.2f} {mo:9.2f} {mo / lo:8.2f}x {total:19.0f}")
+    if "packyard" in med and "git" in med:
+        print(f"packyard / git on the same nfsim mount: {med['packyard'][1] / med['git'][1]:.2f}x "
+              f"(locally {med['packyard'][0] / med['git'][0]:.2f}x)")
+    for side in calls:
+        last = calls[side][-1]
+        print(f"  {side} calls by kind (last run): " + ", ".join(f"{k} {v}" for k, v in sorted(last.items())))
+    sys.stdout.flush()

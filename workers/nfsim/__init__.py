@@ -1,0 +1,107 @@
+"""nfsim: several simulated NFS client hosts over one backing directory, for tests and benchmarks.
+
+``Mount(backing, mountpoint, ...)`` starts ``packyard nfsim mount`` as a child process (one FUSE
+mount = one host: its own attribute and directory-listing caches, ESTALE, latency per metadata
+call, counters); :func:`unavailable` says why nfsim cannot run here (None when it can). The
+filesystem itself is :mod:`packyard.workers.nfsim.fs`; docs/nfs.md says what it models and why.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+SYNC_NAME = ".nfsim-sync"
+MOUNT_WAIT_S = 20.0
+
+
+def unavailable() -> str | None:
+    """Why nfsim cannot mount here, or None."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing (no FUSE in this kernel or container)"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "/dev/fuse is not readable and writable by this user"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is not installed (Debian: apt-get install fuse3)"
+    try:
+        import mfusepy  # noqa: F401
+    except (ImportError, OSError) as err:
+        return f"the mfusepy binding or libfuse3 cannot be loaded: {err}"
+    return None
+
+
+def parse_latency(text: str) -> float:
+    """'1ms', '250us', '0.002s', '0' -> seconds."""
+    t = text.strip().lower()
+    for suffix, scale in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0)):
+        if t.endswith(suffix):
+            return float(t[: -len(suffix)]) * scale
+    return float(t)
+
+
+def _mount_dev(path: Path) -> int:
+    return os.stat(path).st_dev
+
+
+class Mount:
+    """One simulated host's mount of ``backing`` at ``mountpoint`` (a child process until :meth:`close`)."""
+
+    def __init__(self, backing: Path, mountpoint: Path, *, ac_attr: float = 3.0, ac_dir: float = 3.0,
+                 latency: float = 0.001, dir_revalidate: str = "open", counters: Path | None = None,
+                 name: str = "nfsim") -> None:
+        self.backing, self.mountpoint = Path(backing), Path(mountpoint)
+        self.counters_path = counters or self.mountpoint.with_name(self.mountpoint.name + ".counters.json")
+        self.mountpoint.mkdir(parents=True, exist_ok=True)
+        before = _mount_dev(self.mountpoint)
+        cmd = [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main(sys.argv[1:]))",
+               "nfsim", "mount", str(self.backing),
+               str(self.mountpoint), "--ac-attr", str(ac_attr), "--ac-dir", str(ac_dir),
+               "--latency", f"{latency}s", "--dir-revalidate", dir_revalidate,
+               "--counters", str(self.counters_path), "--name", name]
+        # The daemon's messages go to a file, never a pipe nobody reads (a full pipe would stall the mount).
+        self.log_path = self.mountpoint.with_name(self.mountpoint.name + ".log")
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + MOUNT_WAIT_S
+        while _mount_dev(self.mountpoint) == before:
+            if self.proc.poll() is not None:
+                err = self.log_path.read_text(errors="replace")[-4000:]
+                raise RuntimeError(f"nfsim mount of {backing} at {mountpoint} exited {self.proc.returncode}: {err}")
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"nfsim mount at {mountpoint} did not appear within {MOUNT_WAIT_S:.0f} s")
+            time.sleep(0.02)
+
+    def counters(self) -> dict[str, Any]:
+        """The mount's counters as of now (asks the daemon to write them, then reads the file)."""
+        try:
+            os.stat(self.mountpoint / SYNC_NAME)
+        except FileNotFoundError:
+            pass
+        return json.loads(self.counters_path.read_text())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> "Mount":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def delta(after: dict[str, Any], before: dict[str, Any]) -> dict[str, int]:
+    """Counters of what happened between two readings (kinds with 0 left out)."""
+    out = {k: after[k] - before.get(k, 0) for k in after if isinstance(after[k], int)}
+    return {k: v for k, v in out.items() if v}

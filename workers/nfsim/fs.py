@@ -1,0 +1,466 @@
+"""nfsim's filesystem: a FUSE passthrough over one backing directory that behaves like one NFS client.
+
+Each mount is one simulated host. What it models (docs/nfs.md has the why of each):
+
+* **attribute cache**: a path's attributes, once fetched, answer ``stat``/lookups for ``ac_attr``
+  seconds (``ac_dir`` for directories) without a round trip -- another host's change is not seen
+  meanwhile. Only positive entries are cached (as ``lookupcache=positive``): a name that did not exist
+  is asked again each time.
+* **directory-listing cache**: a directory's listing is kept with the directory's change token (mtime,
+  ctime, size, nlink, inode: what an NFSv3 client compares). ``dir_revalidate="open"`` (default,
+  close-to-open): each ``opendir`` fetches the directory's attributes (one round trip) and re-reads the
+  listing only if the token changed -- so a change within one tick of the server's coarse clock can
+  still be missed, as on NFS. ``dir_revalidate="trust"``: the listing is reused for ``ac_dir`` seconds
+  without asking (a client that skips close-to-open for directories; the negative control).
+* **close-to-open for files**: ``open`` always goes to the server (a deleted file is ENOENT at once).
+* **ESTALE**: a read, write or fstat on a handle whose file was unlinked or replaced through another
+  mount (its inode has no links left) fails with ESTALE -- NFS without silly-rename. A file unlinked
+  through *this* mount while open stays readable (the client's silly-rename).
+* **latency**: every metadata round trip (lookup, getattr, open, create, readdir, rename, unlink,
+  fsync, setattr, mkdir, ...) sleeps ``latency`` seconds; reads and writes of open files do not.
+* **counters**: round trips per kind, cache hits, ESTALE answers (:meth:`NfsimOps.counters`), written as
+  JSON to the counters file every half second, at unmount, and at once when anything stats the magic
+  name ``/.nfsim-sync`` in the mount (the benchmarks' way to read exact figures).
+
+Data reads go through the kernel's page cache (``auto_cache``: dropped when a file's mtime or size
+changed at open) in big requests, so a Python daemon does not dominate the data path.
+"""
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import stat
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import mfusepy
+
+SYNC_NAME = "/.nfsim-sync"     # stat it: counters written now (ENOENT is the answer)
+METADATA_KINDS = ("lookup", "getattr", "open", "create", "readdir", "rename", "unlink", "fsync",
+                  "setattr", "mkdir", "rmdir", "link", "symlink", "readlink", "statfs", "access")
+RENAME_NOREPLACE = 1
+FUSE_CAP_AUTO_INVAL_DATA = 1 << 12   # fuse_common.h
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_AT_FDCWD = -100
+
+
+def _renameat2(old: str, new: str, flags: int) -> None:
+    if _libc.renameat2(_AT_FDCWD, os.fsencode(old), _AT_FDCWD, os.fsencode(new), ctypes.c_uint(flags)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), old, None, new)
+
+
+def _attrs(st: os.stat_result) -> dict[str, Any]:
+    return {"st_mode": st.st_mode, "st_ino": st.st_ino, "st_nlink": st.st_nlink, "st_uid": st.st_uid,
+            "st_gid": st.st_gid, "st_size": st.st_size, "st_blocks": st.st_blocks, "st_blksize": st.st_blksize,
+            "st_atime": st.st_atime_ns, "st_mtime": st.st_mtime_ns, "st_ctime": st.st_ctime_ns,
+            "st_rdev": st.st_rdev}
+
+
+def _token(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """What an NFSv3 client compares to decide a directory changed (no change attribute)."""
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_nlink, st.st_ino
+
+
+@dataclass
+class _Handle:
+    fd: int
+    path: str
+    dev: int
+    ino: int
+
+
+@dataclass
+class _Listing:
+    fetched: float
+    token: tuple[int, int, int, int, int]
+    entries: list[tuple[str, int, int]]   # name, file type bits, inode (use_ino: a 0 inode hides the entry)
+
+
+class NfsimOps(mfusepy.Operations):
+    """One simulated NFS client over ``backing`` (see the module doc)."""
+
+    use_ns = True
+
+    def __init__(self, backing: str, *, ac_attr: float = 3.0, ac_dir: float = 3.0, latency: float = 0.001,
+                 dir_revalidate: str = "open", counters_path: str | None = None) -> None:
+        if dir_revalidate not in ("open", "trust"):
+            raise ValueError(f"dir_revalidate must be 'open' or 'trust', not {dir_revalidate!r}")
+        self.root = os.path.realpath(backing)
+        self.ac_attr, self.ac_dir, self.latency = ac_attr, ac_dir, latency
+        self.dir_revalidate = dir_revalidate
+        self.counters_path = counters_path
+        self._lock = threading.Lock()
+        self._attr: dict[str, tuple[float, dict[str, Any]]] = {}
+        self._lists: dict[str, _Listing] = {}
+        self._files: dict[int, _Handle] = {}
+        self._dirs: dict[int, list[tuple[str, int, int]]] = {}
+        self._next_fh = 1
+        self._silly: set[tuple[int, int]] = set()   # inodes this mount unlinked while it had them open
+        self._count: dict[str, int] = dict.fromkeys(METADATA_KINDS, 0)
+        self._count.update(attr_hits=0, readdir_hits=0, estale=0, reads=0, writes=0, read_bytes=0, written_bytes=0)
+        self._slept = 0.0
+        self._dirty = True
+        self._stop = threading.Event()
+
+    # -- bookkeeping -------------------------------------------------------
+    def _b(self, path: str) -> str:
+        return self.root + path
+
+    def _rt(self, kind: str, share: float = 1.0) -> None:
+        """One round trip to the server: counted, and it costs ``latency`` (``share`` of it now: an
+        operation that also waits for its reply after the server acted sleeps the rest itself)."""
+        with self._lock:
+            self._count[kind] += 1
+            self._slept += self.latency
+            self._dirty = True
+        if self.latency > 0:
+            time.sleep(self.latency * share)
+
+    def _bump(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self._count[kind] += n
+            self._dirty = True
+
+    def counters(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = dict(self._count)
+            out["metadata_calls"] = sum(self._count[k] for k in METADATA_KINDS)
+            out["latency_s"] = round(self._slept, 6)
+            self._dirty = False
+        return out
+
+    def write_counters(self) -> None:
+        if not self.counters_path:
+            return
+        data = json.dumps(self.counters(), sort_keys=True)
+        tmp = f"{self.counters_path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(data)
+        os.replace(tmp, self.counters_path)
+
+    def _writer(self) -> None:
+        while not self._stop.wait(0.5):
+            if self._dirty:
+                self.write_counters()
+
+    def _forget(self, path: str) -> None:
+        """This mount changed ``path``: its own caches for it and its parent are dropped (post-op attrs)."""
+        parent = os.path.dirname(path) or "/"
+        with self._lock:
+            self._attr.pop(path, None)
+            self._attr.pop(parent, None)
+            self._lists.pop(parent, None)
+            self._lists.pop(path, None)
+
+    def _remember(self, path: str, st: os.stat_result) -> dict[str, Any]:
+        a = _attrs(st)
+        with self._lock:
+            self._attr[path] = (time.monotonic(), a)
+        return a
+
+    def _cached(self, path: str) -> dict[str, Any] | None:
+        with self._lock:
+            hit = self._attr.get(path)
+        if hit is None:
+            return None
+        at, a = hit
+        hold = self.ac_dir if stat.S_ISDIR(a["st_mode"]) else self.ac_attr
+        if time.monotonic() - at >= hold:
+            return None
+        self._bump("attr_hits")
+        return a
+
+    def _stale(self, h: _Handle) -> os.stat_result:
+        """fstat of the handle's file; ESTALE if its inode was removed through another mount."""
+        st = os.fstat(h.fd)
+        if st.st_nlink == 0 and (h.dev, h.ino) not in self._silly:
+            self._bump("estale")
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), h.path)
+        return st
+
+    def _open_inodes(self) -> set[tuple[int, int]]:
+        with self._lock:
+            return {(h.dev, h.ino) for h in self._files.values()}
+
+    def _will_remove(self, path: str) -> None:
+        """Silly-rename: a file this mount has open stays readable here after this mount removes it."""
+        try:
+            st = os.lstat(self._b(path))
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) in self._open_inodes():
+            with self._lock:
+                self._silly.add((st.st_dev, st.st_ino))
+
+    def _add_handle(self, fd: int, path: str) -> int:
+        st = os.fstat(fd)
+        self._remember(path, st)
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self._files[fh] = _Handle(fd, path, st.st_dev, st.st_ino)
+        return fh
+
+    # -- lifecycle ---------------------------------------------------------
+    def init_with_config(self, conn_info: Any, config_3: Any) -> None:
+        if conn_info is not None:
+            # No GETATTR upcall before every read (the kernel's auto_inval_data): the page cache is
+            # revalidated at open (auto_cache), as an NFS client's close-to-open does.
+            conn_info.want &= ~FUSE_CAP_AUTO_INVAL_DATA
+        threading.Thread(target=self._writer, name="nfsim-counters", daemon=True).start()
+
+    def destroy(self, path: str) -> None:
+        self._stop.set()
+        self.write_counters()
+
+    # -- attributes --------------------------------------------------------
+    def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+        if fh is not None and fh in self._files:
+            h = self._files[fh]
+            a = self._cached(h.path)
+            if a is not None and a["st_ino"] == h.ino:
+                return a
+            self._rt("getattr")
+            return self._remember(h.path, self._stale(h))
+        if path == SYNC_NAME:
+            self.write_counters()
+            raise OSError(errno.ENOENT, "nfsim counters written")
+        a = self._cached(path)
+        if a is not None:
+            return a
+        self._rt("lookup")
+        return self._remember(path, os.lstat(self._b(path)))
+
+    def access(self, path: str, amode: int) -> int:
+        self._rt("access")
+        if not os.access(self._b(path), amode):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
+        return 0
+
+    def chmod(self, path: str, mode: int) -> int:
+        self._rt("setattr")
+        os.chmod(self._b(path), mode)
+        self._forget(path)
+        return 0
+
+    def chown(self, path: str, uid: int, gid: int) -> int:
+        self._rt("setattr")
+        os.lchown(self._b(path), uid, gid)
+        self._forget(path)
+        return 0
+
+    def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
+        self._rt("setattr")
+        if times is None:
+            os.utime(self._b(path), follow_symlinks=False)
+        else:
+            os.utime(self._b(path), ns=times, follow_symlinks=False)
+        self._forget(path)
+        return 0
+
+    def truncate(self, path: str, length: int, fh: int | None = None) -> int:
+        self._rt("setattr")
+        if fh is not None and fh in self._files:
+            h = self._files[fh]
+            self._stale(h)
+            os.ftruncate(h.fd, length)
+            self._forget(h.path)
+        else:
+            os.truncate(self._b(path), length)
+            self._forget(path)
+        return 0
+
+    def statfs(self, path: str) -> dict[str, int]:
+        self._rt("statfs")
+        sv = os.statvfs(self._b(path))
+        return {k: getattr(sv, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
+                                            "f_files", "f_flag", "f_frsize", "f_namemax")}
+
+    # -- names ---------------------------------------------------------------
+    def mkdir(self, path: str, mode: int) -> int:
+        self._rt("mkdir")
+        os.mkdir(self._b(path), mode)
+        self._forget(path)
+        return 0
+
+    def rmdir(self, path: str) -> int:
+        self._rt("rmdir")
+        os.rmdir(self._b(path))
+        self._forget(path)
+        return 0
+
+    def unlink(self, path: str) -> int:
+        self._rt("unlink")
+        self._will_remove(path)
+        os.unlink(self._b(path))
+        self._forget(path)
+        return 0
+
+    def rename2(self, old: str, new: str, flags: int) -> int:
+        self._rt("rename")
+        if not flags & RENAME_NOREPLACE:
+            self._will_remove(new)
+        if flags:
+            _renameat2(self._b(old), self._b(new), flags)
+        else:
+            os.rename(self._b(old), self._b(new))
+        self._forget(old)
+        self._forget(new)
+        return 0
+
+    def rename(self, old: str, new: str) -> int:
+        return self.rename2(old, new, 0)
+
+    def link(self, target: str, source: str) -> int:
+        self._rt("link")
+        os.link(self._b(source), self._b(target))
+        self._forget(target)
+        self._forget(source)
+        return 0
+
+    def symlink(self, target: str, source: str) -> int:
+        self._rt("symlink")
+        os.symlink(source, self._b(target))
+        self._forget(target)
+        return 0
+
+    def readlink(self, path: str) -> str:
+        self._rt("readlink")
+        return os.readlink(self._b(path))
+
+    # -- directories ---------------------------------------------------------
+    def _fetch_listing(self, path: str, token: tuple[int, int, int, int, int]) -> _Listing:
+        self._rt("readdir")
+        here = os.stat(self._b(path))
+        parent = os.stat(self._b(os.path.dirname(path) if path != "/" else path))
+        entries: list[tuple[str, int, int]] = [(".", stat.S_IFDIR, here.st_ino), ("..", stat.S_IFDIR, parent.st_ino)]
+        with os.scandir(self._b(path)) as it:
+            for e in it:
+                kind = (stat.S_IFDIR if e.is_dir(follow_symlinks=False) else
+                        stat.S_IFLNK if e.is_symlink() else stat.S_IFREG)
+                entries.append((e.name, kind, e.inode()))
+        listing = _Listing(time.monotonic(), token, entries)
+        with self._lock:
+            self._lists[path] = listing
+        return listing
+
+    def opendir(self, path: str) -> int:
+        with self._lock:
+            cached = self._lists.get(path)
+        if self.dir_revalidate == "trust" and cached is not None and time.monotonic() - cached.fetched < self.ac_dir:
+            self._bump("readdir_hits")
+            listing = cached
+        else:
+            self._rt("getattr")    # close-to-open: the directory's attributes, fresh
+            st = os.stat(self._b(path))
+            self._remember(path, st)
+            tok = _token(st)
+            if cached is not None and cached.token == tok:
+                self._bump("readdir_hits")
+                listing = cached
+            else:
+                listing = self._fetch_listing(path, tok)
+        with self._lock:
+            fh = self._next_fh
+            self._next_fh += 1
+            self._dirs[fh] = listing.entries
+        return fh
+
+    def readdir(self, path: str, fh: int) -> list:  # type: ignore[override]
+        entries = self._dirs.get(fh, [])
+        return [(name, {"st_mode": kind, "st_ino": ino}, 0) for name, kind, ino in entries]
+
+    def releasedir(self, path: str, fh: int) -> int:
+        with self._lock:
+            self._dirs.pop(fh, None)
+        return 0
+
+    def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
+        self._rt("fsync")
+        fd = os.open(self._b(path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return 0
+
+    # -- files ---------------------------------------------------------------
+    def open(self, path: str, flags: int) -> int:  # type: ignore[override]
+        self._rt("open", 0.5)      # close-to-open: always asks the server; half the trip there...
+        fd = os.open(self._b(path), flags & ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY) | os.O_CLOEXEC)
+        if flags & os.O_TRUNC:
+            self._forget(path)
+        fh = self._add_handle(fd, path)
+        if self.latency > 0:
+            time.sleep(self.latency / 2)   # ...and half back: another host can delete the file meanwhile
+        return fh
+
+    def create(self, path: str, mode: int, fi: Any = None) -> int:  # type: ignore[override]
+        self._rt("create")
+        flags = (fi if isinstance(fi, int) else os.O_WRONLY) | os.O_CREAT | os.O_CLOEXEC
+        fd = os.open(self._b(path), flags, mode)
+        self._forget(path)
+        return self._add_handle(fd, path)
+
+    def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
+        h = self._files[fh]
+        self._stale(h)
+        data = os.pread(h.fd, size, offset)
+        with self._lock:
+            self._count["reads"] += 1
+            self._count["read_bytes"] += len(data)
+        return data
+
+    def write(self, path: str, data: bytes, offset: int, fh: int) -> int:
+        h = self._files[fh]
+        self._stale(h)
+        n = os.pwrite(h.fd, data, offset)
+        self._remember(h.path, os.fstat(h.fd))   # the reply's post-op attributes: no extra round trip
+        with self._lock:
+            self._count["writes"] += 1
+            self._count["written_bytes"] += n
+        return n
+
+    def fsync(self, path: str, datasync: int, fh: int) -> int:
+        self._rt("fsync")
+        h = self._files[fh]
+        self._stale(h)
+        (os.fdatasync if datasync else os.fsync)(h.fd)
+        return 0
+
+    def flush(self, path: str, fh: int) -> int:
+        return 0
+
+    def release(self, path: str, fh: int) -> int:
+        with self._lock:
+            h = self._files.pop(fh, None)
+        if h is not None:
+            os.close(h.fd)
+        return 0
+
+
+class NfsimFUSE(mfusepy.FUSE):
+    """mfusepy's FUSE, passing rename's flags (RENAME_NOREPLACE) through instead of dropping them."""
+
+    def rename_fuse_3(self, old: bytes, new: bytes, flags: int) -> int:
+        ops: NfsimOps = self.operations
+        return ops.rename2(old.decode(self.encoding, self.errors), new.decode(self.encoding, self.errors), flags)
+
+
+def serve(backing: str, mountpoint: str, *, ac_attr: float, ac_dir: float, latency: float,
+          dir_revalidate: str = "open", counters_path: str | None = None, fsname: str = "nfsim") -> None:
+    """Mount and serve until unmounted (foreground, multithreaded)."""
+    ops = NfsimOps(backing, ac_attr=ac_attr, ac_dir=ac_dir, latency=latency, dir_revalidate=dir_revalidate,
+                   counters_path=counters_path)
+    # The kernel caches nothing by name or attribute (the simulated client's caches above decide);
+    # data pages stay in its page cache (auto_cache drops them when mtime/size changed at open;
+    # init_with_config turns off auto_inval_data: no GETATTR upcall before every read).
+    NfsimFUSE(ops, mountpoint, foreground=True, nothreads=False, fsname=fsname, subtype="nfsim",
+              attr_timeout=0, entry_timeout=0, negative_timeout=0, ac_attr_timeout=0, auto_cache=True,
+              use_ino=True, hard_remove=True)
