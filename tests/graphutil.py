@@ -119,3 +119,28 @@ def corpus_repo(base: Path, name: str = "git-v1.0.0") -> Path | None:
             lines.append(f"create {parts[1]} {parts[0]}\n")
     git("update-ref", "--stdin", git_dir=bare, input="".join(lines).encode())
     return bare
+
+
+def add_commits(bare: Path, count: int, branch: str = "refs/heads/main", *, start: int = 1_700_000_000,
+                tag: str = "grow") -> list[str]:
+    """``count`` new commits on ``branch`` made with git plumbing, each changing one file and a file in a
+    subdirectory; returns their ids."""
+    import subprocess
+
+    out = []
+    parent = git("rev-parse", branch, git_dir=bare).decode().strip()
+    for k in range(count):
+        env = {**os.environ, **GIT_ENV, "GIT_AUTHOR_DATE": f"{start + k} +0000",
+               "GIT_COMMITTER_DATE": f"{start + k} +0000"}
+        blob = git("hash-object", "-w", "--stdin", git_dir=bare, input=f"{tag} {k}\n".encode()).decode().strip()
+        entries = [line for line in git("ls-tree", parent, git_dir=bare).decode().splitlines()
+                   if not line.endswith(f"\t{tag}.txt") and not line.endswith(f"\t{tag}")]
+        sub = git("mktree", git_dir=bare, input=f"100644 blob {blob}\tf{k % 3}\n".encode()).decode().strip()
+        entries += [f"100644 blob {blob}\t{tag}.txt", f"040000 tree {sub}\t{tag}"]
+        tree = git("mktree", git_dir=bare, input=("\n".join(entries) + "\n").encode()).decode().strip()
+        proc = subprocess.run(["git", "--git-dir", str(bare), "commit-tree", tree, "-p", parent, "-m", f"{tag} {k}"],
+                              env=env, capture_output=True, check=True)
+        parent = proc.stdout.decode().strip()
+        out.append(parent)
+    git("update-ref", branch, parent, git_dir=bare)
+    return out

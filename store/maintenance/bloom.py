@@ -31,6 +31,8 @@ _M32 = 0xFFFFFFFF
 _TREE = b"40000"
 #: At most this many parsed trees are kept between commits (consecutive commits share most subtrees).
 TREE_CACHE_ENTRIES = 8192
+#: At most this many paths' hash positions are kept (a bound on the cache filter_bytes is given).
+KEY_CACHE_ENTRIES = 1 << 18
 
 
 def _rotl(v: int, n: int) -> int:
@@ -84,8 +86,9 @@ def bloom_key(path: bytes) -> list[int]:
     return [(h0 + i * h1) & _M32 for i in range(NUM_HASHES)]
 
 
-def filter_bytes(paths: set[bytes] | None) -> bytes:
-    """The filter for a set of changed paths (directories included); None: too many changes."""
+def filter_bytes(paths: set[bytes] | None, keys: dict[bytes, list[int]] | None = None) -> bytes:
+    """The filter for a set of changed paths (directories included); None: too many changes.
+    ``keys``: a cache of :func:`bloom_key` per path (the same directories change in commit after commit)."""
     if paths is None or len(paths) > MAX_CHANGED_PATHS:
         return TOO_LARGE
     length = (len(paths) * BITS_PER_ENTRY + 7) // 8
@@ -94,7 +97,15 @@ def filter_bytes(paths: set[bytes] | None) -> bytes:
     bits = length * 8
     data = bytearray(length)
     for path in paths:
-        for h in bloom_key(path):
+        if keys is None:
+            key = bloom_key(path)
+        else:
+            key = keys.get(path)   # type: ignore[assignment]
+            if key is None:
+                if len(keys) >= KEY_CACHE_ENTRIES:
+                    keys.clear()
+                key = keys[path] = bloom_key(path)
+        for h in key:
             pos = h % bits
             data[pos >> 3] |= 1 << (pos & 7)
     return bytes(data)
@@ -118,16 +129,19 @@ class TreeDiffer:
 
     def __init__(self, read: Callable[[bytes], tuple[ObjectType, bytes]]) -> None:
         self._read = read
-        self._cache: dict[bytes, dict[bytes, tuple[bytes, bytes]]] = {}
+        self._cache: dict[bytes, frozenset[tuple[bytes, bytes, bytes]]] = {}
 
-    def _tree(self, oid: bytes) -> dict[bytes, tuple[bytes, bytes]]:
+    def _tree(self, oid: bytes | None) -> frozenset[tuple[bytes, bytes, bytes]]:
+        """A tree's entries as a set of raw (mode, name, id): two versions of a tree differ in a few."""
+        if oid is None:
+            return _NO_ENTRIES
         got = self._cache.get(oid)
         if got is not None:
             return got
         obj_type, data = self._read(oid)
         if obj_type != ObjectType.TREE:
             raise CorruptObjectError(f"expected a tree, found a {obj_type.label.decode()}", oid=oid)
-        got = {name: (_canon(mode), eid) for mode, name, eid in parse_tree_entries(data, oid)}
+        got = frozenset(parse_tree_entries(data, oid))
         if len(self._cache) >= TREE_CACHE_ENTRIES:
             self._cache.pop(next(iter(self._cache)))
         self._cache[oid] = got
@@ -158,12 +172,15 @@ class TreeDiffer:
             raise _TooMany
 
     def _diff(self, old: bytes | None, new: bytes | None, prefix: bytes, out: list[bytes]) -> None:
-        a = self._tree(old) if old is not None else {}
-        b = self._tree(new) if new is not None else {}
-        for name in sorted(a.keys() | b.keys()):   # the order does not change the set; it keeps runs repeatable
-            ea, eb = a.get(name), b.get(name)
+        a = self._tree(old)
+        b = self._tree(new)
+        # Only entries that are not in both trees (same mode, name and id) can be a change.
+        side_a = {name: (_canon(mode), eid) for mode, name, eid in a - b}
+        side_b = {name: (_canon(mode), eid) for mode, name, eid in b - a}
+        for name in sorted(side_a.keys() | side_b.keys()):   # the set is order-free; sorted: repeatable runs
+            ea, eb = side_a.get(name), side_b.get(name)
             if ea == eb:
-                continue
+                continue   # a non-canonical mode only (100664 is 100644 to git's diff)
             path = prefix + name
             a_tree = ea is not None and ea[0] == _TREE
             b_tree = eb is not None and eb[0] == _TREE
@@ -177,6 +194,7 @@ class TreeDiffer:
                 self._emit(out, path)
 
 
+_NO_ENTRIES: frozenset[tuple[bytes, bytes, bytes]] = frozenset()
 _CANON = {b"100644": b"100644", b"100755": b"100755", b"40000": _TREE, b"120000": b"120000",
           b"160000": b"160000"}
 

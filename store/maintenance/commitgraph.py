@@ -395,6 +395,7 @@ def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[byt
     """The Bloom filter of each commit in ``oids`` (C when built, else :class:`.bloom.TreeDiffer`)."""
     t0 = time.monotonic()
     differ = bloom.TreeDiffer(read)
+    keys: dict[bytes, list[int]] = {}
     out: dict[bytes, bytes] = {}
     for oid in oids:
         c = commits[oid]
@@ -406,7 +407,7 @@ def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[byt
                 parent = parse_commit_for_graph(data, c.parents[0])
             parent_tree = parent.tree
         paths = differ.changed(parent_tree, c.tree)
-        f = bloom.filter_bytes(paths)
+        f = bloom.filter_bytes(paths, keys)
         out[oid] = f
         result.filters_computed += 1
         if f == bloom.TOO_LARGE and (paths is None or len(paths) > bloom.MAX_CHANGED_PATHS):
