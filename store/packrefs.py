@@ -19,7 +19,8 @@ The locking is git's own, so git's ``update-ref`` running beside it loses nothin
    (which wins over packed-refs): it is never reverted. A ref whose lock is held is left loose.
 
 Fault points: ``packrefs.after_flush``, ``packrefs.after_rename``, ``packrefs.after_fsync``,
-``packrefs.after_unlock``, ``packrefs.after_prune``. A kill anywhere leaves every ref with its value (loose wins over packed).
+``packrefs.after_unlock``, ``packrefs.after_prune``. A kill anywhere leaves every ref with its value
+(loose wins over packed).
 """
 from __future__ import annotations
 

@@ -199,7 +199,7 @@ def reachable_commits(read: Read, tips: Iterable[bytes], have: dict[bytes, Commi
                       stop: set[bytes] | None = None) -> dict[bytes, Commit]:
     """Every commit reachable from ``tips`` (commit ids), parsed; commits in ``stop`` are not walked past."""
     commits = {} if have is None else have
-    stack = [t for t in tips]
+    stack = list(tips)
     stop = stop or set()
     while stack:
         oid = stack.pop()
