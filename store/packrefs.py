@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import durable, lockfile
-from .errors import InvalidInputError, LockContendedError, ObjectMissingError, RefUpdateError, WriteFailedError
+from .errors import InvalidInputError, ObjectMissingError, RefUpdateError, WriteFailedError
 from .faults import fault_point
 from .fence import FenceKind, fenced
 from .objects import HEX_RE, ObjectType
@@ -67,6 +67,7 @@ class PackRefsResult:
 
 
 Read = Callable[[bytes], "tuple[ObjectType, bytes]"]
+Header = Callable[[bytes], "tuple[ObjectType, int]"]
 
 
 def loose_refs(git_dir: Path) -> dict[str, bytes | str]:
@@ -119,9 +120,12 @@ def read_packed(git_dir: Path) -> dict[str, bytes]:
     return out
 
 
-def peel(read: Read, oid: bytes) -> tuple[bool, bytes | None]:
-    """(object exists, the object an annotated tag peels to or None if ``oid`` is not a tag)."""
+def peel(read: Read, oid: bytes, header: Header | None = None) -> tuple[bool, bytes | None]:
+    """(object exists, the object an annotated tag peels to or None if ``oid`` is not a tag).
+    ``header(oid) -> (type, size)`` answers for the commits most refs name without inflating them."""
     try:
+        if header is not None and header(oid)[0] != ObjectType.TAG:
+            return True, None
         obj_type, data = read(oid)
     except ObjectMissingError:
         return False, None
@@ -141,19 +145,19 @@ def peel(read: Read, oid: bytes) -> tuple[bool, bytes | None]:
     return True, None
 
 
-def render(entries: dict[str, bytes], read: Read) -> bytes:
+def render(entries: dict[str, bytes], read: Read, header: Header | None = None) -> bytes:
     """The packed-refs file for ``entries`` (name -> id), peeled, sorted as git sorts (bytes of the name)."""
     out = [HEADER]
     for name in sorted(entries, key=lambda n: n.encode()):
         oid = entries[name]
         out.append(b"%s %s\n" % (oid.hex().encode(), name.encode()))
-        _exists, peeled = peel(read, oid)
+        _exists, peeled = peel(read, oid, header)
         if peeled is not None:
             out.append(b"^%s\n" % peeled.hex().encode())
     return b"".join(out)
 
 
-def _packable(name: str, value: bytes | str, read: Read, skipped: list[str]) -> bool:
+def _packable(name: str, value: bytes | str, read: Read, header: Header, skipped: list[str]) -> bool:
     if isinstance(value, str) or name.startswith(PER_WORKTREE):
         skipped.append(name)
         return False
@@ -162,7 +166,7 @@ def _packable(name: str, value: bytes | str, read: Read, skipped: list[str]) -> 
     except InvalidInputError:
         skipped.append(name)
         return False
-    exists, _ = peel(read, value)
+    exists, _ = peel(read, value, header)
     if not exists:
         skipped.append(name)   # a broken ref: git does not pack it either
         return False
@@ -175,6 +179,7 @@ def pack_refs(repo, *, fence_token: int | None = None,
     counters = counters or durable.DurabilityCounters()
     git_dir = Path(repo.path)
     read = repo.objects.read
+    header = repo.objects.read_header
     result = PackRefsResult()
     guard = fenced(git_dir, fence_token, "pack refs", counters, kind=FenceKind.MAINTENANCE) \
         if fence_token is not None else nullcontext()
@@ -185,18 +190,20 @@ def pack_refs(repo, *, fence_token: int | None = None,
             entries = read_packed(git_dir)
             to_prune: dict[str, bytes] = {}
             for name, value in sorted(loose.items()):
-                if _packable(name, value, read, result.skipped):
+                if _packable(name, value, read, header, result.skipped):
                     assert isinstance(value, bytes)
                     entries[name] = value
                     to_prune[name] = value
-            data = render(entries, read)
+            data = render(entries, read, header)
             _install(git_dir, data, counters)
             result.packed, result.total, result.bytes = len(to_prune), len(entries), len(data)
         finally:
             lockfile.release(claim)
         fault_point("packrefs.after_unlock")
-        for name, value in sorted(to_prune.items()):
-            _prune(repo, git_dir, name, value, result, counters)
+        tmp_dir = git_dir / REF_TMP_DIR
+        with lockfile.OwnerRecord(tmp_dir) as record:
+            for name, value in sorted(to_prune.items()):
+                _prune(record, git_dir, name, value, result)
         fault_point("packrefs.after_prune")
     return result
 
@@ -227,14 +234,16 @@ def _install(git_dir: Path, data: bytes, counters: durable.DurabilityCounters) -
     fault_point("packrefs.after_fsync")
 
 
-def _prune(repo, git_dir: Path, name: str, packed_value: bytes, result: PackRefsResult,
-           counters: durable.DurabilityCounters) -> None:
-    """Remove the loose ``name`` if it still holds ``packed_value``, under its ``<ref>.lock``."""
+def _prune(record: lockfile.OwnerRecord, git_dir: Path, name: str, packed_value: bytes,
+           result: PackRefsResult) -> None:
+    """Remove the loose ``name`` if it still holds ``packed_value``, under its ``<ref>.lock`` (held: skipped,
+    as git's pack-refs skips a ref it cannot lock)."""
     path = git_dir / name
     try:
-        claim = lockfile.acquire(path.with_name(path.name + ".lock"), f"ref {name}", wait=0.0,
-                                 stale_after=repo.refs.stale_lock_seconds)
-    except (LockContendedError, FileNotFoundError, NotADirectoryError):
+        claim = record.try_claim(path.with_name(path.name + ".lock"))
+    except (FileNotFoundError, NotADirectoryError):
+        claim = None
+    if claim is None:
         result.kept_locked += 1
         return
     try:
@@ -245,7 +254,7 @@ def _prune(repo, git_dir: Path, name: str, packed_value: bytes, result: PackRefs
         result.pruned += 1
     finally:
         lockfile.release(claim)
-    durable.fsync_dir(path.parent, counters)
+    # No fsync: a loose file whose removal a crash undoes holds the value packed-refs holds.
     _remove_empty_parents(git_dir, path.parent)
 
 
