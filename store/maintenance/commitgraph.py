@@ -391,9 +391,13 @@ def ref_tips(repo) -> list[bytes]:
 
 
 def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[bytes],
-                    result: GraphResult) -> dict[bytes, bytes]:
-    """The Bloom filter of each commit in ``oids`` (C when built, else :class:`.bloom.TreeDiffer`)."""
+                    result: GraphResult, order: dict[bytes, int] | None = None) -> dict[bytes, bytes]:
+    """The Bloom filter of each commit in ``oids``, computed in ``order`` (generation numbers: as git's
+    compute_bloom_filters sorts them, so a commit comes soon after its parent and the parent's trees are
+    still in the differ's cache; the filters do not depend on the order)."""
     t0 = time.monotonic()
+    if order is not None:
+        oids = sorted(oids, key=lambda o: (order.get(o, 0), o))
     differ = bloom.TreeDiffer(read)
     keys: dict[bytes, list[int]] = {}
     out: dict[bytes, bytes] = {}
@@ -424,8 +428,9 @@ def build_single(repo, *, changed_paths: bool = True) -> tuple[bytes, GraphResul
     read = repo.objects.read
     commits = reachable_commits(read, ref_tips(repo))
     oids = sorted(commits)
-    inp = LayerInput(oids, commits, topo_levels(commits, {}), corrected_dates(commits, {}),
-                     compute_filters(read, commits, oids, result) if changed_paths else None)
+    gens = corrected_dates(commits, {})
+    inp = LayerInput(oids, commits, topo_levels(commits, {}), gens,
+                     compute_filters(read, commits, oids, result, gens) if changed_paths else None)
     result.commits = len(oids)
     return layer_bytes(inp), result
 
@@ -522,7 +527,7 @@ def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOpti
                           have=need_numbers)
     levels = topo_levels(need_numbers, {})
     gens = corrected_dates(need_numbers, {})
-    filters = compute_filters(read, commits, new, result) if options.changed_paths else None
+    filters = compute_filters(read, commits, new, result, gens) if options.changed_paths else None
     result.commits = len(new)
     return layer_bytes(LayerInput(new, commits, levels, gens, filters, base_oids,
                                   [L.checksum for L in base]))
