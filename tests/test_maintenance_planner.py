@@ -172,7 +172,8 @@ def test_a_window_claims_each_repository_once(planner_env, tmp_path):
     from packyard.workers.commands.plan_maintenance import Outcome, plan_repository, sweep
 
     s, slots = planner_env
-    s = dataclasses.replace(s, maintenance_concurrency=4)
+    # (no commit-graph or pack-refs reasons either: these repositories have nothing due at all)
+    s = dataclasses.replace(s, maintenance_concurrency=4, maintenance_skip_commit_graph=True)
     slots.limit = 4
     repos = [loose_repo(tmp_path, f"r{i}", files=10) for i in range(3)]
     for r in repos:

@@ -34,8 +34,9 @@ def test_loose_ref_threshold_is_gitalys(packed_bytes, threshold):
 
 
 @pytest.mark.parametrize("stats, graph_words, refs_due", [
-    (ServingStats(True), ["commit-graph missing"], False),
-    (ServingStats(True, graph_monolithic=True), ["missing (only git's non-split"], False),
+    (ServingStats(True, tips_checked=1), ["commit-graph missing"], False),
+    (ServingStats(True), [], False),                               # no branch: nothing to graph
+    (ServingStats(True, graph_monolithic=True, tips_checked=1), ["missing (only git's non-split"], False),
     (ServingStats(True, (GOOD,)), [], False),
     (ServingStats(True, (GOOD, GraphLayerInfo(3, False, True))), ["lacks generation data"], False),
     (ServingStats(True, (GraphLayerInfo(3, True, False),)), ["lacks changed-path Bloom filters"], False),
@@ -60,14 +61,18 @@ def test_plan_adds_the_reasons_or_plans_a_loose_repack_for_them():
     policy = MaintenancePolicy()
     quiet = RepoStats(path="/r", gathered_at=1e9)
     assert plan_maintenance(quiet, policy, 1e9).action is Action.NOTHING
-    missing = RepoStats(path="/r", gathered_at=1e9, serving=ServingStats(True, loose_refs=40))
+    missing = RepoStats(path="/r", gathered_at=1e9, serving=ServingStats(True, tips_checked=1, loose_refs=40))
     plan = plan_maintenance(missing, policy, 1e9)
     assert plan.action is Action.LOOSE and plan.param("mode") == "loose"
     assert any("commit-graph missing" in r for r in plan.reasons)
     assert any("40 loose refs > 16" in r for r in plan.reasons)
     off = MaintenancePolicy(commit_graph=False, pack_refs=False)
     assert plan_maintenance(missing, off, 1e9).action is Action.NOTHING
-    loose = RepoStats(path="/r", gathered_at=1e9, loose_sampled=100, serving=ServingStats(True))
+    busy = RepoStats(path="/r", gathered_at=1e9, loose_sampled=100)
+    assert plan_maintenance(busy, off, 1e9).param("commit_graph") is False   # the queued job is told
+    assert plan_maintenance(busy, off, 1e9).param("pack_refs") is False
+    assert plan_maintenance(busy, policy, 1e9).param("commit_graph") is None
+    loose = RepoStats(path="/r", gathered_at=1e9, loose_sampled=100, serving=ServingStats(True, tips_checked=3))
     plan = plan_maintenance(loose, policy, 1e9)
     assert plan.action is Action.LOOSE and plan.reasons[0].startswith("~1,600 loose objects")
     assert "also: commit-graph missing" in plan.reasons

@@ -256,6 +256,9 @@ class Settings:
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
     allow_unsafe_maintenance: bool = False
+    # commit-graph and packed refs after every repack (issue 19, docs/serving.md): 1 skips them
+    maintenance_skip_commit_graph: bool = False
+    maintenance_skip_pack_refs: bool = False
 
     def __post_init__(self) -> None:
         if not self.storage_roots:
@@ -360,6 +363,9 @@ class Settings:
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
             allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
+            # commit-graph and packed refs (issue 19)
+            maintenance_skip_commit_graph=_flag(env, "PACKYARD_MAINTENANCE_SKIP_COMMIT_GRAPH"),
+            maintenance_skip_pack_refs=_flag(env, "PACKYARD_MAINTENANCE_SKIP_PACK_REFS"),
         )
 
     @property
@@ -422,6 +428,9 @@ class Settings:
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
             "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
+            # commit-graph and packed refs (issue 19)
+            "PACKYARD_MAINTENANCE_SKIP_COMMIT_GRAPH": "1" if self.maintenance_skip_commit_graph else "0",
+            "PACKYARD_MAINTENANCE_SKIP_PACK_REFS": "1" if self.maintenance_skip_pack_refs else "0",
         }
 
     @property
@@ -433,7 +442,8 @@ class Settings:
             loose_objects_limit=self.maintenance_loose_limit, pack_limit=self.maintenance_pack_limit,
             full_repack_interval=self.maintenance_full_interval,
             geometric_factor=self.maintenance_geometric_factor, cruft_expire=self.maintenance_cruft_expire,
-            preserve_for=self.maintenance_preserve_for)
+            preserve_for=self.maintenance_preserve_for,
+            commit_graph=not self.maintenance_skip_commit_graph, pack_refs=not self.maintenance_skip_pack_refs)
 
 
 def get_settings() -> Settings:

@@ -177,7 +177,7 @@ def serving_reasons(s: ServingStats, *, commit_graph: bool = True, pack_refs: bo
     graph: list[str] = []
     if not s.known:
         return [], []
-    if commit_graph:
+    if commit_graph and (s.tips_checked or s.graph_layers):   # no branch yet: nothing to graph
         if s.graph_unreadable:
             graph.append(f"commit-graph chain unreadable ({s.graph_unreadable}): rewrite it whole")
         elif not s.graph_layers:

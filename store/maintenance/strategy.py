@@ -157,6 +157,10 @@ def _with_serving(plan: MaintenancePlan, stats: RepoStats, policy: MaintenancePo
     when no repack is due but they are, a ``loose`` repack is planned for them."""
     graph, refs = serving_reasons(stats.serving, commit_graph=policy.commit_graph, pack_refs=policy.pack_refs)
     due = graph + refs
+    if plan.action.is_repack:   # the job is told what the policy turned off (a repack writes both by default)
+        off = tuple((k, False) for k, on in (("commit_graph", policy.commit_graph), ("pack_refs", policy.pack_refs))
+                    if not on)
+        plan = replace(plan, params=plan.params + off)
     if not due:
         return plan
     if plan.action.is_repack:
