@@ -185,3 +185,17 @@ def _textbook(seed: int, data: bytes) -> int:
     h = (h * 0xc2b2ae35) & m
     h ^= h >> 16
     return h
+
+
+def test_a_malformed_tree_is_a_typed_error_naming_it():
+    from packyard.store.errors import CorruptObjectError
+    from packyard.store.objects import ObjectType
+
+    bad = b"\x01" * 20
+    trees = {b"\x02" * 20: (ObjectType.TREE, b"100644 ok\0" + b"\x03" * 20),
+             bad: (ObjectType.TREE, b"100644 truncated\0ab")}
+    differ = bloom.TreeDiffer(trees.__getitem__)
+    assert differ.changed(None, b"\x02" * 20) == {b"ok"}
+    with pytest.raises(CorruptObjectError) as err:
+        differ.changed(b"\x02" * 20, bad)
+    assert err.value.oid == bad.hex()

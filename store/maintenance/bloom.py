@@ -11,6 +11,7 @@ sign-extended before they are combined: what git 2.39 on x86 and ARM64 Linux wri
 """
 from __future__ import annotations
 
+import re
 from typing import Callable
 
 from ..errors import CorruptObjectError
@@ -129,10 +130,11 @@ class TreeDiffer:
 
     def __init__(self, read: Callable[[bytes], tuple[ObjectType, bytes]]) -> None:
         self._read = read
-        self._cache: dict[bytes, frozenset[tuple[bytes, bytes, bytes]]] = {}
+        self._cache: dict[bytes, frozenset[bytes]] = {}
 
-    def _tree(self, oid: bytes | None) -> frozenset[tuple[bytes, bytes, bytes]]:
-        """A tree's entries as a set of raw (mode, name, id): two versions of a tree differ in a few."""
+    def _tree(self, oid: bytes | None) -> frozenset[bytes]:
+        """A tree's entries as a set of raw entry bytes (``mode name\0id``): two versions of a tree differ
+        in a few, and only those are split into their fields."""
         if oid is None:
             return _NO_ENTRIES
         got = self._cache.get(oid)
@@ -141,7 +143,11 @@ class TreeDiffer:
         obj_type, data = self._read(oid)
         if obj_type != ObjectType.TREE:
             raise CorruptObjectError(f"expected a tree, found a {obj_type.label.decode()}", oid=oid)
-        got = frozenset(parse_tree_entries(data, oid))
+        entries = _ENTRY.findall(data)
+        if sum(map(len, entries)) != len(data):
+            parse_tree_entries(data, oid)   # raises CorruptObjectError naming the tree
+            raise CorruptObjectError("tree does not parse (malformed entry)", oid=oid)
+        got = frozenset(entries)
         if len(self._cache) >= TREE_CACHE_ENTRIES:
             self._cache.pop(next(iter(self._cache)))
         self._cache[oid] = got
@@ -175,8 +181,8 @@ class TreeDiffer:
         a = self._tree(old)
         b = self._tree(new)
         # Only entries that are not in both trees (same mode, name and id) can be a change.
-        side_a = {name: (_canon(mode), eid) for mode, name, eid in a - b}
-        side_b = {name: (_canon(mode), eid) for mode, name, eid in b - a}
+        side_a = {name: (_canon(mode), eid) for mode, name, eid in map(_split, a - b)}
+        side_b = {name: (_canon(mode), eid) for mode, name, eid in map(_split, b - a)}
         for name in sorted(side_a.keys() | side_b.keys()):   # the set is order-free; sorted: repeatable runs
             ea, eb = side_a.get(name), side_b.get(name)
             if ea == eb:
@@ -194,7 +200,15 @@ class TreeDiffer:
                 self._emit(out, path)
 
 
-_NO_ENTRIES: frozenset[tuple[bytes, bytes, bytes]] = frozenset()
+_NO_ENTRIES: frozenset[bytes] = frozenset()
+#: One whole tree entry: octal mode, space, name, NUL, 20-byte id (the fields as walk.parse_tree_entries reads them).
+_ENTRY = re.compile(rb"[0-7]+ [^\0]+\0.{20}", re.S)
+
+
+def _split(entry: bytes) -> tuple[bytes, bytes, bytes]:
+    sp = entry.index(b" ")
+    nul = entry.index(b"\0", sp)
+    return entry[:sp], entry[sp + 1:nul], entry[nul + 1:]
 _CANON = {b"100644": b"100644", b"100755": b"100755", b"40000": _TREE, b"120000": b"120000",
           b"160000": b"160000"}
 
