@@ -75,6 +75,7 @@ def test_split_chain_grows_and_merges_as_gits(template, tmp_path):
     ours = _copy(template, tmp_path / "ours.git")
     theirs = _copy(template, tmp_path / "theirs.git")
     layer_counts = []
+    reused = 0
     for rnd, count in enumerate([0, 5, 1, 1, 1, 20]):
         for bare in (ours, theirs):
             if count:
@@ -83,8 +84,10 @@ def test_split_chain_grows_and_merges_as_gits(template, tmp_path):
         git(*SPLIT, git_dir=theirs)
         assert _chain(ours) == _chain(theirs), f"round {rnd}"
         layer_counts.append(res.layers_after)
+        reused += res.filters_reused
         git("commit-graph", "verify", git_dir=ours)
     assert 3 in layer_counts and layer_counts[-1] == 1   # grew to three layers, then merged into one
+    assert reused >= 25          # merged layers' filters were taken as written, and gave git's bytes
 
 
 def test_replace_writes_one_layer_as_gits_split_replace(template, tmp_path):

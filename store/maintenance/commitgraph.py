@@ -368,6 +368,7 @@ class GraphResult:
     layers_after: int = 0
     layers_merged: int = 0           # old layers folded into the new one
     filters_computed: int = 0
+    filters_reused: int = 0          # taken from the layers merged or replaced (as git loads them)
     filters_large: int = 0
     filters_empty: int = 0
     expired: int = 0                 # unreferenced layer files removed
@@ -390,17 +391,52 @@ def ref_tips(repo) -> list[bytes]:
     return out
 
 
+def layer_filters(layer: Layer) -> dict[bytes, bytes]:
+    """The Bloom filters a layer on disk holds (id -> filter), if written with git's settings (1, 7, 10);
+    {} otherwise. git reuses them the same way (load_bloom_filter_from_graph) instead of diffing again."""
+    if not layer.has_bloom:
+        return {}
+    data = layer.path.read_bytes()
+    if layer.bloom_settings(data) != (bloom.HASH_VERSION, bloom.NUM_HASHES, bloom.BITS_PER_ENTRY):
+        return {}
+    (ioff, ilen), (doff, dlen) = layer.chunks[BIDX], layer.chunks[BDAT]
+    ends = struct.unpack_from(f">{ilen // 4}I", data, ioff)
+    if len(ends) != len(layer.oids) or (ends and ends[-1] > dlen - 12):
+        raise CorruptObjectError("commit-graph Bloom index runs past its data chunk", path=layer.path)
+    out = {}
+    start = 0
+    base = doff + 12
+    for oid, end in zip(layer.oids, ends):
+        if end < start:
+            raise CorruptObjectError("commit-graph Bloom index is not ascending", path=layer.path)
+        out[oid] = data[base + start:base + end]
+        start = end
+    return out
+
+
 def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[bytes],
-                    result: GraphResult, order: dict[bytes, int] | None = None) -> dict[bytes, bytes]:
+                    result: GraphResult, order: dict[bytes, int] | None = None,
+                    known: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
     """The Bloom filter of each commit in ``oids``, computed in ``order`` (generation numbers: as git's
     compute_bloom_filters sorts them, so a commit comes soon after its parent and the parent's trees are
-    still in the differ's cache; the filters do not depend on the order)."""
+    still in the differ's cache; the filters do not depend on the order). ``known``: filters already
+    written for some of them (layers being merged), reused as they are."""
     t0 = time.monotonic()
+    out: dict[bytes, bytes] = {}
+    if known:
+        todo = []
+        for oid in oids:
+            f = known.get(oid)
+            if f:
+                out[oid] = f
+                result.filters_reused += 1
+            else:
+                todo.append(oid)
+        oids = todo
     if order is not None:
         oids = sorted(oids, key=lambda o: (order.get(o, 0), o))
     differ = bloom.TreeDiffer(read)
     keys: dict[bytes, list[int]] = {}
-    out: dict[bytes, bytes] = {}
     for oid in oids:
         c = commits[oid]
         parent_tree = None
@@ -527,7 +563,11 @@ def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOpti
                           have=need_numbers)
     levels = topo_levels(need_numbers, {})
     gens = corrected_dates(need_numbers, {})
-    filters = compute_filters(read, commits, new, result, gens) if options.changed_paths else None
+    known: dict[bytes, bytes] = {}
+    if options.changed_paths:
+        for L in layers[keep:]:   # the layers this write folds in (all of them when replacing)
+            known.update(layer_filters(L))
+    filters = compute_filters(read, commits, new, result, gens, known) if options.changed_paths else None
     result.commits = len(new)
     return layer_bytes(LayerInput(new, commits, levels, gens, filters, base_oids,
                                   [L.checksum for L in base]))
