@@ -3,8 +3,12 @@
 Rows (each the best of ``--rounds`` alternating rounds, a fresh copy of the repository for each side
 and round):
 
-* ``commit-graph write``: packyard's ``write_commit_graph`` (a new split chain) vs
-  ``git commit-graph write --reachable --changed-paths``; the two files are compared byte for byte;
+* ``commit-graph write``: packyard's ``write_commit_graph`` (a new split chain) vs git's
+  ``commit-graph write --reachable --changed-paths --split --size-multiple=4`` (Gitaly's command; a
+  first write is one layer, the same bytes as without ``--split``), with ``main`` set ``--since``
+  first-parent commits back; then ``commit-graph +N``: ``main`` moved to its tip and the same two
+  writes again (a new layer, or a merge, by git's size-multiple rule). The chains are compared byte
+  for byte after each;
 * ``pack-refs``: ``pack_refs`` vs ``git pack-refs --all`` over ``--refs`` loose refs (plus the
   corpus's), the packed-refs files compared byte for byte;
 * ``git log -- <path>``: the same git command on packyard's graph and on git's (Bloom filters
@@ -34,6 +38,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--refs", type=int, default=2000, help="loose refs to create for pack-refs (default 2000)")
     p.add_argument("--path", action="append", default=None, help="a path for the git log row (repeatable)")
     p.add_argument("--log-runs", type=int, default=5, help="git log runs per path and side (default 5)")
+    p.add_argument("--since", type=int, default=100,
+                   help="first-parent commits of main left out of the first graph write (default 100)")
     p.set_defaults(func=run)
 
 
@@ -46,7 +52,8 @@ def _timed(fn) -> float:   # type: ignore[no-untyped-def]
 def _prepare(src: Path, refs: int, work: Path) -> Path:
     base = work / "base.git"
     shutil.copytree(src, base, symlinks=True)
-    ids = common.git("rev-list", "--all", f"--max-count={refs}", git_dir=base).decode().split()
+    # the bench refs name older commits only: the last commits of main are reached by main alone
+    ids = common.git("rev-list", "--all", "--skip=2000", f"--max-count={refs}", git_dir=base).decode().split()
     lines = "".join(f"create refs/heads/bench/{i:05d} {oid}\n" for i, oid in enumerate(ids))
     common.git("update-ref", "--stdin", git_dir=base, input=lines.encode())
     for f in (base / "objects" / "info").glob("commit-graph*"):
@@ -74,30 +81,46 @@ def run(args: argparse.Namespace) -> int:
         base = _prepare(src, args.refs, work)
         print(f"repository {src} ({common.describe_filesystem(work)}); "
               f"{'pure Python' if native.pure_python() else 'C where built'}; {args.rounds} rounds")
-        best = {"graph_ours": float("inf"), "graph_git": float("inf"), "refs_ours": float("inf"),
-                "refs_git": float("inf")}
+        keys = ("graph_ours", "graph_git", "more_ours", "more_git", "refs_ours", "refs_git")
+        best = {k: float("inf") for k in keys}
         same_graph = same_refs = True
+        tip = common.git("rev-parse", "refs/heads/main", git_dir=base).decode().strip()
+        since = common.git("rev-parse", f"refs/heads/main~{args.since}", git_dir=base).decode().strip()
+        split = ("commit-graph", "write", "--reachable", "--changed-paths", "--split", "--size-multiple=4")
+
+        def chain(bare: Path) -> list[bytes]:
+            return [layer.path.read_bytes() for layer in read_chain(bare / "objects")]
+
         for rnd in range(max(1, args.rounds)):
             ours = work / f"ours-{rnd}.git"
             theirs = work / f"theirs-{rnd}.git"
-            shutil.copytree(base, ours, symlinks=True)
-            shutil.copytree(base, theirs, symlinks=True)
-            steps = [("graph_ours", lambda o=ours: write_commit_graph(Repository.open(o), GraphOptions())),
-                     ("graph_git", lambda t=theirs: common.git("commit-graph", "write", "--reachable",
-                                                               "--changed-paths", git_dir=t)),
-                     ("refs_ours", lambda o=ours: pack_refs(Repository.open(o))),
-                     ("refs_git", lambda t=theirs: common.git("pack-refs", "--all", git_dir=t))]
-            if rnd % 2:
-                steps = [steps[1], steps[0], steps[3], steps[2]]
-            for key, fn in steps:
-                best[key] = min(best[key], _timed(fn))
-            layer = read_chain(ours / "objects")[0].path.read_bytes()
-            same_graph &= layer == (theirs / "objects" / "info" / "commit-graph").read_bytes()
+            for bare in (ours, theirs):
+                shutil.copytree(base, bare, symlinks=True)
+                common.git("update-ref", "refs/heads/main", since, git_dir=bare)
+            def ours_write(o: Path = ours) -> None:
+                write_commit_graph(Repository.open(o), GraphOptions())
+
+            def git_write(t: Path = theirs) -> None:
+                common.git(*split, git_dir=t)
+
+            phases = [[("graph_ours", ours_write), ("graph_git", git_write)],
+                      [("more_ours", ours_write), ("more_git", git_write)],
+                      [("refs_ours", lambda o=ours: pack_refs(Repository.open(o))),
+                       ("refs_git", lambda t=theirs: common.git("pack-refs", "--all", git_dir=t))]]
+            for n, phase in enumerate(phases):
+                if n == 1:
+                    for bare in (ours, theirs):
+                        common.git("update-ref", "refs/heads/main", tip, git_dir=bare)
+                for key, fn in (phase[::-1] if rnd % 2 else phase):
+                    best[key] = min(best[key], _timed(fn))
+                if n < 2:
+                    same_graph &= chain(ours) == chain(theirs)
             same_refs &= (ours / "packed-refs").read_bytes() == (theirs / "packed-refs").read_bytes()
             if rnd < args.rounds - 1:
                 shutil.rmtree(ours)
                 shutil.rmtree(theirs)
         rows = [("commit-graph write", best["graph_ours"], best["graph_git"]),
+                (f"commit-graph +main~{args.since}..main", best["more_ours"], best["more_git"]),
                 (f"pack-refs ({args.refs}+ loose refs)", best["refs_ours"], best["refs_git"])]
         same_log = True
         env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1"}
