@@ -23,6 +23,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from packyard.workers.cli.bench import common
 
@@ -103,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
             def git_write(t: Path = theirs) -> None:
                 common.git(*split, git_dir=t)
 
-            phases = [[("graph_ours", ours_write), ("graph_git", git_write)],
+            phases: list[list[tuple[str, Callable[[], object]]]] = [
+                      [("graph_ours", ours_write), ("graph_git", git_write)],
                       [("more_ours", ours_write), ("more_git", git_write)],
                       [("refs_ours", lambda o=ours: pack_refs(Repository.open(o))),
                        ("refs_git", lambda t=theirs: common.git("pack-refs", "--all", git_dir=t))]]
