@@ -104,11 +104,16 @@ def run(args: argparse.Namespace) -> int:
             def git_write(t: Path = theirs) -> None:
                 common.git(*split, git_dir=t)
 
+            def ours_refs(o: Path = ours) -> None:
+                pack_refs(Repository.open(o))
+
+            def git_refs(t: Path = theirs) -> None:
+                common.git("pack-refs", "--all", git_dir=t)
+
             phases: list[list[tuple[str, Callable[[], object]]]] = [
                       [("graph_ours", ours_write), ("graph_git", git_write)],
                       [("more_ours", ours_write), ("more_git", git_write)],
-                      [("refs_ours", lambda o=ours: pack_refs(Repository.open(o))),
-                       ("refs_git", lambda t=theirs: common.git("pack-refs", "--all", git_dir=t))]]
+                      [("refs_ours", ours_refs), ("refs_git", git_refs)]]
             for n, phase in enumerate(phases):
                 if n == 1:
                     for bare in (ours, theirs):
