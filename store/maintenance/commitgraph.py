@@ -498,7 +498,14 @@ def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
         result.layers_before = len(layers)
         replace = options.replace or any(not (L.has_generation_data and (L.has_bloom or not options.changed_paths))
                                          for L in layers)
-        data = _plan_and_build(repo, layers, replace, options, result)
+        try:
+            data = _plan_and_build(repo, layers, replace, options, result)
+        except KeyError:
+            # A merged layer names a commit whose parent is gone (deleted outside packyard): write the
+            # chain whole from the objects instead.
+            replace = True
+            result = GraphResult(layers_before=len(layers))
+            data = _plan_and_build(repo, layers, replace, options, result)
         if data is None:
             return result
         kept = [] if replace else layers[:result.layers_after - 1]
@@ -520,6 +527,47 @@ def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
     return result
 
 
+def chain_commits(layers: list[Layer]) -> dict[bytes, tuple[Commit, int, int]]:
+    """Every commit of the chain as its layers record it: (tree, parents, date), topological level and
+    corrected commit date -- what a split write needs of the commits below the new layer, without reading
+    one object (git reads them from the graph too). CorruptObjectError naming the file if it does not add up."""
+    out: dict[bytes, tuple[Commit, int, int]] = {}
+    order: list[bytes] = []
+    for L in layers:
+        order.extend(L.oids)
+    for L in layers:
+        data = L.path.read_bytes()
+        coff, clen = L.chunks[CDAT]
+        goff, _ = L.chunks[GDA2]
+        over = L.chunks.get(GDO2, (0, 0))[0]
+        eoff = L.chunks.get(EDGE, (0, 0))[0]
+        if clen != 36 * len(L.oids):
+            raise CorruptObjectError("commit-graph CDAT size does not match its commit count", path=L.path)
+        try:
+            for i, oid in enumerate(L.oids):
+                tree = data[coff + 36 * i:coff + 36 * i + 20]
+                p1, p2, high, low = struct.unpack_from(">IIII", data, coff + 36 * i + 20)
+                parents = [] if p1 == PARENT_NONE else [order[p1]]
+                if p2 & EXTRA_EDGES_NEEDED and p2 != PARENT_NONE:
+                    k = p2 & 0x7FFFFFFF
+                    while True:
+                        (edge,) = struct.unpack_from(">I", data, eoff + 4 * k)
+                        parents.append(order[edge & 0x7FFFFFFF])
+                        if edge & LAST_EDGE:
+                            break
+                        k += 1
+                elif p2 != PARENT_NONE:
+                    parents.append(order[p2])
+                date = ((high & 3) << 32) | low
+                (offset,) = struct.unpack_from(">I", data, goff + 4 * i)
+                if offset & OFFSET_OVERFLOW:
+                    (offset,) = struct.unpack_from(">Q", data, over + 8 * (offset & 0x7FFFFFFF))
+                out[oid] = (Commit(tree, parents, date), high >> 2, date + offset)
+        except (IndexError, struct.error):
+            raise CorruptObjectError("commit-graph parent or edge position out of range", path=L.path) from None
+    return out
+
+
 def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOptions,
                     result: GraphResult) -> bytes | None:
     read = repo.objects.read
@@ -538,15 +586,11 @@ def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOpti
         while keep and len(layers[keep - 1].oids) <= options.size_multiple * count:
             count += len(layers[keep - 1].oids)
             keep -= 1
+        recorded = chain_commits(layers)
         for L in layers[keep:]:
-            for oid in L.oids:   # merged layers' commits, if they still exist
-                if oid not in commits:
-                    try:
-                        obj_type, data = read(oid)
-                    except ObjectMissingError:
-                        continue
-                    if obj_type == ObjectType.COMMIT:
-                        commits[oid] = parse_commit_for_graph(data, oid)
+            for oid in L.oids:   # merged layers' commits, if they still exist (as git's merge_commit_graph)
+                if oid not in commits and repo.objects.has(oid):
+                    commits[oid] = recorded[oid][0]
         new = sorted(set(new) | {oid for L in layers[keep:] for oid in L.oids if oid in commits})
         result.layers_merged = len(layers) - keep
     else:
@@ -556,13 +600,18 @@ def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOpti
     result.layers_after = keep + 1
     base = layers[:keep]
     base_oids = [oid for L in base for oid in L.oids]
-    # Numbers of base commits are computed from the commits themselves (the same values git stored).
-    need_numbers = dict(commits)
+    # The numbers of the commits below the new layer are the ones their layers recorded.
+    known_levels: dict[bytes, int] = {}
+    known_gens: dict[bytes, int] = {}
     if base:
-        reachable_commits(read, [p for oid in new for p in commits[oid].parents if p not in commits],
-                          have=need_numbers)
-    levels = topo_levels(need_numbers, {})
-    gens = corrected_dates(need_numbers, {})
+        for oid in base_oids:
+            _c, known_levels[oid], known_gens[oid] = recorded[oid]
+        for oid in new:
+            for p in commits[oid].parents:
+                if p not in commits and p not in known_levels:
+                    raise ObjectMissingError("a commit's parent is neither new nor in the commit-graph", oid=p)
+    levels = topo_levels(commits, known_levels)
+    gens = corrected_dates(commits, known_gens)
     known: dict[bytes, bytes] = {}
     if options.changed_paths:
         for L in layers[keep:]:   # the layers this write folds in (all of them when replacing)
