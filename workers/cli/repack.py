@@ -72,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
     c = result["counters"]
     serving = _serving_line(c)
     if result["nothing_to_do"]:
-        print("Nothing new to pack." + (f" {serving}" if serving else ""))
+        print("Nothing new to pack.")
+        if serving:
+            print(serving, file=sys.stderr)
         return 0
     for name in result["packs_written"]:
         print(f"pack\t{name}")
