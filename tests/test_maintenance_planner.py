@@ -258,6 +258,9 @@ def test_repos_cli_and_status_plan(pk, tmp_path, migrated_db):
     assert f"repository {repo.resolve()} (enabled for maintenance; 0 ingest(s) since the last repack)" in out.stdout
     assert "\nplan if planned now: loose (mode=loose)\n  - ~" in out.stdout
     assert "loose objects (estimated from" in out.stdout and "no jobs recorded" in out.stdout
+    # the commit-graph and refs statistics and their reason (issue 19)
+    assert "\n  commit-graph: 0 layer(s), 0 commits, generation data no, Bloom filters no" in out.stdout
+    assert "\n  - also: commit-graph missing\n" in out.stdout
 
     out = run("repos", "remove", "--repo", str(repo))
     assert out.returncode == 0 and "0 job row(s) kept" in out.stdout
