@@ -186,3 +186,47 @@ def test_git_update_ref_running_beside_pack_refs_loses_nothing(template, tmp_pat
     for name, value in expected.items():
         got = git("rev-parse", "--verify", "-q", name, git_dir=bare, check=False).decode().strip() or None
         assert got == value, (name, got, value)
+
+
+PY_LOOP = """
+import sys
+from packyard.store.errors import StoreError
+from packyard.store.refs import RefUpdate
+from packyard.store.repo import Repository
+repo = Repository.open(sys.argv[1])
+a, b = bytes.fromhex(sys.argv[2]), bytes.fromhex(sys.argv[3])
+for i in range(int(sys.argv[4])):
+    name = f"refs/heads/py-{i % 5}"
+    old = repo.refs.read(name)
+    new = a if old != a else b
+    try:
+        repo.refs.update([RefUpdate(name, old, new)])
+        print("ok", name, new.hex(), flush=True)
+    except StoreError as err:
+        print("fail", name, type(err).__name__, flush=True)
+"""
+
+
+def test_packyards_own_ref_updates_beside_pack_refs_lose_nothing(template, tmp_path):
+    """packyard's RefStore.update (compare-and-swap under <ref>.lock) in another process while pack-refs
+    runs in a loop: every update that succeeded is the ref's value at the end; none is reverted."""
+    bare = _copy(template, tmp_path / "repo.git")
+    a = git("rev-parse", "main", git_dir=bare).decode().strip()
+    b = git("rev-parse", "main~1", git_dir=bare).decode().strip()
+    loop = subprocess.Popen([sys.executable, "-c", PY_LOOP, str(bare), a, b, "200"], stdout=subprocess.PIPE,
+                            text=True, cwd=ROOT)
+    repo = Repository.open(bare)
+    rounds = 0
+    while loop.poll() is None and rounds < 200:
+        pack_refs(repo)
+        rounds += 1
+    out, _ = loop.communicate(timeout=120)
+    assert loop.returncode == 0
+    last: dict[str, str] = {}
+    for line in out.splitlines():
+        words = line.split()
+        if words[0] == "ok":
+            last[words[1]] = words[2]
+    assert rounds >= 2 and len(last) == 5
+    for name, value in last.items():
+        assert git("rev-parse", name, git_dir=bare).decode().strip() == value, name
