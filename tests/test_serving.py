@@ -210,3 +210,20 @@ def test_live_claims_are_kept_and_git_style_ones_age_out(template, tmp_path):
     assert remove_serving_leftovers(bare, stale_after=0.0) == 1 and not git_lock.exists()
     assert (bare / "packed-refs.lock").exists()            # ours, alive: never
     lockfile.release(claim)
+
+
+def test_a_held_chain_or_packed_refs_lock_leaves_the_repack_standing(template, tmp_path):
+    from packyard.store import lockfile
+    from packyard.store.maintenance.serving import after_repack
+
+    bare = _copy(template, tmp_path / "repo.git")
+    d = bare / "objects" / "info" / "commit-graphs"
+    d.mkdir(parents=True)
+    held = [lockfile.acquire(d / "commit-graph-chain.lock", "chain"), lockfile.acquire(bare / "packed-refs.lock", "pr")]
+    out = after_repack(Repository.open(bare))
+    assert "is locked by another writer" in out["commit_graph_busy"] and "pack_refs_busy" in out
+    assert not (d / "commit-graph-chain").exists()
+    for claim in held:
+        lockfile.release(claim)
+    out = after_repack(Repository.open(bare))
+    assert out["commit_graph_written"] and out["pack_refs_total"] > 0 and "pack_refs_busy" not in out

@@ -13,6 +13,7 @@ from contextlib import nullcontext
 from typing import Any, Callable
 
 from .. import durable
+from ..errors import LockContendedError
 from ..fence import FenceKind, fenced
 from ..packrefs import pack_refs
 from .commitgraph import DEFAULT_EXPIRE_AFTER, GraphOptions, write_commit_graph
@@ -30,16 +31,23 @@ def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True,
         t0 = time.monotonic()
         guard = fenced(repo.path, fence_token, "write the commit-graph", dur, kind=FenceKind.MAINTENANCE) \
             if fence_token is not None else nullcontext()
-        with guard:
-            res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after),
-                                     dur)
-        out.update(res.as_counters())
+        try:
+            with guard:
+                res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after),
+                                         dur)
+            out.update(res.as_counters())
+        except LockContendedError as err:
+            # Another writer (git's commit-graph write, say) holds the chain: the repack stands; next time.
+            out["commit_graph_busy"] = str(err)
         out["elapsed_us_commit_graph"] = int((time.monotonic() - t0) * 1_000_000)
     if pack_refs_too:
         if check_lease is not None:
             check_lease()
         t0 = time.monotonic()
-        out.update(pack_refs(repo, fence_token=fence_token, counters=dur).as_counters())
+        try:
+            out.update(pack_refs(repo, fence_token=fence_token, counters=dur).as_counters())
+        except LockContendedError as err:
+            out["pack_refs_busy"] = str(err)   # git holds packed-refs.lock (a deletion): next time
         out["elapsed_us_pack_refs"] = int((time.monotonic() - t0) * 1_000_000)
     out.update({f"durability_serving_{k}": v for k, v in dur.as_dict().items()})
     return out
