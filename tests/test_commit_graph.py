@@ -14,6 +14,7 @@ import graphutil
 from gitutil import GIT_ENV, git
 from packyard.store.maintenance import bloom
 from packyard.store.maintenance import commitgraph as cg
+from packyard.store.maintenance import graphwrite as gw
 from packyard.store.repo import Repository
 
 SPLIT = ["commit-graph", "write", "--reachable", "--changed-paths", "--split", "--size-multiple=4"]
@@ -80,7 +81,7 @@ def test_split_chain_grows_and_merges_as_gits(template, tmp_path):
         for bare in (ours, theirs):
             if count:
                 graphutil.add_commits(bare, count, start=1_700_000_000 + 1000 * rnd, tag=f"r{rnd}")
-        res = cg.write_commit_graph(Repository.open(ours))
+        res = gw.write_commit_graph(Repository.open(ours))
         git(*SPLIT, git_dir=theirs)
         assert _chain(ours) == _chain(theirs), f"round {rnd}"
         layer_counts.append(res.layers_after)
@@ -98,7 +99,7 @@ def test_replace_writes_one_layer_as_gits_split_replace(template, tmp_path):
         graphutil.add_commits(bare, 5)
         git(*SPLIT, git_dir=bare)
         git("update-ref", "-d", "refs/heads/side", git_dir=bare)
-    cg.write_commit_graph(Repository.open(ours), cg.GraphOptions(replace=True))
+    gw.write_commit_graph(Repository.open(ours), gw.GraphOptions(replace=True))
     git(*SPLIT[:-2], "--split=replace", git_dir=theirs)
     assert _chain(ours) == _chain(theirs)
     assert len(_chain(ours)[0]) == 1
@@ -109,7 +110,7 @@ def test_git_log_by_path_same_output_and_same_bloom_statistics(template, tmp_pat
     theirs = _copy(template, tmp_path / "theirs.git")
     for bare in (ours, theirs):
         graphutil.add_commits(bare, 4)
-    cg.write_commit_graph(Repository.open(ours))
+    gw.write_commit_graph(Repository.open(ours))
     git("commit-graph", "write", "--reachable", "--changed-paths", git_dir=theirs)
     definitely_not = 0
     for path in PATHS:
@@ -125,14 +126,14 @@ def test_git_log_by_path_same_output_and_same_bloom_statistics(template, tmp_pat
 def test_stale_layers_are_kept_for_readers_then_expired(template, tmp_path):
     bare = _copy(template, tmp_path / "repo.git")
     repo = Repository.open(bare)
-    cg.write_commit_graph(repo)
+    gw.write_commit_graph(repo)
     graphutil.add_commits(bare, 40)        # big enough to merge the first layer away
     first = _chain(bare)[0]
-    res = cg.write_commit_graph(repo)
+    res = gw.write_commit_graph(repo)
     d = bare / "objects" / "info" / "commit-graphs"
     assert res.layers_after == 1 and res.expired == 0
     assert (d / f"graph-{first[0]}.graph").exists()           # a reader of the old chain still finds it
-    res2 = cg.expire_graphs(bare / "objects", cg.DEFAULT_EXPIRE_AFTER, now=os.stat(d).st_mtime + 7200)
+    res2 = gw.expire_graphs(bare / "objects", cg.DEFAULT_EXPIRE_AFTER, now=os.stat(d).st_mtime + 7200)
     assert res2 == 1 and not (d / f"graph-{first[0]}.graph").exists()
     git("commit-graph", "verify", git_dir=bare)
 
@@ -140,7 +141,7 @@ def test_stale_layers_are_kept_for_readers_then_expired(template, tmp_path):
 def test_monolithic_graph_is_removed_once_the_chain_is_in(template, tmp_path):
     bare = _copy(template, tmp_path / "repo.git")
     git("commit-graph", "write", "--reachable", git_dir=bare)     # git's, without Bloom filters
-    res = cg.write_commit_graph(Repository.open(bare))
+    res = gw.write_commit_graph(Repository.open(bare))
     assert res.layers_after == 1 and not (bare / "objects" / "info" / "commit-graph").exists()
     git("commit-graph", "verify", git_dir=bare)
 
@@ -148,9 +149,9 @@ def test_monolithic_graph_is_removed_once_the_chain_is_in(template, tmp_path):
 def test_nothing_new_writes_nothing(template, tmp_path):
     bare = _copy(template, tmp_path / "repo.git")
     repo = Repository.open(bare)
-    cg.write_commit_graph(repo)
+    gw.write_commit_graph(repo)
     before = _chain(bare)
-    assert cg.write_commit_graph(repo).written is None and _chain(bare) == before
+    assert gw.write_commit_graph(repo).written is None and _chain(bare) == before
 
 
 def test_murmur3_signed_chars_as_git_2_39():

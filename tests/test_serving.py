@@ -15,6 +15,7 @@ import pytest
 import graphutil
 from gitutil import ROOT, git
 from packyard.store.maintenance import commitgraph as cg
+from packyard.store.maintenance import graphwrite as gw
 from packyard.store.maintenance.leftovers import remove_serving_leftovers
 from packyard.store.maintenance.servingstats import (GraphLayerInfo, ServingStats, gather_serving_stats,
                                                      loose_refs_threshold, serving_reasons)
@@ -95,7 +96,7 @@ def test_gathered_reasons_follow_the_repository(template, tmp_path):
     git("commit-graph", "write", "--reachable", "--split", git_dir=bare)          # git's, no Bloom filters
     graph, _ = serving_reasons(gather_serving_stats(bare))
     assert graph == ["commit-graph lacks changed-path Bloom filters (BIDX/BDAT)"]
-    cg.write_commit_graph(Repository.open(bare))
+    gw.write_commit_graph(Repository.open(bare))
     assert serving_reasons(gather_serving_stats(bare)) == ([], [])
     graphutil.add_commits(bare, 1, "refs/heads/x")
     graph, _ = serving_reasons(gather_serving_stats(bare))
@@ -166,7 +167,7 @@ def test_expiring_unreachable_objects_rewrites_the_graph_whole(template, tmp_pat
 
 CHILD = """
 import sys
-from packyard.store.maintenance.commitgraph import write_commit_graph
+from packyard.store.maintenance.graphwrite import write_commit_graph
 from packyard.store.repo import Repository
 write_commit_graph(Repository.open(sys.argv[1]))
 """
@@ -177,7 +178,7 @@ write_commit_graph(Repository.open(sys.argv[1]))
                                    "commitgraph.after_fsync_dirs"])
 def test_sigkill_at_each_commit_graph_step_leaves_a_graph_git_reads(template, tmp_path, point):
     bare = _copy(template, tmp_path / "repo.git")
-    cg.write_commit_graph(Repository.open(bare))            # an old chain to replace
+    gw.write_commit_graph(Repository.open(bare))            # an old chain to replace
     old = cg.read_chain(bare / "objects")
     graphutil.add_commits(bare, 2)
     env = {**os.environ, "PACKYARD_FAULT": f"{point}:kill"}
@@ -191,7 +192,7 @@ def test_sigkill_at_each_commit_graph_step_leaves_a_graph_git_reads(template, tm
     assert len(log.splitlines()) == 2
     removed = remove_serving_leftovers(bare)                # the dead writer's claim (and temp) go
     assert removed >= 1
-    res = cg.write_commit_graph(Repository.open(bare))
+    res = gw.write_commit_graph(Repository.open(bare))
     assert not res.written or res.layers_after == 2
     d = bare / "objects" / "info" / "commit-graphs"
     assert not [p for p in d.iterdir() if p.name.startswith("tmp_") or p.name.endswith(".lock")]

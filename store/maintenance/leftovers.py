@@ -117,7 +117,8 @@ def remove_serving_leftovers(git_dir: Path, *, now: float | None = None, stale_a
     from .. import lockfile
     from ..packrefs import TMP_PREFIX
     from ..refs import REF_TMP_DIR
-    from .commitgraph import GRAPHS_DIR, remove_stale_graph_temps
+    from .commitgraph import GRAPHS_DIR
+    from .graphwrite import remove_stale_graph_temps
 
     git_dir = Path(git_dir)
     now = time.time() if now is None else now

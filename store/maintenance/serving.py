@@ -16,7 +16,8 @@ from .. import durable
 from ..errors import LockContendedError
 from ..fence import FenceKind, fenced
 from ..packrefs import pack_refs
-from .commitgraph import DEFAULT_EXPIRE_AFTER, GraphOptions, write_commit_graph
+from .commitgraph import DEFAULT_EXPIRE_AFTER
+from .graphwrite import GraphOptions, write_commit_graph
 
 
 def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True, replace_graph: bool = False,
