@@ -171,6 +171,30 @@ def acquire(path: str | os.PathLike[str], what: str, *, wait: float = 0.0,
         _unlink_quietly(side)
 
 
+class OwnerRecord:
+    """One owner-record file to claim many paths with, one ``link`` each (pack-refs claims every ref it
+    prunes: one side file per claim would double the file creations). Use as a context manager."""
+
+    def __init__(self, directory: str | os.PathLike[str], mode: int = 0o644) -> None:
+        self.owner = current_owner()
+        self.mode = mode
+        self.side = _write_side_file(Path(directory) / "owner.lock", self.owner, mode)
+
+    def try_claim(self, path: str | os.PathLike[str]) -> Claim | None:
+        """Claim ``path`` now, or None if it is held (no waiting and no breaking: the caller skips it)."""
+        try:
+            _link_exclusively(self.side, Path(path), self.owner, self.mode)
+        except FileExistsError:
+            return None
+        return Claim(Path(path), (), self.owner)
+
+    def __enter__(self) -> "OwnerRecord":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _unlink_quietly(self.side)
+
+
 def _write_side_file(path: Path, me: Owner, mode: int) -> Path:
     """The owner record in a unique file next to the claim (why: the claim appears with its record)."""
     side = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.lock")

@@ -173,7 +173,8 @@ def test_a_window_claims_each_repository_once(planner_env, tmp_path):
     from packyard.workers.commands.plan_maintenance import Outcome, plan_repository, sweep
 
     s, slots = planner_env
-    s = dataclasses.replace(s, maintenance_concurrency=4)
+    # (no commit-graph or pack-refs reasons either: these repositories have nothing due at all)
+    s = dataclasses.replace(s, maintenance_concurrency=4, maintenance_skip_commit_graph=True)
     slots.limit = 4
     repos = [loose_repo(tmp_path, f"r{i}", files=10) for i in range(3)]
     for r in repos:
@@ -258,6 +259,9 @@ def test_repos_cli_and_status_plan(pk, tmp_path, migrated_db):
     assert f"repository {repo.resolve()} (enabled for maintenance; 0 ingest(s) since the last repack)" in out.stdout
     assert "\nplan if planned now: loose (mode=loose)\n  - ~" in out.stdout
     assert "loose objects (estimated from" in out.stdout and "no jobs recorded" in out.stdout
+    # the commit-graph and refs statistics and their reason (issue 19)
+    assert "\n  commit-graph: 0 layer(s), 0 commits, generation data no, Bloom filters no" in out.stdout
+    assert "\n  - also: commit-graph missing\n" in out.stdout
 
     out = run("repos", "remove", "--repo", str(repo))
     assert out.returncode == 0 and "0 job row(s) kept" in out.stdout

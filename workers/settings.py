@@ -301,6 +301,9 @@ class Settings:
     # reachability bitmaps (store/maintenance/bitmap.py, docs/serving.md)
     bitmap_lookup_table: bool = True
     bitmap_prefer_tips: tuple[str, ...] = ()
+    # commit-graph and packed refs after every repack (issue 19, docs/serving.md): 1 skips them
+    maintenance_skip_commit_graph: bool = False
+    maintenance_skip_pack_refs: bool = False
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -444,6 +447,9 @@ class Settings:
             if env.get("PACKYARD_BITMAP_LOOKUP_TABLE", "").strip() else True,
             bitmap_prefer_tips=tuple(p.strip() for p in env.get("PACKYARD_BITMAP_PREFER_TIPS", "").split(",")
                                      if p.strip()),
+            # commit-graph and packed refs (issue 19)
+            maintenance_skip_commit_graph=_flag(env, "PACKYARD_MAINTENANCE_SKIP_COMMIT_GRAPH"),
+            maintenance_skip_pack_refs=_flag(env, "PACKYARD_MAINTENANCE_SKIP_PACK_REFS"),
         )
 
     @property
@@ -513,6 +519,9 @@ class Settings:
             # reachability bitmaps
             "PACKYARD_BITMAP_LOOKUP_TABLE": "1" if self.bitmap_lookup_table else "0",
             "PACKYARD_BITMAP_PREFER_TIPS": ",".join(self.bitmap_prefer_tips),
+            # commit-graph and packed refs (issue 19)
+            "PACKYARD_MAINTENANCE_SKIP_COMMIT_GRAPH": "1" if self.maintenance_skip_commit_graph else "0",
+            "PACKYARD_MAINTENANCE_SKIP_PACK_REFS": "1" if self.maintenance_skip_pack_refs else "0",
         }
 
     @property
@@ -524,7 +533,8 @@ class Settings:
             loose_objects_limit=self.maintenance_loose_limit, pack_limit=self.maintenance_pack_limit,
             full_repack_interval=self.maintenance_full_interval,
             geometric_factor=self.maintenance_geometric_factor, cruft_expire=self.maintenance_cruft_expire,
-            preserve_for=self.maintenance_preserve_for)
+            preserve_for=self.maintenance_preserve_for,
+            commit_graph=not self.maintenance_skip_commit_graph, pack_refs=not self.maintenance_skip_pack_refs)
 
 
 def get_settings() -> Settings:

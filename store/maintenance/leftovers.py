@@ -87,5 +87,65 @@ def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_a
     return removed
 
 
+# -- the commit-graph's and pack-refs' leftovers ------------------------------------------------------
 
-__all__ = ["remove_stale_temp_files", "STALE_AFTER", "FOREIGN_STALE_AFTER"]
+#: Where the commit-graph and pack-refs writers claim and stage files (relative to the git dir).
+SERVING_LOCKS = ("packed-refs.lock", "objects/info/commit-graphs/commit-graph-chain.lock")
+
+
+def serving_claims(git_dir: Path) -> list[Path]:
+    """The claim files of the commit-graph and pack-refs writers present now (with their side files)."""
+    out: list[Path] = []
+    for rel in SERVING_LOCKS:
+        path = Path(git_dir) / rel
+        try:
+            names = os.listdir(path.parent)
+        except FileNotFoundError:
+            continue
+        out += [path.parent / n for n in sorted(names) if n == path.name
+                or (n.startswith(path.name + ".") and n.endswith(".lock"))]
+    return out
+
+
+def remove_serving_leftovers(git_dir: Path, *, now: float | None = None, stale_after: float = STALE_AFTER,
+                             fence: Callable[[], None] | None = None) -> int:
+    """Leftovers of dead commit-graph and pack-refs writers; returns how many were removed.
+
+    * ``packed-refs.lock``, ``commit-graph-chain.lock`` (and their side files): at once when the owner
+      record names a dead process, after ``stale_after`` when nobody can judge (git's own, another host);
+      a live owner's never (:func:`..lockfile.break_if_dead`).
+    * ``objects/info/commit-graphs/tmp_{graph,chain}_*``: a dead writer's on this host at once, others
+      (git's ``tmp_graph_XXXXXX``) after two weeks, as pack temps.
+    * ``packyard/tmp/packed-refs-*``: live only while the writer holds ``packed-refs.lock``; orphans once
+      older than ``stale_after``.
+    """
+    from .. import lockfile
+    from ..packrefs import TMP_PREFIX
+    from ..refs import REF_TMP_DIR
+    from .commitgraph import GRAPHS_DIR
+    from .graphwrite import remove_stale_graph_temps
+
+    git_dir = Path(git_dir)
+    now = time.time() if now is None else now
+    removed = 0
+    for path in serving_claims(git_dir):
+        if fence is not None:
+            fence()
+        verdict = lockfile.break_if_dead(path, stale_after=stale_after)
+        removed += verdict in (lockfile.BreakVerdict.OWNER_DEAD, lockfile.BreakVerdict.AGED_OUT)
+    if fence is not None:
+        fence()
+    removed += remove_stale_graph_temps(git_dir / "objects" / GRAPHS_DIR, now=now)
+    tmp_dir = git_dir / REF_TMP_DIR
+    for tmp in sorted(tmp_dir.glob(f"{TMP_PREFIX}*")) if tmp_dir.is_dir() else []:
+        try:
+            if now - tmp.stat().st_mtime >= stale_after:
+                tmp.unlink()
+                removed += 1
+        except FileNotFoundError:
+            continue
+    return removed
+
+
+__all__ = ["remove_stale_temp_files", "STALE_AFTER", "FOREIGN_STALE_AFTER", "remove_serving_leftovers",
+           "serving_claims", "SERVING_LOCKS"]

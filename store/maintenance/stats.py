@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from ..errors import PackFormatError
 from ..repo import find_git_dir
+from .servingstats import ServingStats, gather_serving_stats
 
 #: Fan-out directories sampled for the loose-object estimate (00, 11, …, ff: spread over the id space).
 SAMPLE_FANOUTS: tuple[str, ...] = tuple(f"{i:x}{i:x}" for i in range(16))
@@ -85,6 +86,7 @@ class RepoStats:
     stale_quarantines: int = 0              # incoming-* untouched for QUARANTINE_AFTER
     preserved_at: tuple[float, ...] = ()    # when each preserved pack was moved aside
     history: RepackHistory = field(default_factory=RepackHistory)
+    serving: ServingStats = field(default_factory=ServingStats)   # commit-graph and refs (servingstats.py)
 
     # -- derived, pure -----------------------------------------------------------------------
     @property
@@ -135,6 +137,7 @@ class RepoStats:
             "since_full_repack": _round(self.since(h.last_full_repack_at)),
             "since_repack": _round(self.since(h.last_repack_at)),
             "ingests_since_repack": h.ingests_since_repack,
+            **self.serving.as_dict(),
         }
 
     def pack_table(self) -> list[dict[str, Any]]:
@@ -365,4 +368,4 @@ def gather_stats(repo_path: str | os.PathLike[str], *, history: RepackHistory | 
         loose_sampled=loose, loose_sample_dirs=len(sample), stale_tmp_objects=stale_tmp,
         stale_pack_temps=_stale_pack_temps(pack_dir, now), stale_quarantines=_stale_quarantines(objects_dir, now),
         preserved_at=tuple(sorted(at for at, _ in preserved_packs(pack_dir).values())),
-        history=history or RepackHistory())
+        history=history or RepackHistory(), serving=gather_serving_stats(git_dir))

@@ -19,6 +19,11 @@ a full repack at most every 5 days      Gitaly's full-repack cooldown; warranted
                                         repack -adb writes one; Gitaly repacks fully without one)
 leftovers → ``gc``                      stale temp files, abandoned quarantines, preserved packs
                                         past their delay
+commit-graph missing, without GDA2 or   Gitaly writes the graph after every repack; a repack planned
+Bloom filters, or not covering the      anyway says so too, otherwise a ``loose`` repack is planned
+branch tips                             (it writes the graph and packs refs even with no loose object)
+loose refs > max(16, ln(packed-refs     Gitaly's pack-refs threshold
+bytes / 100) / ln 1.15)
 =====================================  ==========================================================
 
 One action per plan, in the order full > geometric > loose > gc; what was also due but
@@ -28,9 +33,10 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .servingstats import serving_reasons
 from .stats import RepoStats
 
 DAY = 86400.0
@@ -60,6 +66,8 @@ class MaintenancePolicy:
     min_packs_outside: float = 2.0
     cruft_expire: float = 14 * DAY
     preserve_for: float = 3600.0
+    commit_graph: bool = True        # plan for a commit-graph (a repack writes one unless told not to)
+    pack_refs: bool = True           # plan for packed refs (Gitaly's loose-ref threshold)
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,28 @@ def _bitmap_problem(packs) -> str | None:
 
 def plan_maintenance(stats: RepoStats, policy: MaintenancePolicy, now: float) -> MaintenancePlan:
     """The plan for a repository with these statistics at ``now`` (epoch seconds)."""
+    return _with_serving(_plan_packs(stats, policy, now), stats, policy)
+
+
+def _with_serving(plan: MaintenancePlan, stats: RepoStats, policy: MaintenancePolicy) -> MaintenancePlan:
+    """Add the commit-graph and pack-refs reasons: every repack writes both (unless the policy says not);
+    when no repack is due but they are, a ``loose`` repack is planned for them."""
+    graph, refs = serving_reasons(stats.serving, commit_graph=policy.commit_graph, pack_refs=policy.pack_refs)
+    due = graph + refs
+    if plan.action.is_repack:   # the job is told what the policy turned off (a repack writes both by default)
+        off = tuple((k, False) for k, on in (("commit_graph", policy.commit_graph), ("pack_refs", policy.pack_refs))
+                    if not on)
+        plan = replace(plan, params=plan.params + off)
+    if not due:
+        return plan
+    if plan.action.is_repack:
+        return replace(plan, reasons=plan.reasons + tuple(f"also: {r}" for r in due))
+    deferred = plan.reasons if plan.action is Action.GC else ()
+    return MaintenancePlan(Action.LOOSE, tuple(due), (("mode", "loose"),), tuple(deferred) + plan.deferred)
+
+
+def _plan_packs(stats: RepoStats, policy: MaintenancePolicy, now: float) -> MaintenancePlan:
+    """The pack and loose-object part of the plan."""
     f = _findings(stats, policy, now)
     loose_due = f.loose >= policy.loose_objects_limit
     geometric_due = f.outside > f.allowed_outside

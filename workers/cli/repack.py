@@ -43,6 +43,11 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="bytes of objects one search process keeps in its window (default 256 MiB; 0: no bound)")
     p.add_argument("--no-bitmap", action="store_true",
                    help="--mode full: write no reachability bitmap (.bitmap) with the pack (git repack -a without -b)")
+    p.add_argument("--no-commit-graph", action="store_true",
+                   help="do not write the commit-graph afterwards (default: extend its split chain, or rewrite it "
+                        "whole when unreachable objects were deleted)")
+    p.add_argument("--no-pack-refs", action="store_true",
+                   help="do not fold the loose refs into packed-refs afterwards (git pack-refs --all)")
     p.add_argument("--lock", action="store_true",
                    help="hold the repository's maintenance lease (Redis) and fence the deletions with its token")
     p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
@@ -62,13 +67,17 @@ def run(args: argparse.Namespace) -> int:
         result = common.call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
                                    expire=args.expire, preserve_for=args.preserve_for, no_reuse=args.no_reuse,
                                    window=args.window, depth=args.depth, window_memory=args.window_memory,
-                                   no_bitmap=args.no_bitmap, progress=progress, lease=lease)
+                                   no_bitmap=args.no_bitmap, progress=progress, lease=lease,
+                                   commit_graph=not args.no_commit_graph, pack_refs=not args.no_pack_refs)
     if args.json:
         print(json.dumps(result))
         return 0
     c = result["counters"]
+    serving = _serving_line(c)
     if result["nothing_to_do"]:
         print("Nothing new to pack.")
+        if serving:
+            print(serving, file=sys.stderr)
         return 0
     for name in result["packs_written"]:
         print(f"pack\t{name}")
@@ -79,4 +88,21 @@ def run(args: argparse.Namespace) -> int:
           f"{c['rewritten_whole']} written whole), {c['packs_merged']} packs replaced, {c['loose_deleted']} loose "
           f"objects deleted, cruft {c['cruft_kept']} kept / {c['cruft_expired']} expired, "
           f"bitmap of {c['bitmap_commits']} commits, {time.monotonic() - t0:.2f}s", file=sys.stderr)
+    if serving:
+        print(serving, file=sys.stderr)
     return 0
+
+
+def _serving_line(c: dict) -> str:
+    """What the commit-graph and pack-refs steps did, in one line ("" when both were skipped)."""
+    parts = []
+    if "commit_graph_commits" in c:
+        if c["commit_graph_written"]:
+            parts.append(f"commit-graph: layer of {c['commit_graph_commits']} commits"
+                         f"{' (rewritten whole)' if c['commit_graph_replaced'] else ''}, "
+                         f"{c['commit_graph_layers_after']} layer(s)")
+        else:
+            parts.append("commit-graph: up to date")
+    if "pack_refs_packed" in c:
+        parts.append(f"pack-refs: {c['pack_refs_packed']} loose refs packed, {c['pack_refs_total']} in packed-refs")
+    return "; ".join(parts)

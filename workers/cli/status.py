@@ -282,6 +282,10 @@ def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignor
         f"  leftovers: {d['stale_tmp_objects']} stale tmp objects (sampled), {d['stale_pack_temps']} old pack "
         f"temps, {d['stale_quarantines']} abandoned quarantines; {d['preserved_packs']} preserved pack(s)",
         f"  last full repack: {_ago(d['since_full_repack'])}; last repack: {_ago(d['since_repack'])}",
+        f"  commit-graph: {d['graph_layers']} layer(s), {d['graph_commits']:,} commits, generation data "
+        f"{'yes' if d['graph_generation_data'] else 'no'}, Bloom filters {'yes' if d['graph_bloom'] else 'no'}, "
+        f"{d['graph_tips_missing']} branch tip(s) not in it; loose refs: {d['loose_refs']} (packed at > "
+        f"{d['loose_refs_threshold']}), packed-refs {_human_bytes(d['packed_refs_bytes'])}",
     ]
     last = (row or {}).get("last_plan")
     if row and last:

@@ -58,13 +58,16 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     preserved = expire_preserved(pack_dir, preserve_for, fence=check)
     step(4, "dead claims")
     dead_locks = [c.as_dict() for c in remove_dead_claims(r.path)]
+    from packyard.store.maintenance.leftovers import remove_serving_leftovers
+
+    serving = remove_serving_leftovers(r.path, fence=check)   # commit-graph and pack-refs locks and temps
     if progress:
         progress("gc", steps, steps)
     return {
         "repo": str(r.path),
         "counters": {**tmp, "stale_quarantines_removed": len(quarantines),
                      "stale_pack_temps_removed": pack_temps, "preserved_packs_expired": len(preserved),
-                     "dead_locks_removed": len(dead_locks)},
+                     "dead_locks_removed": len(dead_locks), "serving_leftovers_removed": serving},
         "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved,
                     "dead_locks": dead_locks},
     }
@@ -105,5 +108,9 @@ def remove_unowned_leftovers(git_dir: str | Path, *, quarantine_after: float = Q
             quarantines += 1
     pack_temps = remove_stale_temp_files(r.objects.path / "pack", fence=check)
     claims = len(remove_dead_claims(r.path))
-    return {"age_rule_tmp_objects": tmp["stale_tmp_removed"], "age_rule_markers": tmp["stale_markers_removed"],
+    from packyard.store.maintenance.leftovers import remove_serving_leftovers
+
+    serving = remove_serving_leftovers(r.path, fence=check)
+    return {"age_rule_serving": serving,
+            "age_rule_tmp_objects": tmp["stale_tmp_removed"], "age_rule_markers": tmp["stale_markers_removed"],
             "age_rule_quarantines": quarantines, "age_rule_pack_temps": pack_temps, "age_rule_claims": claims}

@@ -10,7 +10,8 @@ leftover                 where                                                  
 quarantine               ``objects/incoming-*/``                                   ``packyard-owner``
 pack writer temp files   ``objects/pack/tmp_{pack,idx,rev,mtimes,keep}_<tag>``     ``tmp_owner_<tag>``
 batch tmp objects        ``objects/xx/tmp_obj_<pid>_<batch>_<n>``                  ``packyard/batches/<pid>_<batch>``
-claim files              ``refs/**.lock``, ``packyard/*.lock``                     the file itself
+claim files              ``refs/**.lock``, ``packyard/*.lock``,                    the file itself
+                         ``packed-refs.lock``, ``commit-graph-chain.lock``
 =======================  ========================================================  =====================
 
 Each owned leftover is judged (:func:`judge`) by its owner process and its job:
@@ -216,6 +217,13 @@ def scan(git_dir: Path, now: float | None = None) -> list[Leftover]:
                     owner = read_owner(path)
                     if owner is not None:
                         found.append(Leftover("claim", path, [path], owner, _age(path, now)))
+    # The commit-graph's and pack-refs' claims (packed-refs.lock, commit-graph-chain.lock).
+    from packyard.store.maintenance.leftovers import serving_claims
+
+    for path in serving_claims(git_dir):
+        owner = read_owner(path)
+        if owner is not None:
+            found.append(Leftover("claim", path, [path], owner, _age(path, now)))
     return found
 
 

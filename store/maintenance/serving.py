@@ -1,0 +1,57 @@
+"""After a repack: leave the repository ready to serve -- the commit-graph written, the loose refs packed.
+
+:func:`after_repack` is the one call the repack job makes once the new packs are installed and the old
+ones deleted (so the graph describes only installed objects). The commit-graph extends its split chain,
+or is rewritten whole (``replace``) when the repack deleted unreachable objects (no layer may keep
+naming a commit that is gone); then ``pack-refs``. Both check the maintenance lease first and run inside
+the maintenance fence, like the repack's deletions.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from typing import Any, Callable
+
+from .. import durable
+from ..errors import LockContendedError
+from ..fence import FenceKind, fenced
+from ..packrefs import pack_refs
+from .commitgraph import DEFAULT_EXPIRE_AFTER
+from .graphwrite import GraphOptions, write_commit_graph
+
+
+def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True, replace_graph: bool = False,
+                 fence_token: int | None = None, check_lease: Callable[[], None] | None = None,
+                 graph_expire_after: float = DEFAULT_EXPIRE_AFTER) -> dict[str, Any]:
+    """Write the commit-graph and pack the refs (each optional); returns counters for the job record."""
+    out: dict[str, Any] = {}
+    dur = durable.DurabilityCounters()
+    if commit_graph:
+        if check_lease is not None:
+            check_lease()
+        t0 = time.monotonic()
+        guard = fenced(repo.path, fence_token, "write the commit-graph", dur, kind=FenceKind.MAINTENANCE) \
+            if fence_token is not None else nullcontext()
+        try:
+            with guard:
+                res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after),
+                                         dur)
+            out.update(res.as_counters())
+        except LockContendedError as err:
+            # Another writer (git's commit-graph write, say) holds the chain: the repack stands; next time.
+            out["commit_graph_busy"] = str(err)
+        out["elapsed_us_commit_graph"] = int((time.monotonic() - t0) * 1_000_000)
+    if pack_refs_too:
+        if check_lease is not None:
+            check_lease()
+        t0 = time.monotonic()
+        try:
+            out.update(pack_refs(repo, fence_token=fence_token, counters=dur).as_counters())
+        except LockContendedError as err:
+            out["pack_refs_busy"] = str(err)   # git holds packed-refs.lock (a deletion): next time
+        out["elapsed_us_pack_refs"] = int((time.monotonic() - t0) * 1_000_000)
+    out.update({f"durability_serving_{k}": v for k, v in dur.as_dict().items()})
+    return out
+
+
+__all__ = ["after_repack"]
