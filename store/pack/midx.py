@@ -446,3 +446,56 @@ def _unlink(path: Path) -> bool:
 __all__ = ["MIDX_NAME", "LOCK_NAME", "TMP_PREFIX", "Midx", "MidxPack", "build_midx", "parse_midx", "read_midx",
            "midx_pack_names", "write_midx", "remove_midx", "midx_side_files", "pseudo_pack_order",
            "default_preferred"]
+
+
+# -- is the MIDX current? ----------------------------------------------------------------------------
+
+def installed_stems(pack_dir: Path) -> list[str]:
+    """``pack-<sha>`` of every installed pack (both ``.idx`` and ``.pack`` present), sorted."""
+    try:
+        with os.scandir(pack_dir) as it:
+            names = {e.name for e in it}
+    except FileNotFoundError:
+        return []
+    return sorted(n[:-4] for n in names if n.startswith("pack-") and n.endswith(".idx") and n[:-4] + ".pack" in names)
+
+
+@dataclass(frozen=True)
+class MidxStatus:
+    """The MIDX against the installed packs: what it names that is gone, what it misses."""
+
+    present: bool
+    packs: int                        # installed packs
+    gone: tuple[str, ...] = ()        # named by the MIDX, not installed
+    missed: tuple[str, ...] = ()      # installed, not named
+
+    @property
+    def stale(self) -> bool:
+        return self.present and bool(self.gone or self.missed)
+
+    @property
+    def wanted(self) -> bool:
+        """A repack should (re)write it: missing over 2+ packs, or stale."""
+        return self.stale or (not self.present and self.packs >= 2)
+
+    def reason(self) -> str | None:
+        if not self.present:
+            return f"multi-pack-index missing over {self.packs} packs" if self.packs >= 2 else None
+        parts = []
+        if self.gone:
+            parts.append(f"names {len(self.gone)} pack(s) that are gone")
+        if self.missed:
+            parts.append(f"misses {len(self.missed)} of {self.packs} installed packs")
+        return "multi-pack-index stale: " + ", ".join(parts) if parts else None
+
+
+def midx_status(pack_dir: Path) -> MidxStatus:
+    stems = installed_stems(pack_dir)
+    named = midx_pack_names(pack_dir)
+    if named is None:
+        return MidxStatus(False, len(stems))
+    have = set(stems)
+    return MidxStatus(True, len(stems), tuple(sorted(set(named) - have)), tuple(sorted(have - set(named))))
+
+
+__all__ += ["installed_stems", "MidxStatus", "midx_status"]

@@ -45,12 +45,13 @@ def parse_expire(value: str | float | int | None, default: float = DEFAULT_EXPIR
 def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str | float | None = None,
            preserve_for: float | None = None, preserve: bool = True, no_reuse: bool = False,
            window: int | None = None, depth: int | None = None, window_memory: int | None = None,
-           progress: Progress | None = None, lease: Any = None) -> dict[str, Any]:
+           progress: Progress | None = None, lease: Any = None, no_midx: bool = False) -> dict[str, Any]:
     """Repack ``repo``. ``lease``: the maintenance lease (``check()`` before the first deletion, ``token``
     for the store's maintenance fence). Raises the store's typed errors; nothing is deleted then.
 
     ``no_reuse``: recompute every delta (``git repack -f``); ``window``, ``depth``, ``window_memory``
-    (bytes per search process): the delta search's, as git names them (None: the defaults)."""
+    (bytes per search process): the delta search's, as git names them (None: the defaults).
+    ``no_midx``: geometric/loose write no multi-pack-index (one naming a deleted pack is removed first)."""
     try:
         repack_mode = RepackMode(mode)
     except ValueError:
@@ -66,7 +67,8 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
                 raise InvalidInputError(f"{name} must be a non-negative integer, not {value!r}")
             search[name] = value
     options = RepackOptions(mode=repack_mode, factor=int(factor), expire=parse_expire(expire),
-                            preserve_for=float(preserve_for), preserve=preserve, reuse=not no_reuse, **search)
+                            preserve_for=float(preserve_for), preserve=preserve, reuse=not no_reuse, midx=not no_midx,
+                            **search)
     r = Repository.open(repo)
     result = store_repack(r, options, progress=progress,
                           check_lease=getattr(lease, "check", None), fence_token=getattr(lease, "token", None))
