@@ -15,6 +15,9 @@ more than 50 repackable packs           git's gc.autoPackLimit
 a full repack at most every 5 days      Gitaly's full-repack cooldown; warranted only by
                                         something a full repack fixes: too many packs, packs
                                         outside the progression, or cruft past its expiry
+multi-pack-index missing (2+ packs)     git repack --geometric --write-midx / Gitaly's geometric
+or stale (names packs that are gone,    repack leave one over the packs that stay; a geometric
+misses packs) → ``geometric``           repack with nothing to roll up only (re)writes it
 leftovers → ``gc``                      stale temp files, abandoned quarantines, preserved packs
                                         past their delay
 =====================================  ==========================================================
@@ -92,6 +95,7 @@ class _Findings:
     full_allowed: bool
     expirable_cruft: int
     leftovers: tuple[str, ...] = field(default_factory=tuple)
+    midx: str | None = None          # why the multi-pack-index needs (re)writing, None if it does not
 
 
 def allowed_outside(total_bytes: int, policy: MaintenancePolicy = MaintenancePolicy()) -> float:
@@ -136,7 +140,8 @@ def _findings(stats: RepoStats, policy: MaintenancePolicy, now: float) -> _Findi
         total_mib=sum(p.pack_bytes for p in repackable) / (1 << 20),
         since_full=since_full,
         full_allowed=since_full is None or since_full >= policy.full_repack_interval,
-        expirable_cruft=expirable, leftovers=tuple(leftovers))
+        expirable_cruft=expirable, leftovers=tuple(leftovers),
+        midx=stats.midx.reason() if stats.midx is not None and stats.midx.wanted else None)
 
 
 def plan_maintenance(stats: RepoStats, policy: MaintenancePolicy, now: float) -> MaintenancePlan:
@@ -180,7 +185,11 @@ def plan_maintenance(stats: RepoStats, policy: MaintenancePolicy, now: float) ->
         return MaintenancePlan(Action.GEOMETRIC, tuple(reasons),
                                (("mode", "geometric"), ("factor", policy.geometric_factor)), tuple(deferred))
     if loose_due:
-        return MaintenancePlan(Action.LOOSE, (loose_reason,), (("mode", "loose"),), tuple(f.leftovers))
+        reasons = [loose_reason] + ([f.midx + " (the loose repack writes one)"] if f.midx else [])
+        return MaintenancePlan(Action.LOOSE, tuple(reasons), (("mode", "loose"),), tuple(f.leftovers))
+    if f.midx:
+        return MaintenancePlan(Action.GEOMETRIC, (f.midx,),
+                               (("mode", "geometric"), ("factor", policy.geometric_factor)), tuple(f.leftovers))
     if f.leftovers:
         return MaintenancePlan(Action.GC, f.leftovers, (("preserve_for", int(policy.preserve_for)),))
     reasons = [f"~{f.loose:,} loose objects < {policy.loose_objects_limit:,}",
