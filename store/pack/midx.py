@@ -34,7 +34,7 @@ import secrets
 import struct
 import sys
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -134,47 +134,57 @@ def build_midx(packs: Sequence[MidxPack], *, preferred: str | None = None, ridx:
         ridx = False   # (git: no reverse index, no bitmap without objects)
 
     # One copy per object: the preferred pack's, else the newest pack's, else the lowest pack-int-id.
+    # Every copy, packs in that priority order, sorted stably by id (timsort merges the packs' sorted runs):
+    # the first of equal ids is the copy to keep.
     order = sorted(range(len(packs)), key=lambda i: (i != pref, -packs[i].mtime, i))
-    chosen: dict[bytes, tuple[int, int]] = {}
+    every: list[bytes] = []
+    every_pid = array("I")
+    every_off = array("Q")
     for pid in order:
         t = packs[pid].tables
-        oids, offs = t.oids, t.offsets
-        if not chosen:   # (the first pack: every object is new)
-            chosen = {oids[20 * i:20 * i + 20]: (pid, offs[i]) for i in range(t.count)}
-            continue
-        setdefault = chosen.setdefault
-        for i in range(t.count):
-            setdefault(oids[20 * i:20 * i + 20], (pid, offs[i]))
-    ids = sorted(chosen)
+        o = t.oids
+        every += [o[k:k + 20] for k in range(0, 20 * t.count, 20)]
+        every_pid += array("I", [pid]) * t.count
+        every_off += t.offsets
+    keep: list[int] = []
+    prev = b""
+    for k in sorted(range(len(every)), key=every.__getitem__):
+        oid = every[k]
+        if oid != prev:
+            keep.append(k)
+            prev = oid
+    ids = [every[k] for k in keep]
+    pids = array("I", map(every_pid.__getitem__, keep))
+    offs = array("Q", map(every_off.__getitem__, keep))
     n = len(ids)
-    entries = [chosen[oid] for oid in ids]
-    large_needed = any(off > 0xFFFFFFFF for _pid, off in entries)
+    large_needed = bool(n) and max(offs) > 0xFFFFFFFF
 
     pnam = b"".join(name.encode() + b"\0" for name in names)
     pnam += b"\0" * (-len(pnam) % 4)
-    fanout = array("I", [0] * 256)
-    for oid in ids:
-        fanout[oid[0]] += 1
-    running = 0
-    for i in range(256):
-        running += fanout[i]
-        fanout[i] = running
-    oidf = _be("I", fanout)
     oidl = b"".join(ids)
-    ooff_words: list[int] = []
+    firsts = oidl[0::20]   # (sorted: the fan-out is where each first byte ends)
+    oidf = _be("I", (bisect_right(firsts, i) for i in range(256)))
+    words = array("I", bytes(8 * n))
+    words[0::2] = pids
     loff: list[int] = []
-    for pid, off in entries:
-        ooff_words.append(pid)
-        if large_needed and off >> 31:
-            ooff_words.append(LARGE_OFFSET_NEEDED | len(loff))
-            loff.append(off)
-        else:
-            ooff_words.append(off)
-    chunks = [(CHUNK_PNAM, pnam), (CHUNK_OIDF, oidf), (CHUNK_OIDL, oidl), (CHUNK_OOFF, _be("I", ooff_words))]
+    if large_needed:
+        small = []
+        for off in offs:
+            if off >> 31:
+                small.append(LARGE_OFFSET_NEEDED | len(loff))
+                loff.append(off)
+            else:
+                small.append(off)
+        words[1::2] = array("I", small)
+    else:
+        words[1::2] = array("I", offs)
+    if _LITTLE:
+        words.byteswap()
+    chunks = [(CHUNK_PNAM, pnam), (CHUNK_OIDF, oidf), (CHUNK_OIDL, oidl), (CHUNK_OOFF, words.tobytes())]
     if large_needed:
         chunks.append((CHUNK_LOFF, _be("Q", loff)))
     if ridx:
-        chunks.append((CHUNK_RIDX, _be("I", pseudo_pack_order(entries, pref))))
+        chunks.append((CHUNK_RIDX, _be("I", pseudo_pack_order(pids, offs, pref))))
 
     out = bytearray(SIGNATURE + struct.pack(">BBBBI", VERSION, HASH_SHA1, len(chunks), 0, len(packs)))
     at = HEADER_SIZE + 12 * (len(chunks) + 1)
@@ -185,15 +195,15 @@ def build_midx(packs: Sequence[MidxPack], *, preferred: str | None = None, ridx:
     for _cid, body in chunks:
         out += body
     out += hashlib.sha1(out).digest()
-    assert n == fanout[255]
     return bytes(out)
 
 
-def pseudo_pack_order(entries: Sequence[tuple[int, int]], preferred: int) -> list[int]:
+def pseudo_pack_order(pids: Sequence[int], offsets: Sequence[int], preferred: int) -> list[int]:
     """MIDX positions in pseudo-pack order (git's ``midx_pack_order``): the preferred pack's objects first,
-    then by pack-int-id, each pack's by offset. ``entries``: (pack-int-id, offset) in MIDX (id) order."""
-    keys = [(((0 if pid == preferred else 1 << 31) | pid) << 64) | off for pid, off in entries]
-    return sorted(range(len(entries)), key=keys.__getitem__)
+    then by pack-int-id, each pack's by offset. ``pids``/``offsets``: each object's, in MIDX (id) order."""
+    shift = max(32, max(offsets, default=0).bit_length())   # (keys stay machine-sized for packs under 4 GiB)
+    keys = [((pid if pid == preferred else pid | 1 << 31) << shift) | off for pid, off in zip(pids, offsets)]
+    return sorted(range(len(keys)), key=keys.__getitem__)
 
 
 # -- reading ---------------------------------------------------------------------------------------
