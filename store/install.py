@@ -6,12 +6,13 @@ destination filesystem* and then publishes them with these steps, in this order:
 
     writeout_each     start write-back of every temp file without waiting (the flush overlaps)
     barrier_flush     ONE durable flush of the temp files' data (fsync each, or one syncfs)
-    publish_renames   temp name -> final name; for a pack the .idx LAST (readers find packs by it)
+    publish_renames   temp name -> final name; for a pack the .idx LAST (readers find packs by it, and a
+                      .bitmap through its pack: git's finish order, pack, rev, bitmap, idx)
     fsync_dirs        the renames are durable only once their directories are flushed
     update_refs       refs last: a ref may only name durably installed objects
 
 :func:`install_pack` strings the steps together for a pack (``.pack``, ``.rev``, an optional
-``.mtimes``, then ``.idx``; a ``.keep`` before all of them) with a ``fault_point()`` between
+``.mtimes``, an optional ``.bitmap``, then ``.idx``; a ``.keep`` before all of them) with a ``fault_point()`` between
 steps, named ``<prefix>.after_<step>`` so tests can SIGKILL a producer exactly there.
 Loose objects use the same steps with the variants their volume needs (one ``syncfs`` for
 thousands of files, renames that never replace an existing object).
@@ -46,12 +47,13 @@ class PackFiles:
     rev: Path
     mtimes: Path | None = None  # cruft packs only
     keep: Path | None = None    # a .keep to publish before the pack
+    bitmap: Path | None = None  # a reachability bitmap (store/maintenance/bitmap.py), renamed before the idx
 
     def finals(self, pack_dir: Path) -> dict[str, Path]:
-        return {ext: pack_dir / f"{self.name}.{ext}" for ext in ("pack", "rev", "mtimes", "idx", "keep")}
+        return {ext: pack_dir / f"{self.name}.{ext}" for ext in ("pack", "rev", "mtimes", "bitmap", "idx", "keep")}
 
     def temps(self) -> list[Path]:
-        return [p for p in (self.pack, self.rev, self.mtimes, self.idx, self.keep) if p is not None]
+        return [p for p in (self.pack, self.rev, self.mtimes, self.bitmap, self.idx, self.keep) if p is not None]
 
 
 # -- the steps ---------------------------------------------------------------------------------------
@@ -107,6 +109,8 @@ def publish_renames(pairs: Sequence[tuple[Path, Path]], counters: durable.Durabi
             done.append(dst)
             if dst.suffix == ".pack":
                 fault_point(f"{fault_prefix}.after_pack_rename")
+            elif dst.suffix == ".bitmap":
+                fault_point(f"{fault_prefix}.after_bitmap_rename")
     except BaseException:
         if not any(p.suffix == ".idx" for p in done):
             for p in done:
@@ -207,8 +211,14 @@ def install_pack(files: PackFiles, pack_dir: Path, counters: durable.DurabilityC
             pairs = [(files.pack, final["pack"]), (files.rev, final["rev"])]
             if files.mtimes is not None:
                 pairs.append((files.mtimes, final["mtimes"]))
+            if files.bitmap is not None:
+                pairs.append((files.bitmap, final["bitmap"]))
             pairs.append((files.idx, final["idx"]))
             publish_renames(pairs, counters, fault_prefix)
+            fault_point(f"{fault_prefix}.after_renames")
+        elif files.bitmap is not None and not final["bitmap"].exists():
+            # The same pack was there without a bitmap: its pack and idx are installed, so it may go in now.
+            publish_renames([(files.bitmap, final["bitmap"])], counters, fault_prefix)
             fault_point(f"{fault_prefix}.after_renames")
         fsync_dirs([pack_dir], counters)
         fault_point(f"{fault_prefix}.after_fsync_dirs")

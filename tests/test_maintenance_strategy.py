@@ -21,10 +21,11 @@ RECENT_FULL = RepackHistory(last_full_repack_at=NOW - DAY, last_repack_at=NOW - 
 
 
 def pack(objects: int, size: int | None = None, *, keep: bool = False, cruft: bool = False,
-         cruft_oldest: float | None = None, n: list[int] = [0]) -> PackInfo:
+         cruft_oldest: float | None = None, bitmap: str | None = None, n: list[int] = [0]) -> PackInfo:
     n[0] += 1
     return PackInfo(name=f"pack-{n[0]:040x}", pack_bytes=size if size is not None else objects * 100,
-                    objects=objects, mtime=NOW - 3600, keep=keep, cruft=cruft, cruft_oldest=cruft_oldest)
+                    objects=objects, mtime=NOW - 3600, keep=keep, cruft=cruft, cruft_oldest=cruft_oldest,
+                    bitmap=bitmap)
 
 
 def stats(packs=(), loose: int = 0, history: RepackHistory = RECENT_FULL, **kw) -> RepoStats:
@@ -105,6 +106,17 @@ CASES = [
                               history=RepackHistory()), Action.FULL),
     ("cruft expired, full on cooldown", stats([pack(100), pack(5, cruft=True, cruft_oldest=NOW - 20 * DAY)]),
      Action.NOTHING),
+    # reachability bitmaps: none (or one not matching its pack) warrants a full repack when one is due
+    ("bitmap ok", stats([pack(100, bitmap="ok")], history=RepackHistory()), Action.NOTHING),
+    ("bitmap ok beside a new pack", stats([pack(100, bitmap="ok"), pack(1, bitmap="missing")],
+                                          history=RepackHistory()), Action.NOTHING),
+    ("bitmap missing", stats([pack(100, bitmap="missing")], history=RepackHistory()), Action.FULL),
+    ("bitmap missing, full on cooldown", stats([pack(100, bitmap="missing")]), Action.NOTHING),
+    ("bitmap of another pack", stats([pack(100, bitmap="bitmap names pack 00ff")], history=RepackHistory()),
+     Action.FULL),
+    ("only a keep pack's bitmap missing", stats([pack(100, keep=True, bitmap="missing")],
+                                                history=RepackHistory()), Action.NOTHING),
+    ("bitmap not looked at", stats([pack(100)], history=RepackHistory()), Action.NOTHING),
     # leftovers → gc, when nothing else is due
     ("stale tmp objects", stats(progression(1), stale_tmp_objects=1), Action.GC),
     ("stale pack temps", stats(progression(1), stale_pack_temps=2), Action.GC),
@@ -143,6 +155,15 @@ def test_reasons_say_why_in_numbers():
     plan = plan_maintenance(stats(progression(3)), POLICY, NOW)
     assert plan.action is Action.NOTHING
     assert plan.reasons[0] == "~0 loose objects < 1,024"
+
+
+def test_bitmap_reasons_name_the_pack():
+    p = pack(100, bitmap="bitmap names pack 00ff")
+    plan = plan_maintenance(stats([p], history=RepackHistory()), POLICY, NOW)
+    assert plan.action is Action.FULL and plan.reasons[0] == f"{p.name}.bitmap does not match its pack " \
+        f"(bitmap names pack 00ff)"
+    plan = plan_maintenance(stats([pack(100, bitmap="missing")]), POLICY, NOW)
+    assert plan.action is Action.NOTHING and any("no reachability bitmap" in r for r in plan.reasons)
 
 
 def test_what_is_not_chosen_is_deferred_not_forgotten():
@@ -220,7 +241,7 @@ def test_gathered_stats_see_the_midx(tmp_path):
         objs = git("rev-list", "--objects", "HEAD", "--not", "HEAD~1" if i else "--", cwd=work)
         git("pack-objects", "-q", str(bare / "objects" / "pack" / "pack"), cwd=work, input=objs)
     pack_dir = bare / "objects" / "pack"
-    assert plan_maintenance(gather_stats(bare, now=NOW), POLICY, NOW).reasons[0].startswith(
+    assert plan_maintenance(gather_stats(bare, now=NOW, history=RECENT_FULL), POLICY, NOW).reasons[0].startswith(
         "multi-pack-index missing over 2 packs")
     write_midx(pack_dir, installed_stems(pack_dir))
     s = gather_stats(bare, now=NOW)

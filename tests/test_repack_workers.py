@@ -169,3 +169,32 @@ def test_repack_cli_gives_up_after_its_wait_when_another_maintenance_job_holds_t
     assert proc.returncode == 75, proc.stderr
     assert "maintenance lease busy" in proc.stderr and "by job nightly-job" in proc.stderr, proc.stderr
     assert snapshot_tree(bare) == before
+
+
+def test_repack_cli_writes_a_bitmap_unless_no_bitmap(shapes, pk):
+    bare = shapes.bare
+    pack_dir = bare / "objects" / "pack"
+    # A .keep pack holds reachable objects: the new pack lacks closure, so no bitmap (git: "disabling bitmap
+    # writing, as some objects are not being packed").
+    first = repack(bare, mode="full")
+    assert first["counters"]["bitmap_skipped"] == 1 and list(pack_dir.glob("pack-*.bitmap")) == []
+    shapes.keep_pack.with_suffix(".keep").unlink()
+    proc = subprocess.run([*PACKYARD, "repack", "--repo", str(bare), "--json"], capture_output=True, text=True,
+                          env=pk.cli_env(), cwd=pk.root)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    [main] = result["packs_written"]
+    assert [p.stem for p in pack_dir.glob("pack-*.bitmap")] == [main]
+    assert result["counters"]["bitmap_commits"] > 0
+    out = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--test-bitmap", "HEAD"], capture_output=True)
+    assert out.returncode == 0 and out.stderr.rstrip().endswith(b"OK!"), out.stderr[-300:]
+    # The queued command's flag (the task passes it through): the next pack has none.
+    git("update-ref", "refs/heads/extra", git("commit-tree", "-m", "x", "HEAD^{tree}", git_dir=bare).decode().strip(),
+        git_dir=bare)
+    again = repack(bare, mode="full", no_bitmap=True)
+    assert again["packs_written"] != [main] and again["counters"]["bitmap_commits"] == 0
+    assert not (pack_dir / f"{again['packs_written'][0]}.bitmap").exists()
+    proc = subprocess.run([*PACKYARD, "repack", "--repo", str(bare), "--no-bitmap", "--json"], capture_output=True,
+                          text=True, env=pk.cli_env(), cwd=pk.root)
+    assert proc.returncode == 0, proc.stderr
+    assert list(pack_dir.glob("pack-*.bitmap")) == []

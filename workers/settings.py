@@ -89,6 +89,13 @@ PACKYARD_ALLOW_UNSAFE_MAINTENANCE  1: a queued repack/gc may delete         0
                                PACKYARD_MAINTENANCE_PRESERVE_FOR; only for
                                the race harness's negative control and
                                tests -- readers may lose objects
+PACKYARD_BITMAP_LOOKUP_TABLE   (reachability bitmaps) 1: a full repack's    1
+                               .bitmap has git's lookup table
+                               (pack.writeBitmapLookupTable; git 2.39
+                               reads it)
+PACKYARD_BITMAP_PREFER_TIPS    (reachability bitmaps) comma-separated ref   (none)
+                               prefixes whose tips always get a bitmap
+                               (git's pack.preferBitmapTips)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -256,6 +263,9 @@ class Settings:
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
     allow_unsafe_maintenance: bool = False
+    # reachability bitmaps (store/maintenance/bitmap.py, docs/serving.md)
+    bitmap_lookup_table: bool = True
+    bitmap_prefer_tips: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.storage_roots:
@@ -360,6 +370,11 @@ class Settings:
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
             allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
+            # reachability bitmaps
+            bitmap_lookup_table=_flag(env, "PACKYARD_BITMAP_LOOKUP_TABLE")
+            if env.get("PACKYARD_BITMAP_LOOKUP_TABLE", "").strip() else True,
+            bitmap_prefer_tips=tuple(p.strip() for p in env.get("PACKYARD_BITMAP_PREFER_TIPS", "").split(",")
+                                     if p.strip()),
         )
 
     @property
@@ -422,6 +437,9 @@ class Settings:
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
             "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
+            # reachability bitmaps
+            "PACKYARD_BITMAP_LOOKUP_TABLE": "1" if self.bitmap_lookup_table else "0",
+            "PACKYARD_BITMAP_PREFER_TIPS": ",".join(self.bitmap_prefer_tips),
         }
 
     @property

@@ -48,6 +48,7 @@ from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..parse import object_links
 from ..tuning import gc_paused
+from .bitmap import BitmapOptions, write_pack_bitmap
 from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
@@ -84,6 +85,8 @@ class RepackOptions:
     depth: int = DEFAULT_DEPTH                       # longest delta chain, reused ones too (git's --depth)
     window_memory: int = DEFAULT_WINDOW_MEMORY       # bytes per search process (git's --window-memory); 0: no bound
     midx: bool = True                                # geometric/loose: write a multi-pack-index over what stays
+    bitmap: bool = True                              # full: a reachability bitmap with the pack (bitmap.py)
+    bitmap_options: BitmapOptions = BitmapOptions()  # hash cache, lookup table, pack.preferBitmapTips
 
     def delta_plan(self) -> DeltaPlan:
         search = None if self.window <= 1 else SearchOptions(
@@ -124,6 +127,8 @@ class RepackCounters:
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
     midx_packs: int = 0           # packs the multi-pack-index written names (0: none written)
     midx_removed: int = 0         # 1: an old multi-pack-index naming a deleted pack was removed (--no-midx)
+    bitmap_commits: int = 0       # commits the new pack's .bitmap has a bitmap for
+    bitmap_skipped: int = 0       # 1: a full repack wrote no bitmap (its pack lacks closure: .keep packs)
 
 
 @dataclass
@@ -265,10 +270,16 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
                                 names=None if is_cruft else plan.names, preloaded=plan.preloaded,
                                 deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
+            if not is_cruft and options.bitmap and options.mode is RepackMode.FULL and plan.reach is not None:
+                t0 = time.monotonic()
+                n = write_pack_bitmap(writer, plan.reach, plan.tips, sources.read, options.bitmap_options)
+                c.bitmap_commits, c.bitmap_skipped = (n, 0) if n is not None else (0, 1)
+                searched["bitmap"] = time.monotonic() - t0
             written.append((writer, mtimes, prefix))
         timer.lap("write")
         result.elapsed["search"] = searched.get("search", 0.0)   # (inside "write" until here)
-        result.elapsed["write"] -= result.elapsed["search"]
+        result.elapsed["bitmap"] = searched.get("bitmap", 0.0)
+        result.elapsed["write"] -= result.elapsed["search"] + result.elapsed["bitmap"]
         fault_point("repack.after_write")
         for writer, mtimes, prefix in written:
             _outcome, files, _keep = writer.install(mtimes=mtimes)

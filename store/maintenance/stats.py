@@ -55,6 +55,7 @@ class PackInfo:
     keep: bool = False        # a .keep file: never repacked
     cruft: bool = False       # a .mtimes file: unreachable objects with their ages (git's cruft pack)
     cruft_oldest: float | None = None  # the oldest object mtime a cruft pack records
+    bitmap: str | None = None  # reachability bitmap: "ok", "missing", or why it does not match (None: not looked at)
 
     @property
     def repackable(self) -> bool:
@@ -222,6 +223,24 @@ def mtimes_oldest(mtimes_path: str | os.PathLike[str]) -> float | None:
     return float(min(table))
 
 
+def bitmap_state(pack_dir: Path, stem: str) -> str:
+    """"ok" if ``<stem>.bitmap`` is a bitmap git 2.39 reads for this pack (signature, version 1, full-closure flag,
+    the pack's checksum in its header), else why not (its header only: 32 bytes read)."""
+    try:
+        with open(pack_dir / f"{stem}.bitmap", "rb") as f:
+            head = f.read(32)
+    except FileNotFoundError:
+        return "missing"
+    if len(head) < 32 or head[:4] != b"BITM":
+        return "not a bitmap file (no BITM header)"
+    version, flags = struct.unpack_from(">HH", head, 4)
+    if version != 1 or not flags & 1:
+        return f"bitmap version {version}, flags {flags:#x}: not what git 2.39 reads"
+    if head[12:32].hex() != stem[5:]:
+        return f"bitmap names pack {head[12:32].hex()}"
+    return "ok"
+
+
 def _pack_infos(pack_dir: Path) -> tuple[PackInfo, ...]:
     try:
         with os.scandir(pack_dir) as it:
@@ -250,7 +269,8 @@ def _pack_infos(pack_dir: Path) -> tuple[PackInfo, ...]:
             except PackFormatError:
                 oldest = st.st_mtime  # unreadable table: the pack's own age is a safe lower bound
         infos.append(PackInfo(name=stem, pack_bytes=st.st_size, objects=count, mtime=st.st_mtime,
-                              keep=stem + ".keep" in names, cruft=cruft, cruft_oldest=oldest))
+                              keep=stem + ".keep" in names, cruft=cruft, cruft_oldest=oldest,
+                              bitmap=bitmap_state(pack_dir, stem) if stem + ".bitmap" in names else "missing"))
     return tuple(infos)
 
 

@@ -14,7 +14,9 @@ progression > the allowance →           outside the progression; the progressi
 more than 50 repackable packs           git's gc.autoPackLimit
 a full repack at most every 5 days      Gitaly's full-repack cooldown; warranted only by
                                         something a full repack fixes: too many packs, packs
-                                        outside the progression, or cruft past its expiry
+                                        outside the progression, cruft past its expiry, or no
+                                        reachability bitmap / one not matching its pack (git's
+                                        repack -adb writes one; Gitaly repacks fully without one)
 multi-pack-index missing (2+ packs)     git repack --geometric --write-midx / Gitaly's geometric
 or stale (names packs that are gone,    repack leave one over the packs that stay; a geometric
 misses packs) → ``geometric``           repack with nothing to roll up only (re)writes it
@@ -95,7 +97,8 @@ class _Findings:
     full_allowed: bool
     expirable_cruft: int
     leftovers: tuple[str, ...] = field(default_factory=tuple)
-    midx: str | None = None          # why the multi-pack-index needs (re)writing, None if it does not
+    bitmap: str | None = None    # why the bitmap calls for a full repack (None: it does not)
+    midx: str | None = None      # why the multi-pack-index needs (re)writing, None if it does not
 
 
 def allowed_outside(total_bytes: int, policy: MaintenancePolicy = MaintenancePolicy()) -> float:
@@ -134,6 +137,7 @@ def _findings(stats: RepoStats, policy: MaintenancePolicy, now: float) -> _Findi
     if expired_preserved:
         leftovers.append(f"{expired_preserved} preserved pack(s) past their {_age(policy.preserve_for)} delay")
     return _Findings(
+        bitmap=_bitmap_problem(repackable),
         loose=stats.loose_estimate, packs=len(repackable),
         outside=stats.packs_outside_progression(policy.geometric_factor),
         allowed_outside=allowed_outside(sum(p.pack_bytes for p in repackable), policy),
@@ -142,6 +146,18 @@ def _findings(stats: RepoStats, policy: MaintenancePolicy, now: float) -> _Findi
         full_allowed=since_full is None or since_full >= policy.full_repack_interval,
         expirable_cruft=expirable, leftovers=tuple(leftovers),
         midx=stats.midx.reason() if stats.midx is not None and stats.midx.wanted else None)
+
+
+def _bitmap_problem(packs) -> str | None:
+    """A bitmap that does not match its pack, or none among packs whose bitmap was looked at."""
+    looked = [p for p in packs if p.bitmap is not None]
+    for p in looked:
+        if p.bitmap not in ("ok", "missing"):
+            return f"{p.name}.bitmap does not match its pack ({p.bitmap})"
+    if looked and not any(p.bitmap == "ok" for p in looked):
+        return (f"no reachability bitmap for any of {len(looked)} pack(s) (a clone counts every object without "
+                f"one)")
+    return None
 
 
 def plan_maintenance(stats: RepoStats, policy: MaintenancePolicy, now: float) -> MaintenancePlan:
@@ -165,9 +181,9 @@ def plan_maintenance(stats: RepoStats, policy: MaintenancePolicy, now: float) ->
         full_when = f"last full repack {_age(f.since_full)} ago"
 
     deferred: list[str] = []
-    if f.full_allowed and (too_many or geometric_due or f.expirable_cruft):
+    if f.full_allowed and (too_many or geometric_due or f.expirable_cruft or f.bitmap):
         reasons = [r for r, on in ((too_many_reason, too_many), (geometric_reason, geometric_due),
-                                   (cruft_reason, f.expirable_cruft)) if on]
+                                   (cruft_reason, f.expirable_cruft), (f.bitmap or "", f.bitmap)) if on]
         reasons.append(f"{full_when} (at most every {_age(policy.full_repack_interval)})")
         if loose_due:
             reasons.append(loose_reason + " (packed by the full repack too)")
@@ -197,8 +213,10 @@ def plan_maintenance(stats: RepoStats, policy: MaintenancePolicy, now: float) ->
                f"{f.allowed_outside:.1f} allowed",
                too_many_reason + ", but they form a geometric progression" if too_many
                else f"{f.packs} packs <= gc.autoPackLimit {policy.pack_limit}"]
-    if f.expirable_cruft or too_many:
+    if f.expirable_cruft or too_many or f.bitmap:
         reasons.append(cooldown)
+        if f.bitmap:
+            reasons.append(f.bitmap)
     elif f.full_allowed:
         reasons.append(f"{full_when}, but nothing a full repack would fix")
     else:

@@ -26,6 +26,7 @@ files are removed.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -52,7 +53,7 @@ WRITE_BUFFER = 1 << 20
 
 _HOST_TAG = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:4]
 #: Temp files of the writer: tmp_<kind>_<pid>_<host tag>-<random>; git's own are tmp_pack_XXXXXX.
-TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|keep|owner|midx)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|bitmap|keep|owner|midx)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 OWNER_PREFIX = "tmp_owner_"   # the owner record of the temp files with the same tag
 
 
@@ -343,6 +344,22 @@ class PackWriter:
         self.name = f"pack-{checksum.hex()}"
         self.finished = PackFiles(name=self.name, pack=self.tmp_pack, idx=idx, rev=rev, mtimes=mt, keep=kp)
         return self.finished
+
+    def attach_bitmap(self, data: bytes) -> Path:
+        """After finish(): ``data`` (a ``.bitmap`` for this pack) as ``tmp_bitmap_<tag>``, installed with the pack
+        (renamed after the rev, before the idx)."""
+        if self.finished is None:
+            raise InvalidInputError("a bitmap is attached to a finished pack")
+        path = self.pack_dir / f"tmp_bitmap_{self._tag}"
+        try:
+            with self._open(path) as f:
+                f.write(data)
+        except OSError as err:
+            self.abort()
+            raise WriteFailedError(f"writing the new pack's bitmap failed: {err.strerror}", errno=err.errno,
+                                   path=path) from err
+        self.finished = dataclasses.replace(self.finished, bitmap=path)
+        return path
 
     def _open(self, path: Path, mode: int = 0o444):
         fd = self._create(path, mode)

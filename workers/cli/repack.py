@@ -17,8 +17,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "repack", help="repack a repository (full, geometric or loose) in-process",
         description="Like `git repack`: --mode full packs everything reachable from the refs, HEAD and reflogs "
-                    "into one pack (unreachable objects younger than --expire into a cruft pack with .mtimes, "
-                    "older ones deleted), reusing deltas verbatim and searching new ones for the rest "
+                    "into one pack with a reachability bitmap (--no-bitmap: without; unreachable objects younger "
+                    "than --expire into a cruft pack with .mtimes, older ones deleted), reusing deltas verbatim and "
+                    "searching new ones for the rest "
                     "(--window, --depth; --no-reuse recomputes every delta, like git repack -f); "
                     "--mode geometric merges the smallest packs "
                     "until pack sizes form a progression (--factor); --mode loose packs every loose object. "
@@ -42,6 +43,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="bytes of objects one search process keeps in its window (default 256 MiB; 0: no bound)")
     p.add_argument("--no-midx", action="store_true",
                    help="geometric/loose: write no multi-pack-index over the packs that stay (written by default)")
+    p.add_argument("--no-bitmap", action="store_true",
+                   help="--mode full: write no reachability bitmap (.bitmap) with the pack (git repack -a without -b)")
     p.add_argument("--lock", action="store_true",
                    help="hold the repository's maintenance lease (Redis) and fence the deletions with its token")
     p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         result = common.call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
                                    expire=args.expire, preserve_for=args.preserve_for, no_reuse=args.no_reuse,
                                    window=args.window, depth=args.depth, window_memory=args.window_memory,
-                                   progress=progress, lease=lease, no_midx=args.no_midx)
+                                   no_bitmap=args.no_bitmap, progress=progress, lease=lease, no_midx=args.no_midx)
     if args.json:
         print(json.dumps(result))
         return 0
@@ -77,5 +80,5 @@ def run(args: argparse.Namespace) -> int:
           f"{c['deltas_computed']} computed of {c['deltas_tried']} tried, "
           f"{c['rewritten_whole']} written whole), {c['packs_merged']} packs replaced, {c['loose_deleted']} loose "
           f"objects deleted, cruft {c['cruft_kept']} kept / {c['cruft_expired']} expired, "
-          f"{time.monotonic() - t0:.2f}s", file=sys.stderr)
+          f"bitmap of {c['bitmap_commits']} commits, {time.monotonic() - t0:.2f}s", file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from packyard.store.errors import InvalidInputError
+from packyard.store.maintenance.bitmap import BitmapOptions
 from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
 from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.repo import Repository
@@ -45,21 +46,25 @@ def parse_expire(value: str | float | int | None, default: float = DEFAULT_EXPIR
 def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str | float | None = None,
            preserve_for: float | None = None, preserve: bool = True, no_reuse: bool = False,
            window: int | None = None, depth: int | None = None, window_memory: int | None = None,
-           progress: Progress | None = None, lease: Any = None, no_midx: bool = False) -> dict[str, Any]:
+           no_bitmap: bool = False, progress: Progress | None = None, lease: Any = None,
+           no_midx: bool = False) -> dict[str, Any]:
     """Repack ``repo``. ``lease``: the maintenance lease (``check()`` before the first deletion, ``token``
     for the store's maintenance fence). Raises the store's typed errors; nothing is deleted then.
 
     ``no_reuse``: recompute every delta (``git repack -f``); ``window``, ``depth``, ``window_memory``
-    (bytes per search process): the delta search's, as git names them (None: the defaults).
+    (bytes per search process): the delta search's, as git names them (None: the defaults). ``no_bitmap``: a
+    full repack writes no reachability bitmap (the settings choose the bitmap's lookup table and preferred
+    tips, not the message).
     ``no_midx``: geometric/loose write no multi-pack-index (one naming a deleted pack is removed first)."""
     try:
         repack_mode = RepackMode(mode)
     except ValueError:
         raise InvalidInputError(f"unknown repack mode {mode!r}: full, geometric or loose") from None
-    if preserve_for is None:
-        from packyard.workers.settings import get_settings
+    from packyard.workers.settings import get_settings
 
-        preserve_for = get_settings().maintenance_preserve_for
+    settings = get_settings()
+    if preserve_for is None:
+        preserve_for = settings.maintenance_preserve_for
     search: dict[str, int] = {}
     for name, value in (("window", window), ("depth", depth), ("window_memory", window_memory)):
         if value is not None:
@@ -67,8 +72,10 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
                 raise InvalidInputError(f"{name} must be a non-negative integer, not {value!r}")
             search[name] = value
     options = RepackOptions(mode=repack_mode, factor=int(factor), expire=parse_expire(expire),
-                            preserve_for=float(preserve_for), preserve=preserve, reuse=not no_reuse, midx=not no_midx,
-                            **search)
+                            preserve_for=float(preserve_for), preserve=preserve, reuse=not no_reuse,
+                            bitmap=not no_bitmap, midx=not no_midx,
+                            bitmap_options=BitmapOptions(lookup_table=settings.bitmap_lookup_table,
+                                                         prefer_tips=settings.bitmap_prefer_tips), **search)
     r = Repository.open(repo)
     result = store_repack(r, options, progress=progress,
                           check_lease=getattr(lease, "check", None), fence_token=getattr(lease, "token", None))

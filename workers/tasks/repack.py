@@ -13,13 +13,14 @@ from packyard.workers.tasks.boundary import PRESERVATION
 def repack(self: PackyardTask, repo: str, mode: str = "full", factor: int = 2, expire: str | float | None = None,
            preserve_for: float | None = None, preserve: bool = True, wait: float | None = None,
            on_busy: str = "wait", no_reuse: bool = False, window: int | None = None,
-           depth: int | None = None, no_midx: bool = False) -> dict[str, Any]:
+           depth: int | None = None, no_bitmap: bool = False, no_midx: bool = False) -> dict[str, Any]:
     """Repack under the maintenance lease (waits ``wait`` s for it, or ``on_busy="skip"``s: scheduled runs); its
-    token fences the deletions. ``no_reuse`` recomputes every delta (``window``/``depth`` as git names them).
+    token fences the deletions. ``no_reuse`` recomputes every delta (``window``/``depth`` as git names them);
+    ``no_bitmap``: a full repack writes no reachability bitmap.
     ``preserve=False`` (unlink replaced packs at once) is the race harness's unsafe negative control, never a
     default."""
     self.bind_log(mode=mode)
     with self.maintenance_lock(repo, wait=wait, on_busy=on_busy) as lease:
         return self.call(command.repack, repo, mode=mode, factor=factor, expire=expire,
                          preserve_for=preserve_for, preserve=preserve, no_reuse=no_reuse, window=window,
-                         depth=depth, lease=lease, no_midx=no_midx)
+                         depth=depth, no_bitmap=no_bitmap, lease=lease, no_midx=no_midx)

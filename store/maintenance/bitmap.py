@@ -1,0 +1,397 @@
+"""Reachability bitmaps: git's ``.bitmap`` v1 for a pack (or, given its order, a multi-pack-index).
+
+What git's ``pack-objects --write-bitmap-index`` writes (git 2.39 ``pack-bitmap-write.c``; the format is
+Documentation/technical/bitmap-format.txt), and how:
+
+* **Bit order** is the caller's: ``order`` lists the objects, bit *i* = ``order[i]``. A pack's order is its
+  idx entries sorted by offset (the order the pack writer wrote them), with the pack's checksum; a MIDX's
+  is its pseudo-pack order with the MIDX checksum. Both are parameters of :func:`encode_bitmap`.
+* **Index positions** (each bitmap's commit position, the lookup table, the name-hash cache) count in
+  object-id order, as git's ``oid_pos`` over the sorted idx entries does.
+* **The four type bitmaps** (commits, trees, blobs, tags), built with ``ewah_set``.
+* **Commit selection** (:func:`select_commits`, ``bitmap_writer_select_commits``): the commits in the
+  order the traversal met them, stably sorted newest first by committer date; fewer than 100: all of
+  them; else the 100 newest each get a bitmap, then one per window that grows with the distance (at most
+  100 commits apart up to the 20,000th, then up to 5,000), in each window the first commit a
+  ``pack.preferBitmapTips`` ref names or else the window's last merge or else its last commit.
+* **Each selected commit's bitmap** is the closure of the commit: every commit, tree and blob it reaches
+  (gitlinks not followed). :func:`build_bitmaps` computes them oldest first, an ancestor's finished
+  bitmap ORed in where the walk meets it (git's builder shares work differently; the sets are the same
+  by definition).
+* **XOR compression** (``compute_xor_offsets``): each bitmap, in selection order, is stored XORed against
+  the one of the 10 before it that makes the smallest EWAH, if smaller than itself.
+* **The name-hash cache** (``BITMAP_OPT_HASH_CACHE``, on as in git): ``pack_name_hash`` of the path each
+  object was reached by (0 for commits), one be32 per object in index order.
+* **The lookup table** (``BITMAP_OPT_LOOKUP_TABLE``, git's ``pack.writeBitmapLookupTable``; git 2.39 reads
+  and writes it, off by default there, on here as Gitaly sets it): (commit position, file offset of the
+  bitmap, row of its XOR base) sorted by commit position.
+
+Given the same order, commits, names and options, the bytes are git's (``tests/test_bitmap.py`` compares
+with git's own file for git's own pack).
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import struct
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping, Sequence
+
+from ..errors import StoreError
+from ..objects import ObjectType
+from . import ewah as _ewah
+from .walk import parse_commit, parse_tree_entries
+
+SIGNATURE = b"BITM"
+VERSION = 1
+OPT_FULL_DAG = 0x1
+OPT_HASH_CACHE = 0x4
+OPT_LOOKUP_TABLE = 0x10
+HEADER_SIZE = 4 + 2 + 2 + 4 + 20
+#: git's MAX_XOR_OFFSET_SEARCH: a bitmap may be stored XORed against one of the 10 before it.
+MAX_XOR_OFFSET = 10
+#: git's next_commit_index constants.
+MUST_REGION = 100
+MIN_REGION = 20000
+MIN_COMMITS = 100
+MAX_COMMITS = 5000
+
+_DIR_MODES = frozenset({b"40000", b"040000"})
+_GITLINK = b"160000"
+_SPACE = frozenset(b" \t\n\r")   # git's sane_ctype GIT_SPACE
+_TYPE_ROW = {int(ObjectType.COMMIT): 0, int(ObjectType.TREE): 1, int(ObjectType.BLOB): 2, int(ObjectType.TAG): 3}
+
+Read = Callable[[bytes], tuple[int, bytes]]
+
+
+class BitmapClosureError(StoreError):
+    """The objects to bitmap are not closed under reachability (git: "Packfile doesn't have full closure"):
+    no bitmap can describe them."""
+
+
+@dataclass(frozen=True)
+class BitmapOptions:
+    hash_cache: bool = True                  # git's pack.writeBitmapHashCache (default on)
+    lookup_table: bool = True                # git's pack.writeBitmapLookupTable (git's default off; Gitaly on)
+    prefer_tips: tuple[str, ...] = ()        # git's pack.preferBitmapTips: ref prefixes whose tips get bitmaps
+
+    @property
+    def flags(self) -> int:
+        return OPT_FULL_DAG | (OPT_HASH_CACHE if self.hash_cache else 0) | \
+            (OPT_LOOKUP_TABLE if self.lookup_table else 0)
+
+
+def name_hash(name: bytes | None) -> int:
+    """git's ``pack_name_hash``: the last ~16 non-space bytes of a path, the last weighing most."""
+    if not name:
+        return 0
+    h = 0
+    for c in name:
+        if c in _SPACE:
+            continue
+        h = ((h >> 2) + (c << 24)) & 0xFFFFFFFF
+    return h
+
+
+# -- the commits ---------------------------------------------------------------------------------------
+
+@dataclass
+class CommitGraph:
+    """(tree, parents, committer date) of each commit, read once through ``read``."""
+
+    read: Read
+    info: dict[bytes, tuple[bytes, list[bytes], int]] = field(default_factory=dict)
+
+    def __call__(self, oid: bytes) -> tuple[bytes, list[bytes], int]:
+        got = self.info.get(oid)
+        if got is None:
+            _t, data = self.read(oid)
+            got = self.info[oid] = parse_commit(data, oid)
+        return got
+
+
+def _next_commit_index(idx: int) -> int:
+    if idx <= MUST_REGION:
+        return 0
+    if idx <= MIN_REGION:
+        offset = idx - MUST_REGION
+        return offset if offset < MIN_COMMITS else MIN_COMMITS
+    offset = idx - MIN_REGION
+    nxt = offset if offset < MAX_COMMITS else MAX_COMMITS
+    return nxt if nxt > MIN_COMMITS else MIN_COMMITS
+
+
+def select_commits(commits: Sequence[bytes], graph: CommitGraph, preferred: Iterable[bytes] = ()) -> list[bytes]:
+    """``bitmap_writer_select_commits``: which commits get a bitmap, in the order they are written."""
+    by_date = sorted(commits, key=lambda c: -graph(c)[2])   # (stable, as glibc's merge-sort qsort)
+    n = len(by_date)
+    if n < 100:
+        return list(by_date)
+    wanted = set(preferred)
+    out: list[bytes] = []
+    i = 0
+    while True:   # (bounded: i grows by at least 1 each round and stops at n)
+        nxt = _next_commit_index(i)
+        if i + nxt >= n:
+            break
+        if nxt == 0:
+            chosen = by_date[i]
+        else:
+            chosen = by_date[i + nxt]
+            for j in range(nxt + 1):
+                cm = by_date[i + j]
+                if cm in wanted:
+                    chosen = cm
+                    break
+                if len(graph(cm)[1]) > 1:
+                    chosen = cm
+        out.append(chosen)
+        i += nxt + 1
+    return out
+
+
+def preferred_tips(tips: Mapping[str, bytes], prefixes: Sequence[str], peel: Callable[[bytes], bytes | None]
+                   ) -> set[bytes]:
+    """Commits named (after peeling tags) by refs under ``pack.preferBitmapTips`` prefixes."""
+    out: set[bytes] = set()
+    if not prefixes:
+        return out
+    for name, oid in tips.items():
+        if any(name.startswith(p) for p in prefixes):
+            c = peel(oid)
+            if c is not None:
+                out.add(c)
+    return out
+
+
+# -- the bitmaps -----------------------------------------------------------------------------------------
+
+def build_bitmaps(selected: Sequence[bytes], pos: Mapping[bytes, int], nbits: int, graph: CommitGraph,
+                  read: Read) -> list[int]:
+    """The closure of each selected commit as an int (bit i: object ``order[i]``), in ``selected``'s order.
+
+    Oldest first: each walk goes newest-first by committer date and takes a finished ancestor's bitmap
+    whole where it meets it, then walks the trees of the commits it added, skipping every tree whose bit
+    is already set. BitmapClosureError if something reached has no position.
+    """
+    nbytes = (nbits + 7) // 8
+    done: dict[bytes, int] = {}
+
+    def at(oid: bytes, referrer: bytes) -> int:
+        p = pos.get(oid)
+        if p is None:
+            raise BitmapClosureError(f"object {oid.hex()} (reached from {referrer.hex()}) is not among the "
+                                     f"objects to bitmap: no full closure", oid=oid)
+        return p
+
+    for s in sorted(set(selected), key=lambda c: (graph(c)[2], pos.get(c, 0))):
+        work = bytearray(nbytes)
+        heap = [(-graph(s)[2], 0, s)]
+        seq = 1
+        added: list[bytes] = []
+        while heap:   # (bounded: a commit is added at most once, its bit set)
+            _d, _n, c = heapq.heappop(heap)
+            p = at(c, s)
+            if work[p >> 3] >> (p & 7) & 1:
+                continue
+            bm = done.get(c)
+            if bm is not None:
+                work = bytearray((int.from_bytes(work, "little") | bm).to_bytes(nbytes, "little"))
+                continue
+            work[p >> 3] |= 1 << (p & 7)
+            added.append(c)
+            for parent in graph(c)[1]:
+                q = at(parent, c)
+                if not work[q >> 3] >> (q & 7) & 1:
+                    heapq.heappush(heap, (-graph(parent)[2], seq, parent))
+                    seq += 1
+        for c in added:
+            stack = [graph(c)[0]]
+            while stack:   # (bounded: a tree is read only when its bit was clear; then it is set)
+                t = stack.pop()
+                p = at(t, c)
+                if work[p >> 3] >> (p & 7) & 1:
+                    continue
+                work[p >> 3] |= 1 << (p & 7)
+                _typ, data = read(t)
+                for mode, _name, oid in parse_tree_entries(data, t):
+                    if mode == _GITLINK:
+                        continue
+                    q = at(oid, t)
+                    if work[q >> 3] >> (q & 7) & 1:
+                        continue
+                    if mode in _DIR_MODES:
+                        stack.append(oid)
+                    else:
+                        work[q >> 3] |= 1 << (q & 7)
+        done[s] = int.from_bytes(work, "little")
+    return [done[s] for s in selected]
+
+
+def xor_offsets(bitmaps: Sequence[_ewah.Ewah]) -> list[tuple[int, _ewah.Ewah]]:
+    """``compute_xor_offsets``: (offset, what to write) for each bitmap, in order."""
+    out = []
+    for k, cur in enumerate(bitmaps):
+        best_offset, best = 0, cur
+        for i in range(1, MAX_XOR_OFFSET + 1):
+            if k - i < 0:
+                break
+            test = _ewah.xor(bitmaps[k - i], cur)
+            if test.size < best.size:
+                best_offset, best = i, test
+        out.append((best_offset, best))
+    return out
+
+
+# -- the file ---------------------------------------------------------------------------------------------
+
+def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes, selected: Sequence[bytes],
+                  bitmaps: Sequence[int], *, hashes: Sequence[int] | None, options: BitmapOptions) -> bytes:
+    """The ``.bitmap`` file: ``order`` (bit order), ``types`` (each object's type number, same order),
+    ``checksum`` (the pack's or MIDX's), the selected commits and their closures, ``hashes`` (name hash of
+    each object, bit order; None: zeros)."""
+    n = len(order)
+    if len(types) != n or (hashes is not None and len(hashes) != n):
+        raise ValueError(f"{n} objects but {len(types)} types / {len(hashes or ())} name hashes")
+    rows = [_ewah.Ewah() for _ in range(4)]
+    for i, t in enumerate(types):
+        rows[_TYPE_ROW[t]].set(i)
+    index = sorted(range(n), key=order.__getitem__)   # index position -> bit position
+    rank = [0] * n
+    for k, i in enumerate(index):
+        rank[i] = k
+    pos = {oid: i for i, oid in enumerate(order)} if selected else {}
+    commit_pos = [rank[pos[c]] for c in selected]
+    stored = xor_offsets([_ewah.from_int(b) for b in bitmaps])
+
+    out = bytearray(SIGNATURE + struct.pack(">HHI", VERSION, options.flags, len(selected)) + checksum)
+    for r in rows:
+        out += r.serialize()
+    offsets = []
+    for cpos, (xo, bm) in zip(commit_pos, stored):
+        offsets.append(len(out))
+        out += struct.pack(">IBB", cpos, xo, 0)
+        out += bm.serialize()
+    if options.lookup_table:
+        table = sorted(range(len(selected)), key=commit_pos.__getitem__)
+        inv = [0] * len(table)
+        for j, i in enumerate(table):
+            inv[i] = j
+        for i in table:
+            xo = stored[i][0]
+            out += struct.pack(">IQI", commit_pos[i], offsets[i], inv[i - xo] if xo else 0xFFFFFFFF)
+    if options.hash_cache:
+        cache = [hashes[i] for i in index] if hashes is not None else [0] * n
+        out += struct.pack(f">{n}I", *cache)
+    out += hashlib.sha1(out).digest()
+    return bytes(out)
+
+
+def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, commits: Sequence[bytes],
+               read: Read, *, names: Mapping[bytes, bytes] | None = None, tips: Mapping[str, bytes] | None = None,
+               options: BitmapOptions = BitmapOptions()) -> bytes:
+    """Everything from the objects: select among ``commits`` (traversal order), build, encode.
+
+    ``names``: object -> the path it was reached by (git hashes the full path; a last component gives the
+    same hash for names of 16 bytes or more); tags are named by their ``tag`` header, as git's traversal
+    names them. ``tips``: the refs, for ``prefer_tips``.
+    """
+    graph = CommitGraph(read)
+    pos = {oid: i for i, oid in enumerate(order)}
+
+    def peel(oid: bytes) -> bytes | None:
+        for _ in range(64):   # (a tag chain longer than this is not followed)
+            p = pos.get(oid)
+            if p is None:
+                return None
+            t = types[p]
+            if t == int(ObjectType.COMMIT):
+                return oid
+            if t != int(ObjectType.TAG):
+                return None
+            _typ, data = read(oid)
+            if not data.startswith(b"object ") or len(data) < 47:
+                return None
+            oid = bytes.fromhex(data[7:47].decode("ascii", "replace"))
+        return None
+
+    preferred = preferred_tips(tips or {}, options.prefer_tips, peel)
+    selected = select_commits(commits, graph, preferred)
+    bitmaps = build_bitmaps(selected, pos, len(order), graph, read)
+    hashes = None
+    if options.hash_cache:
+        hashes = [0] * len(order)
+        named = names or {}
+        for i, oid in enumerate(order):
+            t = types[i]
+            if t == int(ObjectType.TAG):
+                _typ, data = read(oid)
+                hashes[i] = name_hash(_tag_name(data))
+            elif t != int(ObjectType.COMMIT):
+                hashes[i] = name_hash(named.get(oid))
+    return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options)
+
+
+def _tag_name(data: bytes) -> bytes | None:
+    end = data.find(b"\n\n")
+    for line in (data if end < 0 else data[:end]).split(b"\n"):
+        if line.startswith(b"tag "):
+            return line[4:]
+    return None
+
+
+# -- a repack's new pack ------------------------------------------------------------------------------------
+
+def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, options: BitmapOptions) -> int | None:
+    """A full repack's bitmap for its finished pack (``writer``: :class:`~..pack.write.PackWriter` after
+    ``finish()``; ``reach``: the plan's :class:`~.walk.Reachable`), attached to be installed with the pack.
+    Returns the commits bitmapped, or None when the pack is not closed (objects left in a .keep pack: git
+    too writes no bitmap then)."""
+    oids = bytes(writer.oids)
+    if len(oids) // 20 != len(reach):
+        return None   # (some reached objects stay in .keep packs: no closure)
+    order = [oids[k:k + 20] for k in range(0, len(oids), 20)]   # write order = offset order = bit order
+    kind: dict[bytes, int] = {}
+    for ids, t in ((reach.commits, ObjectType.COMMIT), (reach.tags, ObjectType.TAG), (reach.trees, ObjectType.TREE),
+                   (reach.blobs, ObjectType.BLOB)):
+        kind.update(dict.fromkeys(ids, int(t)))
+    try:
+        types = [kind[o] for o in order]
+    except KeyError:
+        return None   # (an object the walk did not reach: not a full repack's pack)
+    in_pack = set(order)
+    commits = [c for c in reach.commits if c in in_pack]
+    try:
+        data = bitmap_for(order, types, writer.checksum, commits, read,
+                          names=reach.names if options.hash_cache else None, tips=tips, options=options)
+    except BitmapClosureError:
+        return None
+    writer.attach_bitmap(data)
+    return read_header(data).entries
+
+
+# -- reading the header (the strategy's "does the bitmap match the pack?") ---------------------------------
+
+@dataclass(frozen=True)
+class BitmapHeader:
+    flags: int
+    entries: int
+    checksum: bytes
+
+
+def read_header(data: bytes) -> BitmapHeader:
+    """The header of a ``.bitmap``; ValueError if it is not one git 2.39 reads (signature, version 1,
+    FULL_DAG) or its trailing SHA-1 does not match."""
+    if len(data) < HEADER_SIZE + 20 or data[:4] != SIGNATURE:
+        raise ValueError("not a bitmap file (no BITM signature)")
+    version, flags, entries = struct.unpack_from(">HHI", data, 4)
+    if version != VERSION or not flags & OPT_FULL_DAG:
+        raise ValueError(f"bitmap version {version} flags {flags:#x}: not what git 2.39 reads")
+    if hashlib.sha1(data[:-20]).digest() != data[-20:]:
+        raise ValueError("bitmap trailer checksum does not match its contents")
+    return BitmapHeader(flags=flags, entries=entries, checksum=data[12:32])
+
+
+__all__ = ["BitmapOptions", "BitmapClosureError", "BitmapHeader", "name_hash", "select_commits", "build_bitmaps",
+           "xor_offsets", "encode_bitmap", "bitmap_for", "read_header", "CommitGraph", "preferred_tips",
+           "write_pack_bitmap"]
