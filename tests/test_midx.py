@@ -229,3 +229,45 @@ def _dead_claim(path: Path) -> bool:
     from packyard.store.lockfile import BreakVerdict, judge
 
     return judge(path)[0] is BreakVerdict.OWNER_DEAD
+
+
+# -- the MIDX bitmap ---------------------------------------------------------------------------------
+
+def _bitmap_for(bare: Path):
+    from packyard.store.maintenance.bitmap import BitmapOptions
+    from packyard.store.maintenance.midxbitmap import midx_bitmap
+    from packyard.store.repo import Repository
+
+    repo = Repository.open(bare)
+    return lambda m: midx_bitmap(m, bare / "objects" / "pack", repo.refs.as_dict(), repo.objects.read,
+                                 BitmapOptions(lookup_table=True))
+
+
+@pytest.mark.parametrize("preferred", [None, 1])
+def test_midx_bitmap_bytes_identical_to_gits(repo, tmp_path, preferred):
+    """git 2.39 --bitmap (with pack.writeBitmapLookupTable): the same .bitmap, named by the MIDX checksum."""
+    import shutil
+
+    src, stems = repo
+    bare = tmp_path / "r.git"
+    shutil.copytree(src, bare, copy_function=shutil.copy2)
+    pack_dir = bare / "objects" / "pack"
+    for p in pack_dir.glob(MIDX_NAME + "*"):
+        p.unlink()
+    args = ["--bitmap"] + ([f"--preferred-pack={stems[preferred]}.pack"] if preferred is not None else [])
+    git("-c", "pack.writeBitmapLookupTable=true", "multi-pack-index", "write", "--no-progress", *args, git_dir=bare)
+    theirs_midx = (pack_dir / MIDX_NAME).read_bytes()
+    (theirs_bitmap,) = [p for p in pack_dir.glob(f"{MIDX_NAME}-*.bitmap")]
+    theirs = theirs_bitmap.read_bytes()
+    for p in pack_dir.glob(MIDX_NAME + "*"):
+        p.unlink()
+    m = write_midx(pack_dir, stems, preferred=None if preferred is None else stems[preferred],
+                   bitmap=_bitmap_for(bare))
+    assert (pack_dir / MIDX_NAME).read_bytes() == theirs_midx
+    ours = pack_dir / f"{MIDX_NAME}-{m.checksum.hex()}.bitmap"
+    assert ours.name == theirs_bitmap.name and ours.read_bytes() == theirs
+    # git uses it: --test-bitmap checks every bitmap against a walk, verify checks the MIDX.
+    out = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--test-bitmap", "refs/heads/main"],
+                         capture_output=True)
+    assert out.returncode == 0 and b"OK!" in out.stderr, out.stderr
+    git("multi-pack-index", "verify", "--no-progress", git_dir=bare)

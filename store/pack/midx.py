@@ -37,7 +37,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .. import durable, lockfile
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
@@ -388,29 +388,26 @@ def _tmp_name() -> str:
 
 def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = None, ridx: bool = True,
                counters: durable.DurabilityCounters | None = None, fault_prefix: str = "midx",
-               lock_wait: float = LOCK_WAIT) -> Midx:
+               lock_wait: float = LOCK_WAIT, bitmap: Callable[[Midx], bytes | None] | None = None) -> Midx:
     """Write and install ``objects/pack/multi-pack-index`` over the installed packs ``stems`` (durably,
-    see the module docstring); returns it parsed. A pack that is not installed is refused (InvalidInputError)."""
+    see the module docstring); returns it parsed. A pack that is not installed is refused (InvalidInputError).
+
+    ``bitmap(midx)``: the bytes of its ``multi-pack-index-<checksum>.bitmap`` (None: none), installed right
+    AFTER the MIDX it describes (flushed with it; fault point ``<prefix>.midx.after_bitmap_rename``)."""
     pack_dir = Path(pack_dir)
     counters = counters if counters is not None else durable.DurabilityCounters()
     stems = sorted(set(stems))
     claim = lockfile.acquire(pack_dir / LOCK_NAME, "multi-pack-index", wait=lock_wait)
     tmp = pack_dir / _tmp_name()
+    tmp_bitmap = pack_dir / _tmp_name()
     try:
         packs = [MidxPack.load(pack_dir, s) for s in stems]
         data = build_midx(packs, preferred=preferred, ridx=ridx)
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
-                durable.flush_file(fd, counters)
-            finally:
-                os.close(fd)
-        except OSError as err:
-            raise WriteFailedError(f"writing the multi-pack-index failed: {err.strerror}", errno=err.errno,
-                                   path=tmp) from err
+        midx = parse_midx(data, pack_dir / MIDX_NAME)
+        bitmap_data = bitmap(midx) if bitmap is not None else None
+        _write_flushed(tmp, data, counters)
+        if bitmap_data is not None:
+            _write_flushed(tmp_bitmap, bitmap_data, counters)
         fault_point(f"{fault_prefix}.midx.after_flush")
         for s in stems:   # never name a pack that is not installed (idx and pack both there)
             if not ((pack_dir / f"{s}.idx").exists() and (pack_dir / f"{s}.pack").exists()):
@@ -418,7 +415,9 @@ def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = 
                                         path=pack_dir / f"{s}.idx")
         durable.rename(tmp, pack_dir / MIDX_NAME, counters)
         fault_point(f"{fault_prefix}.midx.after_rename")
-        midx = parse_midx(data, pack_dir / MIDX_NAME)
+        if bitmap_data is not None:
+            durable.rename(tmp_bitmap, pack_dir / f"{MIDX_NAME}-{midx.checksum.hex()}.bitmap", counters)
+            fault_point(f"{fault_prefix}.midx.after_bitmap_rename")
         for side in midx_side_files(pack_dir, midx.checksum):
             _unlink(side)
         durable.fsync_dir(pack_dir, counters)
@@ -426,7 +425,23 @@ def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = 
         return midx
     finally:
         _unlink(tmp)
+        _unlink(tmp_bitmap)
         lockfile.release(claim)
+
+
+def _write_flushed(path: Path, data: bytes, counters: durable.DurabilityCounters) -> None:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            durable.flush_file(fd, counters)
+        finally:
+            os.close(fd)
+    except OSError as err:
+        raise WriteFailedError(f"writing the multi-pack-index failed: {err.strerror}", errno=err.errno,
+                               path=path) from err
 
 
 def remove_midx(pack_dir: Path, counters: durable.DurabilityCounters | None = None, *,
