@@ -61,6 +61,32 @@ def test_geometric_repack_writes_a_midx_git_would_write(template, tmp_path):
     assert ours == theirs
 
 
+def test_geometric_repack_writes_a_midx_bitmap_git_uses(template, tmp_path):
+    shapes = ru.copy(template, tmp_path / "repo.git")
+    bare, pack_dir = shapes.bare, shapes.bare / "objects" / "pack"
+    result = repack(Repository.open(bare), RepackOptions(mode=RepackMode.GEOMETRIC))
+    m = read_midx(pack_dir)
+    bitmaps = sorted(p.name for p in pack_dir.glob(f"{MIDX_NAME}-*.bitmap"))
+    assert bitmaps == [f"{MIDX_NAME}-{m.checksum.hex()}.bitmap"]
+    assert result.counters.midx_bitmap_commits > 0
+    for ref in ("refs/heads/main", "refs/heads/feature"):
+        out = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--test-bitmap", ref], capture_output=True)
+        assert out.returncode == 0 and b"OK!" in out.stderr, out.stderr
+    walked = git("rev-list", "--objects", "--no-object-names", "--branches", "--tags", git_dir=bare)
+    env = {**os.environ, "GIT_TRACE2_PERF": str(tmp_path / "trace")}
+    with_bitmap = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--objects", "--no-object-names",
+                                  "--use-bitmap-index", "--branches", "--tags"], capture_output=True, env=env,
+                                 check=True)
+    assert sorted(with_bitmap.stdout.split()) == sorted(walked.split())
+    trace = (tmp_path / "trace").read_text()
+    assert "load/num_packs" in trace and "source:midx" in trace   # (the MIDX's RIDX loaded: a bitmap walk)
+    # --no-bitmap: a MIDX without one.
+    fresh = ru.copy(template, tmp_path / "fresh.git")
+    repack(Repository.open(fresh.bare), RepackOptions(mode=RepackMode.GEOMETRIC, bitmap=False))
+    assert (fresh.bare / "objects" / "pack" / MIDX_NAME).exists()
+    assert not list((fresh.bare / "objects" / "pack").glob(f"{MIDX_NAME}-*.bitmap"))
+
+
 def _preferred(m) -> str:
     """The pack of the first object in pseudo-pack order: the preferred one."""
     return m.pack_stems[m.pack_ids[m.ridx[0]]]
@@ -124,6 +150,7 @@ repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode(sys.argv[2]))
 """
 
 POINTS = ["repack.after_fsync_dirs", "repack.midx.after_flush", "repack.midx.after_rename",
+          "repack.midx.after_bitmap_rename",
           "repack.midx.after_fsync_dirs", "repack.after_idx_preserved", "repack.after_pack_preserved@2",
           "repack.after_delete"]
 
@@ -166,3 +193,8 @@ def test_sigkill_between_midx_and_deletions(template, tmp_path, point):
     _verify(bare)
     assert ru.reachable_listing(bare) == listing
     assert midx_status(pack_dir).stale is False
+    m = read_midx(pack_dir)
+    assert [p.name for p in pack_dir.glob(f"{MIDX_NAME}-*.bitmap")] == [f"{MIDX_NAME}-{m.checksum.hex()}.bitmap"]
+    out = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--test-bitmap", "refs/heads/main"],
+                         capture_output=True)
+    assert out.returncode == 0 and b"OK!" in out.stderr, out.stderr

@@ -43,12 +43,13 @@ from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..fence import FenceKind, fenced
 from ..objects import ObjectType
+from .midxbitmap import midx_bitmap
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
 from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..parse import object_links
 from ..tuning import gc_paused
-from .bitmap import BitmapOptions, write_pack_bitmap
+from .bitmap import BitmapOptions, read_header, write_pack_bitmap
 from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
@@ -127,6 +128,7 @@ class RepackCounters:
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
     midx_packs: int = 0           # packs the multi-pack-index written names (0: none written)
     midx_removed: int = 0         # 1: an old multi-pack-index naming a deleted pack was removed (--no-midx)
+    midx_bitmap_commits: int = 0  # commits the multi-pack-index's bitmap has a bitmap for (geometric)
     bitmap_commits: int = 0       # commits the new pack's .bitmap has a bitmap for
     bitmap_skipped: int = 0       # 1: a full repack wrote no bitmap (its pack lacks closure: .keep packs)
 
@@ -249,7 +251,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     if not plan.main and not plan.cruft and not plan.packs and not plan.loose:
         result.nothing_to_do = True
         if _wants_midx(options, pack_dir) and midx_status(pack_dir).wanted:
-            _publish_midx(plan, options, pack_dir, set(), dur, c)
+            _publish_midx(repo, plan, options, pack_dir, set(), dur, c)
         _finish_counters(result, repo, rescans0, dur)
         return result
 
@@ -319,7 +321,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
              if fence_token is not None else nullcontext())
     with guard:
         # FIRST the new multi-pack-index: no MIDX ever names a pack deleted or preserved below.
-        _publish_midx(plan, options, pack_dir, {p.name for p in doomed_packs}, dur, c)
+        _publish_midx(repo, plan, options, pack_dir, {p.name for p in doomed_packs}, dur, c)
         for pack in doomed_packs:
             c.bytes_in += _size(pack.pack_path)
             c.objects_in += len(pack)
@@ -353,11 +355,12 @@ def _wants_midx(options: RepackOptions, pack_dir: Path) -> bool:
     return options.midx and (options.mode is not RepackMode.FULL or (pack_dir / MIDX_NAME).exists())
 
 
-def _publish_midx(plan: "_Plan", options: RepackOptions, pack_dir: Path, doomed: set[str],
+def _publish_midx(repo, plan: "_Plan", options: RepackOptions, pack_dir: Path, doomed: set[str],
                   dur: durable.DurabilityCounters, c: RepackCounters) -> None:
     """Before any pack is deleted or preserved: the new multi-pack-index over every installed pack that stays
-    (geometric, loose; a full repack rewrites one that exists). Without one (``midx=False``), an old MIDX
-    naming a doomed pack is removed first (git's ``clear_midx_file``)."""
+    (geometric, loose; a full repack rewrites one that exists), with its bitmap for a geometric repack (unless
+    ``bitmap=False``). Without one (``midx=False``), an old MIDX naming a doomed pack is removed first (git's
+    ``clear_midx_file``)."""
     if not _wants_midx(options, pack_dir):
         named = midx_pack_names(pack_dir)
         if named is not None and (doomed & set(named) or not named):
@@ -373,8 +376,14 @@ def _publish_midx(plan: "_Plan", options: RepackOptions, pack_dir: Path, doomed:
         active = [p for p in plan.snapshot_packs if p.name not in rolled and p.name in staying]
         if active:
             preferred = max(active, key=lambda p: (len(p), p.name)).name
-    c.midx_packs = len(write_midx(pack_dir, staying, preferred=preferred, counters=dur,
-                                  fault_prefix="repack").pack_names)
+    bitmap = None
+    if options.bitmap and options.mode is RepackMode.GEOMETRIC:
+        def bitmap(m):   # (refs read now: git's repack takes its refs snapshot for the MIDX bitmap too)
+            data = midx_bitmap(m, pack_dir, repo.refs.as_dict(), repo.objects.read, options.bitmap_options)
+            c.midx_bitmap_commits = read_header(data).entries if data is not None else 0
+            return data
+    c.midx_packs = len(write_midx(pack_dir, staying, preferred=preferred, counters=dur, fault_prefix="repack",
+                                  bitmap=bitmap).pack_names)
 
 
 def _finish_counters(result: RepackResult, repo, rescans0: int, dur: durable.DurabilityCounters) -> None:
