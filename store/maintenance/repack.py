@@ -43,7 +43,7 @@ from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..fence import FenceKind, fenced
 from ..objects import ObjectType
-from .midxbitmap import midx_bitmap
+from .midxbitmap import midx_bitmap_for
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
 from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
@@ -379,7 +379,7 @@ def _publish_midx(repo, plan: "_Plan", options: RepackOptions, pack_dir: Path, d
     bitmap = None
     if options.bitmap and options.mode is RepackMode.GEOMETRIC:
         def bitmap(m):   # (refs read now: git's repack takes its refs snapshot for the MIDX bitmap too)
-            data = midx_bitmap(m, pack_dir, repo.refs.as_dict(), repo.objects.read, options.bitmap_options)
+            data = midx_bitmap_for(repo, m, options.bitmap_options)
             c.midx_bitmap_commits = read_header(data).entries if data is not None else 0
             return data
     c.midx_packs = len(write_midx(pack_dir, staying, preferred=preferred, counters=dur, fault_prefix="repack",
