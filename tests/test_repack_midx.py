@@ -198,3 +198,20 @@ def test_sigkill_between_midx_and_deletions(template, tmp_path, point):
     out = subprocess.run(["git", "--git-dir", str(bare), "rev-list", "--test-bitmap", "refs/heads/main"],
                          capture_output=True)
     assert out.returncode == 0 and b"OK!" in out.stderr, out.stderr
+
+
+PACKYARD = [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main(sys.argv[1:]))"]
+
+
+def test_cli_no_midx_and_default(template, tmp_path, pk):
+    import json
+
+    for flag, want in ((["--no-midx"], False), ([], True)):
+        shapes = ru.copy(template, tmp_path / f"cli{len(flag)}.git")
+        proc = subprocess.run([*PACKYARD, "repack", "--repo", str(shapes.bare), "--mode", "geometric", "--json",
+                               "--no-bitmap", *flag], capture_output=True, text=True, env=pk.cli_env(), cwd=pk.root)
+        assert proc.returncode == 0, proc.stderr
+        c = json.loads(proc.stdout)["counters"]
+        assert (shapes.bare / "objects" / "pack" / MIDX_NAME).exists() is want
+        assert (c["midx_packs"] > 0) is want
+        _verify(shapes.bare)
