@@ -19,7 +19,7 @@ One entry per object: the copy in the preferred pack, else in the pack with the 
 The preferred pack is the one given; without one, a MIDX with RIDX prefers the non-empty pack
 with the OLDEST mtime (git 2.39's rule, ``write_midx_internal``), and one without RIDX prefers none.
 
-:func:`write_midx` installs it durably (store/install.py's order): the claim
+:func:`write_midx` builds it (and its bitmap), then installs it durably (store/install.py's order): the claim
 ``multi-pack-index.lock`` (git's own lock name, so git's ``multi-pack-index write`` and packyard
 never write at once), a temp file ``tmp_midx_<pid>_<host>-<rand>`` in ``objects/pack``, flush,
 a check that every pack it names is still installed, rename to ``multi-pack-index``, removal of
@@ -397,14 +397,15 @@ def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = 
     pack_dir = Path(pack_dir)
     counters = counters if counters is not None else durable.DurabilityCounters()
     stems = sorted(set(stems))
+    # Built before the claim is taken (the bitmap may take minutes): the claim covers only the install.
+    packs = [MidxPack.load(pack_dir, s) for s in stems]
+    data = build_midx(packs, preferred=preferred, ridx=ridx)
+    midx = parse_midx(data, pack_dir / MIDX_NAME)
+    bitmap_data = bitmap(midx) if bitmap is not None else None
     claim = lockfile.acquire(pack_dir / LOCK_NAME, "multi-pack-index", wait=lock_wait)
     tmp = pack_dir / _tmp_name()
     tmp_bitmap = pack_dir / _tmp_name()
     try:
-        packs = [MidxPack.load(pack_dir, s) for s in stems]
-        data = build_midx(packs, preferred=preferred, ridx=ridx)
-        midx = parse_midx(data, pack_dir / MIDX_NAME)
-        bitmap_data = bitmap(midx) if bitmap is not None else None
         _write_flushed(tmp, data, counters)
         if bitmap_data is not None:
             _write_flushed(tmp_bitmap, bitmap_data, counters)
