@@ -19,12 +19,13 @@ One entry per object: the copy in the preferred pack, else in the pack with the 
 The preferred pack is the one given; without one, a MIDX with RIDX prefers the non-empty pack
 with the OLDEST mtime (git 2.39's rule, ``write_midx_internal``), and one without RIDX prefers none.
 
-:func:`write_midx` builds it (and its bitmap), then installs it durably (store/install.py's order): the claim
-``multi-pack-index.lock`` (git's own lock name, so git's ``multi-pack-index write`` and packyard
-never write at once), a temp file ``tmp_midx_<pid>_<host>-<rand>`` in ``objects/pack``, flush,
-a check that every pack it names is still installed, rename to ``multi-pack-index``, removal of
-the MIDX bitmaps / reverse indexes of older MIDXs (git's ``clear_midx_files_ext``), directory
-fsync. Fault points: ``<prefix>.midx.after_flush``, ``.after_rename``, ``.after_fsync_dirs``.
+:func:`write_midx` builds it (and its bitmap, if asked), then installs it durably (store/install.py's
+order): the claim ``multi-pack-index.lock`` (git's own lock name, so git's ``multi-pack-index write``
+and packyard never write at once; held for the install only), temp files ``tmp_midx_<pid>_<host>-<rand>``
+in ``objects/pack``, flush, a check that every pack it names is still installed, rename to
+``multi-pack-index``, then the bitmap's rename (never visible before its MIDX), removal of the MIDX
+bitmaps / reverse indexes of older MIDXs (git's ``clear_midx_files_ext``), directory fsync. Fault points:
+``<prefix>.midx.after_flush``, ``.after_rename``, ``.after_bitmap_rename``, ``.after_fsync_dirs``.
 """
 from __future__ import annotations
 
