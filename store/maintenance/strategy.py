@@ -17,9 +17,10 @@ a full repack at most every 5 days      Gitaly's full-repack cooldown; warranted
                                         outside the progression, cruft past its expiry, or no
                                         reachability bitmap / one not matching its pack (git's
                                         repack -adb writes one; Gitaly repacks fully without one)
-multi-pack-index missing (2+ packs)     git repack --geometric --write-midx / Gitaly's geometric
-or stale (names packs that are gone,    repack leave one over the packs that stay; a geometric
-misses packs) → ``geometric``           repack with nothing to roll up only (re)writes it
+multi-pack-index missing (2+ packs,    git repack --geometric --write-midx / Gitaly's geometric
+not .keep/cruft) or stale (names packs  repack leave one over the packs that stay; a geometric
+that are gone, misses packs) →          repack with nothing to roll up only (re)writes it
+``geometric``
 leftovers → ``gc``                      stale temp files, abandoned quarantines, preserved packs
                                         past their delay
 =====================================  ==========================================================
@@ -145,7 +146,20 @@ def _findings(stats: RepoStats, policy: MaintenancePolicy, now: float) -> _Findi
         since_full=since_full,
         full_allowed=since_full is None or since_full >= policy.full_repack_interval,
         expirable_cruft=expirable, leftovers=tuple(leftovers),
-        midx=stats.midx.reason() if stats.midx is not None and stats.midx.wanted else None)
+        midx=_midx_problem(stats, len(repackable)))
+
+
+def _midx_problem(stats: RepoStats, repackable: int) -> str | None:
+    """A stale multi-pack-index, or none over 2+ repackable packs (.keep and cruft packs do not count: a full
+    repack's pack and its cruft pack, or a .keep pack beside one push, are no reason for a job)."""
+    m = stats.midx
+    if m is None:
+        return None
+    if m.stale:
+        return m.reason()
+    if not m.present and repackable >= 2:
+        return f"multi-pack-index missing over {repackable} packs"
+    return None
 
 
 def _bitmap_problem(packs) -> str | None:
