@@ -202,9 +202,14 @@ def build_midx(packs: Sequence[MidxPack], *, preferred: str | None = None, ridx:
 def pseudo_pack_order(pids: Sequence[int], offsets: Sequence[int], preferred: int) -> list[int]:
     """MIDX positions in pseudo-pack order (git's ``midx_pack_order``): the preferred pack's objects first,
     then by pack-int-id, each pack's by offset. ``pids``/``offsets``: each object's, in MIDX (id) order."""
-    shift = max(32, max(offsets, default=0).bit_length())   # (keys stay machine-sized for packs under 4 GiB)
-    keys = [((pid if pid == preferred else pid | 1 << 31) << shift) | off for pid, off in zip(pids, offsets)]
-    return sorted(range(len(keys)), key=keys.__getitem__)
+    by_pack: dict[int, list[int]] = {}
+    for i, pid in enumerate(pids):
+        by_pack.setdefault(pid, []).append(i)
+    ranks = sorted(by_pack, key=lambda pid: (pid != preferred, pid))
+    out: list[int] = []
+    for pid in ranks:
+        out += sorted(by_pack[pid], key=offsets.__getitem__)
+    return out
 
 
 # -- reading ---------------------------------------------------------------------------------------
