@@ -187,3 +187,66 @@ def test_plan_as_dict_is_json_ready():
     assert d["action"] == "full" and d["params"]["mode"] == "full" and d["reasons"] == list(plan.reasons)
     s = stats(smalls(3)).as_dict()
     assert s["packs"] == 4 and s["packs_outside_progression"] == 3 and s["since_full_repack"] == DAY
+
+
+# -- the multi-pack-index (issue 19) ---------------------------------------------------------------
+
+from packyard.store.pack.midx import MidxStatus  # noqa: E402
+
+MIDX_CASES = [
+    # (name, stats, action, reason fragment)
+    ("midx not gathered", stats(progression(3)), Action.NOTHING, None),
+    ("midx fresh", stats(progression(3), midx=MidxStatus(True, 3)), Action.NOTHING, None),
+    ("midx missing, one pack", stats(progression(1), midx=MidxStatus(False, 1)), Action.NOTHING, None),
+    ("midx missing, two packs", stats(progression(2), midx=MidxStatus(False, 2)), Action.GEOMETRIC,
+     "multi-pack-index missing over 2 packs"),
+    ("midx missing, a keep pack and one", stats([pack(100, keep=True), pack(10)], midx=MidxStatus(False, 2)),
+     Action.NOTHING, None),
+    ("midx missing, a cruft pack and one", stats([pack(100), pack(5, cruft=True, cruft_oldest=NOW)],
+                                                 midx=MidxStatus(False, 2)), Action.NOTHING, None),
+    ("midx names a gone pack", stats(progression(2), midx=MidxStatus(True, 2, gone=("pack-" + "1" * 40,))),
+     Action.GEOMETRIC, "names 1 pack(s) that are gone"),
+    ("midx misses packs", stats(progression(3), midx=MidxStatus(True, 3, missed=("pack-" + "2" * 40,))),
+     Action.GEOMETRIC, "misses 1 of 3 installed packs"),
+    ("midx stale, one pack left", stats(progression(1), midx=MidxStatus(True, 1, gone=("pack-" + "3" * 40,))),
+     Action.GEOMETRIC, "stale"),
+    ("loose repack writes it", stats(progression(2), loose=LOOSE, midx=MidxStatus(False, 2)), Action.LOOSE,
+     "(the loose repack writes one)"),
+    ("midx beats gc", stats(progression(2), stale_tmp_objects=1, midx=MidxStatus(False, 2)), Action.GEOMETRIC,
+     "missing"),
+    ("full beats midx", stats(smalls(3), history=RepackHistory(), midx=MidxStatus(False, 4)), Action.FULL, None),
+]
+
+
+@pytest.mark.parametrize("name,s,action,why", MIDX_CASES, ids=[c[0] for c in MIDX_CASES])
+def test_midx_missing_or_stale_is_a_reason(name, s, action, why):
+    plan = plan_maintenance(s, POLICY, NOW)
+    assert plan.action is action, (name, plan.reasons)
+    if why is not None:
+        assert any(why in r for r in plan.reasons), plan.reasons
+    else:
+        assert not any("multi-pack-index" in r for r in plan.reasons), plan.reasons
+
+
+def test_gathered_stats_see_the_midx(tmp_path):
+    from gitutil import git
+
+    from packyard.store.maintenance.stats import gather_stats
+    from packyard.store.pack.midx import installed_stems, write_midx
+
+    bare = tmp_path / "r.git"
+    git("init", "-q", "--bare", str(bare))
+    work = tmp_path / "w"
+    git("init", "-q", "-b", "main", str(work))
+    for i in range(2):
+        (work / "f").write_text(f"{i}\n")
+        git("add", "f", cwd=work)
+        git("commit", "-q", "-m", f"c{i}", cwd=work)
+        objs = git("rev-list", "--objects", "HEAD", "--not", "HEAD~1" if i else "--", cwd=work)
+        git("pack-objects", "-q", str(bare / "objects" / "pack" / "pack"), cwd=work, input=objs)
+    pack_dir = bare / "objects" / "pack"
+    assert plan_maintenance(gather_stats(bare, now=NOW, history=RECENT_FULL), POLICY, NOW).reasons[0].startswith(
+        "multi-pack-index missing over 2 packs")
+    write_midx(pack_dir, installed_stems(pack_dir))
+    s = gather_stats(bare, now=NOW)
+    assert s.midx is not None and not s.midx.wanted and s.as_dict()["midx_present"] is True

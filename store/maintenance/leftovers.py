@@ -10,8 +10,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from .. import lockfile
 from ..objdir import PRESERVED_DIR
 from ..owner import Liveness, Owner, current_owner, liveness
+from ..pack.midx import LOCK_NAME as MIDX_LOCK
 from ..pack.write import tmp_owner_tag, this_host_tag
 from .preserved import preserve_pack
 
@@ -33,6 +35,9 @@ def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_a
     between renames) it is removed once older than ``stale_after``. A ``pack-*.idx`` whose ``.pack`` is
     gone (an interrupted ``git repack``/``gc``: git unlinks the .pack first) goes by the same age rule.
 
+    The multi-pack-index's claim ``multi-pack-index.lock`` is broken when its owner is dead (or, git's own
+    lock without an owner record, once older than ``stale_after``); its temp files are ``tmp_midx_<tag>``.
+
     ``fence()`` (a job's maintenance-lease check) runs before each removal: a holder that lost its
     lease stops before deleting anything more. ``orphans=False`` (an ingesting job, which holds no
     maintenance lease): writer temp files only, installed names are left to the maintenance jobs.
@@ -49,6 +54,14 @@ def remove_stale_temp_files(pack_dir: Path, *, now: float | None = None, stale_a
         try:
             age = now - e.stat(follow_symlinks=False).st_mtime
         except FileNotFoundError:
+            continue
+        if name == MIDX_LOCK:
+            # multi-pack-index.lock: packyard's claim (owner record: broken once the owner is dead) or git's
+            # own lock file (no record: broken after stale_after; git holds it for one write).
+            if fence is not None:
+                fence()
+            removed += lockfile.break_if_dead(e.path, stale_after=stale_after) in (
+                lockfile.BreakVerdict.OWNER_DEAD, lockfile.BreakVerdict.AGED_OUT)
             continue
         if name.startswith("tmp_"):
             tag = tmp_owner_tag(name)

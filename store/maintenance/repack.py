@@ -24,6 +24,7 @@ repack before anything is deleted, with a typed error naming the object, file an
 temp files are removed. Fault points for SIGKILL tests, in order: ``repack.after_plan``,
 ``repack.after_write``, ``repack.after_writeout`` ... ``repack.after_fsync_dirs`` (the main pack),
 ``repack.cruft.after_*`` (the cruft pack), ``repack.before_delete``, ``repack.after_lease_check``,
+``repack.midx.after_{flush,rename,fsync_dirs}`` (the new multi-pack-index, before any deletion),
 ``repack.after_idx_preserved``, ``repack.after_pack_preserved``, ``repack.after_loose_deleted``,
 ``repack.after_delete``.
 """
@@ -42,11 +43,13 @@ from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..fence import FenceKind, fenced
 from ..objects import ObjectType
+from .midxbitmap import midx_bitmap_for
+from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
 from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..parse import object_links
 from ..tuning import gc_paused
-from .bitmap import BitmapOptions, write_pack_bitmap
+from .bitmap import BitmapOptions, read_header, write_pack_bitmap
 from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
@@ -82,6 +85,7 @@ class RepackOptions:
     window: int = DEFAULT_WINDOW                     # delta search window (git's --window); 0: no search
     depth: int = DEFAULT_DEPTH                       # longest delta chain, reused ones too (git's --depth)
     window_memory: int = DEFAULT_WINDOW_MEMORY       # bytes per search process (git's --window-memory); 0: no bound
+    midx: bool = True                                # geometric/loose: write a multi-pack-index over what stays
     bitmap: bool = True                              # full: a reachability bitmap with the pack (bitmap.py)
     bitmap_options: BitmapOptions = BitmapOptions()  # hash cache, lookup table, pack.preferBitmapTips
 
@@ -122,6 +126,9 @@ class RepackCounters:
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
     search_processes: int = 0     # processes the search ran in
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
+    midx_packs: int = 0           # packs the multi-pack-index written names (0: none written)
+    midx_removed: int = 0         # 1: an old multi-pack-index naming a deleted pack was removed (--no-midx)
+    midx_bitmap_commits: int = 0  # commits the multi-pack-index's bitmap has a bitmap for (geometric)
     bitmap_commits: int = 0       # commits the new pack's .bitmap has a bitmap for
     bitmap_skipped: int = 0       # 1: a full repack wrote no bitmap (its pack lacks closure: .keep packs)
     bitmaps_removed: int = 0      # bitmaps of replaceable packs the repack had to keep (the new pack's is git's one)
@@ -172,6 +179,7 @@ class _Plan:
     names: Names | None = None                              # id -> the name it is reached by (delta search order)
     preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
+    snapshot_packs: list[PackFile] = field(default_factory=list)    # geometric: the progression's packs
 
 
 class _Timer:
@@ -217,6 +225,7 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         rolled = geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
         sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
         plan = _plan_geometric(sources, rolled, snapshot)
+        plan.snapshot_packs = [p for p in replaceable if not p.is_cruft]
     else:
         sources = SourceIndex(snapshot, [], kept, read_fresh=repo.objects.read)
         plan = _plan_loose(repo, sources, snapshot, progress)
@@ -242,6 +251,8 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     c = result.counters
     if not plan.main and not plan.cruft and not plan.packs and not plan.loose:
         result.nothing_to_do = True
+        if _wants_midx(options, pack_dir) and midx_status(pack_dir).wanted:
+            _publish_midx(repo, plan, options, pack_dir, set(), dur, c)
         _finish_counters(result, repo, rescans0, dur)
         return result
 
@@ -311,6 +322,8 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     guard = (fenced(repo.path, fence_token, doing, dur, kind=FenceKind.MAINTENANCE)
              if fence_token is not None else nullcontext())
     with guard:
+        # FIRST the new multi-pack-index: no MIDX ever names a pack deleted or preserved below.
+        _publish_midx(repo, plan, options, pack_dir, {p.name for p in doomed_packs}, dur, c)
         for pack in doomed_packs:
             c.bytes_in += _size(pack.pack_path)
             c.objects_in += len(pack)
@@ -341,6 +354,41 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
     timer.lap("delete")
     _finish_counters(result, repo, rescans0, dur)
     return result
+
+
+def _wants_midx(options: RepackOptions, pack_dir: Path) -> bool:
+    return options.midx and (options.mode is not RepackMode.FULL or (pack_dir / MIDX_NAME).exists())
+
+
+def _publish_midx(repo, plan: "_Plan", options: RepackOptions, pack_dir: Path, doomed: set[str],
+                  dur: durable.DurabilityCounters, c: RepackCounters) -> None:
+    """Before any pack is deleted or preserved: the new multi-pack-index over every installed pack that stays
+    (geometric, loose; a full repack rewrites one that exists), with its bitmap for a geometric repack (unless
+    ``bitmap=False``). Without one (``midx=False``), an old MIDX naming a doomed pack is removed first (git's
+    ``clear_midx_file``)."""
+    if not _wants_midx(options, pack_dir):
+        named = midx_pack_names(pack_dir)
+        if named is not None and (doomed & set(named) or not named):
+            c.midx_removed = int(remove_midx(pack_dir, dur))
+        return
+    staying = [s for s in installed_stems(pack_dir) if s not in doomed]
+    if not staying:
+        c.midx_removed = int(remove_midx(pack_dir, dur))
+        return
+    preferred = None
+    if options.mode is RepackMode.GEOMETRIC:   # git: the largest pack of the progression that stays
+        rolled = {p.name for p in plan.packs}
+        active = [p for p in plan.snapshot_packs if p.name not in rolled and p.name in staying]
+        if active:
+            preferred = max(active, key=lambda p: (len(p), p.name)).name
+    bitmap = None
+    if options.bitmap and options.mode is RepackMode.GEOMETRIC:
+        def bitmap(m):   # (refs read now: git's repack takes its refs snapshot for the MIDX bitmap too)
+            data = midx_bitmap_for(repo, m, options.bitmap_options)
+            c.midx_bitmap_commits = read_header(data).entries if data is not None else 0
+            return data
+    c.midx_packs = len(write_midx(pack_dir, staying, preferred=preferred, counters=dur, fault_prefix="repack",
+                                  bitmap=bitmap).pack_names)
 
 
 def _finish_counters(result: RepackResult, repo, rescans0: int, dur: durable.DurabilityCounters) -> None:

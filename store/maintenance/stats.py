@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import PackFormatError
+from ..pack.midx import MidxStatus, midx_status
 from ..repo import find_git_dir
 from .servingstats import ServingStats, gather_serving_stats
 
@@ -87,6 +88,8 @@ class RepoStats:
     preserved_at: tuple[float, ...] = ()    # when each preserved pack was moved aside
     history: RepackHistory = field(default_factory=RepackHistory)
     serving: ServingStats = field(default_factory=ServingStats)   # commit-graph and refs (servingstats.py)
+    # multi-pack-index (issue 19): None when not gathered (the planner then has no opinion on it)
+    midx: MidxStatus | None = None
 
     # -- derived, pure -----------------------------------------------------------------------
     @property
@@ -138,6 +141,8 @@ class RepoStats:
             "since_repack": _round(self.since(h.last_repack_at)),
             "ingests_since_repack": h.ingests_since_repack,
             **self.serving.as_dict(),
+            **({} if self.midx is None else {"midx_present": self.midx.present, "midx_gone_packs": len(self.midx.gone),
+                                              "midx_missed_packs": len(self.midx.missed)}),
         }
 
     def pack_table(self) -> list[dict[str, Any]]:
@@ -368,4 +373,4 @@ def gather_stats(repo_path: str | os.PathLike[str], *, history: RepackHistory | 
         loose_sampled=loose, loose_sample_dirs=len(sample), stale_tmp_objects=stale_tmp,
         stale_pack_temps=_stale_pack_temps(pack_dir, now), stale_quarantines=_stale_quarantines(objects_dir, now),
         preserved_at=tuple(sorted(at for at, _ in preserved_packs(pack_dir).values())),
-        history=history or RepackHistory(), serving=gather_serving_stats(git_dir))
+        history=history or RepackHistory(), serving=gather_serving_stats(git_dir), midx=midx_status(pack_dir))

@@ -17,6 +17,10 @@ a full repack at most every 5 days      Gitaly's full-repack cooldown; warranted
                                         outside the progression, cruft past its expiry, or no
                                         reachability bitmap / one not matching its pack (git's
                                         repack -adb writes one; Gitaly repacks fully without one)
+multi-pack-index missing (2+ packs,    git repack --geometric --write-midx / Gitaly's geometric
+not .keep/cruft) or stale (names packs  repack leave one over the packs that stay; a geometric
+that are gone, misses packs) →          repack with nothing to roll up only (re)writes it
+``geometric``
 leftovers → ``gc``                      stale temp files, abandoned quarantines, preserved packs
                                         past their delay
 commit-graph missing, without GDA2 or   Gitaly writes the graph after every repack; a repack planned
@@ -103,6 +107,7 @@ class _Findings:
     expirable_cruft: int
     leftovers: tuple[str, ...] = field(default_factory=tuple)
     bitmap: str | None = None    # why the bitmap calls for a full repack (None: it does not)
+    midx: str | None = None      # why the multi-pack-index needs (re)writing, None if it does not
 
 
 def allowed_outside(total_bytes: int, policy: MaintenancePolicy = MaintenancePolicy()) -> float:
@@ -148,7 +153,21 @@ def _findings(stats: RepoStats, policy: MaintenancePolicy, now: float) -> _Findi
         total_mib=sum(p.pack_bytes for p in repackable) / (1 << 20),
         since_full=since_full,
         full_allowed=since_full is None or since_full >= policy.full_repack_interval,
-        expirable_cruft=expirable, leftovers=tuple(leftovers))
+        expirable_cruft=expirable, leftovers=tuple(leftovers),
+        midx=_midx_problem(stats, len(repackable)))
+
+
+def _midx_problem(stats: RepoStats, repackable: int) -> str | None:
+    """A stale multi-pack-index, or none over 2+ repackable packs (.keep and cruft packs do not count: a full
+    repack's pack and its cruft pack, or a .keep pack beside one push, are no reason for a job)."""
+    m = stats.midx
+    if m is None:
+        return None
+    if m.stale:
+        return m.reason()
+    if not m.present and repackable >= 2:
+        return f"multi-pack-index missing over {repackable} packs"
+    return None
 
 
 def _bitmap_problem(packs) -> str | None:
@@ -226,7 +245,11 @@ def _plan_packs(stats: RepoStats, policy: MaintenancePolicy, now: float) -> Main
         return MaintenancePlan(Action.GEOMETRIC, tuple(reasons),
                                (("mode", "geometric"), ("factor", policy.geometric_factor)), tuple(deferred))
     if loose_due:
-        return MaintenancePlan(Action.LOOSE, (loose_reason,), (("mode", "loose"),), tuple(f.leftovers))
+        reasons = [loose_reason] + ([f.midx + " (the loose repack writes one)"] if f.midx else [])
+        return MaintenancePlan(Action.LOOSE, tuple(reasons), (("mode", "loose"),), tuple(f.leftovers))
+    if f.midx:
+        return MaintenancePlan(Action.GEOMETRIC, (f.midx,),
+                               (("mode", "geometric"), ("factor", policy.geometric_factor)), tuple(f.leftovers))
     if f.leftovers:
         return MaintenancePlan(Action.GC, f.leftovers, (("preserve_for", int(policy.preserve_for)),))
     reasons = [f"~{f.loose:,} loose objects < {policy.loose_objects_limit:,}",

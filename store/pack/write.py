@@ -52,7 +52,7 @@ WRITE_BUFFER = 1 << 20
 
 _HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace
 #: Temp files of the writer: tmp_<kind>_<pid>_<host tag>-<random>; git's own are tmp_pack_XXXXXX.
-TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|bitmap|keep|owner)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|bitmap|keep|owner|midx)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 OWNER_PREFIX = "tmp_owner_"   # the owner record of the temp files with the same tag
 
 

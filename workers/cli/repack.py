@@ -41,6 +41,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--depth", type=int, default=None, metavar="N", help="longest delta chain (default 50)")
     p.add_argument("--window-memory", type=int, default=None, metavar="BYTES",
                    help="bytes of objects one search process keeps in its window (default 256 MiB; 0: no bound)")
+    p.add_argument("--no-midx", action="store_true",
+                   help="geometric/loose: write no multi-pack-index over the packs that stay (written by default)")
     p.add_argument("--no-bitmap", action="store_true",
                    help="--mode full: write no reachability bitmap (.bitmap) with the pack (git repack -a without -b)")
     p.add_argument("--no-commit-graph", action="store_true",
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         result = common.call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
                                    expire=args.expire, preserve_for=args.preserve_for, no_reuse=args.no_reuse,
                                    window=args.window, depth=args.depth, window_memory=args.window_memory,
-                                   no_bitmap=args.no_bitmap, progress=progress, lease=lease,
+                                   no_bitmap=args.no_bitmap, progress=progress, lease=lease, no_midx=args.no_midx,
                                    commit_graph=not args.no_commit_graph, pack_refs=not args.no_pack_refs)
     if args.json:
         print(json.dumps(result))

@@ -48,7 +48,7 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
            preserve_for: float | None = None, preserve: bool = True, no_reuse: bool = False,
            window: int | None = None, depth: int | None = None, window_memory: int | None = None,
            no_bitmap: bool = False, progress: Progress | None = None, lease: Any = None, commit_graph: bool = True,
-           pack_refs: bool = True) -> dict[str, Any]:
+           pack_refs: bool = True, no_midx: bool = False) -> dict[str, Any]:
     """Repack ``repo``. ``lease``: the maintenance lease (``check()`` before the first deletion, ``token``
     for the store's maintenance fence). Raises the store's typed errors; nothing is deleted then.
 
@@ -56,7 +56,8 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
     (bytes per search process): the delta search's, as git names them (None: the defaults). ``no_bitmap``: a
     full repack writes no reachability bitmap (the settings choose the bitmap's lookup table and preferred
     tips, not the message). ``commit_graph`` / ``pack_refs``: afterwards write the commit-graph and pack the
-    refs (the defaults; store/maintenance/serving.py)."""
+    refs (the defaults; store/maintenance/serving.py).
+    ``no_midx``: geometric/loose write no multi-pack-index (one naming a deleted pack is removed first)."""
     try:
         repack_mode = RepackMode(mode)
     except ValueError:
@@ -74,7 +75,7 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
             search[name] = value
     options = RepackOptions(mode=repack_mode, factor=int(factor), expire=parse_expire(expire),
                             preserve_for=float(preserve_for), preserve=preserve, reuse=not no_reuse,
-                            bitmap=not no_bitmap,
+                            bitmap=not no_bitmap, midx=not no_midx,
                             bitmap_options=BitmapOptions(lookup_table=settings.bitmap_lookup_table,
                                                          prefer_tips=settings.bitmap_prefer_tips), **search)
     r = Repository.open(repo)

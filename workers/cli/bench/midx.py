@@ -1,0 +1,127 @@
+"""packyard bench midx: a geometric repack that leaves a multi-pack-index, packyard vs git, side by side.
+
+Input: git-v2.0.0 cut into one large pack and 30 push packs (``bench repack``'s ``geometric_repo``).
+Two rows, each side on its own fresh copy per round (all copies made before the first timed run),
+rounds alternating who goes first:
+
+* ``geometric`` -- ``packyard repack --mode geometric --factor 2 --no-bitmap`` (MIDX with RIDX over the
+  packs that stay, written before the rolled-up packs go) vs ``git repack --geometric=2 -d --write-midx``;
+* ``geometric+bitmap`` -- the same with the MIDX bitmap (packyard's default) vs git's
+  ``--write-midx --write-bitmap-index``;
+* ``write`` -- the MIDX alone over the 31 input packs: ``store.pack.midx.write_midx`` in a fresh
+  process vs ``git multi-pack-index write``.
+
+Every result is checked by ``git multi-pack-index verify`` (and ``git fsck`` for the last repack).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from packyard.workers.cli.bench import common
+from packyard.workers.cli.bench.repack import (TIME, base_repo, child_env, geometric_repo, measured,
+                                               pack_sizes)
+
+WRITE_CHILD = ("import sys; from packyard.store.pack.midx import write_midx, installed_stems; "
+               "d = sys.argv[1]; write_midx(d, installed_stems(d))")
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser("midx", help="geometric repack with a multi-pack-index: packyard vs git",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=3, help="rounds per row, alternating (default 3)")
+    p.add_argument("--pack", default=None, help="source pack (default: the corpus git-v2.0.0.pack)")
+    p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
+    p.add_argument("--small", type=int, default=30, help="push packs beside the large one (default 30)")
+    p.add_argument("--row", action="append", choices=("geometric", "geometric+bitmap", "write"), default=None,
+                   help="run only these rows (repeatable; default: all)")
+    p.set_defaults(func=run)
+
+
+def _row(name: str, template: Path, commands: dict[str, list[str]], runs: int, work: Path) -> dict[str, list]:
+    env = child_env()
+    copies = {}
+    for rnd in range(runs):
+        for side in ("git", "packyard"):
+            dest = work / f"{name}-{side}-{rnd}.git"
+            shutil.copytree(template, dest, copy_function=shutil.copy2)
+            copies[side, rnd] = dest
+    subprocess.run(["sync"], check=False)
+    rows: dict[str, list] = {"git": [], "packyard": []}
+    for rnd in range(runs):
+        for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
+            repo = copies[side, rnd]
+            cmd = [a.replace("{repo}", str(repo)).replace("{pack_dir}", str(repo / "objects" / "pack"))
+                   for a in commands[side]]
+            wall, rss, _out = measured(cmd, env, work / "rss.txt")
+            common.git("multi-pack-index", "verify", "--no-progress", git_dir=repo)
+            midx = repo / "objects" / "pack" / "multi-pack-index"
+            bitmaps = list((repo / "objects" / "pack").glob("multi-pack-index-*.bitmap"))
+            if bitmaps:
+                subprocess.run(["git", "--git-dir", str(repo), "rev-list", "--test-bitmap", "main"], check=True,
+                               capture_output=True)
+            rows[side].append({"wall": wall, "rss": rss, "packs": len(pack_sizes(repo)),
+                               "midx": midx.stat().st_size, "bitmap": sum(b.stat().st_size for b in bitmaps)})
+            print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  peak RSS {rss / 2**20:7.1f} MiB  "
+                  f"packs {len(pack_sizes(repo)):3}  MIDX {midx.stat().st_size / 1e6:6.2f} MB", flush=True)
+    common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["packyard", runs - 1])
+    for repo in copies.values():
+        shutil.rmtree(repo)
+    return rows
+
+
+def _report(name: str, rows: dict[str, list]) -> None:
+    g, p = rows["git"], rows["packyard"]
+    wg, wp = statistics.median(r["wall"] for r in g), statistics.median(r["wall"] for r in p)
+    rg, rp = max(r["rss"] for r in g), max(r["rss"] for r in p)
+    print(f"{name}: {'':22} {'packyard':>10} {'git':>10} {'ratio':>7}")
+    print(f"{name}: {'wall time (median) s':22} {wp:10.3f} {wg:10.3f} {wp / wg:6.2f}x")
+    print(f"{name}: {'peak RSS (max) MiB':22} {rp / 2**20:10.1f} {rg / 2**20:10.1f} {rp / rg:6.2f}x")
+    print(f"{name}: {'MIDX bytes':22} {p[-1]['midx']:10} {g[-1]['midx']:10}")
+    if g[-1]["bitmap"] or p[-1]["bitmap"]:
+        print(f"{name}: {'MIDX bitmap bytes':22} {p[-1]['bitmap']:10} {g[-1]['bitmap']:10}")
+    print(f"{name}: {'packs left':22} {p[-1]['packs']:10} {g[-1]['packs']:10}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not Path(TIME).exists():
+        print(f"packyard bench midx: needs {TIME} (GNU time) to measure peak RSS", file=sys.stderr)
+        return 2
+    pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
+    refs = pack.with_suffix(".refs")
+    if not (pack.exists() and refs.exists()):
+        print(f"packyard bench midx: no pack {pack} (with {refs.name})", file=sys.stderr)
+        return 2
+    common.compile_bytecode()
+    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-midx-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"{os.cpu_count()} cores, {args.runs} rounds per row alternating git/packyard, in {work} "
+          f"({common.describe_filesystem(work)})", flush=True)
+    try:
+        src = base_repo(work / "inputs" / "v2.git", pack, refs)
+        t = geometric_repo(work / "inputs" / f"geometric-{args.small}.git", src, small=args.small)
+        print(f"input: {len(pack_sizes(t))} packs, {sum(pack_sizes(t)) / 1e6:.1f} MB", flush=True)
+        ours = common.packyard_entry() + ["repack", "--repo", "{repo}", "--json", "--no-progress", "--mode",
+                                          "geometric", "--factor", "2"]
+        theirs = ["git", "--git-dir", "{repo}", "repack", "--geometric=2", "-d", "-q", "--write-midx"]
+        commands = {
+            "geometric": {"git": theirs, "packyard": ours + ["--no-bitmap"]},
+            "geometric+bitmap": {"git": theirs + ["--write-bitmap-index"], "packyard": ours},
+            "write": {"git": ["git", "--git-dir", "{repo}", "multi-pack-index", "write", "--no-progress"],
+                      "packyard": [sys.executable, "-c", WRITE_CHILD, "{pack_dir}"]},
+        }
+        results = {name: _row(name, t, cmds, args.runs, work) for name, cmds in commands.items()
+                   if args.row is None or name in args.row}
+        print()
+        for name, rows in results.items():
+            _report(name, rows)
+        return 0
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
