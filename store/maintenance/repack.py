@@ -44,8 +44,8 @@ from ..fence import FenceKind, fenced
 from ..objects import ObjectType
 from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
-from ..parse import object_links
 from ..tuning import gc_paused
+from .cruft import reached_from
 from .leftovers import remove_stale_temp_files
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
@@ -106,6 +106,7 @@ class RepackCounters:
     reachable: int = 0            # full: objects the tips reach
     cruft_kept: int = 0           # unreachable objects kept in the cruft pack (young, or reached from young)
     cruft_expired: int = 0        # unreachable objects older than the grace period: not kept
+    cruft_walked: int = 0         # objects the walk from young unreachable ones went through (0: no old ones)
     kept_for_recheck: int = 0     # old copies kept because the tips read before deleting reach them
     kept_freshened: int = 0       # old copies kept because a writer freshened them during the repack
     preserved_moved: int = 0      # packs moved to preserved/
@@ -166,6 +167,7 @@ class _Plan:
     names: Names | None = None                              # id -> the name it is reached by (delta search order)
     preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
+    cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
 
 
 class _Timer:
@@ -206,7 +208,8 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
 
     if options.mode is RepackMode.FULL:
         sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
-        plan = _plan_full(repo, sources, replaceable, options, now, progress)
+        timer.lap("sources")
+        plan = _plan_full(repo, sources, replaceable, options, now, progress, timer)
     elif options.mode is RepackMode.GEOMETRIC:
         rolled = geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
         sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
@@ -217,6 +220,7 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs}
     c.reachable = len(plan.reach) if plan.reach is not None else 0
     c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
+    c.cruft_walked = plan.cruft_walked
     timer.lap("plan")
     fault_point("repack.after_plan")
     if hooks.after_plan is not None:
@@ -349,10 +353,13 @@ def _size(path: Path) -> int:
 # -- plans ------------------------------------------------------------------------------------------
 
 def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: RepackOptions, now: float,
-               progress: Progress | None) -> _Plan:
-    """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
+               progress: Progress | None, timer: "_Timer") -> _Plan:
+    """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired.
+    Phases (``timer``): ``walk`` (from the tips), ``ages`` (every unreachable copy's age), ``young`` (the old
+    objects young ones link to: cruft.py), then ``plan`` for the rest (the cruft pack's order)."""
     tips = read_tips(repo)
     reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes, packs=sources)
+    timer.lap("walk")
     plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids),
                  names=lambda: reach.names)   # (built only if the delta search runs)
     plan.main = sources.present(reach.ids())
@@ -374,33 +381,19 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
         t = int(_mtime(repo.objects.loose.path_for(oid)))
         if t > ages.get(oid, -1):
             ages[oid] = t
-    reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
     cutoff = now - options.expire
     keep = {oid for oid, t in ages.items() if t >= cutoff}
-    keep |= _reached_from(keep, ages, sources)   # an old object a young one needs stays with it
+    timer.lap("ages")
+    if keep and len(keep) < len(ages):   # (all young, or all old: no old object for a young one to save)
+        rescued, walked = reached_from(keep, ages, sources.read, reach=reach, c_packs=sources.c_packs)
+        keep |= rescued
+        plan.cruft_walked = walked
+    reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
+    timer.lap("young")
     plan.cruft = _in_source_order(keep, sources)
     plan.mtimes = {oid: ages[oid] for oid in keep}
     plan.expired = set(ages) - keep
     return plan
-
-
-def _reached_from(young: set[bytes], unreachable: dict[bytes, int], sources: SourceIndex) -> set[bytes]:
-    """Unreachable objects that young unreachable objects link to (transitively): they must stay too."""
-    found: set[bytes] = set()
-    queue: list[tuple[bytes, ObjectType | None]] = [(oid, None) for oid in young]   # (id, type if known)
-    while queue:
-        oid, want = queue.pop()
-        if want == ObjectType.BLOB:
-            continue
-        try:
-            typ, data = sources.read(oid)
-        except ObjectMissingError:
-            continue   # a young object already missing a link: nothing more to keep for it
-        for link, link_type in object_links(typ, data, oid):
-            if link in unreachable and link not in young and link not in found:
-                found.add(link)
-                queue.append((link, link_type))
-    return found
 
 
 def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:
