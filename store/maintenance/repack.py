@@ -117,6 +117,7 @@ class RepackCounters:
     deltas_tried: int = 0         # delta encoder calls of the search
     delta_bytes_saved: int = 0    # object bytes minus delta bytes over the new deltas (uncompressed)
     delta_candidates: int = 0     # objects the search considered (no reused delta; tree or blob; sizes in range)
+    search_skipped: int = 0       # objects left out of the search: whole in one source pack, as all around them
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
     search_processes: int = 0     # processes the search ran in
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
