@@ -163,3 +163,30 @@ def test_no_walk_when_every_unreachable_object_is_young(repo):
 def test_walk_counted_when_old_objects_exist(repo):
     result = repack(Repository(repo), RepackOptions(mode=RepackMode.FULL, expire=14 * DAY, preserve=False))
     assert result.counters.cruft_walked > 0
+
+
+def test_names_of_packed_trees_c_and_python_agree(template, repo):
+    """The names the delta search sorts a geometric repack's and a cruft pack's objects by (store/maintenance/
+    names.py): the C walk's and the Python specification's are the same, and they are the entry names git's
+    trees give."""
+    from packyard.store.maintenance import names as nm
+
+    _s, _r, unreachable = _plan_inputs(repo)
+    _s.release()
+    repo_obj = Repository(repo)
+    snapshot = repo_obj.objects.snapshot()
+    sources = SourceIndex(snapshot, list(snapshot.packs), [], read_fresh=repo_obj.objects.read)
+    try:
+        # (in pack order, as the plans give them: git writes a tree before the trees below it)
+        ids = [oid for p in sources.packs for oid in (p.oids[20 * i:20 * i + 20] for i in p.order)]
+        spec = nm.names_in_py(sources, ids)
+        c = template["commits"]
+        blob = from_hex(git("rev-parse", f"{c[9]}:dir/g10.txt", git_dir=repo).decode().strip())
+        subtree = from_hex(git("rev-parse", f"{c[9]}:dir", git_dir=repo).decode().strip())
+        assert spec[blob] == b"g10.txt" and spec[subtree] == b"dir"
+        assert nm.names_in(sources, ids) == spec
+        # only the unreachable ones (a cruft pack's): names from their trees alone
+        cruft_ids = [oid for oid in ids if oid in unreachable]
+        assert nm.names_in(sources, cruft_ids) == nm.names_in_py(sources, cruft_ids)
+    finally:
+        sources.release()

@@ -409,12 +409,14 @@ static PyObject *id_list(const uint8_t *ids, size_t n, size_t stride);
  * objects, 20-byte ids end to end). Each id not seen yet and in the packs is marked seen and started from: a
  * commit is queued (walk_commits takes it), a tree walked at once, a blob needs nothing; only entry headers
  * are read to learn a type. Returns the ids it left to the caller, not marked seen: those outside the packs
- * and the tags. GIL released while it works. */
+ * and the tags. With only_trees, only the trees among ids are started from (names.py: the names their entries
+ * give), the rest is skipped and nothing is returned. GIL released while it works. */
 static PyObject *
-Walker_start_young(WalkerObject *w, PyObject *arg)
+Walker_start_young(WalkerObject *w, PyObject *args)
 {
     Py_buffer view;
-    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0)
+    int only_trees = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &only_trees))
         return NULL;
     if (view.len % OIDLEN) {
         PyBuffer_Release(&view);
@@ -443,6 +445,8 @@ Walker_start_young(WalkerObject *w, PyObject *arg)
                 rc = -1;
                 break;
             }
+            if (only_trees && t != T_TREE)
+                continue;
             if (t != T_TAG) {
                 if (idset_add(&w->seen, id) < 0) {
                     rc = nomem(&w->rd.err);
@@ -465,7 +469,7 @@ Walker_start_young(WalkerObject *w, PyObject *arg)
                 continue;
             }
         }
-        if (buf_put(&left, id, OIDLEN) < 0)
+        if (!only_trees && buf_put(&left, id, OIDLEN) < 0)
             rc = nomem(&w->rd.err);
     }
     gil_take(w);
@@ -731,8 +735,8 @@ static PyMethodDef Walker_methods[] = {
     {"walk_claimed", (PyCFunction)Walker_walk_claimed, METH_NOARGS, "walk the claimed roots' trees"},
     {"steal_roots", (PyCFunction)Walker_steal_roots, METH_O,
      "steal_roots(min_left): (start, stop) of the second half of the roots a running walk_roots has left, or None"},
-    {"start_young", (PyCFunction)Walker_start_young, METH_O,
-     "start_young(ids): start a walk from unreached objects (commits queued, trees walked); the ids left to Python"},
+    {"start_young", (PyCFunction)Walker_start_young, METH_VARARGS,
+     "start_young(ids, only_trees=False): start a walk from unreached objects (commits queued, trees walked); the ids left to Python"},
     {"copy", (PyCFunction)Walker_copy, METH_VARARGS, "copy(cache_bytes, fallback=None): a walker with this one's seen set and roots (and its fallback, unless given)"},
     {"merge", (PyCFunction)Walker_merge, METH_O, "merge(other): append what other found and this walk did not"},
     {"cancel", (PyCFunction)Walker_cancel, METH_NOARGS, "make a walk running in another thread stop soon"},

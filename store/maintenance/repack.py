@@ -47,6 +47,7 @@ from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..tuning import gc_paused
 from .cruft import reached_from
 from .leftovers import remove_stale_temp_files
+from .names import names_in
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
 from .tips import read_tips
@@ -166,6 +167,7 @@ class _Plan:
     reach: Reachable | None = None
     tips: dict[str, bytes] = field(default_factory=dict)
     names: Names | None = None                              # id -> the name it is reached by (delta search order)
+    cruft_names: Names | None = None                        # the same for the cruft pack (names.py)
     preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
     cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
@@ -258,7 +260,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             mtimes = write_plan(writer, ids, sources, c, progress=progress,
                                 phase="writing cruft objects" if is_cruft else "writing objects",
                                 mtime_of=plan.mtimes if is_cruft else None,
-                                names=None if is_cruft else plan.names, preloaded=plan.preloaded,
+                                names=plan.cruft_names if is_cruft else plan.names, preloaded=plan.preloaded,
                                 deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
             written.append((writer, mtimes, prefix))
@@ -392,6 +394,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
     timer.lap("young")
     plan.cruft = _in_source_order(keep, sources)
+    plan.cruft_names = lambda: names_in(sources, plan.cruft)   # (only if the search runs)
     plan.mtimes = {oid: ages[oid] for oid in keep}
     plan.expired = set(ages) - keep
     return plan
@@ -458,6 +461,7 @@ def _plan_geometric(sources: SourceIndex, rolled: list[PackFile], snapshot) -> _
     ids.extend(_unpacked_loose(sources, snapshot))
     plan.main = ids
     plan.loose = set(sources.loose_ids)
+    plan.names = lambda: names_in(sources, ids)   # (no walk named them; only if the search runs)
     return plan
 
 
