@@ -392,6 +392,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
         keep |= rescued
         plan.cruft_walked = walked
     reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
+    sources.drop_pages()  # (the commits and trees the walks read: the writer faults in what it copies)
     timer.lap("young")
     plan.cruft = _in_source_order(keep, sources)
     plan.cruft_names = lambda: names_in(sources, plan.cruft)   # (only if the search runs)

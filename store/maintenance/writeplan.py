@@ -48,6 +48,9 @@ Progress = Callable[[str, int, "int | None"], None]
 #: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
 Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
 
+#: The writer lets go of the source packs' pages it has read every time it has written this many bytes.
+DROP_PAGES_EVERY = 8 << 20
+
 # What an object's copy in the sources is (``_Reuse.kind``).
 LOOSE, WHOLE, DELTA, DELTA_BASE_BEHIND = 0, 1, 2, 3
 
@@ -485,12 +488,17 @@ def _write_runs(emit: _Emitter, packs: "_walk_c.Packs", progress: Progress | Non
     order.frombytes(order_b)
     python.frombytes(python_b)
     j = 0
+    emit.sources.drop_pages()   # (what the search read)
+    dropped_at = writer.position
     for stop in [*python, n]:
         while j < stop:
             j, stuck, entries, offs, crcs, oids, deltas, copied = packs.copy_entries(
                 reuse.gid, order, j, min(stop, j + step), reuse.reused, reuse.base, emit.offsets, writer.position,
                 WRITE_BUFFER)
             writer.append_copies(entries, offs, crcs, oids, deltas=deltas, copied=copied)
+            if writer.position - dropped_at >= DROP_PAGES_EVERY:
+                emit.sources.drop_pages()   # (the source pages copied so far: RSS bounded, not the input's size)
+                dropped_at = writer.position
             c.deltas_reused += deltas
             c.entries_copied += len(oids) // 20 - deltas
             if stuck:
