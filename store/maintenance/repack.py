@@ -387,14 +387,16 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     cutoff = now - options.expire
     keep = {oid for oid, t in ages.items() if t >= cutoff}
     timer.lap("ages")
+    young = _in_source_order(keep, sources)   # (pack order: the walk below reads them as git wrote them)
+    rescued: set[bytes] = set()
     if keep and len(keep) < len(ages):   # (all young, or all old: no old object for a young one to save)
-        rescued, walked = reached_from(keep, ages, sources.read, reach=reach, c_packs=sources.c_packs)
+        rescued, plan.cruft_walked = reached_from(keep, ages, sources.read, reach=reach, c_packs=sources.c_packs,
+                                                  order=young)
         keep |= rescued
-        plan.cruft_walked = walked
     reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
     sources.drop_pages()  # (the commits and trees the walks read: the writer faults in what it copies)
     timer.lap("young")
-    plan.cruft = _in_source_order(keep, sources)
+    plan.cruft = _in_source_order(keep, sources) if rescued else young
     plan.cruft_names = lambda: names_in(sources, plan.cruft)   # (only if the search runs)
     plan.mtimes = {oid: ages[oid] for oid in keep}
     plan.expired = set(ages) - keep
