@@ -44,7 +44,7 @@ from ..fence import FenceKind, fenced
 from ..objects import ObjectType
 from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
-from ..tuning import gc_paused
+from ..tuning import gc_paused, release_free_heap
 from .cruft import reached_from
 from .leftovers import remove_stale_temp_files
 from .names import names_in
@@ -395,6 +395,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
         keep |= rescued
     reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
     sources.drop_pages()  # (the commits and trees the walks read: the writer faults in what it copies)
+    release_free_heap()   # (the walkers' seen sets and caches: the search and the writer need their own)
     timer.lap("young")
     plan.cruft = _in_source_order(keep, sources) if rescued else young
     plan.cruft_names = lambda: names_in(sources, plan.cruft)   # (only if the search runs)

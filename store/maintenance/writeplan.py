@@ -37,6 +37,7 @@ from ..pack.format import decode_entry_header
 from ..pack.search import (DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search,
                            search_order)
 from ..pack.write import WRITE_BUFFER, PackWriter
+from ..tuning import release_free_heap
 from .sources import SourceIndex
 from .walk import _c as _walk_c
 
@@ -50,6 +51,8 @@ Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
 
 #: The writer lets go of the source packs' pages it has read every time it has written this many bytes.
 DROP_PAGES_EVERY = 8 << 20
+#: ... and the delta search every time it has read this many objects.
+DROP_PAGES_READS = 2048
 
 # What an object's copy in the sources is (``_Reuse.kind``).
 LOOSE, WHOLE, DELTA, DELTA_BASE_BEHIND = 0, 1, 2, 3
@@ -93,6 +96,7 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
     t0 = time.monotonic()
     pre = preloaded or {}
     reuse = _find_reuse(ids, sources, deltas)
+    sources.drop_pages()   # (every entry's header was read: the pages of the whole input)
     c.deltas_dropped += reuse.dropped
     computed: dict[int, tuple[int, int]] = {}   # position -> (candidate, position of its new base)
     zwhole: dict[int, tuple[int, int, bytes]] = {}   # position -> (type, size, compressed object)
@@ -105,6 +109,8 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
                 computed[cand_ids[i]] = (i, cand_ids[b])
             elif found.zwhole[i] is not None:
                 zwhole[cand_ids[i]] = (cand.types[i], cand.sizes[i], found.zwhole[i])
+    if found is not None:
+        release_free_heap()   # (the search's windows and indexes are freed: the writer's buffers go there)
     if timings is not None:
         timings["search"] = timings.get("search", 0.0) + time.monotonic() - t0
     return _write(writer, ids, sources, reuse, computed, zwhole, found, pre, c, progress, phase, mtime_of)
@@ -277,8 +283,13 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     cand_ids = cand.ids
     types = cand.types
 
+    reads = [0]
+
     def read(i: int) -> bytes:
         oid = ids[cand_ids[i]]
+        reads[0] += 1
+        if reads[0] % DROP_PAGES_READS == 0:
+            sources.drop_pages()   # (in each search process: the pages of the objects read so far)
         typ, data = _read_checked(sources, oid, pre)
         if typ != types[i]:
             where, offset = sources.where(oid)
