@@ -128,5 +128,30 @@ def test_names_of_packed_trees_c_and_python_agree(template, repo):
         # only the unreachable ones (a cruft pack's): names from their trees alone
         cruft_ids = [oid for oid in ids if oid in unreachable]
         assert nm.names_in(sources, cruft_ids) == nm.names_in_py(sources, cruft_ids)
+        reached = [oid for oid in ids if oid not in unreachable]
+        only = nm.names_in(sources, cruft_ids, exclude=reached)
+        assert only == nm.names_in_py(sources, cruft_ids, exclude=reached)
+        assert only and not set(only) & set(reached) and blob in only
+    finally:
+        sources.release()
+
+
+def test_c_reader_of_the_search_reads_what_python_reads(repo):
+    """The delta search's reads of packed objects (writeplan.py: Walker.read_packed, the C reader) give the bytes
+    the Python resolver gives, for every object of every pack (deltas and whole entries); None outside them."""
+    if IMPLEMENTATION != "c":
+        pytest.skip("the C walk is not built (or PACKYARD_PURE_PYTHON=1)")
+    from packyard.store.maintenance.walk import _c
+
+    repo_obj = Repository(repo)
+    snapshot = repo_obj.objects.snapshot()
+    sources = SourceIndex(snapshot, list(snapshot.packs), [], read_fresh=repo_obj.objects.read)
+    try:
+        reader = _c.Walker(sources.c_packs, lambda oid, want, referrer: sources.read(oid), cache_bytes=1 << 20)
+        ids = [oid for p in sources.packs for oid in (p.oids[20 * i:20 * i + 20] for i in range(p.count))]
+        assert ids
+        for oid in ids:
+            assert reader.read_packed(oid) == sources.read(oid)
+        assert reader.read_packed(b"\1" * 20) is None
     finally:
         sources.release()

@@ -405,6 +405,36 @@ Walker_walk_roots(WalkerObject *w, PyObject *args)
 
 static PyObject *id_list(const uint8_t *ids, size_t n, size_t stride);
 
+/* read_packed(oid) -> (type, bytes) of an object of the packs, its delta chain resolved through this walker's
+ * reader and cache (CRC32 of each entry checked against the idx, as the walk reads), or None when the packs do
+ * not hold it. The caller checks the SHA-1 (writeplan.py's search reads). */
+static PyObject *
+Walker_read_packed(WalkerObject *w, PyObject *arg)
+{
+    const uint8_t *id;
+    if (oid_arg(arg, &id) < 0)
+        return NULL;
+    long long gid = packs_find(w->packs, id);
+    if (gid < 0)
+        Py_RETURN_NONE;
+    if (walker_begin(w) < 0)
+        return NULL;
+    uint32_t pk = w->packs->pack_of[gid];
+    uint32_t i = (uint32_t)(gid - w->packs->p[pk].base);
+    gil_drop(w);
+    Obj *o = reader_resolve(&w->rd, pk, i, 0);
+    gil_take(w);
+    walker_end(w);
+    if (!o) {
+        raise_err(&w->rd.err);
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(iy#)", o->type, (const char *)o->data, (Py_ssize_t)o->size);
+    obj_decref(o);
+    return out;
+}
+
+
 /* start_young(ids): start points of a walk from objects that are not reached (a cruft plan's young unreachable
  * objects, 20-byte ids end to end). Each id not seen yet and in the packs is marked seen and started from: a
  * commit is queued (walk_commits takes it), a tree walked at once, a blob needs nothing; only entry headers
@@ -735,6 +765,8 @@ static PyMethodDef Walker_methods[] = {
     {"walk_claimed", (PyCFunction)Walker_walk_claimed, METH_NOARGS, "walk the claimed roots' trees"},
     {"steal_roots", (PyCFunction)Walker_steal_roots, METH_O,
      "steal_roots(min_left): (start, stop) of the second half of the roots a running walk_roots has left, or None"},
+    {"read_packed", (PyCFunction)Walker_read_packed, METH_O,
+     "read_packed(oid): (type, bytes) of an object of the packs, resolved here (no SHA-1 check), or None"},
     {"start_young", (PyCFunction)Walker_start_young, METH_VARARGS,
      "start_young(ids, only_trees=False): start a walk from unreached objects (commits queued, trees walked); the ids left to Python"},
     {"copy", (PyCFunction)Walker_copy, METH_VARARGS, "copy(cache_bytes, fallback=None): a walker with this one's seen set and roots (and its fallback, unless given)"},

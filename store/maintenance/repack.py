@@ -398,7 +398,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     release_free_heap()   # (the walkers' seen sets and caches: the search and the writer need their own)
     timer.lap("young")
     plan.cruft = _in_source_order(keep, sources) if rescued else young
-    plan.cruft_names = lambda: names_in(sources, plan.cruft)   # (only if the search runs)
+    plan.cruft_names = lambda: names_in(sources, plan.cruft, exclude=plan.main)   # (only if the search runs)
     plan.mtimes = {oid: ages[oid] for oid in keep}
     plan.expired = set(ages) - keep
     return plan

@@ -53,6 +53,8 @@ Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
 DROP_PAGES_EVERY = 8 << 20
 #: ... and the delta search every time it has read this many objects.
 DROP_PAGES_READS = 2048
+#: The delta-base cache of the C reader that serves the search's reads of packed objects.
+SEARCH_CACHE_BYTES = 32 << 20
 
 # What an object's copy in the sources is (``_Reuse.kind``).
 LOOSE, WHOLE, DELTA, DELTA_BASE_BEHIND = 0, 1, 2, 3
@@ -284,13 +286,28 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     types = cand.types
 
     reads = [0]
+    # With the C extension, packed objects are resolved by a walker's reader (its own delta-base cache, each
+    # entry's CRC32 checked) instead of the Python resolver; the SHA-1 is checked here either way. A read it
+    # cannot do (a corrupt entry) goes through _read_checked, which raises the typed error naming it.
+    creader = [_walk_c.Walker(sources.c_packs, lambda oid, want, referrer: sources.read(oid),
+                              cache_bytes=SEARCH_CACHE_BYTES, expect=1)
+               if _walk_c is not None and sources.c_packs is not None else None]
 
     def read(i: int) -> bytes:
         oid = ids[cand_ids[i]]
         reads[0] += 1
         if reads[0] % DROP_PAGES_READS == 0:
             sources.drop_pages()   # (in each search process: the pages of the objects read so far)
-        typ, data = _read_checked(sources, oid, pre)
+        got = None
+        if creader[0] is not None and oid not in pre:
+            try:
+                got = creader[0].read_packed(oid)
+            except _walk_c.WalkError:
+                creader[0] = None
+        if got is not None and hash_object(got[0], got[1]) == oid:
+            typ, data = got
+        else:
+            typ, data = _read_checked(sources, oid, pre)
         if typ != types[i]:
             where, offset = sources.where(oid)
             raise CorruptObjectError(f"object's type changed between its header ({types[i]}) and its content ({typ})",
