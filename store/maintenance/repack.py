@@ -5,7 +5,9 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
     cleanup   temp files of dead repacks (ours by name: dead pid on this host), orphaned pack files
     snapshot  ONE listing of objects/pack and the loose objects: the only things it may delete
     plan      full: the tips (refs, HEAD, reflogs) read after the snapshot, everything they reach
-              (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired);
+              (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired; an old
+              one a young one links to stays: cruft.py, a walk only when some are old), timed as
+              ``sources``, ``walk``, ``ages``, ``young`` and the rest as ``plan``;
               geometric: the smallest packs until the sizes form a progression; loose: every loose object
     write     one pack writer per new pack (store/pack/write.py), through writeplan.py: deltas whose base
               goes into the same pack copied verbatim (CRC checked; not with ``reuse=False``), the rest
