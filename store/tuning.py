@@ -53,3 +53,19 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def release_free_heap() -> bool:
+    """Hand the C heap's free memory back to the kernel (glibc's ``malloc_trim(0)``; elsewhere a no-op, False).
+
+    A repack frees what one phase built before the next builds its own (the walk's seen sets and delta-base
+    caches, in the helper thread's arena too, before the delta search's windows): without this glibc keeps
+    the freed pages and the peak RSS is the sum of the phases instead of the largest one."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes = [ctypes.c_size_t]
+    trim.restype = ctypes.c_int
+    trim(0)
+    return True

@@ -166,3 +166,71 @@ def check_with_git(bare: Path, listing: bytes, new_packs: list[str]) -> None:
     for name in new_packs:
         out = git("verify-pack", "-v", str(bare / "objects" / "pack" / f"{name}.idx")).decode()
         assert out.rstrip().endswith(": ok"), out[-300:]
+
+
+# -- a history whose unreachable objects are young and old, young ones reaching old ones (test_repack_cruft) --
+
+MISSING = "1" * 40
+
+
+def _pack_range(dest: Path, src: Path, spec: str, age: float = 0.0) -> None:
+    name = git("pack-objects", "-q", "--revs", str(dest / "objects" / "pack" / "pack"), git_dir=src,
+               input=spec.encode()).decode().strip()
+    if age:
+        t = time.time() - age
+        for suffix in (".pack", ".idx"):
+            os.utime(dest / "objects" / "pack" / f"pack-{name}{suffix}", (t, t))
+
+
+def _copy_loose(dest: Path, src: Path, oid: str) -> None:
+    """Copy one object of ``src`` into ``dest`` as a young loose object."""
+    typ = git("cat-file", "-t", oid, git_dir=src).decode().strip()
+    data = git("cat-file", typ, oid, git_dir=src)
+    assert git("hash-object", "-w", "-t", typ, "--stdin", git_dir=dest, input=data).decode().strip() == oid
+
+
+def build_cruft(base: Path) -> dict:
+    """A bare repository whose ``main`` reaches c1..c4 and whose unreachable objects are:
+    c5..c8 in a pack dated 30 days back (old), c9..c10 in a young pack (their parents are old: rescued),
+    c11..c12 in a second old pack that only a young loose tag of c12 reaches, a young loose side commit on c6
+    whose tree is new, a young loose commit whose parent is missing and an old loose blob (expired)."""
+    work = base / "work"
+    git("init", "-q", "-b", "main", str(work))
+    commits = []
+    for k in range(1, 13):
+        (work / f"f{k % 4}.txt").write_text(f"version {k}\n" * (20 + k))
+        (work / "dir").mkdir(exist_ok=True)
+        (work / "dir" / f"g{k}.txt").write_text(f"file {k}\n")
+        git("add", "-A", cwd=work)
+        git("commit", "-q", "-m", f"c{k}", cwd=work)
+        commits.append(git("rev-parse", "HEAD", cwd=work).decode().strip())
+    git("tag", "-a", "-m", "a tag of c12", "t12", commits[11], cwd=work)
+    tag = git("rev-parse", "t12", cwd=work).decode().strip()
+    git("checkout", "-q", "-b", "side", commits[5], cwd=work)
+    (work / "side.txt").write_text("side\n")
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "side", cwd=work)
+    side = git("rev-parse", "HEAD", cwd=work).decode().strip()
+    src = work / ".git"
+
+    bare = base / "repo.git"
+    git("init", "-q", "--bare", str(bare))
+    c = commits
+    _pack_range(bare, src, f"{c[3]}\n")
+    _pack_range(bare, src, f"{c[7]}\n^{c[3]}\n", age=30 * DAY)
+    _pack_range(bare, src, f"{c[9]}\n^{c[7]}\n")
+    _pack_range(bare, src, f"{c[11]}\n^{c[9]}\n", age=30 * DAY)
+    for oid in [tag, side, git("rev-parse", f"{side}^{{tree}}", git_dir=src).decode().strip(),
+                git("rev-parse", f"{side}:side.txt", git_dir=src).decode().strip()]:
+        _copy_loose(bare, src, oid)
+    tree4 = git("rev-parse", f"{c[3]}^{{tree}}", git_dir=src).decode().strip()
+    broken = git("hash-object", "-w", "-t", "commit", "--literally", "--stdin", git_dir=bare,
+                 input=f"tree {tree4}\nparent {MISSING}\nauthor A <a@x> 1 +0000\ncommitter A <a@x> 1 +0000\n\nb\n"
+                 .encode()).decode().strip()
+    lone = git("hash-object", "-w", "--stdin", git_dir=bare, input=b"an old blob nothing names\n").decode().strip()
+    t = time.time() - 30 * DAY
+    os.utime(bare / "objects" / lone[:2] / lone[2:], (t, t))
+    git("update-ref", "refs/heads/main", c[3], git_dir=bare)
+    return {"bare": bare, "commits": c, "tag": tag, "side": side, "broken": broken, "lone": lone}
+
+

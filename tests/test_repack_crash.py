@@ -95,3 +95,57 @@ def test_sigkill_during_geometric_and_loose_repacks(template, tmp_path, mode, po
     assert ru.reachable_listing(bare) == listing
     for oid in shapes.young + shapes.old + shapes.rescued:
         assert ru.has_object(bare, oid), (point, oid)
+
+
+# -- the cruft walk from young objects (store/maintenance/cruft.py), names for the cruft pack's search -------
+
+CRUFT_POINTS = ["repack.after_plan", "repack.after_write", "repack.cruft.after_pack_rename", "repack.before_delete",
+                "repack.after_pack_preserved@2", "repack.after_delete"]
+
+
+@pytest.fixture(scope="module")
+def cruft_template(tmp_path_factory):
+    """ru.build_cruft's repository, and what git's own cruft repack keeps of it (every object id after
+    ``git repack --cruft -d --cruft-expiration=2.weeks.ago`` on a copy, but the expired loose blob git's repack
+    leaves to ``git prune``)."""
+    import shutil
+
+    base = tmp_path_factory.mktemp("crash-cruft")
+    t = ru.build_cruft(base)
+    theirs = base / "theirs.git"
+    shutil.copytree(t["bare"], theirs, copy_function=shutil.copy2)
+    git("-c", "repack.writeBitmaps=false", "repack", "--cruft", "-d", "-q", "--cruft-expiration=2.weeks.ago",
+        git_dir=theirs)
+    # (git repack leaves an expired loose object to git prune; packyard's full repack deletes it)
+    assert t["lone"] in _all_ids(theirs) and t["lone"] not in _cruft_of(theirs)
+    t["kept"] = _all_ids(theirs) - {t["lone"]}
+    return t
+
+
+def _cruft_of(bare) -> str:
+    idx = [p for p in (bare / "objects" / "pack").glob("*.idx") if p.with_suffix(".mtimes").exists()]
+    return git("show-index", input=idx[0].read_bytes()).decode()
+
+
+def _all_ids(bare) -> set[str]:
+    return set(git("cat-file", "--batch-check=%(objectname)", "--batch-all-objects", git_dir=bare).decode().split())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", CRUFT_POINTS)
+def test_sigkill_during_a_full_repack_with_old_and_young_unreachable_objects(cruft_template, tmp_path, point):
+    import shutil
+
+    bare = tmp_path / "repo.git"
+    shutil.copytree(cruft_template["bare"], bare, copy_function=shutil.copy2)
+    kept = cruft_template["kept"]
+    proc = _run(bare, "full", point)
+    assert proc.returncode == -signal.SIGKILL, f"{point}: not killed there (rc {proc.returncode}): {proc.stderr}"
+    # Nothing git keeps is gone (the reachable objects, the young ones and the old ones they reach).
+    assert kept <= _all_ids(bare), point
+    git("fsck", "--connectivity-only", "--no-dangling", git_dir=bare)
+    proc = _run(bare, "full", None)
+    assert proc.returncode == 0, proc.stderr
+    assert _leftovers(bare) == [], point
+    assert _all_ids(bare) == kept, point
+    git("fsck", "--connectivity-only", "--no-dangling", git_dir=bare)

@@ -404,13 +404,124 @@ Walker_walk_roots(WalkerObject *w, PyObject *args)
     return Walker_walk_claimed(w, NULL);
 }
 
+static PyObject *id_list(const uint8_t *ids, size_t n, size_t stride);
+
+/* read_packed(oid) -> (type, bytes) of an object of the packs, its delta chain resolved through this walker's
+ * reader and cache (CRC32 of each entry checked against the idx, as the walk reads), or None when the packs do
+ * not hold it. The caller checks the SHA-1 (writeplan.py's search reads). */
+static PyObject *
+Walker_read_packed(WalkerObject *w, PyObject *arg)
+{
+    const uint8_t *id;
+    if (oid_arg(arg, &id) < 0)
+        return NULL;
+    long long gid = packs_find(w->packs, id);
+    if (gid < 0)
+        Py_RETURN_NONE;
+    if (walker_begin(w) < 0)
+        return NULL;
+    uint32_t pk = w->packs->pack_of[gid];
+    uint32_t i = (uint32_t)(gid - w->packs->p[pk].base);
+    gil_drop(w);
+    Obj *o = reader_resolve(&w->rd, pk, i, 0);
+    gil_take(w);
+    walker_end(w);
+    if (!o) {
+        raise_err(&w->rd.err);
+        return NULL;
+    }
+    PyObject *out = Py_BuildValue("(iy#)", o->type, (const char *)o->data, (Py_ssize_t)o->size);
+    obj_decref(o);
+    return out;
+}
+
+
+/* start_young(ids): start points of a walk from objects that are not reached (a cruft plan's young unreachable
+ * objects, 20-byte ids end to end). Each id not seen yet and in the packs is marked seen and started from: a
+ * commit is queued (walk_commits takes it), a tree walked at once, a blob needs nothing; only entry headers
+ * are read to learn a type. Returns the ids it left to the caller, not marked seen: those outside the packs
+ * and the tags. With only_trees, only the trees among ids are started from (names.py: the names their entries
+ * give), the rest is skipped and nothing is returned. GIL released while it works. */
+static PyObject *
+Walker_start_young(WalkerObject *w, PyObject *args)
+{
+    Py_buffer view;
+    int only_trees = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &only_trees))
+        return NULL;
+    if (view.len % OIDLEN) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start_young(ids): 20-byte ids end to end");
+        return NULL;
+    }
+    if (seen_usable(w) < 0 || walker_begin(w) < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const uint8_t *ids = (const uint8_t *)view.buf;
+    size_t n = (size_t)view.len / OIDLEN;
+    Buf left = {NULL, 0, 0};
+    int rc = 0;
+    gil_drop(w);
+    for (size_t k = 0; k < n && rc == 0; k++) {
+        const uint8_t *id = ids + k * OIDLEN;
+        if (idset_has(&w->seen, id))
+            continue;
+        long long gid = packs_find(w->packs, id);
+        int t = 0;
+        if (gid >= 0) {
+            uint32_t pk = w->packs->pack_of[gid];
+            uint32_t i = (uint32_t)(gid - w->packs->p[pk].base);
+            if (reader_type(&w->rd, pk, i, &t) < 0) {
+                rc = -1;
+                break;
+            }
+            if (only_trees && t != T_TREE)
+                continue;
+            if (t != T_TAG) {
+                if (idset_add(&w->seen, id) < 0) {
+                    rc = nomem(&w->rd.err);
+                    break;
+                }
+                if (t == T_COMMIT) {
+                    Obj *o = reader_resolve(&w->rd, pk, i, 0);
+                    if (!o) {
+                        rc = -1;
+                        break;
+                    }
+                    rc = queue_commit(w, id, o->data, o->size, (long)pk, (long long)w->packs->p[pk].offs[i], 0);
+                    obj_decref(o);
+                } else if (t == T_TREE) {
+                    uint8_t root[OIDLEN];
+                    memcpy(root, id, OIDLEN);
+                    Ref ref = {"tree", root, NULL, NULL};
+                    rc = walk_tree(w, root, NULL, 0, 0, &ref);
+                }
+                continue;
+            }
+        }
+        if (!only_trees && buf_put(&left, id, OIDLEN) < 0)
+            rc = nomem(&w->rd.err);
+    }
+    gil_take(w);
+    PyBuffer_Release(&view);
+    PyObject *out = rc == 0 ? id_list(left.p, left.len / OIDLEN, OIDLEN) : NULL;
+    buf_free(&left);
+    walker_end(w);
+    if (rc < 0)
+        raise_err(&w->rd.err);
+    return out;
+}
+
 /* A second walker over the same packs with a copy of this one's seen set and roots (for a thread that
- * walks part of the roots); its own cache, of cache_bytes. */
+ * walks part of the roots, or the cruft walk from young unreachable objects); its own cache, of cache_bytes;
+ * this one's fallback reader unless another is given. */
 static PyObject *
 Walker_copy(WalkerObject *w, PyObject *args)
 {
     Py_ssize_t cache_bytes;
-    if (!PyArg_ParseTuple(args, "n", &cache_bytes))
+    PyObject *fallback = NULL;
+    if (!PyArg_ParseTuple(args, "n|O", &cache_bytes, &fallback))
         return NULL;
     if (w->busy) {
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
@@ -421,7 +532,8 @@ Walker_copy(WalkerObject *w, PyObject *args)
     WalkerObject *c = (WalkerObject *)WalkerType.tp_alloc(&WalkerType, 0);
     if (!c)
         return NULL;
-    if (walker_setup(c, w->packs, w->fallback, w->progress ? w->progress : Py_None,
+    if (walker_setup(c, w->packs, fallback && fallback != Py_None ? fallback : w->fallback,
+                     w->progress ? w->progress : Py_None,
                      cache_bytes < 0 ? 0 : (size_t)cache_bytes) < 0
         || idset_copy(&c->seen, &w->seen) < 0 || buf_put(&c->roots, w->roots.p, w->roots.len) < 0) {
         if (!PyErr_Occurred())
@@ -695,7 +807,11 @@ static PyMethodDef Walker_methods[] = {
     {"walk_claimed", (PyCFunction)Walker_walk_claimed, METH_NOARGS, "walk the claimed roots' trees"},
     {"steal_roots", (PyCFunction)Walker_steal_roots, METH_O,
      "steal_roots(min_left): (start, stop) of the second half of the roots a running walk_roots has left, or None"},
-    {"copy", (PyCFunction)Walker_copy, METH_VARARGS, "copy(cache_bytes): a walker with this one's seen set and roots"},
+    {"read_packed", (PyCFunction)Walker_read_packed, METH_O,
+     "read_packed(oid): (type, bytes) of an object of the packs, resolved here (no SHA-1 check), or None"},
+    {"start_young", (PyCFunction)Walker_start_young, METH_VARARGS,
+     "start_young(ids, only_trees=False): start a walk from unreached objects (commits queued, trees walked); the ids left to Python"},
+    {"copy", (PyCFunction)Walker_copy, METH_VARARGS, "copy(cache_bytes, fallback=None): a walker with this one's seen set and roots (and its fallback, unless given)"},
     {"merge", (PyCFunction)Walker_merge, METH_O, "merge(other): append what other found and this walk did not"},
     {"cancel", (PyCFunction)Walker_cancel, METH_NOARGS, "make a walk running in another thread stop soon"},
     {"result", (PyCFunction)Walker_result, METH_NOARGS, "(commits, trees, blobs)"},

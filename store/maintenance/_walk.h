@@ -476,6 +476,9 @@ void reader_clear(Reader *r);
  * r->err set. No GIL needed. */
 Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i, int keep_whole);
 
+/* The type of entry (pk, i) from its headers alone (a delta: its chain's base's), or -1 with r->err set. */
+int reader_type(Reader *r, uint32_t pk, uint32_t i, int *type);
+
 PyObject *walk_pack_layout(PyObject *module, PyObject *args);
 
 /* ---- a repack's write plan (_walk_copy.c) ---------------------------------------------------- */

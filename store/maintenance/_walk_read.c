@@ -420,6 +420,29 @@ bad:
     return NULL;
 }
 
+/* The type of entry (pk, i) without inflating anything: its header's, or for a delta the type at the end of its
+ * chain of headers (bounded by MAX_CHAIN: a cycle is an error naming the entry). */
+int
+reader_type(Reader *w, uint32_t pk, uint32_t i, int *type)
+{
+    uint32_t cur = i;
+    for (size_t n = 0; n <= MAX_CHAIN; n++) {
+        Link l;
+        int t = 0;
+        uint32_t next = 0;
+        if (entry_header(w, pk, cur, &l, &t, &next) < 0)
+            return -1;
+        if (t != T_OFS && t != T_REF) {
+            *type = t;
+            return 0;
+        }
+        cur = next;
+    }
+    Pack *p = &w->packs->p[pk];
+    return fail(&w->err, E_PACK, p->oids + (size_t)i * OIDLEN, (long)pk, (long long)p->offs[i],
+                "delta chain too long (cycle?)");
+}
+
 /* Entry i of pack pk, resolved; every object made on the way is cached (a delta's bases serve the next
  * versions), the entry itself too unless it is whole and keep_whole is 0 (a commit: read once, and 83,000 of
  * them filled the cache the tree walk then needed). */

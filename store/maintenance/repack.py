@@ -5,7 +5,9 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
     cleanup   temp files of dead repacks (ours by name: dead pid on this host), orphaned pack files
     snapshot  ONE listing of objects/pack and the loose objects: the only things it may delete
     plan      full: the tips (refs, HEAD, reflogs) read after the snapshot, everything they reach
-              (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired);
+              (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired; an old
+              one a young one links to stays: cruft.py, a walk only when some are old), timed as
+              ``sources``, ``walk``, ``ages``, ``young`` and the rest as ``plan``;
               geometric: the smallest packs until the sizes form a progression; loose: every loose object
     write     one pack writer per new pack (store/pack/write.py), through writeplan.py: deltas whose base
               goes into the same pack copied verbatim (CRC checked; not with ``reuse=False``), the rest
@@ -47,10 +49,11 @@ from .midxbitmap import midx_bitmap_for
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
 from ..pack.packdir import PackFile
 from ..pack.write import PACK_COMPRESSION, PackWriter
-from ..parse import object_links
-from ..tuning import gc_paused
+from ..tuning import gc_paused, release_free_heap
 from .bitmap import BitmapOptions, read_header, write_pack_bitmap
+from .cruft import reached_from
 from .leftovers import remove_stale_temp_files
+from .names import names_in
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
 from .tips import read_tips
@@ -113,6 +116,7 @@ class RepackCounters:
     reachable: int = 0            # full: objects the tips reach
     cruft_kept: int = 0           # unreachable objects kept in the cruft pack (young, or reached from young)
     cruft_expired: int = 0        # unreachable objects older than the grace period: not kept
+    cruft_walked: int = 0         # objects the walk from young unreachable ones went through (0: no old ones)
     kept_for_recheck: int = 0     # old copies kept because the tips read before deleting reach them
     kept_freshened: int = 0       # old copies kept because a writer freshened them during the repack
     preserved_moved: int = 0      # packs moved to preserved/
@@ -123,6 +127,7 @@ class RepackCounters:
     deltas_tried: int = 0         # delta encoder calls of the search
     delta_bytes_saved: int = 0    # object bytes minus delta bytes over the new deltas (uncompressed)
     delta_candidates: int = 0     # objects the search considered (no reused delta; tree or blob; sizes in range)
+    search_skipped: int = 0       # objects left out of the search: whole in one source pack, as all around them
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
     search_processes: int = 0     # processes the search ran in
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
@@ -177,9 +182,11 @@ class _Plan:
     reach: Reachable | None = None
     tips: dict[str, bytes] = field(default_factory=dict)
     names: Names | None = None                              # id -> the name it is reached by (delta search order)
+    cruft_names: Names | None = None                        # the same for the cruft pack (names.py)
     preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
     snapshot_packs: list[PackFile] = field(default_factory=list)    # geometric: the progression's packs
+    cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
 
 
 class _Timer:
@@ -220,7 +227,8 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
 
     if options.mode is RepackMode.FULL:
         sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
-        plan = _plan_full(repo, sources, replaceable, options, now, progress)
+        timer.lap("sources")
+        plan = _plan_full(repo, sources, replaceable, options, now, progress, timer)
     elif options.mode is RepackMode.GEOMETRIC:
         rolled = geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
         sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
@@ -232,6 +240,7 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs}
     c.reachable = len(plan.reach) if plan.reach is not None else 0
     c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
+    c.cruft_walked = plan.cruft_walked
     timer.lap("plan")
     fault_point("repack.after_plan")
     if hooks.after_plan is not None:
@@ -270,7 +279,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
             mtimes = write_plan(writer, ids, sources, c, progress=progress,
                                 phase="writing cruft objects" if is_cruft else "writing objects",
                                 mtime_of=plan.mtimes if is_cruft else None,
-                                names=None if is_cruft else plan.names, preloaded=plan.preloaded,
+                                names=plan.cruft_names if is_cruft else plan.names, preloaded=plan.preloaded,
                                 deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
             if not is_cruft and options.bitmap and options.mode is RepackMode.FULL and plan.reach is not None:
@@ -421,10 +430,13 @@ def _size(path: Path) -> int:
 # -- plans ------------------------------------------------------------------------------------------
 
 def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: RepackOptions, now: float,
-               progress: Progress | None) -> _Plan:
-    """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired."""
+               progress: Progress | None, timer: "_Timer") -> _Plan:
+    """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired.
+    Phases (``timer``): ``walk`` (from the tips), ``ages`` (every unreachable copy's age), ``young`` (the old
+    objects young ones link to: cruft.py), then ``plan`` for the rest (the cruft pack's order)."""
     tips = read_tips(repo)
     reach = walk(sorted(tips.items()), sources.read, progress=progress, processes=options.processes, packs=sources)
+    timer.lap("walk")
     plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids),
                  names=lambda: reach.names)   # (built only if the delta search runs)
     plan.main = sources.present(reach.ids())
@@ -446,33 +458,24 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
         t = int(_mtime(repo.objects.loose.path_for(oid)))
         if t > ages.get(oid, -1):
             ages[oid] = t
-    reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
     cutoff = now - options.expire
     keep = {oid for oid, t in ages.items() if t >= cutoff}
-    keep |= _reached_from(keep, ages, sources)   # an old object a young one needs stays with it
-    plan.cruft = _in_source_order(keep, sources)
+    timer.lap("ages")
+    young = _in_source_order(keep, sources)   # (pack order: the walk below reads them as git wrote them)
+    rescued: set[bytes] = set()
+    if keep and len(keep) < len(ages):   # (all young, or all old: no old object for a young one to save)
+        rescued, plan.cruft_walked = reached_from(keep, ages, sources.read, reach=reach, c_packs=sources.c_packs,
+                                                  order=young)
+        keep |= rescued
+    reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
+    sources.drop_pages()  # (the commits and trees the walks read: the writer faults in what it copies)
+    release_free_heap()   # (the walkers' seen sets and caches: the search and the writer need their own)
+    timer.lap("young")
+    plan.cruft = _in_source_order(keep, sources) if rescued else young
+    plan.cruft_names = lambda: names_in(sources, plan.cruft, exclude=plan.main)   # (only if the search runs)
     plan.mtimes = {oid: ages[oid] for oid in keep}
     plan.expired = set(ages) - keep
     return plan
-
-
-def _reached_from(young: set[bytes], unreachable: dict[bytes, int], sources: SourceIndex) -> set[bytes]:
-    """Unreachable objects that young unreachable objects link to (transitively): they must stay too."""
-    found: set[bytes] = set()
-    queue: list[tuple[bytes, ObjectType | None]] = [(oid, None) for oid in young]   # (id, type if known)
-    while queue:
-        oid, want = queue.pop()
-        if want == ObjectType.BLOB:
-            continue
-        try:
-            typ, data = sources.read(oid)
-        except ObjectMissingError:
-            continue   # a young object already missing a link: nothing more to keep for it
-        for link, link_type in object_links(typ, data, oid):
-            if link in unreachable and link not in young and link not in found:
-                found.add(link)
-                queue.append((link, link_type))
-    return found
 
 
 def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:
@@ -536,6 +539,7 @@ def _plan_geometric(sources: SourceIndex, rolled: list[PackFile], snapshot) -> _
     ids.extend(_unpacked_loose(sources, snapshot))
     plan.main = ids
     plan.loose = set(sources.loose_ids)
+    plan.names = lambda: names_in(sources, ids)   # (no walk named them; only if the search runs)
     return plan
 
 

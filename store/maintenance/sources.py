@@ -166,6 +166,17 @@ class SourceIndex:
         for p in self.packs:
             p.view.release()      # (a second release is a no-op)
 
+    def drop_pages(self) -> None:
+        """Let the kernel take back the pages of the packs' maps this process has touched (they stay in the
+        page cache; a later read faults them in again from there). The walk reads every commit and tree, the
+        writer copies every entry: without this the peak RSS would count the whole input pack once more,
+        on top of the work (the maps are read-only, so nothing is lost)."""
+        for p in self.packs:
+            try:
+                p.buffer.madvise(mmap.MADV_DONTNEED)
+            except (AttributeError, OSError, ValueError):
+                return   # (no madvise here, or a closed map: the pages simply stay)
+
     # -- reading ----------------------------------------------------------------------------------
     def read(self, oid: bytes) -> tuple[int, bytes]:
         """(type, data): from the replaceable packs, the loose files, the kept packs, or (objects that

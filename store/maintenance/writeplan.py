@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from ..errors import CorruptObjectError, ObjectMissingError, StoreError
 from ..objects import hash_object
 from ..pack.format import decode_entry_header
-from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search
+from ..pack.search import (DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search,
+                           search_order)
 from ..pack.write import WRITE_BUFFER, PackWriter
+from ..tuning import release_free_heap
 from .sources import SourceIndex
 from .walk import _c as _walk_c
 
@@ -46,6 +48,13 @@ Progress = Callable[[str, int, "int | None"], None]
 
 #: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
 Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
+
+#: The writer lets go of the source packs' pages it has read every time it has written this many bytes.
+DROP_PAGES_EVERY = 8 << 20
+#: ... and the delta search every time it has read this many objects.
+DROP_PAGES_READS = 2048
+#: The delta-base cache of the C reader that serves the search's reads of packed objects.
+SEARCH_CACHE_BYTES = 32 << 20
 
 # What an object's copy in the sources is (``_Reuse.kind``).
 LOOSE, WHOLE, DELTA, DELTA_BASE_BEHIND = 0, 1, 2, 3
@@ -89,6 +98,7 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
     t0 = time.monotonic()
     pre = preloaded or {}
     reuse = _find_reuse(ids, sources, deltas)
+    sources.drop_pages()   # (every entry's header was read: the pages of the whole input)
     c.deltas_dropped += reuse.dropped
     computed: dict[int, tuple[int, int]] = {}   # position -> (candidate, position of its new base)
     zwhole: dict[int, tuple[int, int, bytes]] = {}   # position -> (type, size, compressed object)
@@ -101,6 +111,8 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
                 computed[cand_ids[i]] = (i, cand_ids[b])
             elif found.zwhole[i] is not None:
                 zwhole[cand_ids[i]] = (cand.types[i], cand.sizes[i], found.zwhole[i])
+    if found is not None:
+        release_free_heap()   # (the search's windows and indexes are freed: the writer's buffers go there)
     if timings is not None:
         timings["search"] = timings.get("search", 0.0) + time.monotonic() - t0
     return _write(writer, ids, sources, reuse, computed, zwhole, found, pre, c, progress, phase, mtime_of)
@@ -268,11 +280,34 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
         # read and compressed again by the writer: the search hands it back compressed instead.
         cand.add(int(typ), size, h, limit - reuse.height[k], group, kd == WHOLE, kd != WHOLE)
         cand_ids.append(k)
+    cand, idle = _without_idle(cand, deltas.search)
+    c.search_skipped += idle
+    cand_ids = cand.ids
     types = cand.types
+
+    reads = [0]
+    # With the C extension, packed objects are resolved by a walker's reader (its own delta-base cache, each
+    # entry's CRC32 checked) instead of the Python resolver; the SHA-1 is checked here either way. A read it
+    # cannot do (a corrupt entry) goes through _read_checked, which raises the typed error naming it.
+    creader = [_walk_c.Walker(sources.c_packs, lambda oid, want, referrer: sources.read(oid),
+                              cache_bytes=SEARCH_CACHE_BYTES, expect=1)
+               if _walk_c is not None and sources.c_packs is not None else None]
 
     def read(i: int) -> bytes:
         oid = ids[cand_ids[i]]
-        typ, data = _read_checked(sources, oid, pre)
+        reads[0] += 1
+        if reads[0] % DROP_PAGES_READS == 0:
+            sources.drop_pages()   # (in each search process: the pages of the objects read so far)
+        got = None
+        if creader[0] is not None and oid not in pre:
+            try:
+                got = creader[0].read_packed(oid)
+            except _walk_c.WalkError:
+                creader[0] = None
+        if got is not None and hash_object(got[0], got[1]) == oid:
+            typ, data = got
+        else:
+            typ, data = _read_checked(sources, oid, pre)
         if typ != types[i]:
             where, offset = sources.where(oid)
             raise CorruptObjectError(f"object's type changed between its header ({types[i]}) and its content ({typ})",
@@ -287,6 +322,48 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     c.search_processes = max(c.search_processes, found.processes)
     c.window_peak_bytes = max(c.window_peak_bytes, found.peak_window_bytes)
     return found, cand
+
+
+def _without_idle(cand: _Offered, options: SearchOptions) -> tuple[_Offered, int]:
+    """``cand`` without the candidates the search could never try (and the number left out).
+
+    When reusing, a target whole in a source pack is not tried against a base whole in that same pack (that
+    pack's writer found no delta between them). A candidate only ever meets the ``window - 1`` candidates
+    sorted on either side of it (one type per window); if each of those is whole in its own source pack too,
+    it is neither tried as a target nor as a base (but rarely: a delta at the depth limit leaves the window, so
+    a window may reach a little further back), and the search would read and hash it for nothing. (A cruft
+    pack of one source pack: 44,000 such objects for 1,900 that lost their delta base.) Its copy is written
+    as it is, as when the search finds no delta for it."""
+    groups, fixed = cand.groups, cand.fixed
+    if groups is None or fixed is None or not fixed.count(1):
+        return cand, 0
+    order = search_order(cand, options.max_input)
+    types = cand.types
+    reach = max(1, options.window - 1)
+    n = len(order)
+    drop = bytearray(len(cand))
+    for k in range(n):
+        i = order[k]
+        if not fixed[i]:
+            continue
+        ti, gi = types[i], groups[i]
+        for j in order[max(0, k - reach):k + reach + 1]:
+            if j != i and types[j] == ti and (not fixed[j] or groups[j] != gi):
+                break
+        else:
+            drop[i] = 1
+    idle = drop.count(1)
+    if not idle:
+        return cand, 0
+    kept = _Offered(groups=array("i"), fixed=bytearray())
+    kept.ids = array("i")
+    for i in range(len(cand)):
+        if drop[i]:
+            continue
+        kept.add(cand.types[i], cand.sizes[i], cand.hashes[i], cand.max_depth[i], groups[i], bool(fixed[i]),
+                 bool(cand.keep_whole[i]))
+        kept.ids.append(cand.ids[i])
+    return kept, idle
 
 
 def _loose_header(sources: SourceIndex, oid: bytes, pre: dict[bytes, tuple[int, bytes]]) -> tuple[int, int]:
@@ -439,12 +516,17 @@ def _write_runs(emit: _Emitter, packs: "_walk_c.Packs", progress: Progress | Non
     order.frombytes(order_b)
     python.frombytes(python_b)
     j = 0
+    emit.sources.drop_pages()   # (what the search read)
+    dropped_at = writer.position
     for stop in [*python, n]:
         while j < stop:
             j, stuck, entries, offs, crcs, oids, deltas, copied = packs.copy_entries(
                 reuse.gid, order, j, min(stop, j + step), reuse.reused, reuse.base, emit.offsets, writer.position,
                 WRITE_BUFFER)
             writer.append_copies(entries, offs, crcs, oids, deltas=deltas, copied=copied)
+            if writer.position - dropped_at >= DROP_PAGES_EVERY:
+                emit.sources.drop_pages()   # (the source pages copied so far: RSS bounded, not the input's size)
+                dropped_at = writer.position
             c.deltas_reused += deltas
             c.entries_copied += len(oids) // 20 - deltas
             if stuck:

@@ -15,6 +15,16 @@ run so no deletion precedes one; rounds alternate who goes first):
 * ``geometric`` -- one large pack plus 30 small push packs (a few commits each);
   ``packyard repack --mode geometric --factor 2`` vs ``git repack --geometric=2 -d``: wall time and
   the number of packs left.
+* ``cruft`` -- ``main`` force-pushed back to 65% of its first-parent history (48% of the objects
+  unreachable, all young: workers/cli/bench/repack_hosting.py); ``packyard repack --mode full`` vs
+  ``git repack --cruft -d``: wall, peak RSS, the new pack's and the cruft pack's sizes.
+* ``cruft-expire`` -- the same, with the newer half of the unreachable objects in a pack dated 30 days
+  back; ``--expire 2.weeks.ago`` vs ``git repack --cruft -d --cruft-expiration=2.weeks.ago``.
+* ``cruft-update`` -- a repository with git's cruft pack, ``main`` moved back again (to 55%): the second
+  full repack over an existing cruft pack.
+* ``geometric-ordinary`` / ``geometric-thin`` -- one pack of 90% of the first-parent history plus 30 pushes
+  of the rest, as ordinary ``pack-objects --revs`` packs or as thin packs completed by
+  ``index-pack --fix-thin``; geometric repack on both sides.
 * ``large`` (``--large``) -- a synthetic history made with ``git fast-import`` (``--large-objects``,
   default 500,000 objects) in one pack, full repack on both sides: peak RSS and wall time.
 
@@ -37,17 +47,50 @@ from pathlib import Path
 from typing import Any
 
 from packyard.workers.cli.bench import common, nfsim_side
+from packyard.workers.cli.bench import repack_hosting as hosting
 
 TIME = "/usr/bin/time"
+CRUFT = ("cruft", "cruft-expire", "cruft-update")
+PUSHES = ("geometric-ordinary", "geometric-thin")
+ALL = ("full", "no-reuse", "geometric", "loose") + CRUFT + PUSHES
+#: What git runs for each scenario (packyard: ``OURS``).
+GIT_ARGS = {
+    "full": ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
+    "no-reuse": ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-f", "-q"],
+    "cruft": ["-c", "repack.writeBitmaps=false", "repack", "--cruft", "-d", "-q"],
+    "cruft-expire": ["-c", "repack.writeBitmaps=false", "repack", "--cruft", "-d", "-q",
+                     "--cruft-expiration=2.weeks.ago"],
+    "cruft-update": ["-c", "repack.writeBitmaps=false", "repack", "--cruft", "-d", "-q"],
+    "geometric": ["repack", "--geometric=2", "-d", "-q"],
+    "geometric-ordinary": ["repack", "--geometric=2", "-d", "-q"],
+    "geometric-thin": ["repack", "--geometric=2", "-d", "-q"],
+    "loose": ["repack", "-d", "-q"],
+    "large": ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
+}
+#: The repack alone, as git's side above does it (no bitmap, commit-graph, packed refs or MIDX): the same work
+#: on both sides. Full maintenance against git's defaults (bitmaps, commit-graph, pack-refs) is
+#: ``packyard bench serve``.
+_REPACK_ONLY = ["--no-bitmap", "--no-commit-graph", "--no-pack-refs", "--no-midx"]
+OURS = {name: [*args, *_REPACK_ONLY] for name, args in {
+    "full": ["--mode", "full"],
+    "no-reuse": ["--mode", "full", "--no-reuse"],
+    "cruft": ["--mode", "full"],
+    "cruft-expire": ["--mode", "full", "--expire", "2.weeks.ago"],
+    "cruft-update": ["--mode", "full"],
+    "geometric": ["--mode", "geometric", "--factor", "2"],
+    "geometric-ordinary": ["--mode", "geometric", "--factor", "2"],
+    "geometric-thin": ["--mode", "geometric", "--factor", "2"],
+    "loose": ["--mode", "loose"],
+    "large": ["--mode", "full"],
+}.items()}
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser("repack", help="packyard repack vs git repack (wall, pack size, RSS, packs left)",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=3, help="rounds per scenario, alternating (default 3)")
-    p.add_argument("--scenario", action="append", choices=("full", "no-reuse", "geometric", "loose", "large"),
-                   default=None, help="run only these (repeatable; default: full, no-reuse, geometric and loose, "
-                                      "plus large with --large)")
+    p.add_argument("--scenario", action="append", choices=ALL + ("large",),
+                   default=None, help="run only these (repeatable; default: all but large, which needs --large)")
     p.add_argument("--loose-files", type=int, default=10_000, help="files in the loose scenario's tree")
     p.add_argument("--large", action="store_true", help="also the large synthetic repository")
     p.add_argument("--large-objects", type=int, default=500_000, help="objects in the large repository")
@@ -215,6 +258,12 @@ def pack_sizes(bare: Path) -> list[int]:
     return sorted((p.stat().st_size for p in (bare / "objects" / "pack").glob("pack-*.pack")), reverse=True)
 
 
+def cruft_size(bare: Path) -> int:
+    """Bytes of the cruft packs (a pack with a .mtimes file)."""
+    return sum(p.stat().st_size for p in (bare / "objects" / "pack").glob("pack-*.pack")
+               if p.with_suffix(".mtimes").exists())
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(common.ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -247,7 +296,8 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
             wall, rss, out = measured(cmd, env, work / "rss.txt")
             sizes = pack_sizes(repo)
             row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
-                                   "largest": sizes[0] if sizes else 0, "total": sum(sizes)}
+                                   "largest": sizes[0] if sizes else 0, "total": sum(sizes),
+                                   "cruft": cruft_size(repo)}
             if mount is not None and before is not None:
                 row["calls"] = nfsim_side.calls_between(mount.counters(), before)
             if side == "packyard":
@@ -258,7 +308,8 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
             rows[side].append(row)
             where = " (nfsim)" if mount is not None else ""
             print(f"  {name}{where} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
-                  f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB", flush=True)
+                  f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB  cruft {row['cruft'] / 1e6:6.2f} MB",
+                  flush=True)
     common.git("fsck", "--full", "--no-dangling", git_dir=copies["packyard", runs - 1])
     for repo in copies.values():
         shutil.rmtree(repo)
@@ -275,6 +326,9 @@ def report(name: str, rows: dict) -> None:
     print(f"{name}: {'peak RSS (max) MiB':22} {pr / 2**20:10.1f} {gr / 2**20:10.1f} {pr / gr:6.2f}x")
     print(f"{name}: {'largest pack MB':22} {p[-1]['largest'] / 1e6:10.3f} {g[-1]['largest'] / 1e6:10.3f} "
           f"{p[-1]['largest'] / g[-1]['largest']:6.3f}x")
+    if g[-1]["cruft"] or p[-1]["cruft"]:
+        print(f"{name}: {'cruft pack MB':22} {p[-1]['cruft'] / 1e6:10.3f} {g[-1]['cruft'] / 1e6:10.3f} "
+              f"{p[-1]['cruft'] / g[-1]['cruft'] if g[-1]['cruft'] else float('inf'):6.3f}x")
     print(f"{name}: {'packs left':22} {p[-1]['packs']:10} {g[-1]['packs']:10}")
     phases = p[len(p) // 2]["phases"]
     print(f"{name}: packyard phases (middle round): " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
@@ -282,17 +336,18 @@ def report(name: str, rows: dict) -> None:
     print(f"{name}: packyard counters: objects_out {c['objects_out']}, deltas_reused {c['deltas_reused']}, "
           f"deltas_computed {c['deltas_computed']} ({c['deltas_tried']} tried, {c['search_processes']} processes), "
           f"entries_copied {c['entries_copied']}, rewritten_whole {c['rewritten_whole']}, "
-          f"packs_merged {c['packs_merged']}, loose_deleted {c['loose_deleted']}")
+          f"packs_merged {c['packs_merged']}, loose_deleted {c['loose_deleted']}, cruft_kept {c['cruft_kept']}, "
+          f"cruft_expired {c['cruft_expired']}")
 
 
 def run(args: argparse.Namespace) -> int:
     if not Path(TIME).exists():
         print(f"packyard bench repack: needs {TIME} (GNU time) to measure peak RSS", file=sys.stderr)
         return 2
-    scenarios = args.scenario or (["full", "no-reuse", "geometric", "loose"] + (["large"] if args.large else []))
+    scenarios = args.scenario or (list(ALL) + (["large"] if args.large else []))
     pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
     refs = pack.with_suffix(".refs")
-    corpus_scenarios = {"full", "no-reuse", "geometric"} & set(scenarios)
+    corpus_scenarios = (set(ALL) - {"loose"}) & set(scenarios)
     if corpus_scenarios and not (pack.exists() and refs.exists()):
         print(f"packyard bench repack: no pack {pack} (with {refs.name})", file=sys.stderr)
         return 2
@@ -310,14 +365,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Path, work: Path, *,
             keep: bool) -> int:
-    corpus_scenarios = {"full", "no-reuse", "geometric"} & set(scenarios)
+    corpus_scenarios = (set(ALL) - {"loose"}) & set(scenarios)
     work.mkdir(parents=True, exist_ok=True)
     print(f"{os.cpu_count()} cores, {args.runs} rounds per scenario alternating git/packyard, in {work} "
           f"({common.describe_filesystem(work)})", flush=True)
     print(f"reachability walk: {_walk_implementation()}; {_load()} at start", flush=True)
     stack = contextlib.ExitStack()
     try:
-        results = {}
+        results: dict[str, dict] = {}
         on_nfsim: dict[str, dict] = {}
         mount = stack.enter_context(nfsim_side.mounted(work, args.nfsim_latency)) if args.nfsim_latency else None
 
@@ -333,32 +388,36 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
             t = split_repo(work / "inputs" / "split50.git", src)
             print(f"full: input {len(pack_sizes(t))} packs ({sum(pack_sizes(t)) / 1e6:.1f} MB) + "
                   f"{_loose_count(t)} loose objects", flush=True)
-            if "full" in scenarios:
-                results["full"] = scenario("full", t, ["--mode", "full"],
-                                           ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
-                                           args.runs, work)
-            if "no-reuse" in scenarios:
-                results["no-reuse"] = scenario("no-reuse", t, ["--mode", "full", "--no-reuse"],
-                                               ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-f", "-q"],
-                                               args.runs, work)
-        if "geometric" in scenarios:
-            t = geometric_repo(work / "inputs" / "geometric.git", src)
-            print(f"geometric: input {len(pack_sizes(t))} packs", flush=True)
-            results["geometric"] = scenario("geometric", t, ["--mode", "geometric", "--factor", "2"],
-                                            ["repack", "--geometric=2", "-d", "-q"], args.runs, work)
+            for name in ("full", "no-reuse"):
+                if name in scenarios:
+                    results[name] = scenario(name, t, OURS[name], GIT_ARGS[name], args.runs, work)
+        builders = {"geometric": lambda d: geometric_repo(d, src),
+                    "cruft": lambda d: hosting.cruft_repo(d, src),
+                    "cruft-expire": lambda d: hosting.cruft_expire_repo(d, src),
+                    "cruft-update": lambda d: hosting.cruft_update_repo(d, src),
+                    "geometric-ordinary": lambda d: hosting.pushes_repo(d, src, thin=False),
+                    "geometric-thin": lambda d: hosting.pushes_repo(d, src, thin=True)}
+        for name, build in builders.items():
+            if name not in scenarios:
+                continue
+            t = build(work / "inputs" / f"{name}.git")
+            extra = ""
+            if name in CRUFT:
+                n, r = hosting.objects_in(t), hosting.reachable_in(t)
+                extra = f", {n} objects, {n - r} unreachable ({(n - r) / n:.0%})"
+            print(f"{name}: input {len(pack_sizes(t))} packs ({sum(pack_sizes(t)) / 1e6:.1f} MB){extra}", flush=True)
+            results[name] = scenario(name, t, OURS[name], GIT_ARGS[name], args.runs, work)
         if "loose" in scenarios:
             t = loose_repo(work / "inputs" / f"loose-{args.loose_files}.git", args.loose_files)
             print(f"loose: input {_loose_count(t)} loose objects, no pack", flush=True)
-            results["loose"] = scenario("loose", t, ["--mode", "loose"], ["repack", "-d", "-q"], args.runs, work)
+            results["loose"] = scenario("loose", t, OURS["loose"], GIT_ARGS["loose"], args.runs, work)
         if "large" in scenarios:
             t0 = time.monotonic()
             t = large_repo(work / "inputs" / f"large-{args.large_objects}.git", args.large_objects)
             n = len(_git("cat-file", "--batch-check", "--batch-all-objects", git_dir=t).splitlines())
             print(f"large: {n} objects in {len(pack_sizes(t))} pack(s), {sum(pack_sizes(t)) / 1e6:.1f} MB "
                   f"(made in {time.monotonic() - t0:.0f}s)", flush=True)
-            results["large"] = scenario("large", t, ["--mode", "full"],
-                                        ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
-                                        args.runs, work)
+            results["large"] = scenario("large", t, OURS["large"], GIT_ARGS["large"], args.runs, work)
         print(f"\n{_load()} at the end (other work on the machine skews both sides' times)")
         for name, rows in results.items():
             report(name, rows)
