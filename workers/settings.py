@@ -89,6 +89,22 @@ PACKYARD_ALLOW_UNSAFE_MAINTENANCE  1: a queued repack/gc may delete         0
                                PACKYARD_MAINTENANCE_PRESERVE_FOR; only for
                                the race harness's negative control and
                                tests -- readers may lose objects
+PACKYARD_RECORDS_KEEP_JOBS_DAYS  job rows older than this are pruned (never  30
+                               a pending job, never the newest of each
+                               repository and kind); must exceed the
+                               visibility timeout
+PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS  lock events older than this are   7
+                               pruned
+PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS  race events older than this are   30
+                               pruned
+PACKYARD_RECORDS_PRUNE_INTERVAL  seconds between beat's prune runs (0:       3600
+                               never)
+PACKYARD_RECORDS_PRUNE_BATCH   rows deleted per transaction by prune        2000
+PACKYARD_RECORDS_PRUNE_MAX_BATCHES  batches per table per prune run (the    500
+                               rest waits for the next run)
+PACKYARD_METRICS_TOP_REPOS     repositories per per-repository metric       10
+                               family (the top N by need; the rest are in
+                               the distributions)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -256,6 +272,14 @@ class Settings:
     lost_after: float = 600.0
     broker_outage_wait: float = 600.0
     allow_unsafe_maintenance: bool = False
+    # Records at fleet scale (issue 21): retention of job rows and events, prune's batches, exporter cardinality.
+    records_keep_jobs_days: float = 30.0
+    records_keep_lock_events_days: float = 7.0
+    records_keep_race_events_days: float = 30.0
+    records_prune_interval: float = 3600.0
+    records_prune_batch: int = 2000
+    records_prune_max_batches: int = 500
+    metrics_top_repos: int = 10
 
     def __post_init__(self) -> None:
         if not self.storage_roots:
@@ -288,9 +312,30 @@ class Settings:
                             ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)):
             if value <= 0:
                 raise SettingsError(f"{name} must be positive, got {value}")
+        self._check_records()
         if self.pack_threshold < 0:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
+
+    def _check_records(self) -> None:
+        for name, days in (("PACKYARD_RECORDS_KEEP_JOBS_DAYS", self.records_keep_jobs_days),
+                           ("PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS", self.records_keep_lock_events_days),
+                           ("PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS", self.records_keep_race_events_days)):
+            if not days > 0:
+                raise SettingsError(f"{name} must be a positive number of days, got {days:g}")
+        if self.records_keep_jobs_days * 86400 <= self.visibility_timeout:
+            raise SettingsError(
+                f"PACKYARD_RECORDS_KEEP_JOBS_DAYS ({self.records_keep_jobs_days:g} days) must keep job rows longer "
+                f"than PACKYARD_VISIBILITY_TIMEOUT ({self.visibility_timeout} s): a redelivered message of a "
+                "finished job whose row was pruned would run the job again")
+        for name, n in (("PACKYARD_RECORDS_PRUNE_BATCH", self.records_prune_batch),
+                        ("PACKYARD_RECORDS_PRUNE_MAX_BATCHES", self.records_prune_max_batches),
+                        ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos)):
+            if n <= 0:
+                raise SettingsError(f"{name} must be positive, got {n}")
+        if self.records_prune_interval < 0:
+            raise SettingsError(f"PACKYARD_RECORDS_PRUNE_INTERVAL must be 0 (never) or seconds, got "
+                                f"{self.records_prune_interval:g}")
 
     @property
     def incoming_path(self) -> Path:
@@ -360,6 +405,13 @@ class Settings:
             lost_after=_float(env, "PACKYARD_LOST_AFTER", 600.0),
             broker_outage_wait=_float(env, "PACKYARD_BROKER_OUTAGE_WAIT", 600.0),
             allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
+            records_keep_jobs_days=_float(env, "PACKYARD_RECORDS_KEEP_JOBS_DAYS", 30.0),
+            records_keep_lock_events_days=_float(env, "PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS", 7.0),
+            records_keep_race_events_days=_float(env, "PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS", 30.0),
+            records_prune_interval=_float(env, "PACKYARD_RECORDS_PRUNE_INTERVAL", 3600.0),
+            records_prune_batch=_int(env, "PACKYARD_RECORDS_PRUNE_BATCH", 2000),
+            records_prune_max_batches=_int(env, "PACKYARD_RECORDS_PRUNE_MAX_BATCHES", 500),
+            metrics_top_repos=_int(env, "PACKYARD_METRICS_TOP_REPOS", 10),
         )
 
     @property
@@ -422,6 +474,13 @@ class Settings:
             "PACKYARD_LOST_AFTER": str(self.lost_after),
             "PACKYARD_BROKER_OUTAGE_WAIT": str(self.broker_outage_wait),
             "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
+            "PACKYARD_RECORDS_KEEP_JOBS_DAYS": str(self.records_keep_jobs_days),
+            "PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS": str(self.records_keep_lock_events_days),
+            "PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS": str(self.records_keep_race_events_days),
+            "PACKYARD_RECORDS_PRUNE_INTERVAL": str(self.records_prune_interval),
+            "PACKYARD_RECORDS_PRUNE_BATCH": str(self.records_prune_batch),
+            "PACKYARD_RECORDS_PRUNE_MAX_BATCHES": str(self.records_prune_max_batches),
+            "PACKYARD_METRICS_TOP_REPOS": str(self.metrics_top_repos),
         }
 
     @property
