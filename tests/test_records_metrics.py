@@ -173,3 +173,28 @@ def test_the_exporter_reads_no_repository_from_disk(url, tmp_path):
     got = scrape(url)
     assert got[("packyard_records_up", ())] == 1
     assert got[("packyard_repository_packs", (("repo", str(tmp_path / "gone.git")),))] == 4
+
+
+def test_every_dashboard_panel_has_series_from_counters_and_recorded_statistics(sqlite_url):
+    """With a history and planned repositories, each packyard_* metric a panel queries has samples."""
+    from promql import dashboard_metrics
+
+    from sqlalchemy import update
+
+    from packyard.workers.records import JobState, Repository, session_scope, upgrade_database, utcnow
+    from packyard.workers.records.recorder import record_queued, record_started
+
+    upgrade_database(sqlite_url)
+    history(sqlite_url, n=12)
+    plan(sqlite_url, "/srv/m/0.git", packs=60, loose=3000, action="full")
+    finished_job(sqlite_url, "full-repack", "packyard.repack", "/srv/m/1.git")
+    with session_scope(sqlite_url) as s:   # a full repack on record (the registry sets it when one lands)
+        s.execute(update(Repository).values(last_full_repack_at=utcnow()))
+    record_queued(sqlite_url, task_id="in-flight", kind="packyard.repack", repo="/srv/m/2.git")
+    record_started(sqlite_url, task_id="in-flight", kind="packyard.repack", repo="/srv/m/2.git", params=None,
+                   hostname="w", pid=1)
+    got = scrape(sqlite_url)
+    names = {name for name, _labels in got}
+    empty = sorted(m for m in dashboard_metrics("packyard_") if m not in names)
+    assert not empty, f"panels without series: {empty}"
+    assert got[("packyard_jobs", (("kind", "packyard.repack"), ("state", JobState.STARTED.value)))] == 1
