@@ -174,7 +174,6 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
         job.counters = counters
         job.error = error
         job.error_type = error_type
-        aggregates.add(s, Family.JOB, job.kind, state.value, now, duration_ms=job.duration_ms)
         if job.repo_id is not None:
             repo_row = s.get(Repository, job.repo_id)
             if repo_row is not None:
@@ -185,6 +184,8 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
                 if not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
                     ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params,
                                                     now=now, counters=counters)
+        # Last, so the shared counter rows stay locked (PostgreSQL) only until the commit that follows.
+        aggregates.add(s, Family.JOB, job.kind, state.value, now, duration_ms=job.duration_ms)
         s.flush()
         s.expunge(job)
     if ingests is not None and on_ingest_counted is not None:
