@@ -4,7 +4,8 @@ scrape), then the database explains each one; a full scan of a table that grows 
 fails the test.
 
 * SQLite: ``EXPLAIN QUERY PLAN``; a ``SCAN <table>`` fails, unless the statement has a LIMIT and the plan
-  needs no temporary B-tree to order it (then the scan stops after LIMIT rows, e.g. ``status``'s newest 20).
+  needs no temporary B-tree to order it (then the scan stops after LIMIT rows, e.g. ``status``'s newest 20);
+  so does a LIMIT that needs such a B-tree (every row the search found is read and sorted first).
 * PostgreSQL (PACKYARD_TEST_POSTGRES_URL): ``EXPLAIN (FORMAT JSON)`` with ``enable_seqscan``,
   ``enable_hashjoin`` and ``enable_mergejoin`` off, so the planner takes an index (and joins by index
   lookups) whenever one can serve -- on a small test table it would otherwise prefer a scan; a ``Seq Scan``
@@ -80,6 +81,13 @@ def sqlite_full_scans(dbapi_conn, statement, parameters) -> list[str]:
         m = re.match(r"SCAN (\w+)", d)
         if m and m.group(1) in LARGE and not (limited and ordered_by_index):
             bad.append(d)
+    # A LIMIT the plan must sort for reads every row its search finds first (a top N by a column no index
+    # orders: all enabled repositories).
+    # (A search of a unique key finds a row per value: sorting those is cheap.)
+    searched = [re.match(r"SEARCH (\w+)", d) for d in details
+                if "sqlite_autoindex" not in d and "PRIMARY KEY" not in d]
+    if limited and not ordered_by_index and any(m and m.group(1) in LARGE for m in searched):
+        bad.append("a LIMIT after sorting: " + "; ".join(details))
     return bad
 
 

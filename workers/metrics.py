@@ -132,7 +132,7 @@ class RecordsCollector(Collector):
         return [jobs, hist, locks, races, inflight]
 
     def _repositories(self, s: Any) -> list[Metric]:
-        from sqlalchemy import case, func, select
+        from sqlalchemy import func, select
 
         from packyard.workers.records import Repository
         from packyard.workers.records.registry import epoch
@@ -155,32 +155,25 @@ class RecordsCollector(Collector):
             due.add_metric([action], n)
         out.append(due)
 
-        # One pass over the enabled repositories for the three distributions (cumulative buckets).
-        cutoff = {d: datetime.fromtimestamp(now, UTC) - timedelta(days=d) for d in AGE_DAYS_BUCKETS}
-        cols = [func.count(), func.count(R.stat_packs), func.coalesce(func.sum(R.stat_packs), 0),
-                func.coalesce(func.sum(R.stat_loose_objects), 0), func.count(R.last_full_repack_at),
-                _epoch_sum(s, R.last_full_repack_at)]
-        cols += [func.sum(case((R.stat_packs <= b, 1), else_=0)) for b in PACK_BUCKETS]
-        cols += [func.sum(case((R.stat_loose_objects <= b, 1), else_=0)) for b in LOOSE_BUCKETS]
-        cols += [func.sum(case((R.last_full_repack_at >= cutoff[d], 1), else_=0)) for d in AGE_DAYS_BUCKETS]
-        row = [v or 0 for v in s.execute(select(*cols).where(enabled)).one()]
-        total, with_stats, packs_sum, loose_sum, repacked, epoch_sum = row[:6]
-        rest = row[6:]
-        pack_cum, rest = rest[:len(PACK_BUCKETS)], rest[len(PACK_BUCKETS):]
-        loose_cum, age_cum = rest[:len(LOOSE_BUCKETS)], rest[len(LOOSE_BUCKETS):]
+        # The three distributions: each one GROUP BY over its covering index (enabled, column), never the rows
+        # (their plans' JSON): a pass over small index entries, one CASE each.
+        total = by_flag.get(True, 0)
+        pack_n, pack_cum, pack_sum = _distribution(s, R.stat_packs, enabled, PACK_BUCKETS)
+        loose_n, loose_cum, loose_sum = _distribution(s, R.stat_loose_objects, enabled, LOOSE_BUCKETS)
+        age_cum, repacked, epoch_sum = _age_distribution(s, R.last_full_repack_at, enabled, now)
         without = GaugeMetricFamily("packyard_repositories_without_statistics",
                                     "Enabled repositories no plan has recorded statistics for yet")
-        without.add_metric([], total - with_stats)
+        without.add_metric([], total - pack_n)
         packs = HistogramMetricFamily("packyard_repositories_packs", "Packs per enabled repository (last plan)")
-        packs.add_metric([], [*((str(b), int(n)) for b, n in zip(PACK_BUCKETS, pack_cum)), ("+Inf", with_stats)],
-                         float(packs_sum))
+        packs.add_metric([], [*((str(b), n) for b, n in zip(PACK_BUCKETS, pack_cum)), ("+Inf", pack_n)],
+                         float(pack_sum))
         loose = HistogramMetricFamily("packyard_repositories_loose_objects",
                                       "Loose objects (sampled estimate) per enabled repository (last plan)")
-        loose.add_metric([], [*((str(b), int(n)) for b, n in zip(LOOSE_BUCKETS, loose_cum)), ("+Inf", with_stats)],
+        loose.add_metric([], [*((str(b), n) for b, n in zip(LOOSE_BUCKETS, loose_cum)), ("+Inf", loose_n)],
                          float(loose_sum))
         age = HistogramMetricFamily("packyard_repositories_days_since_full_repack",
                                     "Days since each enabled repository's last full repack (never: only in +Inf)")
-        age.add_metric([], [*((str(d), int(n)) for d, n in zip(AGE_DAYS_BUCKETS, age_cum)), ("+Inf", total)],
+        age.add_metric([], [*((str(d), n) for d, n in zip(AGE_DAYS_BUCKETS, age_cum)), ("+Inf", total)],
                        max(0.0, (repacked * now - float(epoch_sum)) / 86400.0))
         out += [without, packs, loose, age]
 
@@ -209,6 +202,46 @@ class RecordsCollector(Collector):
                                  .order_by(R.ingests_since_repack.desc()).limit(top)):
             fam_ingests.add_metric([path], v)
         return out + [fam_packs, fam_loose, fam_age, fam_ingests]
+
+
+def _cumulate(per_bucket: dict[int, int], buckets: int) -> list[int]:
+    out, acc = [], 0
+    for i in range(buckets):
+        acc += per_bucket.get(i, 0)
+        out.append(acc)
+    return out
+
+
+def _distribution(s: Any, column: Any, enabled: Any, bounds: tuple[int, ...]) -> tuple[int, list[int], float]:
+    """(repositories with a value, cumulative count per bound, sum of the values) of the enabled repositories."""
+    from sqlalchemy import case, func, select
+
+    bucket = case(*((column <= b, i) for i, b in enumerate(bounds)), else_=len(bounds)).label("bucket")
+    per: dict[int, int] = {}
+    n, total = 0, 0.0
+    for b, count, value in s.execute(select(bucket, func.count(), func.sum(column))
+                                     .where(enabled, column.is_not(None)).group_by(bucket)):
+        per[int(b)] = int(count)
+        n += int(count)
+        total += float(value or 0)
+    return n, _cumulate(per, len(bounds)), total
+
+
+def _age_distribution(s: Any, column: Any, enabled: Any, now: float) -> tuple[list[int], int, float]:
+    """(cumulative count of repositories fully repacked at most d days ago per bound, how many ever were, the
+    sum of their repack times in epoch seconds)."""
+    from sqlalchemy import case, func, select
+
+    cut = [datetime.fromtimestamp(now, UTC) - timedelta(days=d) for d in AGE_DAYS_BUCKETS]
+    bucket = case(*((column >= c, i) for i, c in enumerate(cut)), else_=len(cut)).label("bucket")
+    per: dict[int, int] = {}
+    n, total = 0, 0.0
+    for b, count, value in s.execute(select(bucket, func.count(), _epoch_sum(s, column))
+                                     .where(enabled, column.is_not(None)).group_by(bucket)):
+        per[int(b)] = int(count)
+        n += int(count)
+        total += float(value or 0)
+    return _cumulate(per, len(cut)), n, total
 
 
 def _epoch_sum(s: Any, column: Any) -> Any:

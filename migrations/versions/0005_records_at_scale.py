@@ -39,11 +39,11 @@ MAINTENANCE_LOCK_PREFIX = "packyard:lock:maint:"
 
 REPOSITORY_INDEXES = (
     ("ix_repositories_enabled_last_planned_at", ["enabled", "last_planned_at"]),
-    ("ix_repositories_stat_packs", ["stat_packs"]),
-    ("ix_repositories_stat_loose_objects", ["stat_loose_objects"]),
-    ("ix_repositories_last_full_repack_at", ["last_full_repack_at"]),
-    ("ix_repositories_ingests_since_repack", ["ingests_since_repack"]),
-    ("ix_repositories_due_action", ["due_action"]),
+    ("ix_repositories_enabled_stat_packs", ["enabled", "stat_packs"]),
+    ("ix_repositories_enabled_stat_loose_objects", ["enabled", "stat_loose_objects"]),
+    ("ix_repositories_enabled_last_full_repack_at", ["enabled", "last_full_repack_at"]),
+    ("ix_repositories_enabled_ingests_since_repack", ["enabled", "ingests_since_repack"]),
+    ("ix_repositories_enabled_due_action", ["enabled", "due_action"]),
 )
 JOB_INDEXES = (
     ("ix_jobs_repo_id_id", ["repo_id", "id"]),

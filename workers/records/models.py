@@ -115,13 +115,14 @@ class Repository(Base):
     stat_loose_objects: Mapped[int | None] = mapped_column(BigInteger)
     due_action: Mapped[str | None] = mapped_column(String(16))
 
+    # Each led by ``enabled``: the exporter's top N of the enabled repositories is one index walk, LIMIT rows long.
     __table_args__ = (
         Index("ix_repositories_enabled_last_planned_at", "enabled", "last_planned_at"),
-        Index("ix_repositories_stat_packs", "stat_packs"),
-        Index("ix_repositories_stat_loose_objects", "stat_loose_objects"),
-        Index("ix_repositories_last_full_repack_at", "last_full_repack_at"),
-        Index("ix_repositories_ingests_since_repack", "ingests_since_repack"),
-        Index("ix_repositories_due_action", "due_action"),
+        Index("ix_repositories_enabled_stat_packs", "enabled", "stat_packs"),
+        Index("ix_repositories_enabled_stat_loose_objects", "enabled", "stat_loose_objects"),
+        Index("ix_repositories_enabled_last_full_repack_at", "enabled", "last_full_repack_at"),
+        Index("ix_repositories_enabled_ingests_since_repack", "enabled", "ingests_since_repack"),
+        Index("ix_repositories_enabled_due_action", "enabled", "due_action"),
     )
 
     jobs: Mapped[list["Job"]] = relationship(back_populates="repository")
