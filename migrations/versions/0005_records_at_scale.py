@@ -12,7 +12,8 @@ from the rows already recorded (a few GROUP BYs, once).
 
 ``repositories`` gets the last plan's statistics as columns (``stat_packs``,
 ``stat_loose_objects``, ``stats_at``) and the action it calls for (``due_action``), filled from
-``last_plan`` here, so the exporter's top N and distributions are index reads. New indexes
+``last_plan`` here (a plan whose job was already queued is not counted as due: that job has most
+likely landed), so the exporter's top N and distributions are index reads. New indexes
 serve ``status``, ``status --repo``, the reconciler, the planner and prune; two single-column
 indexes that a composite one now leads are dropped (``ix_jobs_repo_id``, ``ix_jobs_state``).
 
