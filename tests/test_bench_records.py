@@ -18,7 +18,7 @@ def test_bench_records_100k(pk):
     env.pop("PACKYARD_BENCH_POSTGRES_URL", None)   # SQLite here; PostgreSQL runs are by hand (docs/records.md)
     out = subprocess.run(["nice", "packyard", "bench", "records", "--jobs", "100000", "--repos", "2000",
                           "--runs", "1", "--sample", "20", "--json"], env=env, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     r = json.loads(out.stdout)
     assert r["database"] == "sqlite" and r["jobs"] == 100_000 and r["repos"] == 2000
