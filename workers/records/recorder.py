@@ -175,15 +175,16 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
         job.error = error
         job.error_type = error_type
         if job.repo_id is not None:
-            repo_row = s.get(Repository, job.repo_id)
-            if repo_row is not None:
-                repo_row.last_job_at = now
-                if state is JobState.SUCCESS and kind == "packyard.verify_repo":
-                    repo_row.last_verified_at = now
-                s.flush()
-                if not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
-                    ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params,
-                                                    now=now, counters=counters)
+            # One UPDATE, not a load of the row (its last plan's JSON) and a flush of it.
+            seen: dict[str, Any] = {"last_job_at": now}
+            if state is JobState.SUCCESS and kind == "packyard.verify_repo":
+                seen["last_verified_at"] = now
+            s.flush()
+            found = s.execute(update(Repository).where(Repository.id == job.repo_id).values(**seen)
+                              .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
+            if found and not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
+                ingests = registry.count_landed(s, job.repo_id, kind=kind, state=state, params=job.params,
+                                                now=now, counters=counters)
         # Last, so the shared counter rows stay locked (PostgreSQL) only until the commit that follows.
         aggregates.add(s, Family.JOB, job.kind, state.value, now, duration_ms=job.duration_ms)
         s.flush()
