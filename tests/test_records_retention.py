@@ -158,3 +158,23 @@ def test_the_task_never_keeps_less_than_the_server_says():
     from packyard.workers.tasks.prune_records import _at_least
 
     assert _at_least(None, 30.0) == 30.0 and _at_least(1.0, 30.0) == 30.0 and _at_least(90, 30.0) == 90.0
+
+
+def test_the_beat_task_prunes_on_a_worker_with_the_servers_retention(celery_worker, celery_app, pk, settings):
+    """packyard.prune_records on a real worker: a message asking to keep 1 day still gets the server's 30."""
+    import uuid
+
+    url = settings.database_url
+    tag = uuid.uuid4().hex[:8]
+    repo = f"/srv/task-prune/{tag}.git"
+    finished_job(url, f"old-{tag}", "packyard.index_pack", repo, days_ago=45)
+    finished_job(url, f"mid-{tag}", "packyard.index_pack", repo, days_ago=10)   # inside 30 days: kept
+    finished_job(url, f"new-{tag}", "packyard.index_pack", repo)
+    res = celery_app.send_task("packyard.prune_records", kwargs={"jobs_days": 1})
+    value = res.get(timeout=120)
+    left = {t for t in task_ids(url) if t.endswith(tag)}
+    assert left == {f"mid-{tag}", f"new-{tag}"}
+    assert value["counters"]["jobs_removed"] >= 1
+    row = pk.job_row(res.id)
+    assert row.kind == "packyard.prune_records" and row.state.value == "SUCCESS"
+    assert row.counters["jobs_removed"] == value["counters"]["jobs_removed"]
