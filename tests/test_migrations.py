@@ -6,8 +6,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 
-TABLES = {"repositories", "jobs", "lock_events", "race_events"}
-HEAD = "0004"
+TABLES = {"repositories", "jobs", "lock_events", "race_events", "record_totals", "record_daily"}
+HEAD = "0005"
 
 
 

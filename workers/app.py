@@ -35,6 +35,9 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
 
     ``janitor``: every PACKYARD_JANITOR_INTERVAL seconds (0: never), leftovers of dead jobs in the
     registered repositories are removed by owner (workers/commands/janitor.py).
+
+    ``prune-records``: every PACKYARD_RECORDS_PRUNE_INTERVAL seconds (0: never), job rows, lock events
+    and race events past their retention are deleted in short batches (workers/records/retention.py).
     """
     from datetime import datetime, timedelta
 
@@ -53,6 +56,9 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     if settings.janitor_interval > 0:
         schedule["janitor"] = {"task": "packyard.janitor", "schedule": settings.janitor_interval,
                                "options": {"expires": settings.janitor_interval}}
+    if settings.records_prune_interval > 0:
+        schedule["prune-records"] = {"task": "packyard.prune_records", "schedule": settings.records_prune_interval,
+                                     "options": {"expires": settings.records_prune_interval}}
     return schedule
 
 

@@ -2,58 +2,69 @@
 
 A custom collector, not counters kept in a process: every worker host writes the same
 database, so one exporter anywhere shows the whole fleet, and a restart loses nothing.
-Each scrape runs a handful of aggregate queries (GROUP BY over indexed columns), and
-gathers repository statistics (store/maintenance/stats.py: a few listings and idx headers
-per repository) at most once per ``stats_ttl`` seconds per repository.
+A scrape costs the same whatever the history holds (issue 21):
 
-========================================================  ==========================================
-metric                                                    what
-========================================================  ==========================================
-packyard_jobs{kind,state}                                 job rows by kind and state
-packyard_job_duration_seconds{kind} (histogram)           finished jobs' durations
-packyard_lock_events_total{lease,event}                   lease events (acquired, renewed, released,
-                                                          lost, expired, and any kind added later)
-packyard_race_events_total{kind}                          races the workers observed
-packyard_maintenance_jobs_in_flight                       repack/gc jobs queued, started or retrying
-packyard_repositories{enabled}                            registered repositories
-packyard_repository_packs{repo}                           installed packs
-packyard_repository_loose_objects_estimate{repo}          loose objects (sampled estimate)
-packyard_repository_last_full_repack_age_seconds{repo}    since the last full repack (absent: never)
-packyard_repository_ingests_since_repack{repo}            ingests landed since the last repack
-packyard_repository_maintenance_due{repo,action}          1 when a plan made now would queue a job
-packyard_records_up                                       0 when the records database did not answer
-========================================================  ==========================================
+* counts and durations come from ``record_totals``, counters the recorder moves in the same
+  transaction as each finished job, lock event and race event (workers/records/aggregates.py);
+  pending and LOST jobs are counted from their rows through ``ix_jobs_state_kind`` (a few rows:
+  prune deletes LOST rows with the rest);
+* per-repository values come from the statistics the planner recorded on each repository's row
+  (``stat_packs``, ``stat_loose_objects``, ``due_action``: at most one window old; never the disk
+  of every repository): the top PACKYARD_METRICS_TOP_REPOS repositories of each family by an
+  index, and every enabled repository in a distribution (histograms of packs, loose objects and
+  days since the last full repack), so the number of series does not grow with the fleet.
+
+=====================================================  ==============================================
+metric                                                 what
+=====================================================  ==============================================
+packyard_jobs{kind,state}                              finished jobs (SUCCESS, FAILURE) since the
+                                                       records began; pending and LOST rows now
+packyard_job_duration_seconds{kind} (histogram)        finished jobs' durations
+packyard_lock_events_total{lease,event}                lease events (acquired, renewed, released, ...)
+packyard_race_events_total{kind}                       races the workers observed
+packyard_maintenance_jobs_in_flight                    repack/gc jobs queued, started or retrying
+packyard_repositories{enabled}                         registered repositories
+packyard_repositories_maintenance_due{action}          enabled repositories whose last plan called for
+                                                       a job not landed yet, by action
+packyard_repositories_without_statistics               enabled repositories never planned yet
+packyard_repositories_packs (histogram)                packs per enabled repository (last plan)
+packyard_repositories_loose_objects (histogram)        loose-object estimates (last plan)
+packyard_repositories_days_since_full_repack (hist.)   days since the last full repack (never: only
+                                                       in +Inf, and not in _sum)
+packyard_repository_packs{repo}                        installed packs: the top N repositories
+packyard_repository_loose_objects_estimate{repo}       loose objects (sampled estimate): the top N
+packyard_repository_last_full_repack_age_seconds{repo} since the last full repack: the N oldest
+packyard_repository_ingests_since_repack{repo}         ingests landed since the last repack: the top N
+packyard_records_up                                    0 when the records database did not answer
+=====================================================  ==============================================
 """
 from __future__ import annotations
 
-import threading
 import time
+from datetime import datetime, timedelta, UTC
 from typing import Any, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from packyard.workers.records.aggregates import lease_of
+from packyard.workers.records.models import BUCKET_COLUMNS, DURATION_BUCKETS
 from packyard.workers.settings import Settings
 
-#: Histogram buckets for job durations, in seconds (a small write to a long full repack).
-DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
+__all__ = ["DURATION_BUCKETS", "RecordsCollector", "lease_of", "make_registry"]
 
-
-def lease_of(lock_name: str) -> str:
-    """``maintenance`` or ``repo``, from a lock_events row's key name."""
-    from packyard.workers.locks import LeaseKind
-
-    return "maintenance" if lock_name.startswith(LeaseKind.MAINTENANCE.key_prefix) else "repo"
+#: Distribution buckets of the per-repository statistics (upper bounds; +Inf is added).
+PACK_BUCKETS = (1, 2, 4, 8, 16, 32, 50, 100, 200, 500)
+LOOSE_BUCKETS = (0, 100, 500, 1024, 5000, 10_000, 50_000, 100_000, 1_000_000)
+AGE_DAYS_BUCKETS = (1, 2, 5, 7, 14, 30, 60, 90, 180, 365)
 
 
 class RecordsCollector(Collector):
-    """Reads the records (and, cached, each registered repository's statistics) at scrape time."""
+    """Reads the records at scrape time: counters, pending rows, and the repositories' recorded statistics."""
 
-    def __init__(self, settings: Settings, stats_ttl: float = 300.0) -> None:
+    def __init__(self, settings: Settings, top: int | None = None) -> None:
         self.settings = settings
-        self.stats_ttl = stats_ttl
-        self._stats: dict[str, tuple[float, Any, Any]] = {}  # path -> (gathered at, stats, plan)
-        self._lock = threading.Lock()
+        self.top = settings.metrics_top_repos if top is None else top
 
     def describe(self) -> list[Metric]:
         return []  # dynamic: never collected at registration (no database query at start-up)
@@ -72,112 +83,182 @@ class RecordsCollector(Collector):
         yield up
 
     def _collect_records(self) -> list[Metric]:
-        from sqlalchemy import case, func, select
+        from packyard.workers.records import session_scope
 
-        from packyard.workers.records import Job, LockEvent, RaceEvent, Repository, session_scope
+        with session_scope(self.settings) as s:
+            return [*self._counters(s), *self._repositories(s)]
+
+    def _counters(self, s: Any) -> list[Metric]:
+        from sqlalchemy import func, select
+
+        from packyard.workers.records import Job, JobState
+        from packyard.workers.records.aggregates import totals
         from packyard.workers.records.registry import LIVE_STATES, MAINTENANCE_KINDS
 
-        out: list[Metric] = []
-        with session_scope(self.settings) as s:
-            jobs = GaugeMetricFamily("packyard_jobs", "Job rows by kind and state", labels=["kind", "state"])
-            for kind, state, n in s.execute(select(Job.kind, Job.state, func.count()).group_by(Job.kind, Job.state)):
-                jobs.add_metric([kind, state.value], n)
-            out.append(jobs)
+        rows = totals(s)
+        jobs = GaugeMetricFamily("packyard_jobs", "Finished jobs since the records began (SUCCESS, FAILURE); "
+                                 "pending and LOST job rows now", labels=["kind", "state"])
+        now_states = (*LIVE_STATES, JobState.LOST)
+        for kind, state, n in s.execute(select(Job.kind, Job.state, func.count()).where(Job.state.in_(now_states))
+                                        .group_by(Job.state, Job.kind)):
+            jobs.add_metric([kind, state.value], n)
+        durations: dict[str, dict[str, int]] = {}
+        locks = CounterMetricFamily("packyard_lock_events", "Lease events since the records began",
+                                    labels=["lease", "event"])
+        races = CounterMetricFamily("packyard_race_events", "Races the workers observed since the records began",
+                                    labels=["kind"])
+        for r in sorted(rows, key=lambda r: (r["family"], r["kind"], r["state"])):
+            if r["family"] == "job":
+                jobs.add_metric([r["kind"], r["state"]], r["events"])
+                acc = durations.setdefault(r["kind"], dict.fromkeys(("timed", "duration_ms_sum", *BUCKET_COLUMNS), 0))
+                for c in acc:
+                    acc[c] += r[c]
+            elif r["family"] == "lock":
+                locks.add_metric([r["kind"], r["state"]], r["events"])
+            elif r["family"] == "race":
+                races.add_metric([r["kind"]], r["events"])
+        hist = HistogramMetricFamily("packyard_job_duration_seconds", "Durations of finished jobs", labels=["kind"])
+        for kind, acc in sorted(durations.items()):
+            cumulative, buckets = 0, []
+            for bound, col in zip(DURATION_BUCKETS, BUCKET_COLUMNS):
+                cumulative += acc[col]
+                buckets.append((_le(bound), cumulative))
+            hist.add_metric([kind], [*buckets, ("+Inf", acc["timed"])], acc["duration_ms_sum"] / 1000.0)
+        live = s.scalar(select(func.count()).select_from(Job).where(Job.state.in_(LIVE_STATES))
+                        .where(Job.kind.in_(sorted(MAINTENANCE_KINDS)))) or 0
+        inflight = GaugeMetricFamily("packyard_maintenance_jobs_in_flight",
+                                     "Repack and gc jobs queued, started or retrying")
+        inflight.add_metric([], live)
+        return [jobs, hist, locks, races, inflight]
 
-            ms = [b * 1000 for b in DURATION_BUCKETS]
-            cols = [func.sum(case((Job.duration_ms <= b, 1), else_=0)) for b in ms]
-            q = (select(Job.kind, func.count(), func.sum(Job.duration_ms), *cols)
-                 .where(Job.duration_ms.is_not(None)).group_by(Job.kind))
-            hist = HistogramMetricFamily("packyard_job_duration_seconds", "Durations of finished jobs",
-                                         labels=["kind"])
-            for kind, count, total, *cum in s.execute(q):
-                buckets = [(_le(b), int(c or 0)) for b, c in zip(DURATION_BUCKETS, cum)] + [("+Inf", int(count))]
-                hist.add_metric([kind], buckets, (total or 0) / 1000.0)
-            out.append(hist)
+    def _repositories(self, s: Any) -> list[Metric]:
+        from sqlalchemy import func, select
 
-            locks = CounterMetricFamily("packyard_lock_events", "Lease events from lock_events",
-                                        labels=["lease", "event"])
-            by_lease: dict[tuple[str, str], int] = {}
-            for name, kind, n in s.execute(select(LockEvent.lock_name, LockEvent.event, func.count())
-                                           .group_by(LockEvent.lock_name, LockEvent.event)):
-                key = (lease_of(name), getattr(kind, "value", str(kind)))
-                by_lease[key] = by_lease.get(key, 0) + n
-            for (lease, event), n in sorted(by_lease.items()):
-                locks.add_metric([lease, event], n)
-            out.append(locks)
-
-            races = CounterMetricFamily("packyard_race_events", "Races the workers observed", labels=["kind"])
-            for kind, n in s.execute(select(RaceEvent.kind, func.count()).group_by(RaceEvent.kind)):
-                races.add_metric([kind], n)
-            out.append(races)
-
-            live = s.scalar(select(func.count()).select_from(Job).where(Job.kind.in_(sorted(MAINTENANCE_KINDS)))
-                            .where(Job.state.in_(LIVE_STATES))) or 0
-            inflight = GaugeMetricFamily("packyard_maintenance_jobs_in_flight",
-                                         "Repack and gc jobs queued, started or retrying")
-            inflight.add_metric([], live)
-            out.append(inflight)
-
-            repos = list(s.execute(select(Repository.path, Repository.enabled, Repository.ingests_since_repack,
-                                          Repository.last_full_repack_at)))
-        count = GaugeMetricFamily("packyard_repositories", "Registered repositories", labels=["enabled"])
-        for flag in (True, False):
-            count.add_metric([str(flag).lower()], sum(1 for r in repos if bool(r.enabled) is flag))
-        out.append(count)
-        out.extend(self._repository_families([r for r in repos if r.enabled]))
-        return out
-
-    def _repository_families(self, repos: list[Any]) -> list[Metric]:
+        from packyard.workers.records import Repository
         from packyard.workers.records.registry import epoch
 
-        packs = GaugeMetricFamily("packyard_repository_packs", "Installed packs", labels=["repo"])
-        loose = GaugeMetricFamily("packyard_repository_loose_objects_estimate",
-                                  "Loose objects, estimated from sampled fan-out directories", labels=["repo"])
-        age = GaugeMetricFamily("packyard_repository_last_full_repack_age_seconds",
-                                "Seconds since the last full repack (absent: never)", labels=["repo"])
-        ingests = GaugeMetricFamily("packyard_repository_ingests_since_repack", "Ingests since the last repack",
-                                    labels=["repo"])
-        due = GaugeMetricFamily("packyard_repository_maintenance_due",
-                                "1 when a plan made now would queue a job, by the action it would take",
-                                labels=["repo", "action"])
+        R = Repository
         now = time.time()
-        for r in repos:
-            ingests.add_metric([r.path], r.ingests_since_repack or 0)
-            full = epoch(r.last_full_repack_at)
-            if full is not None:
-                age.add_metric([r.path], max(0.0, now - full))
-            assessed = self._assess(r.path, now)
-            if assessed is None:
-                continue
-            stats, plan = assessed
-            packs.add_metric([r.path], len(stats.packs))
-            loose.add_metric([r.path], stats.loose_estimate)
-            due.add_metric([r.path, plan.action.value], 1 if plan.needs_job else 0)
-        return [packs, loose, age, ingests, due]
+        out: list[Metric] = []
+        count = GaugeMetricFamily("packyard_repositories", "Registered repositories", labels=["enabled"])
+        by_flag = {bool(flag): n for flag, n in s.execute(select(R.enabled, func.count()).group_by(R.enabled))}
+        for flag in (True, False):
+            count.add_metric([str(flag).lower()], by_flag.get(flag, 0))
+        out.append(count)
 
-    def _assess(self, path: str, now: float) -> tuple[Any, Any] | None:
-        from packyard.store.errors import StoreError
-        from packyard.workers.commands.plan_maintenance import assess
+        enabled = R.enabled.is_(True)
+        due = GaugeMetricFamily("packyard_repositories_maintenance_due",
+                                "Enabled repositories whose last plan called for a job that has not landed yet",
+                                labels=["action"])
+        for action, n in s.execute(select(R.due_action, func.count()).where(R.due_action.is_not(None), enabled)
+                                   .group_by(R.due_action)):
+            due.add_metric([action], n)
+        out.append(due)
 
-        with self._lock:
-            cached = self._stats.get(path)
-            if cached is not None and now - cached[0] < self.stats_ttl:
-                return cached[1], cached[2]
-        try:
-            stats, plan = assess(self.settings, path, now)
-        except (StoreError, OSError):
-            return None
-        with self._lock:
-            self._stats[path] = (now, stats, plan)
-        return stats, plan
+        # The three distributions: each one GROUP BY over its covering index (enabled, column), never the rows
+        # (their plans' JSON): a pass over small index entries, one CASE each.
+        total = by_flag.get(True, 0)
+        pack_n, pack_cum, pack_sum = _distribution(s, R.stat_packs, enabled, PACK_BUCKETS)
+        loose_n, loose_cum, loose_sum = _distribution(s, R.stat_loose_objects, enabled, LOOSE_BUCKETS)
+        age_cum, repacked, epoch_sum = _age_distribution(s, R.last_full_repack_at, enabled, now)
+        without = GaugeMetricFamily("packyard_repositories_without_statistics",
+                                    "Enabled repositories no plan has recorded statistics for yet")
+        without.add_metric([], total - pack_n)
+        packs = HistogramMetricFamily("packyard_repositories_packs", "Packs per enabled repository (last plan)")
+        packs.add_metric([], [*((str(b), n) for b, n in zip(PACK_BUCKETS, pack_cum)), ("+Inf", pack_n)],
+                         float(pack_sum))
+        loose = HistogramMetricFamily("packyard_repositories_loose_objects",
+                                      "Loose objects (sampled estimate) per enabled repository (last plan)")
+        loose.add_metric([], [*((str(b), n) for b, n in zip(LOOSE_BUCKETS, loose_cum)), ("+Inf", loose_n)],
+                         float(loose_sum))
+        age = HistogramMetricFamily("packyard_repositories_days_since_full_repack",
+                                    "Days since each enabled repository's last full repack (never: only in +Inf)")
+        age.add_metric([], [*((str(d), n) for d, n in zip(AGE_DAYS_BUCKETS, age_cum)), ("+Inf", total)],
+                       max(0.0, (repacked * now - float(epoch_sum)) / 86400.0))
+        out += [without, packs, loose, age]
+
+        top = self.top
+        fam_packs = GaugeMetricFamily("packyard_repository_packs", f"Installed packs (the top {top} repositories, "
+                                      "last plan)", labels=["repo"])
+        for path, v in s.execute(select(R.path, R.stat_packs).where(enabled, R.stat_packs.is_not(None))
+                                 .order_by(R.stat_packs.desc()).limit(top)):
+            fam_packs.add_metric([path], v)
+        fam_loose = GaugeMetricFamily("packyard_repository_loose_objects_estimate",
+                                      f"Loose objects, estimated (the top {top} repositories, last plan)",
+                                      labels=["repo"])
+        for path, v in s.execute(select(R.path, R.stat_loose_objects).where(enabled, R.stat_loose_objects.is_not(None))
+                                 .order_by(R.stat_loose_objects.desc()).limit(top)):
+            fam_loose.add_metric([path], v)
+        fam_age = GaugeMetricFamily("packyard_repository_last_full_repack_age_seconds",
+                                    f"Seconds since the last full repack (the {top} oldest; never: absent)",
+                                    labels=["repo"])
+        for path, at in s.execute(select(R.path, R.last_full_repack_at)
+                                  .where(enabled, R.last_full_repack_at.is_not(None))
+                                  .order_by(R.last_full_repack_at).limit(top)):
+            fam_age.add_metric([path], max(0.0, now - (epoch(at) or now)))
+        fam_ingests = GaugeMetricFamily("packyard_repository_ingests_since_repack",
+                                        f"Ingests since the last repack (the top {top} repositories)", labels=["repo"])
+        for path, v in s.execute(select(R.path, R.ingests_since_repack).where(enabled, R.ingests_since_repack > 0)
+                                 .order_by(R.ingests_since_repack.desc()).limit(top)):
+            fam_ingests.add_metric([path], v)
+        return out + [fam_packs, fam_loose, fam_age, fam_ingests]
+
+
+def _cumulate(per_bucket: dict[int, int], buckets: int) -> list[int]:
+    out, acc = [], 0
+    for i in range(buckets):
+        acc += per_bucket.get(i, 0)
+        out.append(acc)
+    return out
+
+
+def _distribution(s: Any, column: Any, enabled: Any, bounds: tuple[int, ...]) -> tuple[int, list[int], float]:
+    """(repositories with a value, cumulative count per bound, sum of the values) of the enabled repositories."""
+    from sqlalchemy import case, func, select
+
+    bucket = case(*((column <= b, i) for i, b in enumerate(bounds)), else_=len(bounds)).label("bucket")
+    per: dict[int, int] = {}
+    n, total = 0, 0.0
+    for b, count, value in s.execute(select(bucket, func.count(), func.sum(column))
+                                     .where(enabled, column.is_not(None)).group_by(bucket)):
+        per[int(b)] = int(count)
+        n += int(count)
+        total += float(value or 0)
+    return n, _cumulate(per, len(bounds)), total
+
+
+def _age_distribution(s: Any, column: Any, enabled: Any, now: float) -> tuple[list[int], int, float]:
+    """(cumulative count of repositories fully repacked at most d days ago per bound, how many ever were, the
+    sum of their repack times in epoch seconds)."""
+    from sqlalchemy import case, func, select
+
+    cut = [datetime.fromtimestamp(now, UTC) - timedelta(days=d) for d in AGE_DAYS_BUCKETS]
+    bucket = case(*((column >= c, i) for i, c in enumerate(cut)), else_=len(cut)).label("bucket")
+    per: dict[int, int] = {}
+    n, total = 0, 0.0
+    for b, count, value in s.execute(select(bucket, func.count(), _epoch_sum(s, column))
+                                     .where(enabled, column.is_not(None)).group_by(bucket)):
+        per[int(b)] = int(count)
+        n += int(count)
+        total += float(value or 0)
+    return _cumulate(per, len(cut)), n, total
+
+
+def _epoch_sum(s: Any, column: Any) -> Any:
+    """SUM of a timestamp column in seconds since the epoch (each database spells it its own way)."""
+    from sqlalchemy import Float, cast, extract, func
+
+    if s.get_bind().dialect.name == "postgresql":
+        return func.coalesce(func.sum(extract("epoch", column)), 0)
+    return func.coalesce(func.sum(cast(func.strftime("%s", column), Float)), 0)
 
 
 def _le(bound: float) -> str:
     return repr(float(bound))
 
 
-def make_registry(settings: Settings, stats_ttl: float = 300.0) -> CollectorRegistry:
+def make_registry(settings: Settings, top: int | None = None) -> CollectorRegistry:
     """A registry holding only packyard's collector (no process metrics of the exporter itself)."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(RecordsCollector(settings, stats_ttl))
+    reg.register(RecordsCollector(settings, top))
     return reg

@@ -111,6 +111,23 @@ PACKYARD_BITMAP_LOOKUP_TABLE   (reachability bitmaps) 1: a full repack's    1
 PACKYARD_BITMAP_PREFER_TIPS    (reachability bitmaps) comma-separated ref   (none)
                                prefixes whose tips always get a bitmap
                                (git's pack.preferBitmapTips)
+-- records at fleet scale (docs/records.md) --
+PACKYARD_RECORDS_KEEP_JOBS_DAYS  job rows older than this are pruned (never  30
+                               a pending job, never the newest of each
+                               repository and kind); must exceed the
+                               visibility timeout
+PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS  lock events older than this are   7
+                               pruned
+PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS  race events older than this are   30
+                               pruned
+PACKYARD_RECORDS_PRUNE_INTERVAL  seconds between beat's prune runs (0:       3600
+                               never)
+PACKYARD_RECORDS_PRUNE_BATCH   rows deleted per transaction by prune        2000
+PACKYARD_RECORDS_PRUNE_MAX_BATCHES  batches per table per prune run (the    500
+                               rest waits for the next run)
+PACKYARD_METRICS_TOP_REPOS     repositories per per-repository metric       10
+                               family (the top N by need; the rest are in
+                               the distributions)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -304,6 +321,14 @@ class Settings:
     # commit-graph and packed refs after every repack (issue 19, docs/serving.md): 1 skips them
     maintenance_skip_commit_graph: bool = False
     maintenance_skip_pack_refs: bool = False
+    # Records at fleet scale (issue 21): retention of job rows and events, prune's batches, exporter cardinality.
+    records_keep_jobs_days: float = 30.0
+    records_keep_lock_events_days: float = 7.0
+    records_keep_race_events_days: float = 30.0
+    records_prune_interval: float = 3600.0
+    records_prune_batch: int = 2000
+    records_prune_max_batches: int = 500
+    metrics_top_repos: int = 10
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -345,6 +370,7 @@ class Settings:
                 f"PACKYARD_MAX_MESSAGE_BYTES ({self.message_limit}) must be at least {needed}: the broker must take a "
                 f"write_objects message of PACKYARD_WRITE_OBJECTS_MAX_BYTES ({self.write_objects_max_bytes}) "
                 "content (base64 twice, plus headers) and Redis takes no limit under 1 MiB")
+        self._check_records()
         if self.pack_threshold < 0:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
@@ -367,6 +393,26 @@ class Settings:
         """PACKYARD_MAX_MESSAGE_BYTES, resolved (never None once constructed)."""
         assert self.max_message_bytes is not None
         return self.max_message_bytes
+
+    def _check_records(self) -> None:
+        for name, days in (("PACKYARD_RECORDS_KEEP_JOBS_DAYS", self.records_keep_jobs_days),
+                           ("PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS", self.records_keep_lock_events_days),
+                           ("PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS", self.records_keep_race_events_days)):
+            if not days > 0:
+                raise SettingsError(f"{name} must be a positive number of days, got {days:g}")
+        if self.records_keep_jobs_days * 86400 <= self.visibility_timeout:
+            raise SettingsError(
+                f"PACKYARD_RECORDS_KEEP_JOBS_DAYS ({self.records_keep_jobs_days:g} days) must keep job rows longer "
+                f"than PACKYARD_VISIBILITY_TIMEOUT ({self.visibility_timeout} s): a redelivered message of a "
+                "finished job whose row was pruned would run the job again")
+        for name, n in (("PACKYARD_RECORDS_PRUNE_BATCH", self.records_prune_batch),
+                        ("PACKYARD_RECORDS_PRUNE_MAX_BATCHES", self.records_prune_max_batches),
+                        ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos)):
+            if n <= 0:
+                raise SettingsError(f"{name} must be positive, got {n}")
+        if self.records_prune_interval < 0:
+            raise SettingsError(f"PACKYARD_RECORDS_PRUNE_INTERVAL must be 0 (never) or seconds, got "
+                                f"{self.records_prune_interval:g}")
 
     @property
     def incoming_path(self) -> Path:
@@ -450,6 +496,13 @@ class Settings:
             # commit-graph and packed refs (issue 19)
             maintenance_skip_commit_graph=_flag(env, "PACKYARD_MAINTENANCE_SKIP_COMMIT_GRAPH"),
             maintenance_skip_pack_refs=_flag(env, "PACKYARD_MAINTENANCE_SKIP_PACK_REFS"),
+            records_keep_jobs_days=_float(env, "PACKYARD_RECORDS_KEEP_JOBS_DAYS", 30.0),
+            records_keep_lock_events_days=_float(env, "PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS", 7.0),
+            records_keep_race_events_days=_float(env, "PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS", 30.0),
+            records_prune_interval=_float(env, "PACKYARD_RECORDS_PRUNE_INTERVAL", 3600.0),
+            records_prune_batch=_int(env, "PACKYARD_RECORDS_PRUNE_BATCH", 2000),
+            records_prune_max_batches=_int(env, "PACKYARD_RECORDS_PRUNE_MAX_BATCHES", 500),
+            metrics_top_repos=_int(env, "PACKYARD_METRICS_TOP_REPOS", 10),
         )
 
     @property
@@ -522,6 +575,13 @@ class Settings:
             # commit-graph and packed refs (issue 19)
             "PACKYARD_MAINTENANCE_SKIP_COMMIT_GRAPH": "1" if self.maintenance_skip_commit_graph else "0",
             "PACKYARD_MAINTENANCE_SKIP_PACK_REFS": "1" if self.maintenance_skip_pack_refs else "0",
+            "PACKYARD_RECORDS_KEEP_JOBS_DAYS": str(self.records_keep_jobs_days),
+            "PACKYARD_RECORDS_KEEP_LOCK_EVENTS_DAYS": str(self.records_keep_lock_events_days),
+            "PACKYARD_RECORDS_KEEP_RACE_EVENTS_DAYS": str(self.records_keep_race_events_days),
+            "PACKYARD_RECORDS_PRUNE_INTERVAL": str(self.records_prune_interval),
+            "PACKYARD_RECORDS_PRUNE_BATCH": str(self.records_prune_batch),
+            "PACKYARD_RECORDS_PRUNE_MAX_BATCHES": str(self.records_prune_max_batches),
+            "PACKYARD_METRICS_TOP_REPOS": str(self.metrics_top_repos),
         }
 
     @property

@@ -23,7 +23,7 @@ COMMANDS = {
     "submit": "submit", "status": "status", "verify": "verify", "demo": "demo", "bench": "bench", "down": "down",
     "import": "import_tree", "unpack-objects": "unpack_objects", "write-objects": "write_objects", "gc": "gc",
     "index-pack": "index_pack", "repos": "repos", "metrics": "metrics", "repack": "repack",
-    "race": "race", "races": "races", "janitor": "janitor",
+    "race": "race", "races": "races", "janitor": "janitor", "records": "records",
     "nfsim": "nfsim",
 }
 

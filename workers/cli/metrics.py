@@ -13,14 +13,15 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
         "metrics", help="serve Prometheus metrics from the job records",
         description="Serve /metrics for Prometheus: jobs by kind and state, job durations (histograms), lease "
-                    "events, race events, maintenance jobs in flight, and per registered repository its packs, "
-                    "loose-object estimate, age of the last full repack and whether maintenance is due. Every "
-                    "value is read from PACKYARD_DATABASE_URL at scrape time (see workers/metrics.py).")
+                    "events, race events, maintenance jobs in flight, repositories due for maintenance, distributions "
+                    "of packs, loose objects and days since the last full repack over the enabled repositories, "
+                    "and the top N repositories of each. Read from PACKYARD_DATABASE_URL at scrape time, from "
+                    "counters and recorded statistics: the cost does not grow with history (workers/metrics.py).")
     p.add_argument("--port", type=int, default=9108, help="TCP port (default 9108)")
     p.add_argument("--address", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in a "
                                                            "container)")
-    p.add_argument("--stats-ttl", type=float, default=300.0, metavar="SECONDS",
-                   help="gather a repository's statistics at most this often (default 300)")
+    p.add_argument("--top", type=int, default=None, metavar="N",
+                   help="repositories per per-repository family (default: PACKYARD_METRICS_TOP_REPOS, 10)")
     p.add_argument("--once", action="store_true", help="print one scrape to stdout and exit")
     p.set_defaults(func=run)
 
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.metrics import make_registry
 
     s = common.settings()
-    registry = make_registry(s, stats_ttl=args.stats_ttl)
+    registry = make_registry(s, top=args.top)
     if args.once:
         sys.stdout.write(generate_latest(registry).decode())
         return 0

@@ -49,6 +49,7 @@ KEY_COUNTERS: dict[str, tuple[str, ...]] = {
     "repack": ("skipped", "objects_out", "packs_merged", "loose_deleted", "cruft_kept", "fence_token"),
     "janitor": ("repositories", "removed", "kept_live", "age_rule_removed", "busy", "errors"),
     "race": ("lookups", "repacks", "ingests", "relisted", "preserved", "quick_absent", "lost"),
+    "prune_records": ("jobs_removed", "lock_events_removed", "race_events_removed", "batches", "more"),
 }
 BYTE_COUNTERS = frozenset({"bytes", "bytes_in", "bytes_written", "received_bytes", "peak_rss", "peak_rss_workers"})
 MAX_COUNTERS = 6

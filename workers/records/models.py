@@ -19,8 +19,8 @@ import enum
 from datetime import datetime, UTC
 from typing import Any
 
-from sqlalchemy import (JSON, BigInteger, Boolean, DateTime, Enum, ForeignKey, Integer, MetaData, String, Text, text,
-                        true)
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, Date, DateTime, Enum, ForeignKey, Index, Integer, MetaData,
+                        String, Table, Text, text, true)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 NAMING_CONVENTION = {
@@ -107,6 +107,23 @@ class Repository(Base):
     last_full_repack_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_planned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_plan: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # action, reasons, stats, outcome
+    # Migration 0005 (issue 21): the last plan's statistics as columns, so the exporter reads the top N and
+    # the distributions with indexed queries (never the disk of every repository, never every plan's JSON);
+    # ``due_action``: the action the last plan called for until a maintenance job of the repository lands.
+    stats_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    stat_packs: Mapped[int | None] = mapped_column(Integer)
+    stat_loose_objects: Mapped[int | None] = mapped_column(BigInteger)
+    due_action: Mapped[str | None] = mapped_column(String(16))
+
+    # Each led by ``enabled``: the exporter's top N of the enabled repositories is one index walk, LIMIT rows long.
+    __table_args__ = (
+        Index("ix_repositories_enabled_last_planned_at", "enabled", "last_planned_at"),
+        Index("ix_repositories_enabled_stat_packs", "enabled", "stat_packs"),
+        Index("ix_repositories_enabled_stat_loose_objects", "enabled", "stat_loose_objects"),
+        Index("ix_repositories_enabled_last_full_repack_at", "enabled", "last_full_repack_at"),
+        Index("ix_repositories_enabled_ingests_since_repack", "enabled", "ingests_since_repack"),
+        Index("ix_repositories_enabled_due_action", "enabled", "due_action"),
+    )
 
     jobs: Mapped[list["Job"]] = relationship(back_populates="repository")
 
@@ -117,8 +134,8 @@ class Job(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     task_id: Mapped[str] = mapped_column(String(64), unique=True)
     kind: Mapped[str] = mapped_column(String(64), index=True)
-    repo_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"), index=True)
-    state: Mapped[JobState] = mapped_column(_enum(JobState, "job_state"), index=True)
+    repo_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"))
+    state: Mapped[JobState] = mapped_column(_enum(JobState, "job_state"))
     params: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     queued_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))   # the run that set the state
@@ -142,6 +159,14 @@ class Job(Base):
 
     repository: Mapped[Repository | None] = relationship(back_populates="jobs")
 
+    # Migration 0005: one index per query the service runs (tests/test_records_indexes.py reads EXPLAIN).
+    __table_args__ = (
+        Index("ix_jobs_repo_id_id", "repo_id", "id"),                # status --repo: newest first
+        Index("ix_jobs_repo_id_kind_id", "repo_id", "kind", "id"),   # prune keeps each (repo, kind)'s newest
+        Index("ix_jobs_state_kind", "state", "kind"),                # pending jobs (reconciler, in flight, scrape)
+        Index("ix_jobs_finished_at_id", "finished_at", "id"),        # prune: oldest finished first
+    )
+
 
 class LockEvent(Base):
     __tablename__ = "lock_events"
@@ -157,6 +182,8 @@ class LockEvent(Base):
     waited_ms: Mapped[int | None] = mapped_column(BigInteger)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
+    __table_args__ = (Index("ix_lock_events_at", "at"),)   # migration 0005: prune by age
+
 
 class RaceEvent(Base):
     __tablename__ = "race_events"
@@ -167,3 +194,44 @@ class RaceEvent(Base):
     kind: Mapped[str] = mapped_column(String(64), index=True)
     detail: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
+
+
+# -- aggregates (migration 0005, issue 21) ---------------------------------------------------------------
+#: Job duration histogram buckets, in seconds (a small write to a long full repack); ``b<i>`` counts the
+#: durations in (bucket i-1, bucket i], the ones above the last bucket only count in ``timed``.
+DURATION_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0)
+BUCKET_COLUMNS = tuple(f"b{i}" for i in range(len(DURATION_BUCKETS)))
+#: What one aggregate row counts: events, events with a duration, their total, and the buckets.
+COUNTED_COLUMNS = ("events", "timed", "duration_ms_sum", *BUCKET_COLUMNS)
+
+
+class Family(str, enum.Enum):
+    """Which events an aggregate row counts, and what its ``kind`` and ``state`` hold."""
+
+    JOB = "job"      # a job that got its outcome (SUCCESS, FAILURE): kind = task name, state = outcome
+    LOCK = "lock"    # a lock_events row: kind = lease (repo | maintenance), state = event
+    RACE = "race"    # a race_events row: kind = its kind, state = ""
+
+
+def _counted_columns() -> list[Column[Any]]:
+    return [Column(name, BigInteger, nullable=False, server_default=text("0")) for name in COUNTED_COLUMNS]
+
+
+#: Counters since the records began: what a scrape reads (a few dozen rows, whatever the history).
+record_totals = Table(
+    "record_totals", Base.metadata,
+    Column("family", String(8), primary_key=True),
+    Column("kind", String(64), primary_key=True),
+    Column("state", String(32), primary_key=True),
+    *_counted_columns(),
+)
+
+#: The same counters per UTC day: the history that stays when prune deletes the rows it counted.
+record_daily = Table(
+    "record_daily", Base.metadata,
+    Column("day", Date, primary_key=True),
+    Column("family", String(8), primary_key=True),
+    Column("kind", String(64), primary_key=True),
+    Column("state", String(32), primary_key=True),
+    *_counted_columns(),
+)

@@ -15,10 +15,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from packyard.workers.records import registry
+from packyard.workers.records import aggregates, registry
 from packyard.workers.records.db import session_scope
 from packyard.workers.records.models import (Job, JobState, LeaseOutcome, LockEvent, LockEventKind, RaceEvent,
-                                             Repository, utcnow)
+                                             Family, Repository, utcnow)
 from packyard.workers.settings import Settings
 
 
@@ -207,15 +207,18 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
         job.error = error
         job.error_type = error_type
         if job.repo_id is not None:
-            repo_row = s.get(Repository, job.repo_id)
-            if repo_row is not None:
-                repo_row.last_job_at = now
-                if state is JobState.SUCCESS and kind == "packyard.verify_repo":
-                    repo_row.last_verified_at = now
-                s.flush()
-                if not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
-                    ingests = registry.count_landed(s, repo_row.id, kind=kind, state=state, params=job.params,
-                                                    now=now)
+            # One UPDATE, not a load of the row (its last plan's JSON) and a flush of it.
+            seen: dict[str, Any] = {"last_job_at": now}
+            if state is JobState.SUCCESS and kind == "packyard.verify_repo":
+                seen["last_verified_at"] = now
+            s.flush()
+            found = s.execute(update(Repository).where(Repository.id == job.repo_id).values(**seen)
+                              .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
+            if found and not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
+                ingests = registry.count_landed(s, job.repo_id, kind=kind, state=state, params=job.params,
+                                                now=now, counters=counters)
+        # Last, so the shared counter rows stay locked (PostgreSQL) only until the commit that follows.
+        aggregates.add(s, Family.JOB, job.kind, state.value, now, duration_ms=job.duration_ms)
         s.flush()
         s.expunge(job)
     if ingests is not None and on_ingest_counted is not None:
@@ -252,9 +255,11 @@ def record_lost(settings: Settings | str, job_id: int, unseen_since: datetime, r
 def record_lock_event(settings: Settings | str, *, repo: str | None, job_id: str | None, lock_name: str,
                       event: LockEventKind, token: int | None, waited_ms: int | None = None,
                       detail: dict[str, Any] | None = None) -> None:
+    now = utcnow()
     with session_scope(settings) as s:
         s.add(LockEvent(repo_id=repository_id(s, repo), job_id=job_id, lock_name=lock_name, event=event,
-                        fencing_token=token, at=utcnow(), waited_ms=waited_ms, detail=detail))
+                        fencing_token=token, at=now, waited_ms=waited_ms, detail=detail))
+        aggregates.add(s, Family.LOCK, aggregates.lease_of(lock_name), event.value, now)
 
 
 #: A notable lease outcome is not overwritten by a lesser one (a job that lost its lease and then, retried,
@@ -278,9 +283,10 @@ def record_lease(settings: Settings | str, task_id: str, outcome: LeaseOutcome, 
 def record_race_event(settings: Settings | str, *, repo: str | None, job_id: str | None, kind: str,
                       detail: dict[str, Any] | None = None) -> None:
     """A race a worker observed (later issues: pack vanished under a lookup, ref moved under a CAS, …)."""
+    now = utcnow()
     with session_scope(settings) as s:
-        s.add(RaceEvent(repo_id=repository_id(s, repo), job_id=job_id, kind=kind, detail=detail,
-                        observed_at=utcnow()))
+        s.add(RaceEvent(repo_id=repository_id(s, repo), job_id=job_id, kind=kind, detail=detail, observed_at=now))
+        aggregates.add(s, Family.RACE, kind, "", now)
 
 
 def record_race_events(settings: Settings | str, *, repo: str | None, job_id: str | None,
@@ -290,11 +296,19 @@ def record_race_events(settings: Settings | str, *, repo: str | None, job_id: st
 
     if not events:
         return 0
+    rows = [RaceEvent(repo_id=None, job_id=job_id, kind=e["kind"], detail=e.get("detail"),
+                      observed_at=datetime.fromtimestamp(e["at"], UTC) if e.get("at") else utcnow()) for e in events]
+    per_day: dict[tuple[str, Any], int] = {}
+    for r in rows:
+        key = (r.kind, r.observed_at.date())
+        per_day[key] = per_day.get(key, 0) + 1
     with session_scope(settings) as s:
         rid = repository_id(s, repo)
-        s.add_all([RaceEvent(repo_id=rid, job_id=job_id, kind=e["kind"], detail=e.get("detail"),
-                             observed_at=datetime.fromtimestamp(e["at"], UTC) if e.get("at") else utcnow())
-                   for e in events])
+        for r in rows:
+            r.repo_id = rid
+        s.add_all(rows)
+        for (kind, day), n in sorted(per_day.items()):
+            aggregates.add(s, Family.RACE, kind, "", day, events=n)
     return len(events)
 
 
@@ -304,9 +318,12 @@ def record_run(settings: Settings | str, *, task_id: str, kind: str, repo: str |
     """A job that ran outside Celery (``packyard race``, ``packyard janitor`` in-process): its whole row at once,
     written when it ends (a pending row of a process no broker knows would be marked LOST meanwhile)."""
     now = utcnow()
+    duration_ms = int((now - started).total_seconds() * 1000)
     with session_scope(settings) as s:
         s.add(Job(task_id=task_id, kind=kind, repo_id=repository_id(s, repo), state=state, params=params,
                   queued_at=started, started_at=started, first_started_at=started, last_started_at=started,
-                  finished_at=now, duration_ms=int((now - started).total_seconds() * 1000), counters=counters,
+                  finished_at=now, duration_ms=duration_ms, counters=counters,
                   error=error, error_type=None if error is None else "RunFailed", retries=0, attempts=1,
                   worker_hostname=hostname, worker_pid=pid))
+        if state in FINISHED_STATES:
+            aggregates.add(s, Family.JOB, kind, state.value, now, duration_ms=duration_ms)

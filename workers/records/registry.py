@@ -57,7 +57,7 @@ def normalize(path: str | Path) -> str:
 # -- counting as jobs land (inside record_finished's transaction) -------------------------------------
 
 def count_landed(session: Session, repo_id: int, *, kind: str, state: JobState, params: dict[str, Any] | None,
-                 now: datetime) -> int | None:
+                 now: datetime, counters: dict[str, Any] | None = None) -> int | None:
     """Move the registry's counters for a finished job; the new ingest count after an ingest, else None.
 
     The increment is one ``UPDATE ... RETURNING`` so two ingests landing at once both count
@@ -71,11 +71,27 @@ def count_landed(session: Session, repo_id: int, *, kind: str, state: JobState, 
             .values(ingests_since_repack=Repository.ingests_since_repack + 1)
             .returning(Repository.ingests_since_repack)).scalar_one_or_none()
     if kind == REPACK_KIND:
-        values: dict[str, Any] = {"ingests_since_repack": 0, "last_repack_at": now}
+        values: dict[str, Any] = {"ingests_since_repack": 0, "last_repack_at": now, "due_action": None,
+                                  **_after_repack(counters or {})}
         if (params or {}).get("mode") == "full":
             values["last_full_repack_at"] = now
         session.execute(update(Repository).where(Repository.id == repo_id).values(**values))
+    elif kind == GC_KIND:   # the plan's gc is done: not due until a plan says so again
+        session.execute(update(Repository).where(Repository.id == repo_id).values(due_action=None))
     return None
+
+
+def _after_repack(counters: dict[str, Any]) -> dict[str, Any]:
+    """The recorded statistics moved by what a repack did (packs replaced and written, loose files deleted),
+    so the exporter does not show the last plan's figures until the next plan (NULL stays NULL)."""
+    from sqlalchemy import case
+
+    def moved(column: Any, delta: int) -> Any:
+        return case((column + delta < 0, 0), else_=column + delta)
+
+    written, merged = int(counters.get("packs_written") or 0), int(counters.get("packs_merged") or 0)
+    return {"stat_packs": moved(Repository.stat_packs, written - merged),
+            "stat_loose_objects": moved(Repository.stat_loose_objects, -int(counters.get("loose_deleted") or 0))}
 
 
 # -- packyard repos -----------------------------------------------------------------------------------
@@ -87,6 +103,8 @@ def _row(repo: Repository) -> dict[str, Any]:
         "last_repack_at": repo.last_repack_at, "last_full_repack_at": repo.last_full_repack_at,
         "last_planned_at": repo.last_planned_at, "last_verified_at": repo.last_verified_at,
         "last_job_at": repo.last_job_at, "last_plan": repo.last_plan,
+        "stats_at": repo.stats_at, "stat_packs": repo.stat_packs, "stat_loose_objects": repo.stat_loose_objects,
+        "due_action": repo.due_action,
     }
 
 
@@ -158,10 +176,13 @@ def due_for_planning(settings: Settings | str, window_start: float) -> list[dict
     """
     start = from_epoch(window_start)
     with session_scope(settings) as s:
-        q = (select(Repository).where(Repository.enabled.is_(True))
-             .where(or_(Repository.last_planned_at.is_(None), Repository.last_planned_at < start))
-             .order_by(Repository.last_planned_at.is_not(None), Repository.last_planned_at, Repository.path))
-        return [_row(r) for r in s.scalars(q)]
+        # Two index searches (ix_repositories_enabled_last_planned_at), not one OR over the whole table:
+        # a round that finds nothing left to plan costs nothing, however many repositories are registered.
+        enabled = Repository.enabled.is_(True)
+        never = select(Repository).where(enabled, Repository.last_planned_at.is_(None)).order_by(Repository.path)
+        before = (select(Repository).where(enabled, Repository.last_planned_at < start)
+                  .order_by(Repository.last_planned_at, Repository.path))
+        return [_row(r) for q in (never, before) for r in s.scalars(q)]
 
 
 def claim_for_planning(settings: Settings | str, repo_id: int, window_start: float, now: float) -> bool:
@@ -183,12 +204,24 @@ def record_plan(settings: Settings | str, path: str | Path, plan: dict[str, Any]
     """
     from packyard.workers.records.recorder import repository_id
 
-    values: dict[str, Any] = {"last_plan": plan}
+    values: dict[str, Any] = {"last_plan": plan, **plan_columns(plan, now)}
     if planned:
         values["last_planned_at"] = from_epoch(now)
     with session_scope(settings) as s:
         rid = repository_id(s, normalize(path))
         s.execute(update(Repository).where(Repository.id == rid).values(**values))
+
+
+def plan_columns(plan: dict[str, Any], now: float) -> dict[str, Any]:
+    """The columns a plan's record sets (the exporter reads these, not the JSON): its statistics and,
+    when it calls for a job, the action (``due_action``, cleared when a repack or gc of it lands)."""
+    stats = plan.get("stats") or {}
+    action = plan.get("action")
+    values: dict[str, Any] = {"due_action": action if action and action != "nothing" else None}
+    if stats:
+        values.update(stats_at=from_epoch(now), stat_packs=stats.get("packs"),
+                      stat_loose_objects=stats.get("loose_estimate"))
+    return values
 
 
 def maintenance_in_flight(settings: Settings | str, path: str | Path | None = None,

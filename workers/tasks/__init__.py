@@ -75,7 +75,8 @@ from packyard.workers.tasks import index_pack  # noqa: F401
 from packyard.workers.tasks import gc, plan_maintenance  # noqa: F401
 from packyard.workers.tasks import repack  # noqa: F401
 from packyard.workers.tasks import janitor  # noqa: F401
+from packyard.workers.tasks import prune_records  # noqa: F401
 from packyard.workers.tasks import reconcile_jobs  # noqa: F401  (bookkeeping, not a job: see its module)
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
-                "plan_maintenance", "repack", "janitor")
+                "plan_maintenance", "repack", "janitor", "prune_records")

@@ -1,0 +1,91 @@
+"""Counters kept as events are recorded: what the exporter and the dashboards read instead of history.
+
+Every finished job, lock event and race event adds one to its row in ``record_totals`` (since the
+records began) and in ``record_daily`` (per UTC day), in the same transaction that writes the event,
+so the counters never disagree with the rows they counted. A scrape reads ``record_totals``: a few
+dozen rows whatever the history holds; ``packyard records prune`` deletes old rows and the counters
+(and the daily history) stay.
+
+Each write is one ``INSERT ... ON CONFLICT DO UPDATE`` per table (SQLite and PostgreSQL spell it
+the same), adding to every counted column at once.
+"""
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any, Iterable
+
+from sqlalchemy import Table, bindparam, select, text
+from sqlalchemy.orm import Session
+
+from packyard.workers.records.models import (BUCKET_COLUMNS, COUNTED_COLUMNS, DURATION_BUCKETS, Family, record_daily,
+                                             record_totals)
+
+_BUCKETS_MS = tuple(int(b * 1000) for b in DURATION_BUCKETS)
+
+
+def bucket_of(duration_ms: int) -> str | None:
+    """The ``b<i>`` column a duration counts in (None: above the last bucket)."""
+    for name, bound in zip(BUCKET_COLUMNS, _BUCKETS_MS):
+        if duration_ms <= bound:
+            return name
+    return None
+
+
+def counted(events: int = 1, duration_ms: int | None = None) -> dict[str, int]:
+    """The values one row adds: ``events`` events, and one duration when given."""
+    values = dict.fromkeys(COUNTED_COLUMNS, 0)
+    values["events"] = events
+    if duration_ms is not None:
+        values["timed"] = 1
+        values["duration_ms_sum"] = int(duration_ms)
+        b = bucket_of(int(duration_ms))
+        if b is not None:
+            values[b] = 1
+    return values
+
+
+def _upsert_sql(table: Table, keys: tuple[str, ...]) -> Any:
+    """``INSERT ... ON CONFLICT (keys) DO UPDATE SET c = c + excluded.c`` for every counted column: one text
+    statement, spelled the same on SQLite and PostgreSQL, built once (a Core upsert is rebuilt and re-keyed
+    for the statement cache on every call: most of a job's recording time went there)."""
+    cols = (*keys, *COUNTED_COLUMNS)
+    sql = (f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES ({', '.join(':' + c for c in cols)}) "
+           f"ON CONFLICT ({', '.join(keys)}) DO UPDATE SET "
+           + ", ".join(f"{c} = {table.name}.{c} + excluded.{c}" for c in COUNTED_COLUMNS))
+    return text(sql).bindparams(*(bindparam(c, type_=table.c[c].type) for c in cols))
+
+
+_TOTALS_UPSERT = _upsert_sql(record_totals, ("family", "kind", "state"))
+_DAILY_UPSERT = _upsert_sql(record_daily, ("day", "family", "kind", "state"))
+
+
+def add(session: Session, family: Family, kind: str, state: str, at: datetime | date, *, events: int = 1,
+        duration_ms: int | None = None) -> None:
+    """Count ``events`` events (and a duration) in the totals and in ``at``'s day, in ``session``'s transaction."""
+    values = {"family": family.value, "kind": kind[:64], "state": state[:32], **counted(events, duration_ms)}
+    session.execute(_TOTALS_UPSERT, values)
+    session.execute(_DAILY_UPSERT, {"day": at.date() if isinstance(at, datetime) else at, **values})
+
+
+def totals(session: Session, families: Iterable[Family] | None = None) -> list[dict[str, Any]]:
+    """Every totals row (of ``families``), as dicts."""
+    q = select(record_totals)
+    if families is not None:
+        q = q.where(record_totals.c.family.in_([f.value for f in families]))
+    return [dict(r._mapping) for r in session.execute(q)]
+
+
+def daily(session: Session, since: date | None = None) -> list[dict[str, Any]]:
+    """Daily rows (from ``since`` on), oldest first."""
+    q = select(record_daily).order_by(record_daily.c.day, record_daily.c.family, record_daily.c.kind,
+                                      record_daily.c.state)
+    if since is not None:
+        q = q.where(record_daily.c.day >= since)
+    return [dict(r._mapping) for r in session.execute(q)]
+
+
+def lease_of(lock_name: str) -> str:
+    """``maintenance`` or ``repo``, from a lock_events row's key name."""
+    from packyard.workers.locks import LeaseKind
+
+    return "maintenance" if lock_name.startswith(LeaseKind.MAINTENANCE.key_prefix) else "repo"
