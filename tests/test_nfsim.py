@@ -327,7 +327,9 @@ def test_metadata_calls_per_operation_do_not_grow_with_the_object_count(hosts, t
     for op in ("index-pack", "repack"):
         small, large = calls[(op, 100)], calls[(op, 2000)]
         assert sum(large.values()) <= sum(small.values()) + 4, (op, small, large)
-        assert sum(small.values()) < 200, (op, small)    # a few per file the operation creates, not per object
+        # A few per file the operation creates, not per object: a full repack now also leaves a .bitmap, a
+        # commit-graph layer and its chain, and packed-refs (each a lock, a temp file, a rename), ~255 in all.
+        assert sum(small.values()) < (200 if op == "index-pack" else 400), (op, small)
 
 
 def _race_two_hosts(pk, repo: Path, *args: str, timeout: float) -> tuple[int, dict, str]:
