@@ -16,11 +16,13 @@ def settings_for(url, **kw):
 def finished_job(url, task_id, kind, repo, *, state=None, days_ago=0.0, duration_s=1.0):
     """A job queued, started and finished through the recorder, then moved ``days_ago`` back."""
     from packyard.workers.records import Job, JobState, session_scope, utcnow
-    from packyard.workers.records.recorder import record_finished, record_queued, record_started
+    from packyard.workers.records.recorder import record_admitted, record_finished, record_queued, record_started
 
     state = state or JobState.SUCCESS
     record_queued(url, task_id=task_id, kind=kind, repo=repo)
     record_started(url, task_id=task_id, kind=kind, repo=repo, params=None, hostname="w@h", pid=1)
+    if repo is not None:   # the job passed the boundary (a worker registers the repository only then)
+        record_admitted(url, task_id=task_id, repo=repo)
     with session_scope(url) as s:   # a duration the histogram can place
         s.execute(update(Job).where(Job.task_id == task_id).values(started_at=utcnow() - timedelta(seconds=duration_s)))
     record_finished(url, task_id=task_id, kind=kind, repo=repo, state=state, counters={}, error=None,

@@ -321,6 +321,13 @@ def drive(fe: Frontend, hosted: Path, broken: Path, pushes: Pushes) -> bool:
     say(f"write_objects ids {'match' if same else 'DO NOT match'} the ids git computed for the same objects")
     fe.run_and_wait("verify_repo", "verify the repository the jobs built", repo=repo)
     fe.wait(bad)
+    # What an operator does with a repository that failed verification: keep it out of maintenance (a
+    # repack of it would fail on the corrupt object, night after night) until it is repaired.
+    from packyard.workers.records import registry
+
+    if registry.set_enabled(common.settings(), broken.resolve(), False):
+        say(f"packyard repos disable --repo {broken.name}: a repository that failed verification is left out of "
+            "maintenance until it is repaired")
     return same
 
 
