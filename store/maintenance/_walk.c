@@ -738,6 +738,8 @@ static PyMethodDef module_methods[] = {
      "bitmap_closures(packs, order, selected, read, seed) -> [closure bitmap as 64-bit words] or None"},
     {"ewah_stored", walk_ewah_stored, METH_VARARGS,
      "ewah_stored(bitmaps, window) -> [(xor offset, serialized EWAH)]: bitmap.py's xor_offsets, serialized"},
+    {"bloom_filters", walk_bloom_filters, METH_VARARGS,
+     "bloom_filters(packs, pairs, read) -> (filters, ends 'I'): bloom.py's filters of (parent tree, tree) pairs"},
     {NULL, NULL, 0, NULL},
 };
 

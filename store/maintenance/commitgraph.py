@@ -404,11 +404,13 @@ def layer_filters(layer: Layer) -> dict[bytes, bytes]:
 
 def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[bytes],
                     result: GraphResult, order: dict[bytes, int] | None = None,
-                    known: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
+                    known: dict[bytes, bytes] | None = None, packs: Iterable = ()   # type: ignore[type-arg]
+                    ) -> dict[bytes, bytes]:
     """The Bloom filter of each commit in ``oids``, computed in ``order`` (generation numbers: as git's
     compute_bloom_filters sorts them, so a commit comes soon after its parent and the parent's trees are
     still in the differ's cache; the filters do not depend on the order). ``known``: filters already
-    written for some of them (layers being merged), reused as they are."""
+    written for some of them (layers being merged), reused as they are. ``packs``: the repository's packs, for
+    the C loop to read trees from (:func:`.bloom.filters`)."""
     t0 = time.monotonic()
     out: dict[bytes, bytes] = {}
     if known:
@@ -423,8 +425,8 @@ def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[byt
         oids = todo
     if order is not None:
         oids = sorted(oids, key=lambda o: (order.get(o, 0), o))
-    differ = bloom.TreeDiffer(read)
-    keys: dict[bytes, list[int]] = {}
+    oids = list(oids)
+    pairs: list[tuple[bytes | None, bytes]] = []
     for oid in oids:
         c = commits[oid]
         parent_tree = None
@@ -434,13 +436,13 @@ def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[byt
                 obj_type, data = read(c.parents[0])
                 parent = parse_commit_for_graph(data, c.parents[0])
             parent_tree = parent.tree
-        paths = differ.changed(parent_tree, c.tree)
-        f = bloom.filter_bytes(paths, keys)
+        pairs.append((parent_tree, c.tree))
+    for oid, f in zip(oids, bloom.filters(read, pairs, packs)):
         out[oid] = f
         result.filters_computed += 1
-        if f == bloom.TOO_LARGE and (paths is None or len(paths) > bloom.MAX_CHANGED_PATHS):
+        if f == bloom.TOO_LARGE:   # (one byte ff: only "too large"; a filter of n >= 1 paths has >= 2 bytes)
             result.filters_large += 1
-        elif not paths:
+        elif f == bloom.EMPTY:
             result.filters_empty += 1
     result.seconds_bloom += time.monotonic() - t0
     return out
@@ -454,7 +456,8 @@ def build_single(repo, *, changed_paths: bool = True) -> tuple[bytes, GraphResul
     oids = sorted(commits)
     gens = corrected_dates(commits, {})
     inp = LayerInput(oids, commits, topo_levels(commits, {}), gens,
-                     compute_filters(read, commits, oids, result, gens) if changed_paths else None)
+                     compute_filters(read, commits, oids, result, gens, packs=repo.objects.packs.prepare())
+                     if changed_paths else None)
     result.commits = len(oids)
     return layer_bytes(inp), result
 

@@ -130,7 +130,8 @@ def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOpti
     if options.changed_paths:
         for L in layers[keep:]:   # the layers this write folds in (all of them when replacing)
             known.update(layer_filters(L))
-    filters = compute_filters(read, commits, new, result, gens, known) if options.changed_paths else None
+    filters = (compute_filters(read, commits, new, result, gens, known, packs=repo.objects.packs.prepare())
+               if options.changed_paths else None)
     result.commits = len(new)
     return layer_bytes(LayerInput(new, commits, levels, gens, filters, base_oids,
                                   [L.checksum for L in base]))

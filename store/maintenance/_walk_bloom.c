@@ -1,0 +1,500 @@
+/*
+ * _walk_bloom.c: the commit-graph's changed-path Bloom filters (bloom.py's TreeDiffer + filter_bytes, in C).
+ *
+ *   bloom_filters(packs, pairs, read) -> (filters, ends 'I') as bytes
+ *       pairs: 40 bytes per commit, its first parent's tree (20 zero bytes: none, a root commit) and its
+ *       tree; filters: every commit's filter one after the other, ends[k] where commit k's stops.
+ *
+ * The specification is store/maintenance/bloom.py (git 2.39's bloom.c): the paths the tree changes against
+ * the parent's, recursively (no renames; a file on one side and a directory on the other is the path plus
+ * everything below the directory; modes compared as git's canon_mode), more than 512 of them: "too large"
+ * (ff); every leading directory added, deduplicated, more than 512: "too large"; none: 00; else
+ * ceil(n * 10 / 8) bytes with 7 bits per path from git 2.39's murmur3 (path bytes read as signed chars).
+ *
+ * Trees come from the packs (the walk's Reader: CRC32-checked, delta-base cache) or, when not in them, from
+ * read(oid) -> (type, data). Parsed trees are kept in a bounded direct-mapped cache (consecutive commits
+ * share most subtrees). The GIL is held throughout (read() may be called).
+ */
+#include "_walk.h"
+
+#define BLOOM_MAX_CHANGES 512
+#define BLOOM_HASHES 7
+#define BLOOM_BITS_PER_ENTRY 10
+#define BLOOM_SEED0 0x293ae76fU
+#define BLOOM_SEED1 0x7e646e2cU
+#define TREE_CACHE_SLOTS 16384       /* a power of two */
+#define MAX_TREE_DEPTH 4096          /* trees nested deeper are refused (git's paths cannot be that long) */
+
+enum { C_TREE = 0, C_LINK, C_GITLINK, C_EXEC, C_FILE };
+
+typedef struct {
+    uint32_t name_off, name_len;  /* in the tree's data; the id follows the name's NUL */
+    uint8_t canon;
+} TEnt;
+
+typedef struct {
+    size_t refs;
+    Obj *obj;
+    uint32_t n;
+    TEnt ents[];
+} PTree;
+
+typedef struct {
+    uint8_t oid[OIDLEN];
+    PTree *t;
+} TSlot;
+
+typedef struct {
+    uint32_t off, len;
+} Span;
+
+typedef struct {
+    Reader rd;
+    PyObject *read;
+    TSlot *cache;
+    uint64_t seed;
+    Buf prefix;              /* the path of the trees being compared, with its "/" */
+    Buf arena;               /* the changed paths' bytes (one commit) */
+    Buf spans;               /* Span: the changed paths, then their directories */
+    size_t changes;          /* paths emitted (one commit) */
+    int too_many;
+} Bloom;
+
+static void
+ptree_decref(PTree *t)
+{
+    if (t && --t->refs == 0) {
+        obj_decref(t->obj);
+        PyMem_RawFree(t);
+    }
+}
+
+static inline int
+name_cmp(const uint8_t *a, uint32_t na, const uint8_t *b, uint32_t nb)
+{
+    int c = memcmp(a, b, na < nb ? na : nb);
+    if (c)
+        return c;
+    return na < nb ? -1 : na > nb;
+}
+
+static const uint8_t *sort_base;
+
+static int
+tent_cmp(const void *x, const void *y)
+{
+    const TEnt *a = x, *b = y;
+    return name_cmp(sort_base + a->name_off, a->name_len, sort_base + b->name_off, b->name_len);
+}
+
+/* git's canon_mode of an octal mode (the low bits of its value: wrapping arithmetic keeps them exact). */
+static inline uint8_t
+canon_of(uint32_t v)
+{
+    uint32_t kind = v & 0170000;
+    if (kind == 0040000)
+        return C_TREE;
+    if (kind == 0120000)
+        return C_LINK;
+    if (kind == 0160000)
+        return C_GITLINK;
+    return (v & 0100) ? C_EXEC : C_FILE;
+}
+
+/* The entries of tree data (bloom.py's _ENTRY over the whole data), sorted by name; NULL with an exception. */
+static PTree *
+parse_tree(const uint8_t *id, Obj *o)
+{
+    const uint8_t *d = o->data;
+    size_t n = o->size, count = 0;
+    for (size_t p = 0; p < n; count++) {
+        const uint8_t *nul = memchr(d + p, 0, n - p);
+        if (!nul || (size_t)(nul - d) + 1 + OIDLEN > n)
+            break;
+        p = (size_t)(nul - d) + 1 + OIDLEN;
+    }
+    PTree *t = PyMem_RawMalloc(sizeof(PTree) + (count + 1) * sizeof(TEnt));
+    if (!t) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    t->refs = 1;
+    t->obj = o;
+    t->n = 0;
+    int sorted = 1;
+    size_t p = 0;
+    while (p < n) {
+        size_t q = p;
+        uint32_t v = 0;
+        while (q < n && d[q] >= '0' && d[q] <= '7')
+            v = v * 8 + (uint32_t)(d[q++] - '0');
+        const uint8_t *nul = q < n ? memchr(d + q, 0, n - q) : NULL;
+        if (q == p || q >= n || d[q] != ' ' || !nul || nul == d + q + 1 || (size_t)(nul - d) + 1 + OIDLEN > n
+            || t->n >= count || (size_t)(nul - d) > UINT32_MAX) {
+            char hex[41];
+            hex_of(id, hex);
+            PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
+            PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", "tree does not parse (malformed entry)",
+                                                 oid, -1L, (long long)p) : NULL;
+            if (args)
+                PyErr_SetObject(WalkError, args);
+            Py_XDECREF(args);
+            Py_XDECREF(oid);
+            t->obj = NULL;
+            PyMem_RawFree(t);
+            return NULL;
+        }
+        TEnt *e = &t->ents[t->n++];
+        e->name_off = (uint32_t)(q + 1);
+        e->name_len = (uint32_t)((size_t)(nul - d) - (q + 1));
+        e->canon = canon_of(v);
+        if (t->n > 1) {
+            const TEnt *prev = e - 1;
+            if (name_cmp(d + prev->name_off, prev->name_len, d + e->name_off, e->name_len) > 0)
+                sorted = 0;
+        }
+        p = (size_t)(nul - d) + 1 + OIDLEN;
+    }
+    if (!sorted) {   /* git's order puts "a" (a tree) after "a.c": the merge below wants plain name order */
+        sort_base = d;
+        qsort(t->ents, t->n, sizeof(TEnt), tent_cmp);
+    }
+    return t;
+}
+
+/* An object from the packs, or from read(); NULL with a Python exception set (as _walk_bitmap.c's). */
+static Obj *
+bloom_object(Reader *rd, PyObject *read, const uint8_t *id, int want)
+{
+    long long gid = packs_find(rd->packs, id);
+    if (gid >= 0) {
+        uint32_t pk = rd->packs->pack_of[gid];
+        const Pack *p = &rd->packs->p[pk];
+        Obj *o = reader_resolve(rd, pk, (uint32_t)(gid - p->base), 1);
+        if (!o) {
+            raise_err(&rd->err);
+            rd->err.kind = E_NONE;
+            return NULL;
+        }
+        if (o->type != want) {
+            fail(&rd->err, E_CORRUPT, id, (long)pk, (long long)p->offs[gid - p->base],
+                 "expected a %s, found a %s", type_label(want), type_label(o->type));
+            raise_err(&rd->err);
+            rd->err.kind = E_NONE;
+            obj_decref(o);
+            return NULL;
+        }
+        return o;
+    }
+    PyObject *res = PyObject_CallFunction(read, "y#", (const char *)id, (Py_ssize_t)OIDLEN);
+    if (!res)
+        return NULL;
+    Obj *o = NULL;
+    int t;
+    PyObject *data;
+    Py_buffer view;
+    if (PyArg_ParseTuple(res, "iO", &t, &data) && PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) == 0) {
+        if (t != want) {
+            PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
+            char msg[80];
+            snprintf(msg, sizeof msg, "expected a %s, found a %s", type_label(want), type_label(t));
+            PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", msg, oid, -1L, -1LL) : NULL;
+            if (args)
+                PyErr_SetObject(WalkError, args);
+            Py_XDECREF(args);
+            Py_XDECREF(oid);
+        } else if ((o = obj_new(t, (size_t)view.len)) == NULL) {
+            PyErr_NoMemory();
+        } else {
+            memcpy(o->data, view.buf, (size_t)view.len);
+        }
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(res);
+    return o;
+}
+
+/* The parsed tree id (a new reference), from the cache or read and parsed; NULL with an exception. */
+static PTree *
+get_tree(Bloom *b, const uint8_t *id)
+{
+    TSlot *s = &b->cache[(size_t)oid_hash(id, b->seed) & (TREE_CACHE_SLOTS - 1)];
+    if (s->t && memcmp(s->oid, id, OIDLEN) == 0) {
+        s->t->refs++;
+        return s->t;
+    }
+    Obj *o = bloom_object(&b->rd, b->read, id, T_TREE);
+    if (!o)
+        return NULL;
+    PTree *t = parse_tree(id, o);
+    if (!t) {
+        obj_decref(o);
+        return NULL;
+    }
+    ptree_decref(s->t);
+    memcpy(s->oid, id, OIDLEN);
+    s->t = t;
+    t->refs++;
+    return t;
+}
+
+static int
+emit(Bloom *b, const uint8_t *name, uint32_t len)
+{
+    if (++b->changes > BLOOM_MAX_CHANGES) {
+        b->too_many = 1;
+        return 0;
+    }
+    Span sp = {(uint32_t)b->arena.len, (uint32_t)(b->prefix.len + len)};
+    if (b->arena.len + b->prefix.len + len > UINT32_MAX || buf_put(&b->arena, b->prefix.p, b->prefix.len) < 0
+        || buf_put(&b->arena, name, len) < 0 || buf_put(&b->spans, &sp, sizeof sp) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static int diff_trees(Bloom *b, const uint8_t *old, const uint8_t *new, int depth);
+
+/* One name of the two trees: ea/eb NULL when absent on that side (bloom.py's TreeDiffer._diff loop body). */
+static int
+diff_entry(Bloom *b, const PTree *ta, const TEnt *ea, const PTree *tb, const TEnt *eb, int depth)
+{
+    const uint8_t *ida = ea ? ta->obj->data + ea->name_off + ea->name_len + 1 : NULL;
+    const uint8_t *idb = eb ? tb->obj->data + eb->name_off + eb->name_len + 1 : NULL;
+    if (ea && eb && ea->canon == eb->canon && memcmp(ida, idb, OIDLEN) == 0)
+        return 0;
+    const uint8_t *name = ea ? ta->obj->data + ea->name_off : tb->obj->data + eb->name_off;
+    uint32_t len = ea ? ea->name_len : eb->name_len;
+    int a_tree = ea && ea->canon == C_TREE, b_tree = eb && eb->canon == C_TREE;
+    if (!a_tree && !b_tree)
+        return emit(b, name, len);
+    if ((ea && !a_tree) || (eb && !b_tree))
+        if (emit(b, name, len) < 0 || b->too_many)
+            return b->too_many ? 0 : -1;
+    size_t keep = b->prefix.len;
+    if (buf_put(&b->prefix, name, len) < 0 || buf_put(&b->prefix, "/", 1) < 0) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int rc = diff_trees(b, a_tree ? ida : NULL, b_tree ? idb : NULL, depth + 1);
+    b->prefix.len = keep;
+    return rc;
+}
+
+static int
+diff_trees(Bloom *b, const uint8_t *old, const uint8_t *new, int depth)
+{
+    if (depth > MAX_TREE_DEPTH) {
+        PyObject *oid = PyBytes_FromStringAndSize((const char *)(new ? new : old), OIDLEN);
+        PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", "trees nested too deep for a Bloom filter",
+                                             oid, -1L, -1LL) : NULL;
+        if (args)
+            PyErr_SetObject(WalkError, args);
+        Py_XDECREF(args);
+        Py_XDECREF(oid);
+        return -1;
+    }
+    PTree *ta = NULL, *tb = NULL;
+    int rc = -1;
+    if (old && !(ta = get_tree(b, old)))
+        goto done;
+    if (new && !(tb = get_tree(b, new)))
+        goto done;
+    uint32_t na = ta ? ta->n : 0, nb = tb ? tb->n : 0, i = 0, j = 0;
+    while ((i < na || j < nb) && !b->too_many) {
+        const TEnt *ea = i < na ? &ta->ents[i] : NULL, *eb = j < nb ? &tb->ents[j] : NULL;
+        if (ea && eb) {
+            int c = name_cmp(ta->obj->data + ea->name_off, ea->name_len, tb->obj->data + eb->name_off, eb->name_len);
+            if (c < 0)
+                eb = NULL;
+            else if (c > 0)
+                ea = NULL;
+        }
+        if (ea)
+            i++;
+        if (eb)
+            j++;
+        if (diff_entry(b, ta, ea, tb, eb, depth) < 0)
+            goto done;
+    }
+    rc = 0;
+done:
+    ptree_decref(ta);
+    ptree_decref(tb);
+    return rc;
+}
+
+static const uint8_t *span_base;
+
+static int
+span_cmp(const void *x, const void *y)
+{
+    const Span *a = x, *b = y;
+    return name_cmp(span_base + a->off, a->len, span_base + b->off, b->len);
+}
+
+static inline uint32_t
+rotl32(uint32_t v, int n)
+{
+    return (v << n) | (v >> (32 - n));
+}
+
+/* A byte read through git 2.39's `const char *`: sign-extended. */
+static inline uint32_t
+sx(uint8_t c)
+{
+    return (uint32_t)(int32_t)(int8_t)c;
+}
+
+/* git 2.39's murmur3_seeded (bloom.c), signed-char reading included (bloom.py's murmur3_seeded). */
+static uint32_t
+murmur3_seeded(uint32_t seed, const uint8_t *data, size_t len)
+{
+    const uint32_t c1 = 0xcc9e2d51U, c2 = 0x1b873593U;
+    uint32_t h = seed;
+    size_t n4 = len / 4;
+    for (size_t i = 0; i < n4; i++) {
+        const uint8_t *p = data + 4 * i;
+        uint32_t k = sx(p[0]) | (sx(p[1]) << 8) | (sx(p[2]) << 16) | (sx(p[3]) << 24);
+        k *= c1;
+        k = rotl32(k, 15);
+        k *= c2;
+        h ^= k;
+        h = rotl32(h, 13) * 5 + 0xe6546b64U;
+    }
+    const uint8_t *tail = data + 4 * n4;
+    uint32_t k1 = 0;
+    switch (len & 3) {
+    case 3:
+        k1 ^= sx(tail[2]) << 16;
+        /* fall through */
+    case 2:
+        k1 ^= sx(tail[1]) << 8;
+        /* fall through */
+    case 1:
+        k1 ^= sx(tail[0]);
+        k1 *= c1;
+        k1 = rotl32(k1, 15);
+        k1 *= c2;
+        h ^= k1;
+    }
+    h ^= (uint32_t)len;
+    h ^= h >> 16;
+    h *= 0x85ebca6bU;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35U;
+    h ^= h >> 16;
+    return h;
+}
+
+/* One commit's filter appended to out (the changed paths are in b->spans). */
+static int
+put_filter(Bloom *b, Buf *out)
+{
+    static const uint8_t too_large = 0xff, empty = 0x00;
+    if (b->too_many)
+        return buf_put(out, &too_large, 1);
+    size_t emitted = b->spans.len / sizeof(Span);
+    for (size_t k = 0; k < emitted; k++) {   /* every leading directory of each path */
+        Span sp = ((Span *)b->spans.p)[k];
+        const uint8_t *p = b->arena.p + sp.off;
+        for (uint32_t cut = sp.len; cut-- > 0;)
+            if (p[cut] == '/') {
+                Span dir = {sp.off, cut};
+                if (buf_put(&b->spans, &dir, sizeof dir) < 0)
+                    return -1;
+            }
+    }
+    Span *all = (Span *)b->spans.p;
+    size_t n = b->spans.len / sizeof(Span), uniq = 0;
+    if (n) {
+        span_base = b->arena.p;
+        qsort(all, n, sizeof(Span), span_cmp);
+        for (size_t k = 0; k < n; k++)
+            if (!uniq || span_cmp(&all[uniq - 1], &all[k]) != 0)
+                all[uniq++] = all[k];
+    }
+    if (uniq > BLOOM_MAX_CHANGES)
+        return buf_put(out, &too_large, 1);
+    size_t length = (uniq * BLOOM_BITS_PER_ENTRY + 7) / 8;
+    if (!length)
+        return buf_put(out, &empty, 1);
+    if (buf_reserve(out, length) < 0)
+        return -1;
+    uint8_t *data = out->p + out->len;
+    memset(data, 0, length);
+    uint64_t bits = (uint64_t)length * 8;
+    for (size_t k = 0; k < uniq; k++) {
+        const uint8_t *p = b->arena.p + all[k].off;
+        uint32_t h0 = murmur3_seeded(BLOOM_SEED0, p, all[k].len), h1 = murmur3_seeded(BLOOM_SEED1, p, all[k].len);
+        for (uint32_t i = 0; i < BLOOM_HASHES; i++) {
+            uint64_t pos = (uint32_t)(h0 + i * h1) % bits;
+            data[pos >> 3] |= (uint8_t)(1u << (pos & 7));
+        }
+    }
+    out->len += length;
+    return 0;
+}
+
+PyObject *
+walk_bloom_filters(PyObject *module, PyObject *args)
+{
+    PyObject *packs_obj, *read, *result = NULL;
+    Py_buffer pairs;
+    if (!PyArg_ParseTuple(args, "Oy*O", &packs_obj, &pairs, &read))
+        return NULL;
+    Bloom b;
+    memset(&b, 0, sizeof b);
+    Buf out = {0}, ends = {0};
+    size_t n = (size_t)pairs.len / (2 * OIDLEN);
+    if (!PyObject_TypeCheck(packs_obj, &PacksType)) {
+        PyErr_SetString(PyExc_TypeError, "bloom_filters: packs must be a _walk.Packs");
+        goto done0;
+    }
+    if ((size_t)pairs.len != n * 2 * OIDLEN) {
+        PyErr_SetString(PyExc_ValueError, "bloom_filters: pairs must be 40 bytes per commit");
+        goto done0;
+    }
+    b.read = read;
+    b.seed = ((PacksObject *)packs_obj)->seed ^ 0x5bd1e995U;
+    b.cache = PyMem_RawCalloc(TREE_CACHE_SLOTS, sizeof(TSlot));
+    if (!b.cache || reader_init(&b.rd, (PacksObject *)packs_obj, 32 << 20) < 0) {
+        PyErr_NoMemory();
+        goto done0;
+    }
+    for (size_t k = 0; k < n; k++) {
+        const uint8_t *old = (const uint8_t *)pairs.buf + k * 2 * OIDLEN, *new = old + OIDLEN;
+        b.prefix.len = b.arena.len = b.spans.len = 0;
+        b.changes = 0;
+        b.too_many = 0;
+        if (diff_trees(&b, memcmp(old, ZERO_ID, OIDLEN) ? old : NULL, new, 0) < 0)
+            goto done;
+        if (put_filter(&b, &out) < 0 || out.len > UINT32_MAX) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        uint32_t end = (uint32_t)out.len;
+        if (buf_put(&ends, &end, sizeof end) < 0) {
+            PyErr_NoMemory();
+            goto done;
+        }
+    }
+    result = Py_BuildValue("(y#y#)", out.p ? (const char *)out.p : "", (Py_ssize_t)out.len,
+                           ends.p ? (const char *)ends.p : "", (Py_ssize_t)ends.len);
+done:
+    reader_clear(&b.rd);
+done0:
+    if (b.cache) {
+        for (size_t s = 0; s < TREE_CACHE_SLOTS; s++)
+            ptree_decref(b.cache[s].t);
+        PyMem_RawFree(b.cache);
+    }
+    buf_free(&b.prefix);
+    buf_free(&b.arena);
+    buf_free(&b.spans);
+    buf_free(&out);
+    buf_free(&ends);
+    PyBuffer_Release(&pairs);
+    return result;
+}
