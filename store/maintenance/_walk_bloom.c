@@ -12,8 +12,8 @@
  * ceil(n * 10 / 8) bytes with 7 bits per path from git 2.39's murmur3 (path bytes read as signed chars).
  *
  * Trees come from the packs (the walk's Reader: CRC32-checked, delta-base cache) or, when not in them, from
- * read(oid) -> (type, data). Parsed trees are kept in a bounded direct-mapped cache (consecutive commits
- * share most subtrees). The GIL is held throughout (read() may be called).
+ * read(oid) -> (type, data). Parsed trees are kept in a direct-mapped cache bounded in slots and bytes
+ * (consecutive commits share most subtrees). The GIL is held throughout (read() may be called).
  */
 #include "_walk.h"
 
@@ -23,6 +23,7 @@
 #define BLOOM_SEED0 0x293ae76fU
 #define BLOOM_SEED1 0x7e646e2cU
 #define TREE_CACHE_SLOTS 16384       /* a power of two */
+#define TREE_CACHE_BYTES (48u << 20) /* past this the parsed-tree cache is emptied (trees in use stay alive) */
 #define MAX_TREE_DEPTH 4096          /* trees nested deeper are refused (git's paths cannot be that long) */
 
 enum { C_TREE = 0, C_LINK, C_GITLINK, C_EXEC, C_FILE };
@@ -52,6 +53,7 @@ typedef struct {
     Reader rd;
     PyObject *read;
     TSlot *cache;
+    size_t cache_bytes;      /* data and entries of the trees in the cache */
     uint64_t seed;
     Buf prefix;              /* the path of the trees being compared, with its "/" */
     Buf arena;               /* the changed paths' bytes (one commit) */
@@ -231,7 +233,18 @@ get_tree(Bloom *b, const uint8_t *id)
         obj_decref(o);
         return NULL;
     }
+    size_t size = o->size + t->n * sizeof(TEnt);
+    if (b->cache_bytes + size > TREE_CACHE_BYTES) {
+        for (size_t k = 0; k < TREE_CACHE_SLOTS; k++) {
+            ptree_decref(b->cache[k].t);
+            b->cache[k].t = NULL;
+        }
+        b->cache_bytes = 0;
+    }
+    if (s->t)
+        b->cache_bytes -= s->t->obj->size + s->t->n * sizeof(TEnt);
     ptree_decref(s->t);
+    b->cache_bytes += size;
     memcpy(s->oid, id, OIDLEN);
     s->t = t;
     t->refs++;
