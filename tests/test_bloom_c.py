@@ -140,7 +140,11 @@ def _python(read, pairs):   # type: ignore[no-untyped-def]
 def test_c_filters_are_the_pythons(history, tmp_path, which):
     bare = history if which == "history" else graphutil.build_history(tmp_path)
     repo, pairs = _pairs(bare)
-    ours = bloom.filters(repo.objects.read, pairs, repo.objects.packs.prepare())
+    c_packs = bloom.open_packs(repo.objects.packs.prepare())
+    try:
+        ours = bloom.filters(repo.objects.read, pairs, c_packs)
+    finally:
+        bloom.close_packs(c_packs)
     spec = _python(repo.objects.read, pairs)
     assert ours == spec
     kinds = {f[:1] if len(f) == 1 else b"filter" for f in ours}
@@ -174,7 +178,7 @@ def test_c_bad_trees_are_typed_errors_naming_them(history, tmp_path):
     bad = git("hash-object", "-t", "tree", "-w", "--literally", "--stdin", git_dir=bare,
               input=b"100644 truncated\0ab").decode().strip()
     blob = git("hash-object", "-w", "--stdin", git_dir=bare, input=b"not a tree\n").decode().strip()
-    packs = repo.objects.packs.prepare()
+    packs = bloom.open_packs(repo.objects.packs.prepare())
     for oid in (bad, blob):
         for pair in ((bytes.fromhex(good), bytes.fromhex(oid)), (None, bytes.fromhex(oid))):
             with pytest.raises(CorruptObjectError) as err:
@@ -190,3 +194,28 @@ def test_c_bad_trees_are_typed_errors_naming_them(history, tmp_path):
     with pytest.raises(CorruptObjectError) as err:
         bloom.filters(repo.objects.read, [(bytes.fromhex(sub), bytes.fromhex(fake))], packs)
     assert err.value.oid == inner
+    bloom.close_packs(packs)
+
+
+@needs_c
+def test_c_commit_reads_walk_as_reachable_commits(history):
+    repo = Repository.open(history)
+    read = repo.objects.read
+    tips = cg.ref_tips(repo)
+    spec = cg.reachable_commits(read, tips)
+    c_packs = bloom.open_packs(repo.objects.packs.prepare())
+    try:
+        ours = cg.reachable_commits(read, tips, c_packs=c_packs)
+        assert list(ours.items()) == list(spec.items())   # the same commits, parsed alike, in the same order
+        assert any(not repo.objects.packs.prepare().find(oid) for oid in ours)   # a loose one, through read()
+        stop = {git("rev-parse", "main~3", git_dir=history).decode().strip()}
+        stop_ids = {bytes.fromhex(o) for o in stop}
+        have = {oid: spec[oid] for oid in list(spec)[:2]}
+        assert (list(cg.reachable_commits(read, tips, dict(have), stop_ids, c_packs=c_packs).items())
+                == list(cg.reachable_commits(read, tips, dict(have), stop_ids).items()))
+        tree = git("rev-parse", "main^{tree}", git_dir=history).decode().strip()
+        with pytest.raises(CorruptObjectError) as err:
+            cg.reachable_commits(read, [bytes.fromhex(tree)], c_packs=c_packs)
+        assert err.value.oid == tree and "a commit's parent is a tree" in str(err.value)
+    finally:
+        bloom.close_packs(c_packs)

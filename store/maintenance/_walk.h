@@ -492,6 +492,7 @@ PyObject *walk_bitmap_commits(PyObject *module, PyObject *args);
 PyObject *walk_bitmap_closures(PyObject *module, PyObject *args);
 PyObject *walk_ewah_stored(PyObject *module, PyObject *args);   /* _walk_ewah.c */
 PyObject *walk_bloom_filters(PyObject *module, PyObject *args);   /* _walk_bloom.c */
+PyObject *walk_commit_reads(PyObject *module, PyObject *args);    /* _walk_bloom.c */
 
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 

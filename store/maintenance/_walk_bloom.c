@@ -11,6 +11,11 @@
  * (ff); every leading directory added, deduplicated, more than 512: "too large"; none: 00; else
  * ceil(n * 10 / 8) bytes with 7 bits per path from git 2.39's murmur3 (path bytes read as signed chars).
  *
+ *   commit_reads(packs, tips, skip, read) -> [(oid, data)]
+ *       commitgraph.reachable_commits' reads: a depth-first walk from tips (ids, in the order the Python
+ *       stack pops them) along the parent lines, not into ids in any container of skip; the raw commits,
+ *       for parse_commit_for_graph.
+ *
  * Trees come from the packs (the walk's Reader: CRC32-checked, delta-base cache) or, when not in them, from
  * read(oid) -> (type, data). Parsed trees are kept in a direct-mapped cache bounded in slots and bytes
  * (consecutive commits share most subtrees). The GIL is held throughout (read() may be called).
@@ -80,13 +85,33 @@ name_cmp(const uint8_t *a, uint32_t na, const uint8_t *b, uint32_t nb)
     return na < nb ? -1 : na > nb;
 }
 
+/* git's tree order (base_name_compare): a tree's name compares as if it ended in "/". A file and a tree of
+ * the same name are then two names, as bloom.py's one name with a file on one side and a tree on the other:
+ * the file's path and the tree's paths. */
+static inline int
+tree_cmp(const uint8_t *a, uint32_t na, int a_dir, const uint8_t *b, uint32_t nb, int b_dir)
+{
+    uint32_t n = na < nb ? na : nb;
+    for (uint32_t k = 0; k < n; k++)
+        if (a[k] != b[k])
+            return (int)a[k] - (int)b[k];
+    int ca = na > n ? a[n] : a_dir ? '/' : 0, cb = nb > n ? b[n] : b_dir ? '/' : 0;
+    return ca - cb;
+}
+
+static inline int
+ent_cmp(const uint8_t *da, const TEnt *a, const uint8_t *db, const TEnt *b)
+{
+    return tree_cmp(da + a->name_off, a->name_len, a->canon == C_TREE, db + b->name_off, b->name_len,
+                    b->canon == C_TREE);
+}
+
 static const uint8_t *sort_base;
 
 static int
 tent_cmp(const void *x, const void *y)
 {
-    const TEnt *a = x, *b = y;
-    return name_cmp(sort_base + a->name_off, a->name_len, sort_base + b->name_off, b->name_len);
+    return ent_cmp(sort_base, x, sort_base, y);
 }
 
 /* git's canon_mode of an octal mode (the low bits of its value: wrapping arithmetic keeps them exact). */
@@ -108,13 +133,7 @@ static PTree *
 parse_tree(const uint8_t *id, Obj *o)
 {
     const uint8_t *d = o->data;
-    size_t n = o->size, count = 0;
-    for (size_t p = 0; p < n; count++) {
-        const uint8_t *nul = memchr(d + p, 0, n - p);
-        if (!nul || (size_t)(nul - d) + 1 + OIDLEN > n)
-            break;
-        p = (size_t)(nul - d) + 1 + OIDLEN;
-    }
+    size_t n = o->size, count = n / 24 + 1;   /* an entry is at least "0 a\0" and 20 bytes */
     PTree *t = PyMem_RawMalloc(sizeof(PTree) + (count + 1) * sizeof(TEnt));
     if (!t) {
         PyErr_NoMemory();
@@ -150,14 +169,11 @@ parse_tree(const uint8_t *id, Obj *o)
         e->name_off = (uint32_t)(q + 1);
         e->name_len = (uint32_t)((size_t)(nul - d) - (q + 1));
         e->canon = canon_of(v);
-        if (t->n > 1) {
-            const TEnt *prev = e - 1;
-            if (name_cmp(d + prev->name_off, prev->name_len, d + e->name_off, e->name_len) > 0)
-                sorted = 0;
-        }
+        if (t->n > 1 && ent_cmp(d, e - 1, d, e) > 0)
+            sorted = 0;
         p = (size_t)(nul - d) + 1 + OIDLEN;
     }
-    if (!sorted) {   /* git's order puts "a" (a tree) after "a.c": the merge below wants plain name order */
+    if (!sorted) {   /* (not in git's order: a tree git would not write; the merge below needs the order) */
         sort_base = d;
         qsort(t->ents, t->n, sizeof(TEnt), tent_cmp);
     }
@@ -318,7 +334,7 @@ diff_trees(Bloom *b, const uint8_t *old, const uint8_t *new, int depth)
     while ((i < na || j < nb) && !b->too_many) {
         const TEnt *ea = i < na ? &ta->ents[i] : NULL, *eb = j < nb ? &tb->ents[j] : NULL;
         if (ea && eb) {
-            int c = name_cmp(ta->obj->data + ea->name_off, ea->name_len, tb->obj->data + eb->name_off, eb->name_len);
+            int c = ent_cmp(ta->obj->data, ea, tb->obj->data, eb);
             if (c < 0)
                 eb = NULL;
             else if (c > 0)
@@ -472,7 +488,7 @@ walk_bloom_filters(PyObject *module, PyObject *args)
     b.read = read;
     b.seed = ((PacksObject *)packs_obj)->seed ^ 0x5bd1e995U;
     b.cache = PyMem_RawCalloc(TREE_CACHE_SLOTS, sizeof(TSlot));
-    if (!b.cache || reader_init(&b.rd, (PacksObject *)packs_obj, 32 << 20) < 0) {
+    if (!b.cache || reader_init(&b.rd, (PacksObject *)packs_obj, 96 << 20) < 0) {
         PyErr_NoMemory();
         goto done0;
     }
@@ -510,4 +526,165 @@ done0:
     buf_free(&ends);
     PyBuffer_Release(&pairs);
     return result;
+}
+
+static inline int
+hexval(uint8_t c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static int
+parse_hex_id(const uint8_t *s, uint8_t *out)
+{
+    for (int k = 0; k < OIDLEN; k++) {
+        int hi = hexval(s[2 * k]), lo = hexval(s[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[k] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+static int
+skipped(PyObject *skip, const uint8_t *id)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(skip);
+    if (!n)
+        return 0;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
+    if (!key)
+        return -1;
+    int rc = 0;
+    for (Py_ssize_t k = 0; k < n && !rc; k++)
+        rc = PySequence_Contains(PyTuple_GET_ITEM(skip, k), key);
+    Py_DECREF(key);
+    return rc;
+}
+
+PyObject *
+walk_commit_reads(PyObject *module, PyObject *args)
+{
+    PyObject *packs_obj, *read, *skip;
+    Py_buffer tips;
+    if (!PyArg_ParseTuple(args, "Oy*O!O", &packs_obj, &tips, &PyTuple_Type, &skip, &read))
+        return NULL;
+    PyObject *out = NULL;
+    Reader rd;
+    IdSet seen;
+    Buf stack = {0};
+    memset(&rd, 0, sizeof rd);
+    memset(&seen, 0, sizeof seen);
+    if (!PyObject_TypeCheck(packs_obj, &PacksType)) {
+        PyErr_SetString(PyExc_TypeError, "commit_reads: packs must be a _walk.Packs");
+        goto done0;
+    }
+    if (tips.len % OIDLEN) {
+        PyErr_SetString(PyExc_ValueError, "commit_reads: tips must be 20 bytes each");
+        goto done0;
+    }
+    if (idset_init(&seen, 1024, ((PacksObject *)packs_obj)->seed) < 0
+        || reader_init(&rd, (PacksObject *)packs_obj, 16 << 20) < 0 || buf_put(&stack, tips.buf, (size_t)tips.len) < 0
+        || !(out = PyList_New(0))) {
+        if (!PyErr_Occurred())
+            PyErr_NoMemory();
+        goto done;
+    }
+    while (stack.len) {
+        uint8_t id[OIDLEN];
+        stack.len -= OIDLEN;
+        memcpy(id, stack.p + stack.len, OIDLEN);
+        if (idset_has(&seen, id))
+            continue;
+        int sk = skipped(skip, id);
+        if (sk < 0)
+            goto fail;
+        if (sk)
+            continue;
+        long long gid = packs_find(rd.packs, id);
+        Obj *o = NULL;
+        if (gid >= 0) {   /* (else through read(); a non-commit is named below) */
+            uint32_t pk = rd.packs->pack_of[gid];
+            o = reader_resolve(&rd, pk, (uint32_t)(gid - rd.packs->p[pk].base), 0);
+            if (!o) {
+                raise_err(&rd.err);
+                goto fail;
+            }
+        } else {
+            PyObject *res = PyObject_CallFunction(read, "y#", (const char *)id, (Py_ssize_t)OIDLEN);
+            if (!res)
+                goto fail;
+            int t;
+            PyObject *data;
+            Py_buffer view;
+            if (!PyArg_ParseTuple(res, "iO", &t, &data) || PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
+                Py_DECREF(res);
+                goto fail;
+            }
+            o = obj_new(t, (size_t)view.len);
+            if (o)
+                memcpy(o->data, view.buf, (size_t)view.len);
+            PyBuffer_Release(&view);
+            Py_DECREF(res);
+            if (!o) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+        }
+        if (o->type != T_COMMIT) {
+            char msg[80];
+            snprintf(msg, sizeof msg, "a commit's parent is a %s", type_label(o->type));
+            obj_decref(o);
+            PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
+            PyObject *eargs = oid ? Py_BuildValue("(ssOlL)", "corrupt", msg, oid, -1L, -1LL) : NULL;
+            if (eargs)
+                PyErr_SetObject(WalkError, eargs);
+            Py_XDECREF(eargs);
+            Py_XDECREF(oid);
+            goto fail;
+        }
+        PyObject *item = Py_BuildValue("(y#y#)", (const char *)id, (Py_ssize_t)OIDLEN, (const char *)o->data,
+                                       (Py_ssize_t)o->size);
+        int bad = !item || PyList_Append(out, item) < 0 || idset_add(&seen, id) < 0;
+        Py_XDECREF(item);
+        if (bad) {
+            obj_decref(o);
+            if (!PyErr_Occurred())
+                PyErr_NoMemory();
+            goto fail;
+        }
+        /* the parents (as parse_commit_for_graph reads them; a malformed line ends them: the parse names it) */
+        const uint8_t *d = o->data;
+        size_t n = o->size, pos = 46;
+        if (n >= 46 && memcmp(d, "tree ", 5) == 0 && d[45] == '\n') {
+            while (pos + 48 <= n && memcmp(d + pos, "parent ", 7) == 0 && d[pos + 47] == '\n') {
+                uint8_t pid[OIDLEN];
+                if (parse_hex_id(d + pos + 7, pid) < 0)
+                    break;
+                if (!idset_has(&seen, pid) && buf_put(&stack, pid, OIDLEN) < 0) {
+                    obj_decref(o);
+                    PyErr_NoMemory();
+                    goto fail;
+                }
+                pos += 48;
+            }
+        }
+        obj_decref(o);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    reader_clear(&rd);
+done0:
+    idset_free(&seen);
+    buf_free(&stack);
+    PyBuffer_Release(&tips);
+    return out;
 }

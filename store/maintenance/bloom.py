@@ -15,13 +15,15 @@ extension, store/maintenance/_walk_bloom.c, reading trees straight from the pack
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from array import array
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
-from ..errors import CorruptObjectError
+from ..errors import CorruptObjectError, PackFormatError
 from ..objects import ObjectType
+from .sources import _layout
 from .walk import _c, parse_tree_entries
 
 HASH_VERSION = 1
@@ -206,22 +208,11 @@ class TreeDiffer:
                 self._emit(out, path)
 
 
-def filters(read: Callable[[bytes], tuple[ObjectType, bytes]], pairs: Sequence[tuple[bytes | None, bytes]],
-            packs: Iterable = ()) -> list[bytes]:   # type: ignore[type-arg]
-    """The filter of each (first parent's tree or None, tree) pair, in order. ``packs``: the repository's
-    :class:`~..pack.packdir.PackFile` s, read directly by the C loop (anything not in them through ``read``);
-    without the extension, :class:`TreeDiffer` and :func:`filter_bytes`."""
-    if _c is not None:
-        return _c_filters(read, pairs, packs)
-    differ = TreeDiffer(read)
-    keys: dict[bytes, list[int]] = {}
-    return [filter_bytes(differ.changed(old, new), keys) for old, new in pairs]
-
-
-def _c_filters(read: Callable[[bytes], tuple[ObjectType, bytes]], pairs: Sequence[tuple[bytes | None, bytes]],
-               packs: Iterable) -> list[bytes]:   # type: ignore[type-arg]
-    from .sources import _layout
-
+def open_packs(packs: Iterable) -> object | None:   # type: ignore[type-arg]
+    """The C loops' view of the repository's packs (:class:`~..pack.packdir.PackFile` s: objects not in
+    them are read through ``read``), or None without the extension. Close it with :func:`close_packs`."""
+    if _c is None:
+        return None
     tables = []
     for pack in packs:
         try:
@@ -230,15 +221,33 @@ def _c_filters(read: Callable[[bytes], tuple[ObjectType, bytes]], pairs: Sequenc
             tables.append((pack.buffer(), pack.end, t.oids, t.offsets, t.crcs, ends, sorted_offsets, order))
         except OSError:
             continue   # (a pack removed since it was listed: its objects come through read())
-    c_packs = _c.Packs(tables, set(), int.from_bytes(os.urandom(8), "little"))
+    return _c.Packs(tables, set(), int.from_bytes(os.urandom(8), "little"))
+
+
+def close_packs(c_packs: object | None) -> None:
+    if c_packs is not None:
+        c_packs.close()   # type: ignore[attr-defined]
+
+
+def filters(read: Callable[[bytes], tuple[ObjectType, bytes]], pairs: Sequence[tuple[bytes | None, bytes]],
+            c_packs: object | None = None) -> list[bytes]:
+    """The filter of each (first parent's tree or None, tree) pair, in order: in C with the extension (trees
+    from ``c_packs``, see :func:`open_packs`, and the rest through ``read``), else :class:`TreeDiffer` and
+    :func:`filter_bytes`."""
+    if _c is None:
+        differ = TreeDiffer(read)
+        keys: dict[bytes, list[int]] = {}
+        return [filter_bytes(differ.changed(old, new), keys) for old, new in pairs]
+    own = c_packs is None
+    if own:
+        c_packs = open_packs(())
     try:
-        data, ends_raw = _c.bloom_filters(c_packs, b"".join((old or _ZERO_ID) + new for old, new in pairs), read)
-    except _c.WalkError as err:
-        kind, message, oid, _pack_no, offset = err.args
-        raise CorruptObjectError(message, oid=oid, offset=offset if offset is not None and offset >= 0 else None
-                                 ) from None
+        with c_errors():
+            data, ends_raw = _c.bloom_filters(c_packs, b"".join((old or _ZERO_ID) + new for old, new in pairs),
+                                              read)
     finally:
-        c_packs.close()
+        if own:
+            close_packs(c_packs)
     ends = array("I")
     ends.frombytes(ends_raw)
     out, start = [], 0
@@ -246,6 +255,17 @@ def _c_filters(read: Callable[[bytes], tuple[ObjectType, bytes]], pairs: Sequenc
         out.append(data[start:end])
         start = end
     return out
+
+
+@contextlib.contextmanager
+def c_errors() -> Iterator[None]:
+    """The C loops' errors as the store's typed errors (naming the object, and the pack entry's offset)."""
+    try:
+        yield
+    except _c.WalkError as err:
+        kind, message, oid, _pack_no, offset = err.args
+        cls = PackFormatError if kind == "pack" else CorruptObjectError
+        raise cls(message, oid=oid, offset=offset if offset is not None and offset >= 0 else None) from None
 
 
 _ZERO_ID = bytes(20)
@@ -278,5 +298,6 @@ def _canon(mode: bytes) -> bytes:
     return b"100755" if value & 0o100 else b"100644"
 
 
-__all__ = ["murmur3_seeded", "bloom_key", "filter_bytes", "filters", "contains", "TreeDiffer", "MAX_CHANGED_PATHS",
-           "NUM_HASHES", "BITS_PER_ENTRY", "HASH_VERSION", "TOO_LARGE", "EMPTY"]
+__all__ = ["murmur3_seeded", "bloom_key", "filter_bytes", "filters", "open_packs", "close_packs", "c_errors",
+           "contains", "TreeDiffer", "MAX_CHANGED_PATHS", "NUM_HASHES", "BITS_PER_ENTRY", "HASH_VERSION",
+           "TOO_LARGE", "EMPTY"]

@@ -184,11 +184,18 @@ def peel_to_commit(read: Read, oid: bytes, limit: int = 64) -> bytes | None:
 
 
 def reachable_commits(read: Read, tips: Iterable[bytes], have: dict[bytes, Commit] | None = None,
-                      stop: set[bytes] | None = None) -> dict[bytes, Commit]:
-    """Every commit reachable from ``tips`` (commit ids), parsed; commits in ``stop`` are not walked past."""
+                      stop: set[bytes] | None = None, c_packs: object | None = None) -> dict[bytes, Commit]:
+    """Every commit reachable from ``tips`` (commit ids), parsed; commits in ``stop`` are not walked past.
+    ``c_packs`` (:func:`.bloom.open_packs`): the same walk reading the commits in C."""
     commits = {} if have is None else have
-    stack = list(tips)
     stop = stop or set()
+    if c_packs is not None:   # the reads in C (bloom.open_packs), the parse here
+        with bloom.c_errors():
+            got = bloom._c.commit_reads(c_packs, b"".join(tips), (commits, stop), read)
+        for oid, data in got:
+            commits[oid] = parse_commit_for_graph(data, oid)
+        return commits
+    stack = list(tips)
     while stack:
         oid = stack.pop()
         if oid in commits or oid in stop:
@@ -404,13 +411,12 @@ def layer_filters(layer: Layer) -> dict[bytes, bytes]:
 
 def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[bytes],
                     result: GraphResult, order: dict[bytes, int] | None = None,
-                    known: dict[bytes, bytes] | None = None, packs: Iterable = ()   # type: ignore[type-arg]
-                    ) -> dict[bytes, bytes]:
+                    known: dict[bytes, bytes] | None = None, c_packs: object | None = None) -> dict[bytes, bytes]:
     """The Bloom filter of each commit in ``oids``, computed in ``order`` (generation numbers: as git's
     compute_bloom_filters sorts them, so a commit comes soon after its parent and the parent's trees are
     still in the differ's cache; the filters do not depend on the order). ``known``: filters already
-    written for some of them (layers being merged), reused as they are. ``packs``: the repository's packs, for
-    the C loop to read trees from (:func:`.bloom.filters`)."""
+    written for some of them (layers being merged), reused as they are. ``c_packs``: the repository's packs for
+    the C loop to read trees from (:func:`.bloom.open_packs`)."""
     t0 = time.monotonic()
     out: dict[bytes, bytes] = {}
     if known:
@@ -437,7 +443,7 @@ def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[byt
                 parent = parse_commit_for_graph(data, c.parents[0])
             parent_tree = parent.tree
         pairs.append((parent_tree, c.tree))
-    for oid, f in zip(oids, bloom.filters(read, pairs, packs)):
+    for oid, f in zip(oids, bloom.filters(read, pairs, c_packs)):
         out[oid] = f
         result.filters_computed += 1
         if f == bloom.TOO_LARGE:   # (one byte ff: only "too large"; a filter of n >= 1 paths has >= 2 bytes)
@@ -452,12 +458,15 @@ def build_single(repo, *, changed_paths: bool = True) -> tuple[bytes, GraphResul
     """The bytes of ``git commit-graph write --reachable [--changed-paths]``'s one file for ``repo`` now."""
     result = GraphResult()
     read = repo.objects.read
-    commits = reachable_commits(read, ref_tips(repo))
-    oids = sorted(commits)
-    gens = corrected_dates(commits, {})
-    inp = LayerInput(oids, commits, topo_levels(commits, {}), gens,
-                     compute_filters(read, commits, oids, result, gens, packs=repo.objects.packs.prepare())
-                     if changed_paths else None)
+    c_packs = bloom.open_packs(repo.objects.packs.prepare())
+    try:
+        commits = reachable_commits(read, ref_tips(repo), c_packs=c_packs)
+        oids = sorted(commits)
+        gens = corrected_dates(commits, {})
+        inp = LayerInput(oids, commits, topo_levels(commits, {}), gens,
+                         compute_filters(read, commits, oids, result, gens, c_packs=c_packs) if changed_paths else None)
+    finally:
+        bloom.close_packs(c_packs)
     result.commits = len(oids)
     return layer_bytes(inp), result
 
