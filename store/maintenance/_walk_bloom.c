@@ -34,6 +34,7 @@
 enum { C_TREE = 0, C_LINK, C_GITLINK, C_EXEC, C_FILE };
 
 typedef struct {
+    uint32_t start;               /* where the entry starts in the tree's data */
     uint32_t name_off, name_len;  /* in the tree's data; the id follows the name's NUL */
     uint8_t canon;
 } TEnt;
@@ -42,8 +43,15 @@ typedef struct {
     size_t refs;
     Obj *obj;
     uint32_t n;
+    int sorted;                   /* the entries were in git's order (ents[] is in the data's order) */
     TEnt ents[];
 } PTree;
+
+static inline size_t
+ent_end(const TEnt *e)
+{
+    return (size_t)e->name_off + e->name_len + 1 + OIDLEN;
+}
 
 typedef struct {
     uint8_t oid[OIDLEN];
@@ -166,6 +174,7 @@ parse_tree(const uint8_t *id, Obj *o)
             return NULL;
         }
         TEnt *e = &t->ents[t->n++];
+        e->start = (uint32_t)p;
         e->name_off = (uint32_t)(q + 1);
         e->name_len = (uint32_t)((size_t)(nul - d) - (q + 1));
         e->canon = canon_of(v);
@@ -173,6 +182,7 @@ parse_tree(const uint8_t *id, Obj *o)
             sorted = 0;
         p = (size_t)(nul - d) + 1 + OIDLEN;
     }
+    t->sorted = sorted;
     if (!sorted) {   /* (not in git's order: a tree git would not write; the merge below needs the order) */
         sort_base = d;
         qsort(t->ents, t->n, sizeof(TEnt), tent_cmp);
@@ -311,6 +321,37 @@ diff_entry(Bloom *b, const PTree *ta, const TEnt *ea, const PTree *tb, const TEn
     return rc;
 }
 
+/* Two versions of a tree differ in a few entries: the entries in the bytes both start with, and in the bytes
+ * both end with, are the same entries (same boundaries, same bytes) and no change; only the ones between
+ * are merged. (Both in the data's order: the boundaries are the parse's.) */
+static void
+trim_common(const PTree *ta, const PTree *tb, uint32_t *i, uint32_t *j, uint32_t *na, uint32_t *nb)
+{
+    const uint8_t *a = ta->obj->data, *b = tb->obj->data;
+    size_t la = ta->obj->size, lb = tb->obj->size, m = la < lb ? la : lb, pre = 0, suf = 0;
+    while (pre + 256 <= m && memcmp(a + pre, b + pre, 256) == 0)
+        pre += 256;
+    while (pre + 8 <= m && load64(a + pre) == load64(b + pre))
+        pre += 8;
+    while (pre < m && a[pre] == b[pre])
+        pre++;
+    while (suf + 256 <= m && memcmp(a + la - suf - 256, b + lb - suf - 256, 256) == 0)
+        suf += 256;
+    while (suf + 8 <= m && load64(a + la - suf - 8) == load64(b + lb - suf - 8))
+        suf += 8;
+    while (suf < m && a[la - suf - 1] == b[lb - suf - 1])
+        suf++;
+    uint32_t k = 0;
+    while (k < *na && k < *nb && ent_end(&ta->ents[k]) <= pre)
+        k++;
+    *i = *j = k;
+    while (*na > k && *nb > k && ta->ents[*na - 1].start >= la - suf
+           && la - ta->ents[*na - 1].start == lb - tb->ents[*nb - 1].start) {
+        (*na)--;
+        (*nb)--;
+    }
+}
+
 static int
 diff_trees(Bloom *b, const uint8_t *old, const uint8_t *new, int depth)
 {
@@ -331,6 +372,8 @@ diff_trees(Bloom *b, const uint8_t *old, const uint8_t *new, int depth)
     if (new && !(tb = get_tree(b, new)))
         goto done;
     uint32_t na = ta ? ta->n : 0, nb = tb ? tb->n : 0, i = 0, j = 0;
+    if (ta && tb && ta->sorted && tb->sorted)
+        trim_common(ta, tb, &i, &j, &na, &nb);
     while ((i < na || j < nb) && !b->too_many) {
         const TEnt *ea = i < na ? &ta->ents[i] : NULL, *eb = j < nb ? &tb->ents[j] : NULL;
         if (ea && eb) {
