@@ -29,7 +29,7 @@
 #define BLOOM_SEED1 0x7e646e2cU
 #define TREE_CACHE_SLOTS 16384       /* a power of two */
 #define TREE_CACHE_BYTES (48u << 20) /* past this the parsed-tree cache is emptied (trees in use stay alive) */
-#define MAX_TREE_DEPTH 4096          /* trees nested deeper are refused (git's paths cannot be that long) */
+#define MAX_TREE_DEPTH 2048          /* trees nested deeper are refused (a path of PATH_MAX 4096 has fewer) */
 
 enum { C_TREE = 0, C_LINK, C_GITLINK, C_EXEC, C_FILE };
 
@@ -160,11 +160,10 @@ parse_tree(const uint8_t *id, Obj *o)
         const uint8_t *nul = q < n ? memchr(d + q, 0, n - q) : NULL;
         if (q == p || q >= n || d[q] != ' ' || !nul || nul == d + q + 1 || (size_t)(nul - d) + 1 + OIDLEN > n
             || t->n >= count || (size_t)(nul - d) > UINT32_MAX) {
-            char hex[41];
-            hex_of(id, hex);
             PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
-            PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", "tree does not parse (malformed entry)",
-                                                 oid, -1L, (long long)p) : NULL;
+            char msg[96];
+            snprintf(msg, sizeof msg, "tree does not parse (malformed entry at byte %llu)", (unsigned long long)p);
+            PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", msg, oid, -1L, -1LL) : NULL;
             if (args)
                 PyErr_SetObject(WalkError, args);
             Py_XDECREF(args);
