@@ -8,7 +8,8 @@ alike:
   (store/pack/_search.c); without them packyard runs the pure-Python encoder and search
   (same bytes, slower): ``packyard.store.pack.delta.IMPLEMENTATION`` says which one is in use;
 * repack's reachability walk (store/maintenance/_walk.c); without it the pure-Python walk
-  (same lists, slower): ``packyard.store.maintenance.walk.IMPLEMENTATION``;
+  (same lists, slower): ``packyard.store.maintenance.walk.IMPLEMENTATION``; the same extension
+  computes the commit-graph's Bloom filters (store/maintenance/_walk_bloom.c; bloom.py otherwise);
 * fsck's scan of a clean tree (store/fsck/_fsck.c); without it store/fsck/rules.py's
   ``check_tree_fast`` in Python (same verdicts): ``packyard.store.fsck.rules.IMPLEMENTATION``.
 
@@ -31,7 +32,7 @@ setup(
             sources=["store/maintenance/_walk.c", "store/maintenance/_walk_packs.c",
                      "store/maintenance/_walk_read.c", "store/maintenance/_walk_trees.c",
                      "store/maintenance/_walk_copy.c", "store/maintenance/_walk_bitmap.c",
-                     "store/maintenance/_walk_ewah.c"],
+                     "store/maintenance/_walk_ewah.c", "store/maintenance/_walk_bloom.c"],
             depends=["store/maintenance/_walk.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers", "-fvisibility=hidden"],

@@ -1,10 +1,11 @@
 """The package's C extensions, or None when the pure-Python paths must run.
 
-Three hot loops have a C implementation built by the package's own build (setup.py) and a Python
+Hot loops with a C implementation built by the package's own build (setup.py) and a Python
 specification that gives the same results: the delta encoder and search window (``pack._delta``),
-the reachability walk and the repack copy loop (``maintenance._walk``). ``PACKYARD_PURE_PYTHON=1``
-selects the Python paths everywhere (CI runs the tests both ways); an extension that was not built
-(no compiler at install time) does the same for its part.
+the reachability walk and the repack copy loop (``maintenance._walk``), the commit-graph's Bloom
+filters and commit reads (``maintenance._walk`` too: ``bloom.filters``, tests/test_bloom_c.py).
+``PACKYARD_PURE_PYTHON=1`` selects the Python paths everywhere (CI runs the tests both ways); an
+extension that was not built (no compiler at install time) does the same for its part.
 """
 from __future__ import annotations
 

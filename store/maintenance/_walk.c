@@ -854,6 +854,10 @@ static PyMethodDef module_methods[] = {
      "bitmap_closures(packs, order, selected, read, seed) -> [closure bitmap as 64-bit words] or None"},
     {"ewah_stored", walk_ewah_stored, METH_VARARGS,
      "ewah_stored(bitmaps, window) -> [(xor offset, serialized EWAH)]: bitmap.py's xor_offsets, serialized"},
+    {"bloom_filters", walk_bloom_filters, METH_VARARGS,
+     "bloom_filters(packs, pairs, read) -> (filters, ends 'I'): bloom.py's filters of (parent tree, tree) pairs"},
+    {"commit_reads", walk_commit_reads, METH_VARARGS,
+     "commit_reads(packs, tips, skip, read) -> [(oid, data)]: commitgraph.reachable_commits' reads"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,6 +9,7 @@
  *                  Python fallback), the commit queue, the depth-first tree walk
  *   _walk_bitmap.c the reachability bitmaps' closures (bitmap.py's build_bitmaps)
  *   _walk_ewah.c   EWAH bitmaps as git builds them, git's XOR search (ewah.py, bitmap.py's xor_offsets)
+ *   _walk_bloom.c  the commit-graph's changed-path Bloom filters (bloom.py's tree diff and filters)
  *   _walk.c        the Walker type, its Python methods, the module
  */
 #ifndef PACKYARD_WALK_H
@@ -493,6 +494,8 @@ PyObject *walk_check_chains(PyObject *module, PyObject *args);
 PyObject *walk_bitmap_commits(PyObject *module, PyObject *args);
 PyObject *walk_bitmap_closures(PyObject *module, PyObject *args);
 PyObject *walk_ewah_stored(PyObject *module, PyObject *args);   /* _walk_ewah.c */
+PyObject *walk_bloom_filters(PyObject *module, PyObject *args);   /* _walk_bloom.c */
+PyObject *walk_commit_reads(PyObject *module, PyObject *args);    /* _walk_bloom.c */
 
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 

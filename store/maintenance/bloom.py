@@ -8,15 +8,23 @@ Otherwise the filter is ``ceil(paths * 10 / 8)`` bytes and each path sets 7 bits
 modulo the filter's bit count, with ``h0``/``h1`` git's murmur3 with seeds 0x293ae76f and
 0x7e646e2c -- including git 2.39's reading of path bytes as *signed* chars (bytes >= 0x80 are
 sign-extended before they are combined: what git 2.39 on x86 and ARM64 Linux writes and reads).
+
+This module is the specification; :func:`filters` runs the same diff and filters in C (the walk's
+extension, store/maintenance/_walk_bloom.c, reading trees straight from the packs) unless
+``PACKYARD_PURE_PYTHON=1`` or the extension was not built (tests/test_bloom_c.py compares the bytes).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from typing import Callable
+from array import array
+from typing import Callable, Iterable, Iterator, Sequence
 
-from ..errors import CorruptObjectError
+from ..errors import CorruptObjectError, PackFormatError
 from ..objects import ObjectType
-from .walk import parse_tree_entries
+from .sources import _layout
+from .walk import _c, parse_tree_entries
 
 HASH_VERSION = 1
 NUM_HASHES = 7
@@ -200,6 +208,67 @@ class TreeDiffer:
                 self._emit(out, path)
 
 
+def open_packs(packs: Iterable) -> object | None:   # type: ignore[type-arg]
+    """The C loops' view of the repository's packs (:class:`~..pack.packdir.PackFile` s: objects not in
+    them are read through ``read``), or None without the extension. Close it with :func:`close_packs`."""
+    if _c is None:
+        return None
+    tables = []
+    for pack in packs:
+        try:
+            t = pack.tables()
+            order, sorted_offsets, ends = _layout(t.offsets, pack.end)
+            tables.append((pack.buffer(), pack.end, t.oids, t.offsets, t.crcs, ends, sorted_offsets, order))
+        except OSError:
+            continue   # (a pack removed since it was listed: its objects come through read())
+    return _c.Packs(tables, set(), int.from_bytes(os.urandom(8), "little"))
+
+
+def close_packs(c_packs: object | None) -> None:
+    if c_packs is not None:
+        c_packs.close()   # type: ignore[attr-defined]
+
+
+def filters(read: Callable[[bytes], tuple[ObjectType, bytes]], pairs: Sequence[tuple[bytes | None, bytes]],
+            c_packs: object | None = None) -> list[bytes]:
+    """The filter of each (first parent's tree or None, tree) pair, in order: in C with the extension (trees
+    from ``c_packs``, see :func:`open_packs`, and the rest through ``read``), else :class:`TreeDiffer` and
+    :func:`filter_bytes`."""
+    if _c is None:
+        differ = TreeDiffer(read)
+        keys: dict[bytes, list[int]] = {}
+        return [filter_bytes(differ.changed(old, new), keys) for old, new in pairs]
+    own = c_packs is None
+    if own:
+        c_packs = open_packs(())
+    try:
+        with c_errors():
+            data, ends_raw = _c.bloom_filters(c_packs, b"".join((old or _ZERO_ID) + new for old, new in pairs),
+                                              read)
+    finally:
+        if own:
+            close_packs(c_packs)
+    ends = array("I")
+    ends.frombytes(ends_raw)
+    out, start = [], 0
+    for end in ends:
+        out.append(data[start:end])
+        start = end
+    return out
+
+
+@contextlib.contextmanager
+def c_errors() -> Iterator[None]:
+    """The C loops' errors as the store's typed errors (naming the object, and the pack entry's offset)."""
+    try:
+        yield
+    except _c.WalkError as err:
+        kind, message, oid, _pack_no, offset = err.args
+        cls = PackFormatError if kind == "pack" else CorruptObjectError
+        raise cls(message, oid=oid, offset=offset if offset is not None and offset >= 0 else None) from None
+
+
+_ZERO_ID = bytes(20)
 _NO_ENTRIES: frozenset[bytes] = frozenset()
 #: One whole tree entry: octal mode, space, name, NUL, 20-byte id (the fields as walk.parse_tree_entries reads them).
 _ENTRY = re.compile(rb"[0-7]+ [^\0]+\0.{20}", re.S)
@@ -229,5 +298,6 @@ def _canon(mode: bytes) -> bytes:
     return b"100755" if value & 0o100 else b"100644"
 
 
-__all__ = ["murmur3_seeded", "bloom_key", "filter_bytes", "contains", "TreeDiffer", "MAX_CHANGED_PATHS",
-           "NUM_HASHES", "BITS_PER_ENTRY", "HASH_VERSION", "TOO_LARGE", "EMPTY"]
+__all__ = ["murmur3_seeded", "bloom_key", "filter_bytes", "filters", "open_packs", "close_packs", "c_errors",
+           "contains", "TreeDiffer", "MAX_CHANGED_PATHS", "NUM_HASHES", "BITS_PER_ENTRY", "HASH_VERSION",
+           "TOO_LARGE", "EMPTY"]

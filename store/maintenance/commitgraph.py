@@ -184,11 +184,18 @@ def peel_to_commit(read: Read, oid: bytes, limit: int = 64) -> bytes | None:
 
 
 def reachable_commits(read: Read, tips: Iterable[bytes], have: dict[bytes, Commit] | None = None,
-                      stop: set[bytes] | None = None) -> dict[bytes, Commit]:
-    """Every commit reachable from ``tips`` (commit ids), parsed; commits in ``stop`` are not walked past."""
+                      stop: set[bytes] | None = None, c_packs: object | None = None) -> dict[bytes, Commit]:
+    """Every commit reachable from ``tips`` (commit ids), parsed; commits in ``stop`` are not walked past.
+    ``c_packs`` (:func:`.bloom.open_packs`): the same walk reading the commits in C."""
     commits = {} if have is None else have
-    stack = list(tips)
     stop = stop or set()
+    if c_packs is not None:   # the reads in C (bloom.open_packs), the parse here
+        with bloom.c_errors():
+            got = bloom._c.commit_reads(c_packs, b"".join(tips), (commits, stop), read)
+        for oid, data in got:
+            commits[oid] = parse_commit_for_graph(data, oid)
+        return commits
+    stack = list(tips)
     while stack:
         oid = stack.pop()
         if oid in commits or oid in stop:
@@ -404,11 +411,12 @@ def layer_filters(layer: Layer) -> dict[bytes, bytes]:
 
 def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[bytes],
                     result: GraphResult, order: dict[bytes, int] | None = None,
-                    known: dict[bytes, bytes] | None = None) -> dict[bytes, bytes]:
+                    known: dict[bytes, bytes] | None = None, c_packs: object | None = None) -> dict[bytes, bytes]:
     """The Bloom filter of each commit in ``oids``, computed in ``order`` (generation numbers: as git's
     compute_bloom_filters sorts them, so a commit comes soon after its parent and the parent's trees are
     still in the differ's cache; the filters do not depend on the order). ``known``: filters already
-    written for some of them (layers being merged), reused as they are."""
+    written for some of them (layers being merged), reused as they are. ``c_packs``: the repository's packs for
+    the C loop to read trees from (:func:`.bloom.open_packs`)."""
     t0 = time.monotonic()
     out: dict[bytes, bytes] = {}
     if known:
@@ -423,8 +431,8 @@ def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[byt
         oids = todo
     if order is not None:
         oids = sorted(oids, key=lambda o: (order.get(o, 0), o))
-    differ = bloom.TreeDiffer(read)
-    keys: dict[bytes, list[int]] = {}
+    oids = list(oids)
+    pairs: list[tuple[bytes | None, bytes]] = []
     for oid in oids:
         c = commits[oid]
         parent_tree = None
@@ -434,13 +442,13 @@ def compute_filters(read: Read, commits: dict[bytes, Commit], oids: Iterable[byt
                 obj_type, data = read(c.parents[0])
                 parent = parse_commit_for_graph(data, c.parents[0])
             parent_tree = parent.tree
-        paths = differ.changed(parent_tree, c.tree)
-        f = bloom.filter_bytes(paths, keys)
+        pairs.append((parent_tree, c.tree))
+    for oid, f in zip(oids, bloom.filters(read, pairs, c_packs)):
         out[oid] = f
         result.filters_computed += 1
-        if f == bloom.TOO_LARGE and (paths is None or len(paths) > bloom.MAX_CHANGED_PATHS):
+        if f == bloom.TOO_LARGE:   # (one byte ff: only "too large"; a filter of n >= 1 paths has >= 2 bytes)
             result.filters_large += 1
-        elif not paths:
+        elif f == bloom.EMPTY:
             result.filters_empty += 1
     result.seconds_bloom += time.monotonic() - t0
     return out
@@ -450,11 +458,15 @@ def build_single(repo, *, changed_paths: bool = True) -> tuple[bytes, GraphResul
     """The bytes of ``git commit-graph write --reachable [--changed-paths]``'s one file for ``repo`` now."""
     result = GraphResult()
     read = repo.objects.read
-    commits = reachable_commits(read, ref_tips(repo))
-    oids = sorted(commits)
-    gens = corrected_dates(commits, {})
-    inp = LayerInput(oids, commits, topo_levels(commits, {}), gens,
-                     compute_filters(read, commits, oids, result, gens) if changed_paths else None)
+    c_packs = bloom.open_packs(repo.objects.packs.prepare())
+    try:
+        commits = reachable_commits(read, ref_tips(repo), c_packs=c_packs)
+        oids = sorted(commits)
+        gens = corrected_dates(commits, {})
+        inp = LayerInput(oids, commits, topo_levels(commits, {}), gens,
+                         compute_filters(read, commits, oids, result, gens, c_packs=c_packs) if changed_paths else None)
+    finally:
+        bloom.close_packs(c_packs)
     result.commits = len(oids)
     return layer_bytes(inp), result
 

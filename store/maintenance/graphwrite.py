@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import durable, lockfile
+from . import bloom
 from ..errors import ObjectMissingError, WriteFailedError
 from ..faults import fault_point
 from .commitgraph import (CHAIN, DEFAULT_EXPIRE_AFTER, MONOLITHIC, SIZE_MULTIPLE, GraphResult, Layer,
@@ -84,12 +85,21 @@ def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
 
 def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOptions,
                     result: GraphResult) -> bytes | None:
+    c_packs = bloom.open_packs(repo.objects.packs.prepare())   # (None without the C extension)
+    try:
+        return _build(repo, layers, replace, options, result, c_packs)
+    finally:
+        bloom.close_packs(c_packs)
+
+
+def _build(repo, layers: list[Layer], replace: bool, options: GraphOptions, result: GraphResult,
+           c_packs: object | None) -> bytes | None:
     read = repo.objects.read
     tips = ref_tips(repo)
     in_layers: set[bytes] = set()
     for L in layers:
         in_layers.update(L.oids)
-    commits = reachable_commits(read, tips, stop=set() if replace else in_layers)
+    commits = reachable_commits(read, tips, stop=set() if replace else in_layers, c_packs=c_packs)
     new = [oid for oid in commits if oid not in in_layers] if not replace else list(commits)
     if not new and not replace:
         result.layers_after = len(layers)
@@ -130,7 +140,7 @@ def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOpti
     if options.changed_paths:
         for L in layers[keep:]:   # the layers this write folds in (all of them when replacing)
             known.update(layer_filters(L))
-    filters = compute_filters(read, commits, new, result, gens, known) if options.changed_paths else None
+    filters = compute_filters(read, commits, new, result, gens, known, c_packs) if options.changed_paths else None
     result.commits = len(new)
     return layer_bytes(LayerInput(new, commits, levels, gens, filters, base_oids,
                                   [L.checksum for L in base]))
