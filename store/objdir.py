@@ -266,26 +266,21 @@ class ObjectDirectory:
                                          path=pack.pack_path, offset=offset)
             return obj_type, data
 
-        def in_loose(oid: bytes) -> tuple[ObjectType, bytes] | None:
-            try:
-                return self.loose.read(oid, verify=verify)
-            except ObjectMissingError:
-                return None
-
-        got = self._search(oid, in_pack, in_loose, relist=True, preserved=True)
-        if got is None:
-            raise ObjectMissingError("object not found (pack directory re-listed once, preserved packs searched)",
-                                     oid=oid, path=self.path)
-        return got[0]
+        return self._found(oid, in_pack, lambda o: self.loose.read(o, verify=verify))
 
     def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
         """Type and size; the same rules as :meth:`read` (one re-listing, then preserved/)."""
         def in_pack(pack: PackFile, offset: int) -> tuple[ObjectType, int]:
             return pack.header_at(offset)
 
-        def in_loose(oid: bytes) -> tuple[ObjectType, int] | None:
+        return self._found(oid, in_pack, self.loose.read_header)
+
+    def _found(self, oid: bytes, in_pack: Callable[[PackFile, int], T], loose: Callable[[bytes], T]) -> T:
+        """A read's search (current list, re-listed, preserved/; loose files between): the answer, or
+        ObjectMissingError once every place was looked at."""
+        def in_loose(oid: bytes) -> T | None:
             try:
-                return self.loose.read_header(oid)
+                return loose(oid)
             except ObjectMissingError:
                 return None
 

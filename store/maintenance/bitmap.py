@@ -39,13 +39,13 @@ import os
 import struct
 from array import array
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import CorruptObjectError, PackFormatError, StoreError
+from ..errors import CorruptObjectError, StoreError
 from ..native import extension
 from ..objects import ObjectType
 from . import ewah as _ewah
-from .walk import name_hash_fold, parse_commit, parse_tree_entries
+from .walk import c_loop_errors, name_hash_fold, parse_commit, parse_tree_entries
 
 #: The closure loop in C (``_walk_bitmap.c``, in the walk's extension: it reads through the same packs), unless
 #: PACKYARD_PURE_PYTHON=1 or it was not built; :func:`build_bitmaps` is its specification.
@@ -323,11 +323,7 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
 
     preferred = preferred_tips(tips or {}, options.prefer_tips, peel)
     if _c is not None and packs is not None:
-        with _c_errors():
-            dates, nparents = _c.bitmap_commits(packs, b"".join(commits), read)
-            graph.info.update(_c_dates(commits, dates, nparents))
-            selected = select_commits(commits, graph, preferred)
-            stored = _c.ewah_stored(_c_build(selected, order, pos, graph, read, packs), MAX_XOR_OFFSET)
+        selected, stored = c_selected_and_stored(commits, graph, preferred, order, pos, read, packs)
         bitmaps = None
     else:
         selected = select_commits(commits, graph, preferred)
@@ -345,6 +341,20 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
             elif t != int(ObjectType.COMMIT):
                 hashes[i] = path_hashes.get(oid, 0) if path_hashes is not None else name_hash(named.get(oid))
     return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options, stored=stored)
+
+
+def c_selected_and_stored(commits: Sequence[bytes], graph: CommitGraph, preferred: Iterable[bytes],
+                          order: Sequence[bytes], pos: Mapping[bytes, int], read: Read,
+                          packs: object) -> tuple[list[bytes], Sequence[tuple[int, bytes]]]:
+    """The selection and the XOR-compressed bitmaps in C (``packs``: the walk extension's view of the packs):
+    the commits' dates and parents read in C, git's selection in Python, the closures and EWAH in C."""
+    assert _c is not None
+    with _c_errors():
+        dates, nparents = _c.bitmap_commits(packs, b"".join(commits), read)
+        graph.info.update(_c_dates(commits, dates, nparents))
+        selected = select_commits(commits, graph, preferred)
+        stored = _c.ewah_stored(_c_build(selected, order, pos, graph, read, packs), MAX_XOR_OFFSET)
+    return selected, stored
 
 
 def _c_dates(commits: Sequence[bytes], dates: bytes, nparents: bytes):
@@ -371,14 +381,12 @@ def _c_build(selected: Sequence[bytes], order: Sequence[bytes], pos: Mapping[byt
 
 
 @contextlib.contextmanager
-def _c_errors():
-    """The C loop's errors as the store's typed errors (it names the object; the pack entry's offset if any)."""
+def _c_errors() -> Iterator[None]:
+    """The C loop's errors as the store's typed errors (:func:`.walk.c_loop_errors`; a ValueError from a
+    malformed object becomes a CorruptObjectError)."""
     try:
-        yield
-    except _c.WalkError as err:
-        kind, message, oid, _pack_no, offset = err.args
-        cls = PackFormatError if kind == "pack" else CorruptObjectError
-        raise cls(message, oid=oid, offset=offset if offset is not None and offset >= 0 else None) from None
+        with c_loop_errors():
+            yield
     except ValueError as err:
         raise CorruptObjectError(str(err)) from None
 

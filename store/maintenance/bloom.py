@@ -15,16 +15,15 @@ extension, store/maintenance/_walk_bloom.c, reading trees straight from the pack
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from array import array
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
-from ..errors import CorruptObjectError, PackFormatError
+from ..errors import CorruptObjectError
 from ..objects import ObjectType
 from .sources import _layout
-from .walk import _c, parse_tree_entries
+from .walk import _c, c_loop_errors, parse_tree_entries
 
 HASH_VERSION = 1
 NUM_HASHES = 7
@@ -257,15 +256,8 @@ def filters(read: Callable[[bytes], tuple[ObjectType, bytes]], pairs: Sequence[t
     return out
 
 
-@contextlib.contextmanager
-def c_errors() -> Iterator[None]:
-    """The C loops' errors as the store's typed errors (naming the object, and the pack entry's offset)."""
-    try:
-        yield
-    except _c.WalkError as err:
-        kind, message, oid, _pack_no, offset = err.args
-        cls = PackFormatError if kind == "pack" else CorruptObjectError
-        raise cls(message, oid=oid, offset=offset if offset is not None and offset >= 0 else None) from None
+#: The C loop's errors as the store's typed errors (the walk extension's one mapping).
+c_errors = c_loop_errors
 
 
 _ZERO_ID = bytes(20)

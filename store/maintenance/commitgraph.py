@@ -209,8 +209,10 @@ def reachable_commits(read: Read, tips: Iterable[bytes], have: dict[bytes, Commi
     return commits
 
 
-def topo_levels(commits: dict[bytes, Commit], known: dict[bytes, int]) -> dict[bytes, int]:
-    """git's compute_topological_levels: 1 + the highest parent level (capped at 0x3FFFFFFF)."""
+def _parents_first(commits: dict[bytes, Commit], known: dict[bytes, int],
+                   value: Callable[[bytes, int], int]) -> dict[bytes, int]:
+    """``known`` filled for every commit, parents before children (an explicit stack, no recursion):
+    ``value(commit, highest parent's number)`` gives the commit's number (0 for a root)."""
     out = known
     for start in commits:
         if start in out:
@@ -221,45 +223,31 @@ def topo_levels(commits: dict[bytes, Commit], known: dict[bytes, int]) -> dict[b
             pending = None
             top = 0
             for p in commits[cur].parents:
-                lvl = out.get(p)
-                if lvl is None:
+                got = out.get(p)
+                if got is None:
                     pending = p
                     break
-                top = max(top, lvl)
+                top = max(top, got)
             if pending is not None:
                 stack.append(pending)
                 continue
             stack.pop()
-            out[cur] = min(top, GENERATION_V1_MAX - 1) + 1
+            out[cur] = value(cur, top)
     return out
+
+
+def topo_levels(commits: dict[bytes, Commit], known: dict[bytes, int]) -> dict[bytes, int]:
+    """git's compute_topological_levels: 1 + the highest parent level (capped at 0x3FFFFFFF)."""
+    return _parents_first(commits, known, lambda _cur, top: min(top, GENERATION_V1_MAX - 1) + 1)
 
 
 def corrected_dates(commits: dict[bytes, Commit], known: dict[bytes, int]) -> dict[bytes, int]:
     """git's compute_generation_numbers (v2): max(date, highest parent's + 1)."""
-    out = known
-    for start in commits:
-        if start in out:
-            continue
-        stack = [start]
-        while stack:
-            cur = stack[-1]
-            pending = None
-            top = 0
-            for p in commits[cur].parents:
-                g = out.get(p)
-                if g is None:
-                    pending = p
-                    break
-                top = max(top, g)
-            if pending is not None:
-                stack.append(pending)
-                continue
-            stack.pop()
-            date = commits[cur].date
-            if date and date > top:
-                top = date - 1
-            out[cur] = top + 1
-    return out
+    def value(cur: bytes, top: int) -> int:
+        date = commits[cur].date
+        return max(date, top + 1) if date else top + 1
+
+    return _parents_first(commits, known, value)
 
 
 # -- writing one layer -----------------------------------------------------------------------------------

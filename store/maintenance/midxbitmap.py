@@ -24,9 +24,8 @@ from ..errors import ObjectMissingError
 from ..objects import ObjectType
 from ..pack.midx import Midx
 from ..pack.packdir import PackFile
-from .bitmap import (MAX_XOR_OFFSET, BitmapClosureError, BitmapOptions, CommitGraph, _c, _c_build, _c_dates,
-                     _c_errors, build_bitmaps, encode_bitmap, preferred_tips,
-                     select_commits)
+from .bitmap import (BitmapClosureError, BitmapOptions, CommitGraph, _c, build_bitmaps, c_selected_and_stored,
+                     encode_bitmap, preferred_tips, select_commits)
 from .sources import SourceIndex
 from .walk import Read, walk
 
@@ -90,11 +89,7 @@ def midx_bitmap(midx: Midx, pack_dir: Path, refs: Mapping[str, bytes], read: Rea
         if _c is not None and c_packs is not None:
             # The same selection and closures as build_bitmaps, in C (bitmap.py's full-repack path): the
             # Python loop is the specification, and too slow for a geometric repack of a large history.
-            with _c_errors():
-                dates, nparents = _c.bitmap_commits(c_packs, b"".join(commits), read)
-                graph.info.update(_c_dates(commits, dates, nparents))
-                selected = select_commits(commits, graph, preferred)
-                stored = _c.ewah_stored(_c_build(selected, order, pos, graph, read, c_packs), MAX_XOR_OFFSET)
+            selected, stored = c_selected_and_stored(commits, graph, preferred, order, pos, read, c_packs)
             return encode_bitmap(order, types, midx.checksum, selected, None, hashes=None, options=options,
                                  stored=stored)
         selected = select_commits(commits, graph, preferred)

@@ -41,7 +41,7 @@ from binascii import Error as HexError
 from binascii import unhexlify
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Container, Iterable
+from typing import TYPE_CHECKING, Callable, Container, Iterable, Iterator
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..forked import ForkedCall
@@ -55,6 +55,18 @@ if TYPE_CHECKING:   # sources imports this module (for the C tables)
 
 #: The C walk (``_walk``), unless PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py).
 _c = extension(__package__ + "._walk")
+
+
+@contextlib.contextmanager
+def c_loop_errors() -> Iterator[None]:
+    """The errors of the walk extension's other loops (bitmap closures, Bloom filters) as the store's typed
+    errors, naming the object and the pack entry's offset (the walk itself also names the file: Walker)."""
+    try:
+        yield
+    except _c.WalkError as err:
+        kind, message, oid, _pack_no, offset = err.args
+        cls = PackFormatError if kind == "pack" else CorruptObjectError
+        raise cls(message, oid=oid, offset=offset if offset is not None and offset >= 0 else None) from None
 IMPLEMENTATION = "c" if _c is not None else "python"
 
 Read = Callable[[bytes], tuple[int, bytes]]
