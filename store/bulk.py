@@ -824,9 +824,7 @@ def open_source(path: str | os.PathLike[str]) -> int:
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> int:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+    durable.write_all(fd, data)
     return len(data)
 
 

@@ -86,6 +86,13 @@ def start_writeout(fd: int, counters: DurabilityCounters | None = None) -> bool:
     return True
 
 
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    """os.write until every byte is written (a short write is not an error; its error is raised)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def flush_file(fd: int, counters: DurabilityCounters | None = None) -> None:
     """fsync one file: its data and metadata are on stable storage when this returns."""
     os.fsync(fd)

@@ -24,7 +24,7 @@ import pickle
 import signal
 from typing import Any, Callable, Generic, NamedTuple, NoReturn, TypeVar, cast
 
-from . import errors
+from . import durable, errors
 from .errors import StoreError
 
 T = TypeVar("T")
@@ -85,9 +85,7 @@ def child_main(wfd: int, work: Callable[[], Any], *, on_failure: Callable[[], No
                 on_failure()
             payload = pickle.dumps(("crash", f"{type(err).__name__}: {err}"), protocol=5)
             code = EXIT_CRASH
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(wfd, view):]
+        durable.write_all(wfd, payload)
     finally:
         os._exit(code)
 

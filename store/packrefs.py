@@ -215,9 +215,7 @@ def _install(git_dir: Path, data: bytes, counters: durable.DurabilityCounters) -
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            durable.write_all(fd, data)
             durable.flush_file(fd, counters)
         finally:
             os.close(fd)

@@ -155,9 +155,7 @@ def _tmp_name(kind: str) -> str:
 def _write_flushed(path: Path, data: bytes, counters: durable.DurabilityCounters) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        durable.write_all(fd, data)
         durable.flush_file(fd, counters)
     except OSError as err:
         os.close(fd)

@@ -1018,9 +1018,7 @@ class IncomingPack:
         fd, path = tempfile.mkstemp(prefix=prefix, dir=self.quarantine)
         self._writing = Path(path)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            durable.write_all(fd, data)
             os.fchmod(fd, mode)
         finally:
             os.close(fd)

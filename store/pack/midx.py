@@ -43,7 +43,7 @@ from typing import Callable, Iterable, Sequence
 from .. import durable, lockfile
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
 from ..faults import fault_point
-from .idxread import IdxTables, read_idx_tables
+from .idxread import IdxTables, _from_be, read_idx_tables
 
 MIDX_NAME = "multi-pack-index"
 LOCK_NAME = "multi-pack-index.lock"
@@ -65,14 +65,6 @@ def _be(typecode: str, values: Iterable[int]) -> bytes:
     if _LITTLE:
         arr.byteswap()
     return arr.tobytes()
-
-
-def _from_be(typecode: str, raw: bytes) -> array:
-    arr = array(typecode)
-    arr.frombytes(raw)
-    if _LITTLE:
-        arr.byteswap()
-    return arr
 
 
 @dataclass(frozen=True)
@@ -440,9 +432,7 @@ def _write_flushed(path: Path, data: bytes, counters: durable.DurabilityCounters
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            durable.write_all(fd, data)
             durable.flush_file(fd, counters)
         finally:
             os.close(fd)
