@@ -47,8 +47,10 @@ repo = Repository.open(sys.argv[2])
 print("ready", flush=True)
 if sys.argv[4] == "wait":
     sys.stdin.readline()
+import time
+t0 = time.monotonic()
 import_tree(repo, "refs/heads/main", sys.argv[3], message="crash test", author=ident)
-print("done", flush=True)
+print(f"done {time.monotonic() - t0:.6f}", flush=True)
 """
 
 
@@ -205,7 +207,13 @@ class Runner:
         self.killed += 1
         self.after_kill(bare, point.split(":")[0] + (" (early flushes)" if early_every else ""))
 
-    def random_run(self, rng: random.Random, lo: float, hi: float) -> bool:
+    def random_run(self, rng: random.Random, lo: float, hi: float) -> float | None:
+        """One import killed at a random time in [lo, hi) after it started.
+
+        Returns None when the kill landed, else how long the import took (the child's own clock):
+        the caller narrows its window to that, so a machine that got faster since calibration
+        does not turn the remaining kills into kills of finished processes.
+        """
         bare = self.fresh()
         proc = self.spawn(bare, None, wait=True)
         assert proc.stdout.readline().strip() == "ready"
@@ -213,11 +221,20 @@ class Runner:
         proc.stdin.flush()
         time.sleep(rng.uniform(lo, hi))
         proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=60)
         killed = proc.returncode == -signal.SIGKILL
         self.killed += killed
         self.after_kill(bare, f"random:{self.state(bare)}" if killed else "random:finished")
-        return killed
+        if killed:
+            return None
+        return done_seconds(out)
+
+
+def done_seconds(line: str) -> float:
+    """The import's duration from the child's "done <seconds>" line."""
+    word, seconds = line.split()
+    assert word == "done", line
+    return float(seconds)
 
 
 def test_sigkill_at_every_step_and_random_times(template):
@@ -241,28 +258,33 @@ def test_sigkill_at_every_step_and_random_times(template):
     for point in early_points:
         runner.fault_run(point, early_every=4)
 
-    # Random-time kills: calibrate the window on one uninterrupted run (ready -> done).
+    # Random-time kills: calibrate the window on one uninterrupted run (the child times its import).
     bare = runner.fresh()
     proc = runner.spawn(bare, None, wait=True)
     proc.stdout.readline()
-    t0 = time.monotonic()
     proc.stdin.write("\n")
     proc.stdin.flush()
-    assert proc.stdout.readline().strip() == "done"
-    window = (time.monotonic() - t0) * 1.1
+    window = done_seconds(proc.stdout.readline())
     proc.communicate()
     shutil.rmtree(bare)
+    calibrated = window
     # Half uniform over the whole run, half over its tail (the commit steps are short).
     # Runs go on until 30 kills landed (a loaded machine stretches runs past the calibrated window,
-    # so a fixed count would test less there), bounded at 120 runs.
+    # so a fixed count would test less there), bounded at 120 runs. A run that finished before its
+    # kill narrows the window to what that run took: the calibration may have met a load spike the
+    # later runs do not (a fixed window then misses the import in most runs).
     random_killed = attempts = 0
     while random_killed < 30 and attempts < 120:
-        random_killed += runner.random_run(rng, *((0, window) if attempts % 2 else (0.6 * window, window)))
+        finished = runner.random_run(rng, *((0, window) if attempts % 2 else (0.6 * window, window)))
+        if finished is None:
+            random_killed += 1
+        else:
+            window = min(window, finished)
         attempts += 1
 
     total = len(points) + len(early_points) + attempts
     print(f"\ncrash runs: {total}, killed: {runner.killed}, random-time kills landed: {random_killed}/{attempts}, "
-          f"window {window * 1000:.0f} ms, per point: {runner.phases}")
+          f"window {calibrated * 1000:.0f} -> {window * 1000:.0f} ms, per point: {runner.phases}")
     assert total >= 100
     assert random_killed >= 20, "random kills should mostly land before the import finishes"
     landed = {k for k in runner.phases if k.startswith("random:")}
