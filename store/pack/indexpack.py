@@ -58,6 +58,7 @@ from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, Lim
                       ObjectMissingError, PackFormatError, StoreError, WriteFailedError)
 from ..faults import fault_point
 from ..fsck import STRICT, FsckChecker, FsckOptions, FsckState
+from ..fsck.linkset import select20, sort_unique20
 from ..forked import child_main, kill_and_reap, read_outcome
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
@@ -1238,9 +1239,10 @@ class IncomingPack:
                      existing: _ExistingIds) -> FsckChecker:
         """--strict: every link names an object of the type it claims, in the pack or the repository.
 
-        Memory: the resolvers' states are merged into the largest one (each freed once merged), and an
-        incoming object is struck off the links of its own type one at a time (no set of every
-        incoming id); what is left links to the repository, to nothing, or to an object of another type."""
+        Memory: the links are packed ids (store/fsck/linkset.py); the resolvers' states are merged into
+        the largest one (each freed once merged), and the incoming objects of each type are struck off
+        that type's links in one merge walk; what is left links to the repository, to nothing, or to
+        an object of another type."""
         states = [st.fsck for st in stats_all if st.fsck is not None]
         for st in stats_all:
             st.fsck = None
@@ -1252,8 +1254,8 @@ class IncomingPack:
         checker = FsckChecker(opts, state)
         links = state.links
         ob = bytes(oids[:20 * n])
-        for i in range(n):
-            links[rtypes[i]].discard(ob[20 * i:20 * i + 20])
+        for t, type_links in links.items():
+            type_links.discard_packed(sort_unique20(select20(ob, rtypes, t)))
         repo_type = self._existing_type(existing)
 
         def incoming_or_repo_type(oid: bytes) -> int | None:
