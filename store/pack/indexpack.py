@@ -1253,20 +1253,23 @@ class IncomingPack:
         del states
         checker = FsckChecker(opts, state)
         links = state.links
-        ob = bytes(oids[:20 * n])
-        for t, type_links in links.items():
-            type_links.discard_packed(sort_unique20(select20(ob, rtypes, t)))
+        ob = memoryview(oids)[:20 * n]       # no copy: 3.3 MB for git.git
+        try:
+            for t, type_links in links.items():
+                type_links.discard_packed(sort_unique20(select20(ob, rtypes, t)))
+        finally:
+            ob.release()                      # oids may be resized later (thin bases)
         repo_type = self._existing_type(existing)
 
         def incoming_or_repo_type(oid: bytes) -> int | None:
             got = repo_type(oid)
             if got is not None:
                 return got
-            k = ob.find(oid)            # only for a link the repository does not have: an error either way
+            k = oids.find(oid, 0, 20 * n)   # only for a link the repository does not have: an error either way
             while k >= 0:
                 if k % 20 == 0:
                     return int(rtypes[k // 20])
-                k = ob.find(oid, k + 1)
+                k = oids.find(oid, k + 1, 20 * n)
             return None
         checker.check_links(lambda oid: None, incoming_or_repo_type, where=self.label)
         return checker
