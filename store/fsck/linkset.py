@@ -38,10 +38,10 @@ def difference20_py(a: bytes, b: bytes) -> bytes:
     return b"".join(x for x in (a[i:i + 20] for i in range(0, len(a), 20)) if x not in drop)
 
 
-def select20_py(ids: bytes, types: bytes | bytearray, t: int) -> bytes:
+def select20_py(ids: bytes | bytearray | memoryview, types: bytes | bytearray, t: int) -> bytes:
     """The ids ``ids[20*i:20*i+20]`` whose ``types[i] == t`` (specification of ``select20``)."""
     n = min(len(ids) // 20, len(types))
-    return b"".join(ids[20 * i:20 * i + 20] for i in range(n) if types[i] == t)
+    return b"".join(bytes(ids[20 * i:20 * i + 20]) for i in range(n) if types[i] == t)
 
 
 sort_unique20 = _C.sort_unique20 if _C is not None else sort_unique20_py
