@@ -1290,7 +1290,7 @@ class IncomingPack:
     def _finish_fsck(self, checker: FsckChecker, *, tmp_pack: Path, tmp_idx: Path) -> None:
         """fsck_finish: .gitmodules blobs not checked while resolving, read from the quarantined pack
         (now indexed) or the repository."""
-        if not set(checker.state.gitmodules) - checker.state.gitmodules_done:
+        if not checker.state.has_queued_checks():
             return
         from .packdir import PackFile
         pf = PackFile(tmp_idx)
