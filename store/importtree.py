@@ -45,7 +45,7 @@ from typing import Callable
 
 from .bulk import BatchCounters, begin_batch, fsck_objects, open_source
 from .fsck import STRICT, FsckOptions
-from .fsck.paths import is_hfs_dotgitmodules, is_ntfs_dotgitmodules
+from .fsck.paths import is_hfs_dotgitattributes, is_hfs_dotgitmodules, is_ntfs_dotgitattributes, is_ntfs_dotgitmodules
 from .packbatch import PACK_MEMORY, PACK_THRESHOLD, PackBatch, begin_pack_batch, should_write_pack
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
@@ -426,7 +426,7 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     as_pack = should_write_pack(nfiles + _count_dirs(root) + 1, pack_threshold) and \
         (tar is None or budget.bytes <= PACK_MEMORY)
     begin = begin_pack_batch if as_pack else begin_batch
-    built: list[tuple[ObjectType, bytes]] = []      # trees, the commit, .gitmodules blobs: what fsck reads
+    built: list[tuple[ObjectType, bytes]] = []      # trees, the commit, blobs fsck reads (.gitmodules, ...)
     built_ids: list[bytes] = []
     blob_ids: dict[bytes, int] = {}
 
@@ -446,7 +446,8 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                     if isinstance(child, _Dir):
                         entries.append((MODE_TREE, name, write(child, full + b"/")))
                     else:
-                        gitmodules = is_hfs_dotgitmodules(name) or is_ntfs_dotgitmodules(name)
+                        gitmodules = (is_hfs_dotgitmodules(name) or is_ntfs_dotgitmodules(name)   # fsck reads it
+                                      or is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name))
                         if child.read is not None:          # symlink target, tar member
                             data = child.read()
                             oid, _ = batch.add(ObjectType.BLOB, data, full)

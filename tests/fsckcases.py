@@ -131,6 +131,9 @@ def _gitmodules_case(content: bytes, msg_id=None, accepted=False, name=".gitmodu
     return make
 
 
+#: a .gitattributes line of 2,048 bytes: git 2.39.1+ refuses it (attr.h ATTR_MAX_LINE_LENGTH)
+LONG_ATTRIBUTES = b"*.c " + b"x" * 2044 + b"\n"
+
 GOOD_GITMODULES = b'[submodule "lib"]\n\tpath = lib\n\turl = https://example.com/lib.git\n\tupdate = rebase\n'
 
 
@@ -283,6 +286,26 @@ CASES: dict[str, CaseFn] = {
                                             name=".giTmodu\u200cles"),
     "gitmodules-old-style-section": _gitmodules_case(b"[submodule.x]\n\turl = --upload-pack=x\n", "gitmodulesUrl"),
     "gitmodules-in-repo": _bad_gitmodules_in_repo,
+    # ---- .gitattributes (git 2.39.1+): a blob found at the name is checked like .gitmodules
+    "gitattributesLineLength": _gitmodules_case(LONG_ATTRIBUTES, "gitattributesLineLength", name=".gitattributes"),
+    "gitattributesLineLength-last-line": _gitmodules_case(b"*.c text\n" + b"y" * 2048, "gitattributesLineLength",
+                                                          name=".gitattributes"),
+    "gitattributesLineLength-ntfs-short": _gitmodules_case(LONG_ATTRIBUTES, "gitattributesLineLength",
+                                                           name="GITATT~1"),
+    "gitattributesLineLength-ntfs-fallback": _gitmodules_case(LONG_ATTRIBUTES, "gitattributesLineLength",
+                                                              name="gi7d29~3"),
+    "gitattributesLineLength-hfs": _gitmodules_case(LONG_ATTRIBUTES, "gitattributesLineLength",
+                                                    name=".gitAttributes\u200c"),
+    "gitattributesLineLength-in-repo": _gitmodules_case(LONG_ATTRIBUTES, "gitattributesLineLength",
+                                                        name=".gitattributes", in_repo=True),
+    "gitattributesBlob": lambda src: Case([src.blob(), src.tree(("100644", "a", src.blob())),
+                                           src.tree(("40000", ".gitattributes", src.tree(("100644", "a", src.blob()))))],
+                                          msg_id="gitattributesBlob"),
+    "ok-gitattributes-longest-line": _gitmodules_case(b"*.c " + b"x" * 2043 + b"\n", accepted=True,
+                                                      name=".gitattributes"),
+    "ok-gitattributes-long-after-nul": _gitmodules_case(b"*.c text\n\0" + b"y" * 3000, accepted=True,
+                                                        name=".gitattributes"),
+    "ok-gitattributes-long-line-elsewhere": _gitmodules_case(LONG_ATTRIBUTES, accepted=True, name="gitattributes"),
     # ---- link types
     "link-file-names-tree": _entry_names_tree,
     "link-file-names-tree-in-repo": _entry_names_tree_in_repo,
@@ -364,6 +387,8 @@ LOWERED: dict[str, str] = {
     "treeNotSorted": "treeNotSorted=warn",
     "ok-gitignore-symlink-info": "gitignoreSymlink=error",
     "ok-gitattributes-symlink-info": "gitattributesSymlink=error",
+    "gitattributesLineLength": "gitattributesLineLength=ignore",
+    "gitattributesBlob": "gitattributesBlob=ignore",
     "ok-mailmap-symlink-info": "mailmapSymlink=error",
     "ok-gitmodules-parse-info": "gitmodulesParse=error",
     "missingEmail": "missingEmail=ignore",

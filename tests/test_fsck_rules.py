@@ -105,7 +105,7 @@ def test_fast_tree_path_agrees_with_exact_check(entries):
         opts = FsckOptions() if allow_664 else FsckOptions(severities={"badFilemode": Severity.ERROR})
         rep = ObjectReport(opts, b"\0" * 20)
         try:
-            ret, blobs, trees, gitmodules = check_tree(data, rep)
+            ret, blobs, trees, gitmodules, _attrs = check_tree(data, rep)
         except Refused:
             pytest.fail("fast path accepted a tree git cannot parse")
         assert ret == 0 and not rep.findings and not gitmodules

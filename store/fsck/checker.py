@@ -10,9 +10,10 @@ from typing import Callable, Iterable
 
 from ..errors import FsckError, ObjectMissingError
 from ..objects import ObjectType
-from .msgs import LINK_TYPE, FsckOptions
-from .rules import (BLOB, COMMIT, TAG, TREE, ObjectReport, Refused, check_commit, check_gitmodules_blob,
-                    check_tag, check_tree, check_tree_fast)
+from .linkset import LinkSet
+from .msgs import LINK_TYPE, FsckOptions, Severity
+from .rules import (BLOB, COMMIT, GITATTRIBUTES_IDS, TAG, TREE, ObjectReport, Refused, check_commit,
+                    check_gitattributes_blob, check_gitmodules_blob, check_tag, check_tree, check_tree_fast)
 
 _LABEL = {BLOB: "blob", TREE: "tree", COMMIT: "commit", TAG: "tag"}
 
@@ -26,26 +27,39 @@ def fsck_error(oid: bytes, msg_id: str, text: str, tree_path: str | None = None,
 class FsckState:
     """What the per-object checks leave for :meth:`FsckChecker.finish`."""
 
-    __slots__ = ("links", "gitmodules", "gitmodules_done", "warnings")
+    __slots__ = ("links", "gitmodules", "gitmodules_done", "gitattributes", "gitattributes_done", "warnings")
 
     def __init__(self) -> None:
-        self.links: dict[int, set[bytes]] = {BLOB: set(), TREE: set(), COMMIT: set(), TAG: set()}
+        # packed ids (store/fsck/linkset.py): a set of bytes cost ~100 bytes an id, 16 MiB for git.git
+        self.links: dict[int, LinkSet] = {BLOB: LinkSet(), TREE: LinkSet(), COMMIT: LinkSet(), TAG: LinkSet()}
         self.gitmodules: dict[bytes, str] = {}      # blob id -> the name it was found at
         self.gitmodules_done: set[bytes] = set()
+        # git's gitattributes_found / _done (2.39.1+): recorded unless every one of its ids is IGNORE
+        self.gitattributes: dict[bytes, str] = {}
+        self.gitattributes_done: set[bytes] = set()
         self.warnings: list[str] = []
 
     def __getstate__(self):
-        return (self.links, self.gitmodules, self.gitmodules_done, self.warnings)
+        return (self.links, self.gitmodules, self.gitmodules_done, self.gitattributes, self.gitattributes_done,
+                self.warnings)
 
     def __setstate__(self, st) -> None:
-        self.links, self.gitmodules, self.gitmodules_done, self.warnings = st
+        (self.links, self.gitmodules, self.gitmodules_done, self.gitattributes, self.gitattributes_done,
+         self.warnings) = st
+
+    def has_queued_checks(self) -> bool:
+        """git's fsck_has_queued_checks: a .gitmodules or .gitattributes blob not checked yet."""
+        return bool(set(self.gitmodules) - self.gitmodules_done or set(self.gitattributes) - self.gitattributes_done)
 
     def merge(self, other: "FsckState") -> None:
         for t, s in other.links.items():
-            self.links[t] |= s
+            self.links[t].merge(s)
         for oid, name in other.gitmodules.items():
             self.gitmodules.setdefault(oid, name)
         self.gitmodules_done |= other.gitmodules_done
+        for oid, name in other.gitattributes.items():
+            self.gitattributes.setdefault(oid, name)
+        self.gitattributes_done |= other.gitattributes_done
         self.warnings.extend(other.warnings[:max(0, 100 - len(self.warnings))])
 
 
@@ -58,6 +72,8 @@ class FsckChecker:
         self._blob_links = self.state.links[BLOB]
         self._tree_links = self.state.links[TREE]
         self._allow_664 = not opts.refuses("badFilemode")
+        # the .gitattributes blob checks (ERROR by default): skipped only when all their ids are ignored
+        self._attrs = any(opts.severity(m) != Severity.IGNORE for m in GITATTRIBUTES_IDS)
 
     def _raise(self, rep: ObjectReport, where: object, offset: int | None, refuse: bool = True) -> None:
         """Keep the object's warnings; if git's result refuses it, raise its first error-level finding."""
@@ -73,20 +89,23 @@ class FsckChecker:
               offset: int | None = None) -> None:
         """fsck_object + the walk's links for one object (a blob only if found at .gitmodules)."""
         if obj_type == TREE:
-            got = check_tree_fast(data, self._allow_664)   # what it accepts has no refusable finding
+            got = check_tree_fast(data, self._allow_664, self._attrs)   # what it accepts has no refusable finding
             if got is not None:
                 self._blob_links.update(got[0])
                 self._tree_links.update(got[1])
                 return
             rep = ObjectReport(self.opts, oid)
             try:
-                ret, blobs, trees, gitmodules = check_tree(data, rep)
+                ret, blobs, trees, gitmodules, gitattributes = check_tree(data, rep)
             except Refused as r:
                 raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
             self._blob_links.update(blobs)
             self._tree_links.update(trees)
             for goid, name in gitmodules:
                 self.state.gitmodules.setdefault(goid, name.decode("utf-8", "backslashreplace"))
+            if self._attrs:
+                for goid, name in gitattributes:
+                    self.state.gitattributes.setdefault(goid, name.decode("utf-8", "backslashreplace"))
             self._raise(rep, where, offset, bool(ret))
         elif obj_type == COMMIT:
             rep = ObjectReport(self.opts, oid)
@@ -111,6 +130,9 @@ class FsckChecker:
             found_at = self.state.gitmodules.get(oid)
             if found_at is not None:
                 self.check_gitmodules(oid, data, found_at, where=where, offset=offset)
+            found_at = self.state.gitattributes.get(oid) if self._attrs else None
+            if found_at is not None:
+                self.check_gitattributes(oid, data, found_at, where=where, offset=offset)
 
     def check_gitmodules(self, oid: bytes, data: bytes, name: str, *, where: object = None,
                          offset: int | None = None) -> None:
@@ -119,6 +141,14 @@ class FsckChecker:
             return
         rep = ObjectReport(self.opts, oid)
         self._raise(rep, where, offset, bool(check_gitmodules_blob(data, rep, name)))
+
+    def check_gitattributes(self, oid: bytes, data: bytes, name: str, *, where: object = None,
+                            offset: int | None = None) -> None:
+        self.state.gitattributes_done.add(oid)
+        if oid in self.opts.skiplist:
+            return
+        rep = ObjectReport(self.opts, oid)
+        self._raise(rep, where, offset, bool(check_gitattributes_blob(data, rep, name)))
 
     # -- fsck_finish ----------------------------------------------------------------------------
     def finish(self, incoming_type: Callable[[bytes], int | None], existing_type: Callable[[bytes], int | None],
@@ -134,26 +164,36 @@ class FsckChecker:
         self.finish_gitmodules(read, where=where)
 
     def finish_gitmodules(self, read: Callable[[bytes], tuple[int, bytes] | None], *, where: object = None) -> None:
-        """fsck_finish: every blob found at a .gitmodules name and not checked yet, read now."""
+        """fsck_finish: every blob found at a .gitmodules (then a .gitattributes) name and not checked
+        yet, read now (git's fsck_blobs, once per kind)."""
         st = self.state
-        for oid in sorted(st.gitmodules):
-            if oid in st.gitmodules_done:
+        self._finish_blobs(st.gitmodules, st.gitmodules_done, "gitmodulesMissing", "gitmodulesBlob", ".gitmodules",
+                           self.check_gitmodules, read, where, missing_is_error=self.opts.missing_gitmodules_is_error)
+        self._finish_blobs(st.gitattributes, st.gitattributes_done, "gitattributesMissing", "gitattributesBlob",
+                           ".gitattributes", self.check_gitattributes, read, where,
+                           missing_is_error=self.opts.missing_gitmodules_is_error)
+
+    def _finish_blobs(self, found: dict[bytes, str], done: set[bytes], msg_missing: str, msg_type: str, label: str,
+                      check: Callable[..., None], read: Callable[[bytes], tuple[int, bytes] | None],
+                      where: object, *, missing_is_error: bool) -> None:
+        for oid in sorted(found):
+            if oid in done:
                 continue
-            name = st.gitmodules[oid]
+            name = found[oid]
             got = read(oid)
             if got is None:
-                if not self.opts.missing_gitmodules_is_error:
+                if not missing_is_error:
                     continue       # index-pack prints it (receive-pack decides); not a refusal
                 rep = ObjectReport(self.opts, oid)
-                rep("gitmodulesMissing", "unable to read .gitmodules blob", name)
+                rep(msg_missing, f"unable to read {label} blob", name)
                 self._raise(rep, where, None)
                 continue
             typ, data = got
             if typ == BLOB:
-                self.check_gitmodules(oid, data, name, where=where)
+                check(oid, data, name, where=where)
             else:
                 rep = ObjectReport(self.opts, oid)
-                rep("gitmodulesBlob", "non-blob found at .gitmodules", name)
+                rep(msg_type, f"non-blob found at {label}", name)
                 self._raise(rep, where, None)
 
     def check_links(self, incoming_type: Callable[[bytes], int | None],
@@ -163,10 +203,11 @@ class FsckChecker:
         ``incoming_sets`` (type -> ids of the batch), when given, answers in bulk before ``incoming_type``."""
         links = self.state.links
         for t in (COMMIT, TREE, BLOB, TAG):
-            todo: Iterable[bytes] = links[t]
+            todo: Iterable[bytes] = links[t]           # sorted, each once
             if incoming_sets is not None:
-                todo = links[t] - incoming_sets.get(t, set())
-            for oid in sorted(todo):
+                theirs = incoming_sets.get(t, set())
+                todo = [oid for oid in links[t] if oid not in theirs]
+            for oid in todo:
                 got = incoming_type(oid)
                 if got is None:
                     got = existing_type(oid)

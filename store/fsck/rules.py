@@ -131,17 +131,19 @@ def _link_type(mode: int) -> int:
     return 0
 
 
-TreeResult = tuple[int, list[bytes], list[bytes], list[tuple[bytes, bytes]]]
+TreeResult = tuple[int, list[bytes], list[bytes], list[tuple[bytes, bytes]], list[tuple[bytes, bytes]]]
 
 
 def check_tree(data: bytes, rep: ObjectReport) -> TreeResult:
-    """(git's retval, blob links, tree links, [(oid, name) at a .gitmodules name])."""
+    """(git's retval, blob links, tree links, [(oid, name) at a .gitmodules name],
+    [(oid, name) at a .gitattributes name] (later git's ``gitattributes_found``))."""
     blobs: list[bytes] = []
     trees: list[bytes] = []
     gitmodules: list[tuple[bytes, bytes]] = []
+    gitattributes: list[tuple[bytes, bytes]] = []
     retval = 0
     if not data:
-        return 0, blobs, trees, gitmodules
+        return 0, blobs, trees, gitmodules, gitattributes
     first = _decode_entry(data, 0)
     if first is None:
         rep("badTree", "cannot be parsed as a tree")
@@ -175,6 +177,8 @@ def check_tree(data: bytes, rep: ObjectReport) -> TreeResult:
                 gitmodules.append((oid, name))
             else:
                 retval += rep("gitmodulesSymlink", ".gitmodules is a symbolic link", _name(name))
+        if not is_link and (is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name)):
+            gitattributes.append((oid, name))      # later git's fsck_tree (the symlink case is below)
         if is_link:
             if is_hfs_dotgitignore(name) or is_ntfs_dotgitignore(name):
                 retval += rep("gitignoreSymlink", ".gitignore is a symlink", _name(name))
@@ -236,7 +240,7 @@ def check_tree(data: bytes, rep: ObjectReport) -> TreeResult:
         retval += rep("duplicateEntries", "contains duplicate file entries")
     if unsorted:
         retval += rep("treeNotSorted", "not properly sorted")
-    return retval, blobs, trees, gitmodules
+    return retval, blobs, trees, gitmodules, gitattributes
 
 
 # Fast path for the common tree: standard modes, sorted, no duplicates, no null id, and no name that is
@@ -253,36 +257,43 @@ _HIGH_START = re.compile(rb"(?:^|\0)[\x80-\xff]")
 _NULL_ENTRY_ID = b"\0" * 21     # a name's terminator followed by a null id (may also hit inside ids: slow path)
 
 
-def _special_is_clean(data: bytes, name: bytes) -> bool:
-    """A special-looking name that git's fsck_tree has nothing to say about (so the fast path may keep it)."""
+def _special_is_clean(data: bytes, name: bytes, attrs: bool = False) -> bool:
+    """A special-looking name that git's fsck_tree has nothing to say about (so the fast path may keep it).
+    ``attrs``: the .gitattributes blob checks are on, so a .gitattributes entry needs the exact walk
+    (which records its blob)."""
     if name in (b".", b"..") or b"\\" in name or name[0] >= 0x80:
         return False
     if is_ntfs_dotgit(name) or is_hfs_dotgit(name) or is_ntfs_dotgitmodules(name) or is_hfs_dotgitmodules(name):
         return False
     if (is_hfs_dotgitignore(name) or is_ntfs_dotgitignore(name) or is_hfs_dotgitattributes(name)
             or is_ntfs_dotgitattributes(name) or is_hfs_dotmailmap(name) or is_ntfs_dotmailmap(name)):
+        if attrs and (is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name)):
+            return False
         # a finding only as a symlink (INFO by default): is it one? (a hit inside an id only costs the slow path)
         return (b"120000 " + name + b"\0") not in data
     return True
 
 
-def check_tree_fast(data: bytes, allow_664: bool = False) -> tuple[list[bytes], list[bytes]] | None:
+def check_tree_fast(data: bytes, allow_664: bool = False,
+                    attrs: bool = False) -> tuple[list[bytes], list[bytes]] | None:
     """(blob links, tree links) when the tree is certainly clean, else None (use check_tree).
     ``allow_664``: mode 100664 counts as clean (its badFilemode is INFO, reported by nothing here).
+    ``attrs``: a .gitattributes entry is not clean (its blob must be recorded for the checks of later git).
     The scan runs in C (store/fsck/_fsck.c) when built; :func:`check_tree_fast_py` is its specification."""
     if _C is None:
-        return check_tree_fast_py(data, allow_664)
+        return check_tree_fast_py(data, allow_664, attrs)
     got = _C.tree_scan(data, allow_664)
     if got is None:
         return None
     blobs, trees, specials = got
     for name in specials:
-        if not _special_is_clean(data, name):
+        if not _special_is_clean(data, name, attrs):
             return None
     return blobs, trees
 
 
-def check_tree_fast_py(data: bytes, allow_664: bool = False) -> tuple[list[bytes], list[bytes]] | None:
+def check_tree_fast_py(data: bytes, allow_664: bool = False,
+                       attrs: bool = False) -> tuple[list[bytes], list[bytes]] | None:
     """check_tree_fast in Python: the specification of the C scan, and the fallback without it."""
     if not (_TREE_OK_664 if allow_664 else _TREE_OK).fullmatch(data) or _NULL_ENTRY_ID in data:
         return None
@@ -295,7 +306,7 @@ def check_tree_fast_py(data: bytes, allow_664: bool = False) -> tuple[list[bytes
             i = m.start()
             start = joined.rfind(b"\0", 0, i + 1) + 1 if joined[i] != 0 else i + 1
             end = joined.find(b"\0", start)
-            if not _special_is_clean(data, joined[start:end if end >= 0 else len(joined)]):
+            if not _special_is_clean(data, joined[start:end if end >= 0 else len(joined)], attrs):
                 return None
     if len(set(names)) != len(names):
         return None
@@ -534,6 +545,33 @@ def check_tag(data: bytes, rep: ObjectReport) -> tuple[int, bytes | None, int]:
     if data[pos] != 0x0A:
         ret = rep("extraHeaderEntry", "invalid format - extra header(s) after 'tagger'")
     return ret, target, ttype
+
+
+#: attr.h: the longest line and the largest file later git's attribute parser reads.
+ATTR_MAX_LINE_LENGTH = 2048
+ATTR_MAX_FILE_SIZE = 100 * 1024 * 1024
+#: The ids of the .gitattributes checks (git 2.39.1 and later; ERROR by default).
+GITATTRIBUTES_IDS = ("gitattributesMissing", "gitattributesLarge", "gitattributesLineLength", "gitattributesBlob")
+
+
+def gitattributes_findings(buf: bytes) -> list[tuple[str, str]]:
+    """git's fsck_blob (2.39.1+) for a blob found at a .gitattributes name: too large to parse, or a line
+    (up to a newline; git's scan also stops at a NUL byte) of ATTR_MAX_LINE_LENGTH bytes or more."""
+    if len(buf) > ATTR_MAX_FILE_SIZE:
+        return [("gitattributesLarge", ".gitattributes too large to parse")]
+    nul = buf.find(b"\0")
+    text = buf if nul < 0 else buf[:nul]
+    if len(text) >= ATTR_MAX_LINE_LENGTH and any(len(line) >= ATTR_MAX_LINE_LENGTH for line in text.split(b"\n")):
+        return [("gitattributesLineLength", ".gitattributes has too long lines to parse")]
+    return []
+
+
+def check_gitattributes_blob(data: bytes, rep: ObjectReport, path: str | None) -> int:
+    """git's fsck_blob (2.39.1+) for a blob found at a .gitattributes name."""
+    ret = 0
+    for msg_id, text in gitattributes_findings(data):
+        ret |= rep(msg_id, text, path)
+    return ret
 
 
 def check_gitmodules_blob(data: bytes, rep: ObjectReport, path: str | None) -> int:
