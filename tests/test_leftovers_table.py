@@ -375,3 +375,8 @@ def test_a_killed_git_update_ref_leaves_locks_and_packed_refs_new_judged_by_the_
     assert not any(p.exists() for p in left)
     git("update-ref", "-d", "refs/heads/b", git_dir=g)   # git takes its locks again: nothing of them is left
     git("fsck", "--full", "--strict", git_dir=g)
+
+
+def test_the_operating_docs_list_every_row():
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operating.md").read_text()
+    assert all(f"| `{kind.value}` | `{lo.RULES[kind].where}` |" in doc for kind in Kind)
