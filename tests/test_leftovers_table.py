@@ -1,4 +1,4 @@
-"""The leftovers table (store/leftovers.py), row by row, with real files: each kind young and old, its owner
+"""The leftovers table (store/leftovers/table.py), row by row, with real files: each kind young and old, its owner
 alive, dead (gone, or its pid reused), on another host, or absent (git's own), and git's own leftovers made
 for real by killing git (a ``tmp_pack_*`` of ``git index-pack``, the ``*.lock`` files of ``git update-ref``)."""
 from __future__ import annotations

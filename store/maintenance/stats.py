@@ -79,7 +79,7 @@ class RepoStats:
     packs: tuple[PackInfo, ...] = ()
     loose_sampled: int = 0                  # loose objects found in the sampled fan-out dirs
     loose_sample_dirs: int = len(SAMPLE_FANOUTS)
-    # Leftovers the table of store/leftovers.py says go (the same finders as gc's):
+    # Leftovers the table of store/leftovers/ says go (the same finders as gc's):
     stale_tmp_objects: int = 0              # tmp_obj_* files in the sampled dirs (loose_tmp)
     stale_pack_temps: int = 0               # objects/pack/tmp_* files (pack_tmp)
     stale_quarantines: int = 0              # incoming-* quarantines (quarantine)

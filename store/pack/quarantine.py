@@ -64,4 +64,4 @@ def release_keep(keep: "IndexPackResult | Path | str | None") -> bool:
     return True
 
 
-__all__ = ["create_quarantine", "remove_stale_quarantines", "release_keep", "QUARANTINE_PREFIX", "QUARANTINE_OWNER"]
+__all__ = ["create_quarantine", "remove_stale_quarantines", "release_keep"]
