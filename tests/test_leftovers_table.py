@@ -53,6 +53,12 @@ def elsewhere():
     return replace(current_owner(), host="elsewhere.example")
 
 
+def other_pidns():
+    """This host's name, another PID namespace (a container, host B under ``unshare --pid``): our pid of the
+    same number is somebody else."""
+    return replace(current_owner(), pidns=(current_owner().pidns or 0) + 1)
+
+
 def _write(path: Path, data: bytes = b"x") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
@@ -178,6 +184,8 @@ CASES = [
     Case("marker dead, 11 min", Kind.BATCH_MARKER, marker(dead), 11 * MIN, V.REMOVE_DEAD_OWNER),
     Case("marker pid reused, 11 min", Kind.BATCH_MARKER, marker(reused), 11 * MIN, V.REMOVE_DEAD_OWNER),
     Case("marker other host, 11 min", Kind.BATCH_MARKER, marker(elsewhere, OTHER_TAG), 11 * MIN, V.KEEP_YOUNG),
+    Case("marker other pid namespace, 11 min", Kind.BATCH_MARKER, marker(other_pidns, OTHER_TAG), 11 * MIN,
+         V.KEEP_YOUNG),
     Case("marker other host, 15 days", Kind.BATCH_MARKER, marker(elsewhere, OTHER_TAG), 15 * DAY,
          V.REMOVE_EXPIRED),
     # pack writers' temp files
@@ -206,6 +214,8 @@ CASES = [
     Case("quarantine dead, 61 min", Kind.QUARANTINE, quarantine(dead), 61 * MIN, V.REMOVE_DEAD_OWNER),
     Case("quarantine other host, 50 min", Kind.QUARANTINE, quarantine(elsewhere), 50 * MIN, V.KEEP_YOUNG),
     Case("quarantine other host, 61 min", Kind.QUARANTINE, quarantine(elsewhere), 61 * MIN, V.REMOVE_EXPIRED),
+    Case("quarantine other pid namespace, 2 h", Kind.QUARANTINE, quarantine(other_pidns), 2 * HOUR,
+         V.REMOVE_EXPIRED),
     Case("quarantine no record, 61 min", Kind.QUARANTINE, quarantine(None), 61 * MIN, V.REMOVE_EXPIRED),
     # an ingest's .keep
     Case("keep live, 15 days", Kind.KEEP, keep(live), 15 * DAY, V.KEEP_LIVE_OWNER),
@@ -228,6 +238,7 @@ CASES = [
     Case("ref lock dead, 1 s", Kind.REF_CLAIM, ref_claim(dead), 1, V.REMOVE_DEAD_OWNER),
     Case("ref lock pid reused, 1 s", Kind.REF_CLAIM, ref_claim(reused), 1, V.REMOVE_DEAD_OWNER),
     Case("ref lock other host, 1 min", Kind.REF_CLAIM, ref_claim(elsewhere), MIN, V.KEEP_YOUNG),
+    Case("ref lock other pid namespace, 1 min", Kind.REF_CLAIM, ref_claim(other_pidns), MIN, V.KEEP_YOUNG),
     Case("ref lock other host, 11 min", Kind.REF_CLAIM, ref_claim(elsewhere), 11 * MIN, V.REMOVE_EXPIRED),
     Case("ref tmp, 1 min", Kind.REF_TMP, ref_tmp, MIN, V.KEEP_YOUNG),
     Case("ref tmp, 11 min", Kind.REF_TMP, ref_tmp, 11 * MIN, V.REMOVE_EXPIRED),
