@@ -3,6 +3,7 @@ its owner, liveness and the table's verdict, and changes nothing (removal is :fu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from pathlib import Path
@@ -44,15 +45,22 @@ def _mtime(path: str | os.PathLike[str]) -> float | None:
         return None
 
 
+@functools.cache
 def _host_tag() -> str:
     from ..pack.write import this_host_tag
 
     return this_host_tag()
 
 
+@functools.cache
+def _host() -> str:
+    return current_owner().host
+
+
 def _pid_liveness(pid: int) -> Liveness:
-    """A pid from a name of this host: no start time, so a reused pid reads as alive (kept)."""
-    return liveness(Owner(pid=pid, host=current_owner().host))
+    """A pid from a name of this host's tag (host name and PID namespace): no start time in a name, so a
+    reused pid reads as alive (kept, never removed wrongly)."""
+    return liveness(Owner(pid=pid, host=_host()))
 
 
 def _alive(record: Owner | None, pid: int | None, tag: str | None) -> Liveness | None:
