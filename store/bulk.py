@@ -58,7 +58,6 @@ import enum
 import errno
 import hashlib
 import os
-import re
 import secrets
 import stat
 import threading
@@ -68,14 +67,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from . import durable, install
+from . import durable, install, leftovers
 from .tuning import gc_paused, keep_heap_slack_if_needed
 from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
 from .faults import fault_point
 from .fsck import STRICT, FsckOptions, check_batch
 from .objdir import Location
 from .objects import ObjectType, hash_object
-from .owner import current_owner, host_identity
+from .owner import host_identity
 from .refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -83,17 +82,12 @@ Progress = Callable[[str, int, "int | None"], None]
 TMP_PREFIX = "tmp_obj_"
 _HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace
 # tmp_obj_<pid>_<host tag 4 hex>-<random 8 hex>_<n>; git's own temp files are tmp_obj_XXXXXX.
-_TMP_RE = re.compile(r"^tmp_obj_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})_(\d+)$")
-_MARKER_RE = re.compile(r"^(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
-_HEX = frozenset("0123456789abcdef")
 # "<type> " by type code (a tuple index: hashing an enum member runs Python code). There is no type 0:
 # every index is a checked type (ObjectType() in LooseBatch, _TYPE_CODES in PackBatch).
 _LABEL_SP: tuple[bytes, ...] = (b"",) + tuple(ObjectType(code).label + b" " for code in range(1, 5))
 
-#: A dead process's tmp files are removed once they are this old (seconds).
-STALE_AFTER = 600.0
-#: Temp files we cannot attribute (other host, git's own) are removed at git's prune expiry.
-FOREIGN_STALE_AFTER = 14 * 24 * 3600.0
+#: A dead batch's marker (and with it its tmp files) goes once this old: the leftovers table's rule.
+STALE_AFTER = leftovers.DEAD_WRITER_AFTER
 LOOSE_COMPRESSION = 1  # git's core.looseCompression default (Z_BEST_SPEED)
 #: With the syncfs barrier, write-out is started early only for tmp files at least this big.
 #: For small files it costs more than it saves: sync_file_range forces ext4's delayed block
@@ -265,13 +259,15 @@ class LooseBatch:
         self._other_fs: dict[int, int] = {}
         try:
             self._fs_dev = os.fstat(self._fs_fd).st_dev
-            self._marker: Path | None = _create_marker(repo, self._pid, self.batch_id)
-            self.counters.stale_tmp_removed += cleanup_stale_tmp_if_needed(repo, stale_after=stale_after)
+            self._marker: Path | None = leftovers.create_batch_marker(repo, self._pid, self.batch_id)
+            dead = leftovers.removable(leftovers.find_batch_markers(
+                repo, rule=leftovers.RULES[leftovers.Kind.BATCH_MARKER].aged(dead_after=stale_after)))
+            self.counters.stale_tmp_removed += sum(len(m.files) for m in leftovers.remove(dead))
             # ONE snapshot: existence answers for the whole batch come from memory.
             self.snapshot = repo.objects.snapshot()
         except BaseException:
             os.close(self._fs_fd)
-            _remove_marker(getattr(self, "_marker", None))
+            leftovers.remove_batch_marker(getattr(self, "_marker", None))
             raise
         keep_heap_slack_if_needed()   # one deflate state per object: see store/tuning.py
         self._t_collect = time.monotonic()
@@ -693,7 +689,7 @@ class LooseBatch:
         if self._fs_fd >= 0:
             os.close(self._fs_fd)
             self._fs_fd = -1
-        _remove_marker(self._marker)
+        leftovers.remove_batch_marker(self._marker)
         self._marker = None
 
     def _report(self, phase: str) -> None:
@@ -835,169 +831,6 @@ def _unlink_quiet(path: str) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-def _marker_dir(repo) -> Path:
-    return Path(repo.path) / "packyard" / "batches"
-
-
-def _create_marker(repo, pid: int, batch_id: str) -> Path:
-    """A file naming a live batch, so the next batch learns cheaply that one crashed; it holds the
-    batch's owner record (pid, host, job, boot id: store/owner.py) for whoever cleans up after it."""
-    d = _marker_dir(repo)
-    path = d / f"{pid}_{batch_id}"
-    try:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileNotFoundError:
-            d.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            _write_all(fd, current_owner().encode())
-        finally:
-            os.close(fd)
-    except OSError as err:
-        _unlink_quiet(str(path))
-        raise WriteFailedError(f"cannot create batch marker: {err.strerror}", errno=err.errno,
-                               path=path) from err
-    return path
-
-
-def _remove_marker(path: Path | None) -> None:
-    if path is not None:
-        _unlink_quiet(str(path))
-
-
-_PID_MAX = 4_194_304  # Linux PID_MAX_LIMIT; a larger number in a name cannot be a live process
-
-
-def pid_alive(pid: int) -> bool:
-    if pid <= 0 or pid > _PID_MAX:
-        return False
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, OverflowError):
-        return False
-    except PermissionError:
-        return True
-    # A zombie (killed child not yet reaped) is not a live writer.
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[1].split()[0]
-        return state not in (b"Z", b"X")
-    except (FileNotFoundError, IndexError):
-        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
-
-
-def should_remove_tmp(name: str, age: float, *, stale_after: float = STALE_AFTER,
-                      foreign_after: float = FOREIGN_STALE_AFTER, alive: Callable[[int], bool] = pid_alive,
-                      live_batch_ids: frozenset[str] = frozenset()) -> bool:
-    """Pure question: is this temp file left over by a dead writer?
-
-    Ours (``tmp_obj_<pid>_<host>-<rand>_<n>``) from this host: dead pid and older than
-    ``stale_after``. Anything else named ``tmp_obj_*`` (another host, git's own): only
-    after ``foreign_after`` (git's default prune expiry), as ``git prune`` does.
-    """
-    if not name.startswith(TMP_PREFIX):
-        return False
-    m = _TMP_RE.match(name)
-    if m is None or m.group(2) != _HOST_TAG:
-        return age >= foreign_after
-    if f"{m.group(2)}-{m.group(3)}" in live_batch_ids:
-        return False
-    return age >= stale_after and not alive(int(m.group(1)))
-
-
-def _fanout_dirs(objects_dir: str) -> list[str]:
-    try:
-        with os.scandir(objects_dir) as it:
-            return sorted(e.path for e in it if len(e.name) == 2 and set(e.name) <= _HEX)
-    except FileNotFoundError:
-        return []
-
-
-def cleanup_stale_tmp(repo, *, stale_after: float = STALE_AFTER, foreign_after: float = FOREIGN_STALE_AFTER,
-                      only_batches: Iterable[str] | None = None, now: float | None = None) -> int:
-    """Remove stale tmp files from every fan-out directory (``packyard gc``); returns how many.
-
-    ``only_batches`` limits removal to those batch ids (used by the marker-driven cleanup).
-    """
-    now = time.time() if now is None else now
-    only = None if only_batches is None else frozenset(only_batches)
-    removed = 0
-    for fanout in _fanout_dirs(str(repo.objects.path)):
-        try:
-            it = os.scandir(fanout)
-        except FileNotFoundError:
-            continue
-        with it:
-            for entry in it:
-                if not entry.name.startswith(TMP_PREFIX):
-                    continue
-                if only is not None:
-                    m = _TMP_RE.match(entry.name)
-                    if m is None or f"{m.group(2)}-{m.group(3)}" not in only:
-                        continue
-                try:
-                    age = now - entry.stat(follow_symlinks=False).st_mtime
-                except FileNotFoundError:
-                    continue
-                if should_remove_tmp(entry.name, age, stale_after=stale_after, foreign_after=foreign_after):
-                    try:
-                        os.unlink(entry.path)
-                        removed += 1
-                    except FileNotFoundError:
-                        pass
-    return removed
-
-
-def cleanup_stale_tmp_if_needed(repo, *, stale_after: float = STALE_AFTER, now: float | None = None) -> int:
-    """One listing of the batch markers; scan the fan-out dirs only if a dead batch left one."""
-    now = time.time() if now is None else now
-    d = _marker_dir(repo)
-    try:
-        names = os.listdir(d)
-    except FileNotFoundError:
-        return 0
-    dead: list[tuple[str, str]] = []
-    for name in names:
-        m = _MARKER_RE.match(name)
-        if m is None or m.group(2) != _HOST_TAG:
-            continue
-        try:
-            age = now - os.stat(d / name).st_mtime
-        except FileNotFoundError:
-            continue
-        if age >= stale_after and not pid_alive(int(m.group(1))):
-            dead.append((name, f"{m.group(2)}-{m.group(3)}"))
-    if not dead:
-        return 0
-    # The marker proves the whole batch is dead: its files go whatever their own age.
-    removed = cleanup_stale_tmp(repo, stale_after=0.0, only_batches=[b for _, b in dead], now=now)
-    for name, _ in dead:
-        _unlink_quiet(str(d / name))
-    return removed
-
-
-def gc_stale_tmp(repo, *, stale_after: float = STALE_AFTER, foreign_after: float = FOREIGN_STALE_AFTER) -> dict:
-    """What ``packyard gc`` runs: full scan of tmp files plus dead batch markers."""
-    removed = cleanup_stale_tmp(repo, stale_after=stale_after, foreign_after=foreign_after)
-    markers = 0
-    d = _marker_dir(repo)
-    now = time.time()
-    for name in (os.listdir(d) if d.is_dir() else []):
-        m = _MARKER_RE.match(name)
-        if m is None:
-            continue
-        try:
-            age = now - os.stat(d / name).st_mtime
-        except FileNotFoundError:
-            continue
-        if (m.group(2) == _HOST_TAG and age >= stale_after and not pid_alive(int(m.group(1)))) \
-                or age >= foreign_after:
-            _unlink_quiet(str(d / name))
-            markers += 1
-    return {"stale_tmp_removed": removed, "stale_markers_removed": markers}
 
 
 # -- write a list of raw objects (frontend API) -------------------------------------

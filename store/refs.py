@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -321,32 +320,16 @@ class RemovedClaim:
 
 
 def remove_dead_claims(git_dir: Path, stale_after: float = STALE_REF_LOCK_SECONDS) -> list[RemovedClaim]:
-    """Remove the claim files under ``refs/`` and ``packyard/`` left by writers that died.
+    """Remove the claim files under ``refs/`` and ``packyard/`` left by writers that died, and orphaned ref
+    temp files (``packyard/tmp/ref-*``): the leftovers table's ``ref_claim`` and ``ref_tmp`` rules
+    (:mod:`.leftovers`; a dead owner's claim at once, one nobody can judge once older than ``stale_after``,
+    a live owner's never; a temp file lives only while its writer holds the claim)."""
+    from . import leftovers as lo
 
-    A claim (``<ref>.lock``, ``packyard/fence.lock``, their side files) whose owner record
-    names a provably dead process goes at once; one that cannot be judged (another host, git's
-    own lock) once it is older than ``stale_after``; a live owner's never (:func:`lockfile.judge`).
-    Ref temp files (``packyard/tmp/ref-*``) live only while their writer holds the ref's claim,
-    for milliseconds: those older than ``stale_after`` are orphans.
-    """
-    removed: list[RemovedClaim] = []
-    candidates: list[Path] = []
-    for top in (git_dir / "refs", git_dir / "packyard"):
-        for dirpath, _dirs, files in os.walk(top):
-            candidates += [Path(dirpath) / f for f in files if f.endswith(".lock")]
-    for path in sorted(candidates):
-        owner_record = lockfile.read_owner(path)
-        verdict = lockfile.break_if_dead(path, stale_after=stale_after)
-        if verdict in (lockfile.BreakVerdict.OWNER_DEAD, lockfile.BreakVerdict.AGED_OUT):
-            removed.append(RemovedClaim(path.relative_to(git_dir).as_posix(), verdict.value,
-                                        owner_record.describe() if owner_record is not None else None))
-    now = time.time()
-    tmp_dir = git_dir / REF_TMP_DIR
-    for tmp in sorted(tmp_dir.glob(f"{REF_TMP_PREFIX}*")) if tmp_dir.is_dir() else []:
-        try:
-            if now - tmp.stat().st_mtime >= stale_after:
-                tmp.unlink()
-                removed.append(RemovedClaim(tmp.relative_to(git_dir).as_posix(), "aged-out", None))
-        except FileNotFoundError:
-            continue
-    return removed
+    found = lo.find_ref_claims(git_dir, rule=lo.RULES[lo.Kind.REF_CLAIM].aged(unjudged_after=stale_after))
+    found += lo.find_ref_temps(git_dir, rule=lo.RULES[lo.Kind.REF_TMP].aged(unjudged_after=stale_after))
+    why = {lo.Verdict.REMOVE_DEAD_OWNER: lockfile.BreakVerdict.OWNER_DEAD.value,
+           lo.Verdict.REMOVE_EXPIRED: lockfile.BreakVerdict.AGED_OUT.value}
+    return [RemovedClaim(item.path.relative_to(git_dir).as_posix(), why[item.verdict],
+                         item.owner.describe() if item.owner is not None else None)
+            for item in lo.remove(lo.removable(found))]

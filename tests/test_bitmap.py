@@ -324,14 +324,15 @@ def test_c_and_python_give_the_same_bytes(tmp_path, source):
 
 
 def test_leftovers_know_the_bitmap_temp_file(tmp_path):
-    from packyard.store.maintenance.leftovers import STALE_AFTER, remove_stale_temp_files
+    from packyard.store.leftovers import RULES, Kind
+    from packyard.store.maintenance.leftovers import remove_stale_temp_files
     from packyard.store.pack.write import this_host_tag, tmp_owner_tag
 
     pack_dir = tmp_path / "objects" / "pack"
     pack_dir.mkdir(parents=True)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    old = time.time() - STALE_AFTER - 1
+    old = time.time() - RULES[Kind.ORPHAN_PACK].unjudged_after - 1
     mine = pack_dir / f"tmp_bitmap_{os.getpid()}_{this_host_tag()}-0000abcd"
     theirs = pack_dir / f"tmp_bitmap_{dead.pid}_{this_host_tag()}-0000abcd"
     orphan = pack_dir / f"pack-{'3' * 40}.bitmap"   # (a bitmap renamed in, its idx never: a killed install)

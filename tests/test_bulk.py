@@ -12,8 +12,9 @@ import pytest
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
 from packyard.store import RefUpdate, RefUpdateError, Repository
 from packyard.store import bulk
-from packyard.store.bulk import (BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, cleanup_stale_tmp_if_needed,
-                        gc_stale_tmp, should_remove_tmp, write_objects)
+from packyard.store import leftovers
+from packyard.store.bulk import BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, write_objects
+from packyard.workers.commands.gc import remove_dead_batches
 from packyard.store.errors import InvalidInputError, ObjectMissingError, StoreError
 from packyard.store.faults import InjectedFault, arm, disarm
 from packyard.store.objects import ObjectType, hash_object
@@ -353,11 +354,11 @@ def test_stale_tmp_of_dead_batch_removed_by_next_batch_never_live_ones(empty_rep
         for n, content in enumerate([complete, complete[:5], b""], 1):
             (fan / f"tmp_obj_{pid}_{batch_id}_{n}").write_bytes(content)
         # Default age: too young to remove.
-        assert cleanup_stale_tmp_if_needed(repo) == 0
-        assert cleanup_stale_tmp_if_needed(repo, stale_after=0) == 3
+        assert dead_batch_files_removed(repo) == 0
+        assert dead_batch_files_removed(repo, stale_after=0) == 3
         assert tmp_files(empty_repo) == live, "the live batch's files are untouched"
         # gc's full scan with age 0 also spares the live batch
-        assert gc_stale_tmp(repo, stale_after=0)["stale_tmp_removed"] == 0
+        assert remove_dead_batches(repo, stale_after=0)["stale_tmp_removed"] == 0
         assert tmp_files(empty_repo) == live
         child.stdin.write("\n")
         child.stdin.flush()
@@ -370,16 +371,27 @@ def test_stale_tmp_of_dead_batch_removed_by_next_batch_never_live_ones(empty_rep
     fsck(empty_repo)
 
 
+def dead_batch_files_removed(repo, stale_after=None) -> int:
+    """What a beginning batch removes: the tmp objects of batches whose marker the table says is dead."""
+    rule = leftovers.RULES[leftovers.Kind.BATCH_MARKER].aged(dead_after=stale_after)
+    return sum(len(m.files) for m in leftovers.remove(leftovers.removable(leftovers.find_batch_markers(repo, rule=rule))))
+
+
+def should_remove_tmp(name: str, age: float) -> bool:
+    verdict = leftovers.loose_tmp_verdict(name, age)
+    return verdict is not None and verdict.removes
+
+
 def test_should_remove_tmp_rules():
     me = os.getpid()
     ours = f"tmp_obj_{me}_{bulk._HOST_TAG}-0123abcd_1"
     assert not should_remove_tmp(ours, 10_000)                    # live pid
     dead = f"tmp_obj_{_dead_pid()}_{bulk._HOST_TAG}-0123abcd_1"
-    assert should_remove_tmp(dead, bulk.STALE_AFTER + 1)
+    assert should_remove_tmp(dead, leftovers.RULES[leftovers.Kind.LOOSE_TMP].dead_after + 1)
     assert not should_remove_tmp(dead, 5)                          # too young
     other_host = f"tmp_obj_1_{'0000' if bulk._HOST_TAG != '0000' else '1111'}-0123abcd_1"
-    assert not should_remove_tmp(other_host, bulk.STALE_AFTER + 1)  # cannot judge its pid: prune expiry
-    assert should_remove_tmp(other_host, bulk.FOREIGN_STALE_AFTER + 1)
+    assert not should_remove_tmp(other_host, leftovers.RULES[leftovers.Kind.LOOSE_TMP].dead_after + 1)  # prune expiry
+    assert should_remove_tmp(other_host, leftovers.PRUNE_EXPIRE + 1)
     assert not should_remove_tmp("tmp_obj_AbC123", 3600)            # git's own: prune expiry
     assert not should_remove_tmp("0123456789abcdef0123456789abcdef012345", 1e9)  # an object
 

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from packyard.store.errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
                           ObjectMissingError, PackFormatError, RefUpdateError, StoreError)
-from packyard.store.pack.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
+from packyard.store.pack.indexpack import InstallOutcome, index_pack
+from packyard.store.pack.quarantine import release_keep, remove_stale_quarantines
 from packyard.store.objects import ObjectType, encode_loose, hash_object
 from packyard.store.owner import split_owner
 from packyard.store.refs import RefUpdate

@@ -22,7 +22,8 @@ import pytest
 
 from gitutil import commit_objects, git, make_worktree_repo
 from packyard.store import owner as store_owner
-from packyard.workers.commands.janitor import Decision, JobOracle, Leftover, judge
+from packyard.store.leftovers import Kind, Leftover, Verdict
+from packyard.workers.commands.janitor import Decision, JobOracle, judge
 
 
 def dead_owner(job: str | None) -> store_owner.Owner:
@@ -58,7 +59,9 @@ def test_judgement_by_owner_process_and_job(sqlite_url, redis_client):
     elsewhere = replace(me, host="another-host.example", pid=4242)
 
     def decide(owner, age=5.0):
-        return judge(Leftover("claim", Path("x.lock"), [Path("x.lock")], owner, age), oracle, safety_age=3600)
+        alive = store_owner.liveness(owner) if owner is not None else None
+        item = Leftover(Path("x.lock"), Kind.REF_CLAIM, owner, age, Verdict.KEEP_YOUNG, alive=alive)
+        return judge(item, oracle, safety_age=3600)
 
     assert decide(dead_owner("running"))[0] is Decision.REMOVE            # its process is dead: a retry has its own
     assert "owner process dead" in decide(dead_owner("running"))[1]

@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gitutil import git, make_worktree_repo
 from packyard.store import ObjectMissingError, PackFormatError, Repository, StoreError
-from packyard.store.maintenance.leftovers import STALE_AFTER, remove_stale_temp_files
+from packyard.store.leftovers import RULES, Kind
+from packyard.store.maintenance.leftovers import remove_stale_temp_files
 from packyard.store.objdir import MAX_VANISHED_RELISTINGS, PRESERVED_DIR
 
 
@@ -118,7 +119,7 @@ def test_janitor_removes_an_orphaned_idx_by_its_age_rule(one_blob_repo):
     os.unlink(pack_dir / f"{name}.pack")
     idx = pack_dir / f"{name}.idx"
     assert remove_stale_temp_files(pack_dir) == 0 and idx.exists(), "young: kept (a git repack may be mid-unlink)"
-    old = idx.stat().st_mtime - STALE_AFTER - 60
+    old = idx.stat().st_mtime - RULES[Kind.ORPHAN_IDX].unjudged_after - 60
     os.utime(idx, (old, old))
     assert remove_stale_temp_files(pack_dir) >= 1
     assert not idx.exists()

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import durable, lockfile
+from .. import durable, leftovers, lockfile
 from . import bloom
 from ..errors import ObjectMissingError, WriteFailedError
 from ..faults import fault_point
@@ -25,7 +25,6 @@ from .commitgraph import (CHAIN, DEFAULT_EXPIRE_AFTER, MONOLITHIC, SIZE_MULTIPLE
                           LayerInput, chain_commits, compute_filters, corrected_dates, graphs_dir, layer_bytes,
                           layer_filters, read_chain, reachable_commits, ref_tips, topo_levels)
 
-_TMP_RE = re.compile(r"^tmp_(graph|chain)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 _GRAPH_RE = re.compile(r"^graph-([0-9a-f]{40})\.graph$")
 
 
@@ -50,7 +49,7 @@ def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
     result = GraphResult()
     claim = lockfile.acquire(d / f"{CHAIN}.lock", "the commit-graph chain", wait=0.0)
     try:
-        remove_stale_graph_temps(d, now=now)
+        leftovers.remove(leftovers.removable(leftovers.find_graph_temps(objects_dir.parent, now=now)))
         layers = read_chain(objects_dir)
         result.layers_before = len(layers)
         replace = options.replace or any(not (L.has_generation_data and (L.has_bloom or not options.changed_paths))
@@ -227,36 +226,6 @@ def expire_graphs(objects_dir: Path, expire_after: float, *, now: float | None =
     return removed
 
 
-def remove_stale_graph_temps(d: Path, *, now: float | None = None, foreign_after: float = 14 * 24 * 3600.0) -> int:
-    """``tmp_graph_*``/``tmp_chain_*`` of dead writers on this host (git's ``tmp_graph_XXXXXX`` after 2 weeks)."""
-    from ..owner import Liveness, Owner, current_owner, liveness
-    from ..pack.write import this_host_tag
-
-    now = time.time() if now is None else now
-    removed = 0
-    try:
-        entries = list(os.scandir(d))
-    except FileNotFoundError:
-        return 0
-    for e in entries:
-        if not e.name.startswith("tmp_"):
-            continue
-        try:
-            age = now - e.stat(follow_symlinks=False).st_mtime
-        except FileNotFoundError:
-            continue
-        m = _TMP_RE.match(e.name)
-        if m and m.group(3) == this_host_tag():
-            stale = liveness(Owner(pid=int(m.group(2)), host=current_owner().host)) is Liveness.DEAD \
-                or age >= foreign_after
-        else:
-            stale = age >= foreign_after
-        if stale:
-            _unlink(Path(e.path))
-            removed += 1
-    return removed
-
-
 def _unlink(path: Path) -> None:
     try:
         path.unlink()
@@ -264,4 +233,4 @@ def _unlink(path: Path) -> None:
         pass
 
 
-__all__ = ["write_commit_graph", "GraphOptions", "expire_graphs", "remove_stale_graph_temps"]
+__all__ = ["write_commit_graph", "GraphOptions", "expire_graphs"]

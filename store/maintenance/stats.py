@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from .. import leftovers
 from ..errors import PackFormatError
 from ..pack.midx import MidxStatus, midx_status
 from ..repo import find_git_dir
@@ -34,10 +35,6 @@ from .servingstats import ServingStats, gather_serving_stats
 #: Fan-out directories sampled for the loose-object estimate (00, 11, …, ff: spread over the id space).
 SAMPLE_FANOUTS: tuple[str, ...] = tuple(f"{i:x}{i:x}" for i in range(16))
 FANOUT_DIRS = 256
-#: ``incoming-*`` quarantines untouched this long are abandoned (indexpack.remove_stale_quarantines' rule).
-QUARANTINE_AFTER = 3600.0
-#: ``objects/pack/tmp_*`` files older than this are leftovers (``git prune``'s default expiry, 2 weeks).
-PACK_TEMP_AFTER = 14 * 24 * 3600.0
 PRESERVED_DIR = "preserved"
 
 _IDX_V2_MAGIC = b"\377tOc"
@@ -82,9 +79,10 @@ class RepoStats:
     packs: tuple[PackInfo, ...] = ()
     loose_sampled: int = 0                  # loose objects found in the sampled fan-out dirs
     loose_sample_dirs: int = len(SAMPLE_FANOUTS)
-    stale_tmp_objects: int = 0              # dead writers' tmp_obj_* files in the sampled dirs
-    stale_pack_temps: int = 0               # objects/pack/tmp_* older than PACK_TEMP_AFTER
-    stale_quarantines: int = 0              # incoming-* untouched for QUARANTINE_AFTER
+    # Leftovers the table of store/leftovers/ says go (the same finders as gc's):
+    stale_tmp_objects: int = 0              # tmp_obj_* files in the sampled dirs (loose_tmp)
+    stale_pack_temps: int = 0               # objects/pack/tmp_* files (pack_tmp)
+    stale_quarantines: int = 0              # incoming-* quarantines (quarantine)
     preserved_at: tuple[float, ...] = ()    # when each preserved pack was moved aside
     history: RepackHistory = field(default_factory=RepackHistory)
     serving: ServingStats = field(default_factory=ServingStats)   # commit-graph and refs (servingstats.py)
@@ -278,9 +276,7 @@ def _pack_infos(pack_dir: Path) -> tuple[PackInfo, ...]:
 
 
 def _sample_loose(objects_dir: Path, sample: Sequence[str], now: float) -> tuple[int, int]:
-    """(loose objects, stale tmp_obj_* files) in the sampled fan-out directories."""
-    from ..bulk import TMP_PREFIX, should_remove_tmp
-
+    """(loose objects, removable tmp_obj_* files by the leftovers table) in the sampled fan-out directories."""
     loose = stale = 0
     for fan in sample:
         try:
@@ -292,46 +288,14 @@ def _sample_loose(objects_dir: Path, sample: Sequence[str], now: float) -> tuple
                 name = entry.name
                 if len(name) == 38 and set(name) <= _HEX:
                     loose += 1
-                elif name.startswith(TMP_PREFIX):
+                elif name.startswith(leftovers.LOOSE_TMP_PREFIX):
                     try:
                         age = now - entry.stat(follow_symlinks=False).st_mtime
                     except FileNotFoundError:
                         continue
-                    stale += should_remove_tmp(name, age)
+                    verdict = leftovers.loose_tmp_verdict(name, age)
+                    stale += verdict is not None and verdict.removes
     return loose, stale
-
-
-def _stale_quarantines(objects_dir: Path, now: float) -> int:
-    from ..pack.indexpack import QUARANTINE_PREFIX
-
-    stale = 0
-    try:
-        with os.scandir(objects_dir) as it:
-            dirs = [e.path for e in it if e.name.startswith(QUARANTINE_PREFIX) and e.is_dir(follow_symlinks=False)]
-    except FileNotFoundError:
-        return 0
-    for d in dirs:
-        try:
-            newest = max([os.stat(d).st_mtime] + [e.stat(follow_symlinks=False).st_mtime for e in os.scandir(d)])
-        except FileNotFoundError:
-            continue
-        stale += now - newest >= QUARANTINE_AFTER
-    return stale
-
-
-def _stale_pack_temps(pack_dir: Path, now: float) -> int:
-    stale = 0
-    try:
-        with os.scandir(pack_dir) as it:
-            for e in it:
-                if e.name.startswith("tmp_") and e.is_file(follow_symlinks=False):
-                    try:
-                        stale += now - e.stat(follow_symlinks=False).st_mtime >= PACK_TEMP_AFTER
-                    except FileNotFoundError:
-                        continue
-    except FileNotFoundError:
-        return 0
-    return stale
 
 
 def preserved_packs(pack_dir: Path) -> dict[str, tuple[float, list[Path]]]:
@@ -371,6 +335,7 @@ def gather_stats(repo_path: str | os.PathLike[str], *, history: RepackHistory | 
     return RepoStats(
         path=str(git_dir), gathered_at=now, packs=_pack_infos(pack_dir),
         loose_sampled=loose, loose_sample_dirs=len(sample), stale_tmp_objects=stale_tmp,
-        stale_pack_temps=_stale_pack_temps(pack_dir, now), stale_quarantines=_stale_quarantines(objects_dir, now),
+        stale_pack_temps=sum(f.count for f in leftovers.removable(leftovers.find_pack_temps(git_dir, now=now))),
+        stale_quarantines=len(leftovers.removable(leftovers.find_quarantines(git_dir, now=now))),
         preserved_at=tuple(sorted(at for at, _ in preserved_packs(pack_dir).values())),
         history=history or RepackHistory(), serving=gather_serving_stats(git_dir), midx=midx_status(pack_dir))

@@ -139,7 +139,8 @@ def _findings(stats: RepoStats, policy: MaintenancePolicy, now: float) -> _Findi
         leftovers.append(f"{stats.stale_tmp_objects} stale tmp_obj_* file(s) of dead writers in the sampled "
                          f"fan-out directories")
     if stats.stale_pack_temps:
-        leftovers.append(f"{stats.stale_pack_temps} objects/pack/tmp_* file(s) older than 14 days")
+        leftovers.append(f"{stats.stale_pack_temps} objects/pack/tmp_* file(s) of dead writers or past git's "
+                         f"prune expiry")
     if stats.stale_quarantines:
         leftovers.append(f"{stats.stale_quarantines} abandoned incoming-* quarantine(s)")
     expired_preserved = sum(1 for at in stats.preserved_at if now - at >= policy.preserve_for)

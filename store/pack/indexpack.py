@@ -62,8 +62,9 @@ from ..fsck.linkset import select20, sort_unique20
 from ..forked import child_main, kill_and_reap, read_outcome
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
-from ..owner import current_owner, with_owner
+from ..owner import with_owner
 from ..refs import RefUpdate
+from .quarantine import create_quarantine
 from .format import MAX_OFS_BYTES, MAX_VARINT_SHIFT, PACK_HEADER_SIZE, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
 from .resolve import apply_delta_checked
@@ -124,65 +125,6 @@ class IndexPackResult:
         for key, val in self.durability.items():
             out[f"durability_{key}"] = val
         return out
-
-
-QUARANTINE_PREFIX = "incoming-"
-QUARANTINE_OWNER = "packyard-owner"   # the owner record inside each quarantine (store/owner.py)
-
-
-def create_quarantine(objects_dir: Path) -> Path:
-    """``objects/incoming-<random>`` holding an owner record (who is ingesting into it: pid, host, job)."""
-    try:
-        q = Path(tempfile.mkdtemp(prefix=QUARANTINE_PREFIX, dir=objects_dir))
-    except OSError as err:
-        raise WriteFailedError(f"cannot create the quarantine directory: {err.strerror}", errno=err.errno,
-                               path=objects_dir) from err
-    try:
-        (q / QUARANTINE_OWNER).write_bytes(current_owner().encode())
-    except OSError as err:
-        shutil.rmtree(q, ignore_errors=True)
-        raise WriteFailedError(f"cannot write the quarantine's owner record: {err.strerror}", errno=err.errno,
-                               path=q / QUARANTINE_OWNER) from err
-    return q
-
-
-def remove_stale_quarantines(repo, *, older_than: float = 3600.0, now: float | None = None) -> list[Path]:
-    """Delete ``objects/incoming-*`` directories left by ingests that died (SIGKILL, power loss).
-
-    A live ingest keeps writing into its quarantine, so one untouched for ``older_than``
-    seconds is abandoned (git's tmp-objdir and gc use the same age rule for temp files).
-    Returns the directories removed.
-    """
-    objects_dir = Path(repo.objects.path)
-    now = time.time() if now is None else now
-    removed = []
-    with os.scandir(objects_dir) as it:
-        candidates = [e for e in it if e.name.startswith(QUARANTINE_PREFIX) and e.is_dir(follow_symlinks=False)]
-    for entry in candidates:
-        try:
-            newest = max([entry.stat(follow_symlinks=False).st_mtime] +
-                         [f.stat(follow_symlinks=False).st_mtime for f in os.scandir(entry.path)])
-        except FileNotFoundError:
-            continue
-        if now - newest >= older_than:
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(Path(entry.path))
-    return removed
-
-
-def release_keep(keep: IndexPackResult | Path | str | None) -> bool:
-    """Remove the ``.keep`` an ingest created (after the refs naming the pack are updated).
-
-    Returns False when there was nothing to remove.
-    """
-    path = keep.keep_path if isinstance(keep, IndexPackResult) else keep
-    if path is None:
-        return False
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        return False
-    return True
 
 
 # --------------------------------------------------------------------------------------

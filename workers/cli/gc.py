@@ -9,7 +9,8 @@
   dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files
   (``dead_locks_removed``: path, verdict, owner).
 
-The same cleanup runs as the ``packyard.gc`` job a maintenance plan queues (workers/commands/gc.py).
+The same cleanup runs as the ``packyard.gc`` job a maintenance plan queues (workers/commands/gc.py). Every
+name and age rule is a row of the leftovers table (store/leftovers/, listed in docs/operating.md).
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "remove index-pack quarantines (objects/incoming-*) untouched for --quarantine-after, "
                     "pack writers' temp files of dead writers, preserved packs older than --preserve-for, and "
                     "ref/fence lock files whose owner is dead (or unknown and older than 10 minutes). "
-                    "Prints one JSON line: what was removed.")
+                    "Prints one JSON line: what was removed. Every name and age: docs/operating.md (leftovers).")
     common.add_repo_arg(p)
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
                    help="minimum age of a dead process's temp files (default 600)")

@@ -3,15 +3,17 @@
 The one cleanup behind ``packyard gc`` (in-process) and the ``packyard.gc`` job a maintenance
 plan queues:
 
-* temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers
-  (``store/bulk.py``'s age rules: a dead pid on this host after 10 minutes, anything else
-  after 14 days);
-* index-pack quarantines (``objects/incoming-*``) untouched for ``quarantine_after`` seconds;
-* pack writers' temp files (``objects/pack/tmp_*``: ours as soon as their writer is dead, others
-  after 14 days, ``git prune``'s rule) and packs left half-moved or half-installed;
+* temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers;
+* index-pack quarantines (``objects/incoming-*``) untouched for ``quarantine_after`` seconds
+  (a live owner's never);
+* pack writers' temp files (``objects/pack/tmp_*``), the multi-pack-index's claim, and packs left
+  half-moved or half-installed;
 * preserved packs (``objects/pack/preserved/``) older than ``preserve_for`` seconds;
-* ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``) whose owner is provably
-  dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files.
+* ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``), orphaned ref temp files, and
+  the commit-graph's and pack-refs' claims and temp files.
+
+Which of them go, and when, is the one table of :mod:`packyard.store.leftovers` (names, ages and
+why); gc only picks the kinds and passes the operator's ages on.
 
 ``fence`` (the job's maintenance-lease check) runs before each step that deletes, so a job
 that lost its lease stops before deleting anything more.
@@ -21,7 +23,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from packyard.store.maintenance.stats import QUARANTINE_AFTER
+from packyard.store.leftovers import RULES, Kind
+
+#: ``--quarantine-after``'s default: the table's hour.
+QUARANTINE_AFTER = RULES[Kind.QUARANTINE].unjudged_after or 0.0
 
 Progress = Callable[[str, int, "int | None"], None]
 PRESERVE_FOR = 3600.0
@@ -30,10 +35,9 @@ PRESERVE_FOR = 3600.0
 def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after: float | None = None,
            quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
            fence: Callable[[], None] | None = None, progress: Progress | None = None) -> dict[str, Any]:
-    from packyard.store import bulk
-    from packyard.store.pack.indexpack import remove_stale_quarantines
-    from packyard.store.maintenance.leftovers import remove_stale_temp_files
+    from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
     from packyard.store.maintenance.preserved import expire_preserved
+    from packyard.store.pack.quarantine import remove_stale_quarantines
     from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
 
@@ -47,8 +51,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
         check()
 
     step(0, "tmp objects")
-    tmp = bulk.gc_stale_tmp(r, stale_after=bulk.STALE_AFTER if stale_after is None else stale_after,
-                            foreign_after=bulk.FOREIGN_STALE_AFTER if foreign_after is None else foreign_after)
+    tmp = remove_dead_batches(r, stale_after=stale_after, foreign_after=foreign_after, fence=check)
     step(1, "quarantines")
     quarantines = [f"objects/{p.name}" for p in remove_stale_quarantines(r, older_than=quarantine_after)]
     step(2, "pack temps")
@@ -58,8 +61,6 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     preserved = expire_preserved(pack_dir, preserve_for, fence=check)
     step(4, "dead claims")
     dead_locks = [c.as_dict() for c in remove_dead_claims(r.path)]
-    from packyard.store.maintenance.leftovers import remove_serving_leftovers
-
     serving = remove_serving_leftovers(r.path, fence=check)   # commit-graph and pack-refs locks and temps
     if progress:
         progress("gc", steps, steps)
@@ -73,43 +74,40 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     }
 
 
+def remove_dead_batches(r: Any, *, stale_after: float | None = None, foreign_after: float | None = None,
+                         fence: Callable[[], None] | None = None) -> dict[str, int]:
+    """The loose batches' leftovers (``batch_marker`` with its tmp objects first, then lone ``loose_tmp``
+    files); ``stale_after`` / ``foreign_after`` replace the table's dead / unjudged ages."""
+    from packyard.store import leftovers as lo
+
+    markers = lo.remove(lo.removable(lo.find_batch_markers(r, rule=RULES[Kind.BATCH_MARKER].aged(
+        dead_after=stale_after, unjudged_after=foreign_after))), fence)
+    loose = lo.remove(lo.removable(lo.find_loose_tmp(r, rule=RULES[Kind.LOOSE_TMP].aged(
+        dead_after=stale_after, unjudged_after=foreign_after))), fence)
+    return {"stale_tmp_removed": len(loose) + sum(len(m.files) for m in markers),
+            "stale_markers_removed": len(markers)}
+
+
 def remove_unowned_leftovers(git_dir: str | Path, *, quarantine_after: float = QUARANTINE_AFTER,
                              fence: Callable[[], None] | None = None) -> dict[str, int]:
-    """gc's age rules for what ``packyard janitor`` cannot judge by owner: tmp objects by pid and age,
-    quarantines WITHOUT an owner record untouched for ``quarantine_after``, pack writers' temp files by
-    pid and age (and half-moved or half-installed packs), claim files by owner liveness and age. Not the
+    """gc's age rules for what ``packyard janitor`` cannot judge by owner: tmp objects and batch markers,
+    quarantines WITHOUT an owner record untouched for ``quarantine_after``, pack writers' temp files (and
+    half-moved or half-installed packs), claim files, the commit-graph's and pack-refs' leftovers. Not the
     preserved packs' expiry: that is maintenance (``packyard gc``). Run under the maintenance lease."""
-    import shutil
-    import time
-
-    from packyard.store import bulk
-    from packyard.store.maintenance.leftovers import remove_stale_temp_files
-    from packyard.store.owner import read_owner
-    from packyard.store.pack.indexpack import QUARANTINE_OWNER, QUARANTINE_PREFIX
+    from packyard.store import leftovers as lo
+    from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
     from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
 
     check = fence or (lambda: None)
     r = Repository.open(git_dir)
     check()
-    tmp = bulk.gc_stale_tmp(r)
-    now = time.time()
-    quarantines = 0
-    for q in sorted(p for p in (r.objects.path).glob(f"{QUARANTINE_PREFIX}*") if p.is_dir()):
-        if read_owner(q / QUARANTINE_OWNER) is not None:
-            continue   # the janitor judged it by its owner
-        try:
-            newest = max([q.stat().st_mtime] + [f.stat().st_mtime for f in q.iterdir()])
-        except FileNotFoundError:
-            continue
-        if now - newest >= quarantine_after:
-            check()
-            shutil.rmtree(q, ignore_errors=True)
-            quarantines += 1
+    tmp = remove_dead_batches(r, fence=check)
+    rule = RULES[Kind.QUARANTINE].aged(dead_after=quarantine_after, unjudged_after=quarantine_after)
+    unowned = [q for q in lo.removable(lo.find_quarantines(r, rule=rule)) if q.owner is None]   # owned: judged
+    quarantines = len(lo.remove(unowned, check))
     pack_temps = remove_stale_temp_files(r.objects.path / "pack", fence=check)
     claims = len(remove_dead_claims(r.path))
-    from packyard.store.maintenance.leftovers import remove_serving_leftovers
-
     serving = remove_serving_leftovers(r.path, fence=check)
     return {"age_rule_serving": serving,
             "age_rule_tmp_objects": tmp["stale_tmp_removed"], "age_rule_markers": tmp["stale_markers_removed"],

@@ -24,6 +24,9 @@ Each owned leftover is judged (:func:`judge`) by its owner process and its job:
 * a job neither the records nor Redis know -> removed once older than PACKYARD_JANITOR_SAFETY_AGE;
 * a record without a job (an in-process CLI command) on another host -> left to the age rules.
 
+The names, and the age rules below, are the one table of :mod:`packyard.store.leftovers` (whose
+finders list what lies here); this module adds only the judging by job records.
+
 Leftovers without an owner record (git's own temp files, an older packyard's) and those left to
 the age rules fall back to ``packyard gc``'s rules (:mod:`.gc`): under the repository's
 maintenance lease, which the janitor tries once (a repository whose lease is taken keeps them
@@ -34,23 +37,22 @@ from __future__ import annotations
 
 import enum
 import json
-import os
-import re
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from packyard.store import lockfile
-from packyard.store.owner import Liveness, Owner, liveness, read_owner
+from packyard.store import leftovers as lo
+from packyard.store.leftovers import Kind, Leftover
+from packyard.store.owner import Liveness
 
 Progress = Callable[[str, int, "int | None"], None]
 
 #: Items listed on the job row at most (the counters count them all).
 MAX_LISTED = 200
-_BATCH_MARKER_RE = re.compile(r"^(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
-_TMP_OBJ_RE = re.compile(r"^tmp_obj_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})_(\d+)$")
+#: What a removal is listed as, by the leftovers table's kind (the kinds that carry an owner record).
+WHAT: dict[Kind, str] = {Kind.KEEP: "keep", Kind.QUARANTINE: "quarantine", Kind.PACK_TMP: "pack_temps",
+                         Kind.BATCH_MARKER: "batch", Kind.REF_CLAIM: "claim", Kind.SERVING_LOCK: "claim"}
 
 
 class JobVerdict(enum.Enum):
@@ -69,19 +71,11 @@ class Decision(enum.Enum):
     AGE_RULES = "age-rules"   # not the janitor's to judge by owner: packyard gc's age rules decide
 
 
-@dataclass
-class Leftover:
-    what: str                 # keep | quarantine | pack_temps | batch | claim
-    path: Path                # the claim itself (the quarantine dir, the owner/marker file, the lock)
-    files: list[Path]         # everything that goes with it
-    owner: Owner | None
-    age: float
-
-    def describe(self, git_dir: Path) -> str:
-        try:
-            return self.path.relative_to(git_dir).as_posix()
-        except ValueError:
-            return str(self.path)
+def describe(item: Leftover, git_dir: Path) -> str:
+    try:
+        return item.path.relative_to(git_dir).as_posix()
+    except ValueError:
+        return str(item.path)
 
 
 class JobOracle:
@@ -128,10 +122,9 @@ class JobOracle:
 
 def judge(item: Leftover, oracle: JobOracle, safety_age: float) -> tuple[Decision, str]:
     """Pure of side effects (it asks, never changes): remove, keep or leave to the age rules, and why."""
-    owner = item.owner
-    if owner is None:
+    owner, alive = item.owner, item.alive
+    if owner is None or alive is None:
         return Decision.AGE_RULES, "no owner record (git's, or an older packyard's)"
-    alive = liveness(owner)
     if alive is Liveness.DEAD:
         return Decision.REMOVE, f"owner process dead ({owner.describe()})"
     if owner.job is None:
@@ -151,97 +144,20 @@ def judge(item: Leftover, oracle: JobOracle, safety_age: float) -> tuple[Decisio
 
 # -- what lies in a repository ---------------------------------------------------------------------
 
-def _age(path: Path, now: float) -> float:
-    try:
-        return now - path.stat().st_mtime
-    except FileNotFoundError:
-        return 0.0
-
-
 def scan(git_dir: Path, now: float | None = None) -> list[Leftover]:
-    """Every owned leftover candidate of the repository (unowned ones are left to the age rules)."""
-    from packyard.store.pack.indexpack import QUARANTINE_OWNER, QUARANTINE_PREFIX
-    from packyard.store.pack.write import OWNER_PREFIX, TMP_RE
-
+    """Every leftover of the repository that carries an owner record (the leftovers table's finders; the
+    rest is left to the age rules): .keep files, quarantines, pack writers' temps by tag, batch markers
+    with their tmp objects, claim files."""
     now = time.time() if now is None else now
-    objects, pack_dir = git_dir / "objects", git_dir / "objects" / "pack"
-    found: list[Leftover] = []
-    # .keep files packyard wrote (an owner record on their first line); an operator's are not ours.
-    for keep in sorted(pack_dir.glob("pack-*.keep")):
-        owner = read_owner(keep)
-        if owner is not None:
-            found.append(Leftover("keep", keep, [keep], owner, _age(keep, now)))
-    # Quarantines of ingests.
-    for q in sorted(p for p in objects.glob(f"{QUARANTINE_PREFIX}*") if p.is_dir()):
-        owner = read_owner(q / QUARANTINE_OWNER)
-        untouched = min([_age(q, now)] + [_age(f, now) for f in q.iterdir()])   # since its last write
-        found.append(Leftover("quarantine", q, [q], owner, untouched))
-    # Pack writers' temp files, by tag.
-    tags: dict[str, list[Path]] = {}
-    for f in sorted(pack_dir.glob("tmp_*")):
-        m = TMP_RE.match(f.name)
-        if m is not None:
-            tags.setdefault(f.name.split("_", 2)[2], []).append(f)
-    for tag, files in tags.items():
-        record = pack_dir / f"{OWNER_PREFIX}{tag}"
-        owner = read_owner(record) if record.exists() else None
-        if owner is not None:
-            found.append(Leftover("pack_temps", record, [f for f in files if f != record] + [record], owner,
-                                  min(_age(f, now) for f in files)))
-    # Batch writes: the marker names the batch; its tmp objects lie in the fan-out directories.
-    markers = git_dir / "packyard" / "batches"
-    batches: dict[str, Path] = {}
-    for marker in sorted(markers.iterdir()) if markers.is_dir() else []:
-        m = _BATCH_MARKER_RE.match(marker.name)
-        if m is not None:
-            batches[f"{m.group(2)}-{m.group(3)}"] = marker
-    if batches:
-        tmp: dict[str, list[Path]] = {k: [] for k in batches}
-        for fanout in objects.iterdir():
-            if len(fanout.name) != 2 or not fanout.is_dir():
-                continue
-            for f in fanout.iterdir():
-                m = _TMP_OBJ_RE.match(f.name)
-                if m is not None and f"{m.group(2)}-{m.group(3)}" in tmp:
-                    tmp[f"{m.group(2)}-{m.group(3)}"].append(f)
-        for key, marker in batches.items():
-            owner = read_owner(marker)
-            if owner is not None:
-                found.append(Leftover("batch", marker, sorted(tmp[key]) + [marker], owner, _age(marker, now)))
-    # Claim files (ref locks, fence locks, their side files).
-    for top in (git_dir / "refs", git_dir / "packyard"):
-        for dirpath, _dirs, names in os.walk(top):
-            for name in sorted(names):
-                if name.endswith(".lock"):
-                    path = Path(dirpath) / name
-                    owner = read_owner(path)
-                    if owner is not None:
-                        found.append(Leftover("claim", path, [path], owner, _age(path, now)))
-    # The commit-graph's and pack-refs' claims (packed-refs.lock, commit-graph-chain.lock).
-    from packyard.store.maintenance.leftovers import serving_claims
-
-    for path in serving_claims(git_dir):
-        owner = read_owner(path)
-        if owner is not None:
-            found.append(Leftover("claim", path, [path], owner, _age(path, now)))
-    return found
+    found = lo.find_keeps(git_dir, now=now) + lo.find_quarantines(git_dir, now=now)
+    found += lo.find_pack_temps(git_dir, now=now) + lo.find_batch_markers(git_dir, now=now, files_of_kept=True)
+    found += lo.find_ref_claims(git_dir, now=now) + lo.find_serving_locks(git_dir, now=now)
+    return [item for item in found if item.owner is not None and item.kind in WHAT]
 
 
 def remove(item: Leftover) -> bool:
-    """Remove one leftover; a claim only if it still carries the judged owner record."""
-    if item.what == "claim":
-        return lockfile.remove_claim(item.path, item.owner)
-    if item.what == "quarantine":
-        shutil.rmtree(item.path, ignore_errors=True)
-        return not item.path.exists()
-    removed = False
-    for f in item.files:   # the owner record / marker last: a crash midway leaves it to be judged again
-        try:
-            os.unlink(f)
-            removed = True
-        except FileNotFoundError:
-            continue
-    return removed
+    """Remove one leftover (a claim only if it still carries the judged owner record: :func:`lo.remove`)."""
+    return bool(lo.remove([item]))
 
 
 # -- one run ----------------------------------------------------------------------------------------
@@ -313,7 +229,7 @@ def run_janitor(settings: Any, *, repos: list[str] | None = None, redis_client: 
         report.repositories += 1
         for item in scan(git_dir):
             decision, why = judge(item, oracle, safety)
-            entry = {"repo": str(git_dir), "what": item.what, "path": item.describe(git_dir), "why": why,
+            entry = {"repo": str(git_dir), "what": WHAT[item.kind], "path": describe(item, git_dir), "why": why,
                      "job": item.owner.job if item.owner else None, "age_s": round(item.age, 1)}
             if decision is Decision.REMOVE:
                 try:

@@ -1,0 +1,420 @@
+"""One finder per kind of the leftovers table: ``find_<kind>(repo, now=...)`` lists what lies there, with
+its owner, liveness and the table's verdict, and changes nothing (removal is :func:`..remove`)."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from .. import lockfile
+from ..errors import WriteFailedError
+from ..owner import Liveness, Owner, current_owner, liveness, read_owner
+from .table import (BATCH_MARKER_DIR, BATCH_MARKER_RE, GRAPH_TMP_RE, LOOSE_TMP_PREFIX, LOOSE_TMP_RE, QUARANTINE_OWNER,
+                    QUARANTINE_PREFIX, RULES, SERVING_LOCKS, Kind, Leftover, Rule, Verdict)
+
+_PACK_SIDE = ("pack", "rev", "mtimes", "bitmap")
+_HEX = frozenset("0123456789abcdef")
+
+
+# -- helpers -------------------------------------------------------------------------------------
+
+def _git_dir(repo: object) -> Path:
+    """A Repository (its ``.path``) or a git dir path."""
+    return Path(getattr(repo, "path", repo))  # type: ignore[arg-type]
+
+
+def _now(now: float | None) -> float:
+    return time.time() if now is None else now
+
+
+def _scan(d: Path) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(d) as it:
+            return list(it)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _mtime(path: str | os.PathLike[str]) -> float | None:
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+@functools.cache
+def _host_tag() -> str:
+    from ..pack.write import this_host_tag
+
+    return this_host_tag()
+
+
+@functools.cache
+def _host() -> str:
+    return current_owner().host
+
+
+def _pid_liveness(pid: int) -> Liveness:
+    """A pid from a name of this host's tag (host name and PID namespace): no start time in a name, so a
+    reused pid reads as alive (kept, never removed wrongly)."""
+    return liveness(Owner(pid=pid, host=_host()))
+
+
+def _alive(record: Owner | None, pid: int | None, tag: str | None) -> Liveness | None:
+    """The owner record decides; else a pid in a name of this host's tag; else nobody can judge."""
+    if record is not None:
+        return liveness(record)
+    if pid is not None and tag == _host_tag():
+        return _pid_liveness(pid)
+    return None
+
+
+_LOCK_VERDICTS = {lockfile.BreakVerdict.OWNER_DEAD: Verdict.REMOVE_DEAD_OWNER,
+                  lockfile.BreakVerdict.AGED_OUT: Verdict.REMOVE_EXPIRED,
+                  lockfile.BreakVerdict.OWNER_ALIVE: Verdict.KEEP_LIVE_OWNER,
+                  lockfile.BreakVerdict.TOO_YOUNG: Verdict.KEEP_YOUNG}
+
+
+def _claims(paths: Iterable[Path], kind: Kind, rule: Rule, now: float) -> list[Leftover]:
+    """Claim files judged by :func:`..lockfile.judge` (the claim protocol's own rule, with this row's age)."""
+    out = []
+    for path in paths:
+        verdict, owner = lockfile.judge(path, stale_after=rule.unjudged_after, now=now)
+        mtime = _mtime(path)
+        if verdict is lockfile.BreakVerdict.GONE or mtime is None:
+            continue
+        out.append(Leftover(path, kind, owner, now - mtime, _LOCK_VERDICTS[verdict],
+                            alive=liveness(owner) if owner is not None else None))
+    return out
+
+
+def _aged_files(d: Path, prefix: str, kind: Kind, rule: Rule, now: float) -> list[Leftover]:
+    """Files named ``prefix*`` in ``d`` with no owner to judge: the unjudged age alone."""
+    out = []
+    for e in sorted(_scan(d), key=lambda e: e.name):
+        if e.name.startswith(prefix):
+            mtime = _mtime(e.path)
+            if mtime is not None:
+                out.append(Leftover(Path(e.path), kind, None, now - mtime, rule.verdict(None, now - mtime)))
+    return out
+
+
+# -- loose objects -------------------------------------------------------------------------------
+
+def loose_tmp_verdict(name: str, age: float, *, rule: Rule | None = None) -> Verdict | None:
+    """The table's verdict for the file ``name`` in a fan-out directory, ``age`` old (None: not a temp file)."""
+    if not name.startswith(LOOSE_TMP_PREFIX):
+        return None
+    rule = rule or RULES[Kind.LOOSE_TMP]
+    m = LOOSE_TMP_RE.match(name)
+    return rule.verdict(_alive(None, int(m.group(1)), m.group(2)) if m else None, age)
+
+
+def _fanouts(objects: Path) -> list[str]:
+    return sorted(e.path for e in _scan(objects) if len(e.name) == 2 and set(e.name) <= _HEX)
+
+
+def find_loose_tmp(repo: object, *, now: float | None = None, rule: Rule | None = None,
+                   fanouts: Sequence[str] | None = None) -> list[Leftover]:
+    """``objects/xx/tmp_obj_*`` (every fan-out dir, or the names in ``fanouts``)."""
+    now, rule = _now(now), rule or RULES[Kind.LOOSE_TMP]
+    objects = _git_dir(repo) / "objects"
+    dirs = _fanouts(objects) if fanouts is None else [str(objects / f) for f in fanouts]
+    out = []
+    for d in dirs:
+        for e in _scan(Path(d)):
+            if not e.name.startswith(LOOSE_TMP_PREFIX):
+                continue
+            mtime = _mtime(e.path)
+            if mtime is None:
+                continue
+            m = LOOSE_TMP_RE.match(e.name)
+            alive = _alive(None, int(m.group(1)), m.group(2)) if m else None
+            out.append(Leftover(Path(e.path), Kind.LOOSE_TMP, None, now - mtime, rule.verdict(alive, now - mtime),
+                                alive=alive))
+    return out
+
+
+def create_batch_marker(repo: object, pid: int, batch_id: str) -> Path:
+    """``packyard/batches/<pid>_<batch id>`` holding this process's owner record: a live batch's name, so the
+    next batch learns with one listing whether one died (:func:`find_batch_markers`)."""
+    d = _git_dir(repo) / BATCH_MARKER_DIR
+    path = d / f"{pid}_{batch_id}"
+    try:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileNotFoundError:
+            d.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            from ..durable import write_all
+
+            write_all(fd, current_owner().encode())
+        finally:
+            os.close(fd)
+    except OSError as err:
+        _unlink(path)
+        raise WriteFailedError(f"cannot create batch marker: {err.strerror}", errno=err.errno, path=path) from err
+    return path
+
+
+def remove_batch_marker(path: Path | None) -> None:
+    """The batch is over (committed or aborted): its marker goes."""
+    if path is not None:
+        _unlink(path)
+
+
+def find_batch_markers(repo: object, *, now: float | None = None, rule: Rule | None = None,
+                       files_of_kept: bool = False) -> list[Leftover]:
+    """``packyard/batches/*`` markers; a removable one's ``files`` are its batch's tmp objects (the fan-out dirs
+    are read only when one is removable, or every marker's when ``files_of_kept``: the janitor's)."""
+    now, rule = _now(now), rule or RULES[Kind.BATCH_MARKER]
+    git_dir = _git_dir(repo)
+    found: list[tuple[Leftover, str]] = []
+    for e in sorted(_scan(git_dir / BATCH_MARKER_DIR), key=lambda e: e.name):
+        m = BATCH_MARKER_RE.match(e.name)
+        mtime = _mtime(e.path)
+        if m is None or mtime is None:
+            continue
+        record = read_owner(e.path)
+        alive = _alive(record, int(m.group(1)), m.group(2))
+        item = Leftover(Path(e.path), Kind.BATCH_MARKER, record, now - mtime, rule.verdict(alive, now - mtime),
+                        alive=alive)
+        found.append((item, f"{m.group(2)}-{m.group(3)}"))
+    wanted = {batch for item, batch in found if files_of_kept or item.verdict.removes}
+    if not wanted:
+        return [item for item, _ in found]
+    files: dict[str, list[Path]] = {b: [] for b in wanted}
+    for d in _fanouts(git_dir / "objects"):
+        for e in _scan(Path(d)):
+            m = LOOSE_TMP_RE.match(e.name)
+            if m is not None and f"{m.group(2)}-{m.group(3)}" in files:
+                files[f"{m.group(2)}-{m.group(3)}"].append(Path(e.path))
+    return [dataclasses.replace(item, files=tuple(sorted(files[b]))) if b in files else item for item, b in found]
+
+
+# -- the pack directory --------------------------------------------------------------------------
+
+def find_pack_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``objects/pack/tmp_*``: packyard's grouped by writer tag (``path`` = the owner record ``tmp_owner_<tag>``
+    when there is one, judged by it; else by the name's pid), git's and unknown names one by one."""
+    from ..pack.write import OWNER_PREFIX, TMP_RE
+
+    now, rule = _now(now), rule or RULES[Kind.PACK_TMP]
+    pack_dir = _git_dir(repo) / "objects" / "pack"
+    groups: dict[str, list[Path]] = {}
+    out = []
+    for e in sorted(_scan(pack_dir), key=lambda e: e.name):
+        if not e.name.startswith("tmp_") or not e.is_file(follow_symlinks=False):
+            continue
+        m = TMP_RE.match(e.name)
+        if m is not None:
+            groups.setdefault(e.name.split("_", 2)[2], []).append(Path(e.path))
+            continue
+        mtime = _mtime(e.path)
+        if mtime is not None:
+            out.append(Leftover(Path(e.path), Kind.PACK_TMP, None, now - mtime, rule.verdict(None, now - mtime)))
+    for tag, paths in groups.items():
+        record_path = pack_dir / f"{OWNER_PREFIX}{tag}"
+        record = read_owner(record_path) if record_path in paths else None
+        mtimes = [t for t in map(_mtime, paths) if t is not None]
+        if not mtimes:
+            continue
+        pid, host_tag = tag.split("_", 1)[0], tag.split("_", 1)[1].split("-", 1)[0]
+        alive = _alive(record, int(pid), host_tag)
+        head = record_path if record_path in paths else paths[0]
+        age = now - max(mtimes)
+        out.append(Leftover(head, Kind.PACK_TMP, record, age, rule.verdict(alive, age),
+                            files=tuple(p for p in paths if p != head), alive=alive))
+    return out
+
+
+def _pack_names(pack_dir: Path) -> dict[str, os.DirEntry[str]]:
+    return {e.name: e for e in _scan(pack_dir)}
+
+
+def find_orphan_packs(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``pack-*.{pack,rev,mtimes,bitmap}`` without their ``.idx`` (none in preserved/ either)."""
+    from ..objdir import PRESERVED_DIR
+
+    now, rule = _now(now), rule or RULES[Kind.ORPHAN_PACK]
+    pack_dir = _git_dir(repo) / "objects" / "pack"
+    names = _pack_names(pack_dir)
+    out = []
+    for name, e in sorted(names.items()):
+        stem, _, ext = name.rpartition(".")
+        if not name.startswith("pack-") or ext not in _PACK_SIDE or f"{stem}.idx" in names \
+                or (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists():
+            continue
+        mtime = _mtime(e.path)
+        if mtime is not None:
+            out.append(Leftover(Path(e.path), Kind.ORPHAN_PACK, None, now - mtime, rule.verdict(None, now - mtime)))
+    return out
+
+
+def find_half_preserved(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """Packs whose ``.idx`` is already in preserved/ but whose other files are not: one per pack."""
+    from ..objdir import PRESERVED_DIR
+
+    now, rule = _now(now), rule or RULES[Kind.HALF_PRESERVED]
+    pack_dir = _git_dir(repo) / "objects" / "pack"
+    names = _pack_names(pack_dir)
+    stems: dict[str, Path] = {}
+    for name, e in sorted(names.items()):
+        stem, _, ext = name.rpartition(".")
+        if name.startswith("pack-") and ext in _PACK_SIDE and f"{stem}.idx" not in names \
+                and (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists():
+            stems.setdefault(stem, Path(e.path))
+    out = []
+    for path in stems.values():
+        mtime = _mtime(path)
+        if mtime is not None:
+            out.append(Leftover(path, Kind.HALF_PRESERVED, None, now - mtime, Verdict.FINISH_MOVE
+                                if rule.verdict(None, now - mtime).removes else Verdict.KEEP_YOUNG))
+    return out
+
+
+def find_orphan_idx(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``pack-*.idx`` whose ``.pack`` is gone."""
+    now, rule = _now(now), rule or RULES[Kind.ORPHAN_IDX]
+    pack_dir = _git_dir(repo) / "objects" / "pack"
+    names = _pack_names(pack_dir)
+    out = []
+    for name, e in sorted(names.items()):
+        if name.startswith("pack-") and name.endswith(".idx") and f"{name[:-4]}.pack" not in names:
+            mtime = _mtime(e.path)
+            if mtime is not None:
+                out.append(Leftover(Path(e.path), Kind.ORPHAN_IDX, None, now - mtime, rule.verdict(None, now - mtime)))
+    return out
+
+
+def find_midx_lock(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``objects/pack/multi-pack-index.lock`` (packyard's claim, or git's own lock file)."""
+    from ..pack.midx import LOCK_NAME
+
+    path = _git_dir(repo) / "objects" / "pack" / LOCK_NAME
+    return _claims([path] if path.exists() else [], Kind.MIDX_LOCK, rule or RULES[Kind.MIDX_LOCK], _now(now))
+
+
+def find_keeps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``pack-*.keep`` files carrying packyard's owner record (an operator's ``.keep`` is not listed)."""
+    now, rule = _now(now), rule or RULES[Kind.KEEP]
+    out = []
+    for e in sorted(_scan(_git_dir(repo) / "objects" / "pack"), key=lambda e: e.name):
+        if e.name.startswith("pack-") and e.name.endswith(".keep"):
+            record, mtime = read_owner(e.path), _mtime(e.path)
+            if record is not None and mtime is not None:
+                alive = liveness(record)
+                out.append(Leftover(Path(e.path), Kind.KEEP, record, now - mtime, rule.verdict(alive, now - mtime),
+                                    alive=alive))
+    return out
+
+
+# -- quarantines ---------------------------------------------------------------------------------
+
+def find_quarantines(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``objects/incoming-*/``, aged by their newest entry, judged by the ``packyard-owner`` record inside."""
+    now, rule = _now(now), rule or RULES[Kind.QUARANTINE]
+    out = []
+    for e in sorted(_scan(_git_dir(repo) / "objects"), key=lambda e: e.name):
+        if not e.name.startswith(QUARANTINE_PREFIX) or not e.is_dir(follow_symlinks=False):
+            continue
+        mtimes = [_mtime(e.path)] + [_mtime(f.path) for f in _scan(Path(e.path))]
+        if mtimes[0] is None:
+            continue
+        age = now - max(t for t in mtimes if t is not None)
+        record = read_owner(Path(e.path) / QUARANTINE_OWNER)
+        alive = liveness(record) if record is not None else None
+        out.append(Leftover(Path(e.path), Kind.QUARANTINE, record, age, rule.verdict(alive, age), alive=alive))
+    return out
+
+
+# -- the commit-graph's and pack-refs' leftovers -------------------------------------------------
+
+def _serving_claim_paths(git_dir: Path) -> list[Path]:
+    out: list[Path] = []
+    for rel in SERVING_LOCKS:
+        path = git_dir / rel
+        out += [Path(e.path) for e in sorted(_scan(path.parent), key=lambda e: e.name)
+                if e.name == path.name or (e.name.startswith(path.name + ".") and e.name.endswith(".lock"))]
+    return out
+
+
+def find_serving_locks(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``packed-refs.lock``, ``commit-graph-chain.lock`` and their side files."""
+    return _claims(_serving_claim_paths(_git_dir(repo)), Kind.SERVING_LOCK, rule or RULES[Kind.SERVING_LOCK],
+                   _now(now))
+
+
+def find_graph_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``objects/info/commit-graphs/tmp_*`` (ours by the pid in the name, git's by age)."""
+    now, rule = _now(now), rule or RULES[Kind.GRAPH_TMP]
+    out = []
+    for e in sorted(_scan(_git_dir(repo) / "objects" / "info" / "commit-graphs"), key=lambda e: e.name):
+        if not e.name.startswith("tmp_"):
+            continue
+        mtime = _mtime(e.path)
+        if mtime is None:
+            continue
+        m = GRAPH_TMP_RE.match(e.name)
+        alive = _alive(None, int(m.group(2)), m.group(3)) if m else None
+        out.append(Leftover(Path(e.path), Kind.GRAPH_TMP, None, now - mtime, rule.verdict(alive, now - mtime),
+                            alive=alive))
+    return out
+
+
+def find_packed_refs_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``packyard/tmp/packed-refs-*``."""
+    from ..packrefs import TMP_PREFIX
+    from ..refs import REF_TMP_DIR
+
+    return _aged_files(_git_dir(repo) / REF_TMP_DIR, TMP_PREFIX, Kind.PACKED_REFS_TMP,
+                       rule or RULES[Kind.PACKED_REFS_TMP], _now(now))
+
+
+def find_packed_refs_new(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``packed-refs.new`` (git's)."""
+    return _aged_files(_git_dir(repo), "packed-refs.new", Kind.PACKED_REFS_NEW, rule or RULES[Kind.PACKED_REFS_NEW],
+                       _now(now))
+
+
+# -- refs ----------------------------------------------------------------------------------------
+
+def find_ref_claims(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """Every ``*.lock`` under ``refs/`` and ``packyard/`` (ref claims, the fence claim, their side files)."""
+    git_dir = _git_dir(repo)
+    paths: list[Path] = []
+    for top in (git_dir / "refs", git_dir / "packyard"):
+        for dirpath, _dirs, names in os.walk(top):
+            paths += [Path(dirpath) / n for n in names if n.endswith(".lock")]
+    return _claims(sorted(paths), Kind.REF_CLAIM, rule or RULES[Kind.REF_CLAIM], _now(now))
+
+
+def find_ref_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``packyard/tmp/ref-*``."""
+    from ..refs import REF_TMP_DIR, REF_TMP_PREFIX
+
+    return _aged_files(_git_dir(repo) / REF_TMP_DIR, REF_TMP_PREFIX, Kind.REF_TMP, rule or RULES[Kind.REF_TMP],
+                       _now(now))
+
+
+#: Every finder by kind (the table test walks it; ``find_half_preserved`` and ``find_orphan_packs`` share a listing).
+FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
+    Kind.LOOSE_TMP: find_loose_tmp, Kind.BATCH_MARKER: find_batch_markers, Kind.PACK_TMP: find_pack_temps,
+    Kind.ORPHAN_PACK: find_orphan_packs, Kind.HALF_PRESERVED: find_half_preserved, Kind.ORPHAN_IDX: find_orphan_idx,
+    Kind.MIDX_LOCK: find_midx_lock, Kind.QUARANTINE: find_quarantines, Kind.KEEP: find_keeps,
+    Kind.SERVING_LOCK: find_serving_locks, Kind.GRAPH_TMP: find_graph_temps,
+    Kind.PACKED_REFS_TMP: find_packed_refs_temps, Kind.PACKED_REFS_NEW: find_packed_refs_new,
+    Kind.REF_CLAIM: find_ref_claims, Kind.REF_TMP: find_ref_temps,
+}
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False

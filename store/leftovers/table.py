@@ -1,0 +1,176 @@
+"""The leftovers table: every name a dead writer may leave, its kind, its age rule and why.
+
+The finders that apply it are :mod:`.find`; the package's docstring shows the table.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from .. import lockfile
+from ..owner import Liveness, Owner
+
+# -- names ---------------------------------------------------------------------------------------
+
+#: Loose batch temp files: ``tmp_obj_<pid>_<host tag>-<batch rand>_<n>`` (git's own: ``tmp_obj_XXXXXX``).
+LOOSE_TMP_PREFIX = "tmp_obj_"
+LOOSE_TMP_RE = re.compile(r"^tmp_obj_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})_(\d+)$")
+#: A live loose batch's marker, ``packyard/batches/<pid>_<host tag>-<batch rand>``, holding its owner record.
+BATCH_MARKER_DIR = "packyard/batches"
+BATCH_MARKER_RE = re.compile(r"^(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+#: index-pack's quarantine directories (``objects/incoming-<random>``) and the owner record inside each.
+QUARANTINE_PREFIX = "incoming-"
+QUARANTINE_OWNER = "packyard-owner"
+#: Where the commit-graph and pack-refs writers claim (relative to the git dir).
+SERVING_LOCKS = ("packed-refs.lock", "objects/info/commit-graphs/commit-graph-chain.lock")
+GRAPH_TMP_RE = re.compile(r"^tmp_(graph|chain)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+
+HOUR = 3600.0
+#: git's default prune expiry (``gc.pruneExpire`` = 2.weeks.ago): what nobody can judge waits this long.
+PRUNE_EXPIRE = 14 * 24 * HOUR
+#: A dead loose batch's marker and tmp files wait this long after their owner died.
+DEAD_WRITER_AFTER = 600.0
+#: A lock nobody can judge (git's own, another host's) is presumed abandoned after this long.
+CLAIM_EXPIRE = lockfile.DEFAULT_STALE_AFTER
+
+
+class Kind(enum.Enum):
+    LOOSE_TMP = "loose_tmp"
+    BATCH_MARKER = "batch_marker"
+    PACK_TMP = "pack_tmp"
+    ORPHAN_PACK = "orphan_pack"
+    HALF_PRESERVED = "half_preserved"
+    ORPHAN_IDX = "orphan_idx"
+    MIDX_LOCK = "midx_lock"
+    QUARANTINE = "quarantine"
+    KEEP = "keep"
+    SERVING_LOCK = "serving_lock"
+    GRAPH_TMP = "graph_tmp"
+    PACKED_REFS_TMP = "packed_refs_tmp"
+    PACKED_REFS_NEW = "packed_refs_new"
+    REF_CLAIM = "ref_claim"
+    REF_TMP = "ref_tmp"
+
+
+class Verdict(enum.Enum):
+    """What the table says of one leftover (a result, not a boolean)."""
+
+    KEEP_LIVE_OWNER = "keep-live-owner"       # its owner runs: never removed by age
+    KEEP_YOUNG = "keep-young"                 # not old enough for its rule yet
+    KEEP_NOT_OURS = "keep-not-ours"           # no age rule applies (an operator's .keep)
+    REMOVE_DEAD_OWNER = "remove-dead-owner"   # owner provably dead, and past the dead rule's age
+    REMOVE_EXPIRED = "remove-expired"         # nobody can judge it, and past the unjudged rule's age
+    FINISH_MOVE = "finish-move"               # a pack half moved to preserved/: the move is completed
+
+    @property
+    def removes(self) -> bool:
+        return self in (Verdict.REMOVE_DEAD_OWNER, Verdict.REMOVE_EXPIRED, Verdict.FINISH_MOVE)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table: how old a leftover of ``kind`` must be before it goes, and why."""
+
+    kind: Kind
+    where: str                     # path pattern, relative to the git dir
+    dead_after: float | None       # age at which a provably dead owner's goes (None: no owner to judge)
+    unjudged_after: float | None   # age at which one nobody can judge goes (None: never)
+    reason: str
+
+    def aged(self, *, dead_after: float | None = None, unjudged_after: float | None = None) -> "Rule":
+        """This rule with other ages (an operator's ``--stale-after``; tests)."""
+        return dataclasses.replace(
+            self, dead_after=self.dead_after if dead_after is None else dead_after,
+            unjudged_after=self.unjudged_after if unjudged_after is None else unjudged_after)
+
+    def verdict(self, alive: Liveness | None, age: float) -> Verdict:
+        """The table's verdict for a leftover whose owner is ``alive`` (None: no owner known) and ``age`` old."""
+        if alive is Liveness.ALIVE:
+            return Verdict.KEEP_LIVE_OWNER
+        if alive is Liveness.DEAD and self.dead_after is not None:
+            return Verdict.REMOVE_DEAD_OWNER if age >= self.dead_after else Verdict.KEEP_YOUNG
+        if self.unjudged_after is None:
+            return Verdict.KEEP_NOT_OURS
+        return Verdict.REMOVE_EXPIRED if age >= self.unjudged_after else Verdict.KEEP_YOUNG
+
+
+_RULES: tuple[Rule, ...] = (
+    Rule(Kind.LOOSE_TMP, "objects/xx/tmp_obj_*", DEAD_WRITER_AFTER, PRUNE_EXPIRE,
+         "A loose batch's temp object. Its batch's marker is the fast path (it removes the files at once "
+         "when the batch is dead); a lone file, judged by the pid in its name alone, waits 10 minutes after "
+         "that pid is gone, as the batch writer always did. git's own tmp_obj_XXXXXX and another host's: "
+         "git's prune expiry, as `git prune` does."),
+    Rule(Kind.BATCH_MARKER, f"{BATCH_MARKER_DIR}/<pid>_<tag>-<rand>", DEAD_WRITER_AFTER, PRUNE_EXPIRE,
+         "Names a running loose batch. Dead for 10 minutes: the batch is over, and its tmp objects go with "
+         "the marker whatever their own age (nothing renames them any more). Another host's: prune expiry."),
+    Rule(Kind.PACK_TMP, "objects/pack/tmp_<kind>_<pid>_<tag>-<rand>", 0.0, PRUNE_EXPIRE,
+         "A pack writer's temp files (pack, idx, rev, mtimes, bitmap, keep, midx, owner record), grouped by "
+         "the writer's tag. A dead writer's go at once: they can be gigabytes, a repack runs this first, and "
+         "nothing renames them once the writer is gone. git's tmp_pack_XXXXXX and another host's: prune expiry."),
+    Rule(Kind.ORPHAN_PACK, "objects/pack/pack-*.{pack,rev,mtimes,bitmap} without .idx", None, 600.0,
+         "Invisible to readers (the idx is renamed in last); an install killed between its renames leaves "
+         "it. 10 minutes: longer than any install's rename sequence."),
+    Rule(Kind.HALF_PRESERVED, "objects/pack/pack-* whose .idx is in preserved/", None, 0.0,
+         "A repack died moving this pack to preserved/ (idx first): the move is finished, never undone."),
+    Rule(Kind.ORPHAN_IDX, "objects/pack/pack-*.idx without its .pack", None, 600.0,
+         "What git's unlink_pack_path leaves when interrupted (it removes the .pack first); readers treat "
+         "it as absent. 10 minutes: a `git repack` may be between its unlinks."),
+    Rule(Kind.MIDX_LOCK, "objects/pack/multi-pack-index.lock", 0.0, CLAIM_EXPIRE,
+         "The multi-pack-index writer's claim. It blocks every later MIDX write: a dead owner's goes at "
+         "once; git's own (no owner record) after 10 minutes (git holds it for one write)."),
+    Rule(Kind.QUARANTINE, "objects/incoming-*/", HOUR, HOUR,
+         "An index-pack's quarantine, aged by its newest file (a live ingest keeps writing into it). One "
+         "hour untouched whoever owned it (gc --quarantine-after): a slow push's quarantine is not removed "
+         "under it. A live owner's never. The janitor removes a dead owner's at once."),
+    Rule(Kind.KEEP, "objects/pack/pack-*.keep with an owner record", 0.0, None,
+         "An ingest's .keep protects its pack until the refs name it. A dead ingest's is nobody's; one without "
+         "our owner record is an operator's or git's and never goes. Only the janitor removes these."),
+    Rule(Kind.SERVING_LOCK, "packed-refs.lock, objects/info/commit-graphs/commit-graph-chain.lock", 0.0,
+         CLAIM_EXPIRE,
+         "The pack-refs and commit-graph writers' claims (and their side files): as every claim file "
+         "(store/lockfile.py), a dead owner's at once, one nobody can judge after 10 minutes."),
+    Rule(Kind.GRAPH_TMP, "objects/info/commit-graphs/tmp_{graph,chain}_<pid>_<tag>-<rand>", 0.0, PRUNE_EXPIRE,
+         "The commit-graph writer's temp files: a dead writer's at once (as pack temps); git's "
+         "tmp_graph_XXXXXX after git's prune expiry."),
+    Rule(Kind.PACKED_REFS_TMP, "packyard/tmp/packed-refs-*", None, CLAIM_EXPIRE,
+         "Live only while its writer holds packed-refs.lock (milliseconds): orphans after the claim's age."),
+    Rule(Kind.PACKED_REFS_NEW, "packed-refs.new", None, CLAIM_EXPIRE,
+         "git's packed-refs writer stages the new file here while it holds packed-refs.lock; a git killed "
+         "meanwhile leaves both, and every later packed-refs write then fails (\"File exists\"). Nobody can "
+         "judge it (no owner record): it goes after the claim's age, with the lock (Gitaly: 15 minutes)."),
+    Rule(Kind.REF_CLAIM, "refs/**.lock, packyard/**.lock", 0.0, CLAIM_EXPIRE,
+         "Ref and fence claims: a ref update holds them for milliseconds; a dead owner's at once, one "
+         "nobody can judge (git's own) after 10 minutes, a live owner's never (store/lockfile.py)."),
+    Rule(Kind.REF_TMP, "packyard/tmp/ref-*", None, CLAIM_EXPIRE,
+         "A ref file being written, live only while its writer holds the ref's claim: orphans after the "
+         "claim's age."),
+)
+#: The table: one rule per kind.
+RULES: dict[Kind, Rule] = {r.kind: r for r in _RULES}
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """One thing a writer left, as found now: where, what, whose, how old and the table's verdict."""
+
+    path: Path                      # the file or directory (a marker, an owner record, a claim)
+    kind: Kind
+    owner: Owner | None             # the owner record it carries (None: none; a name's pid is not a record)
+    age: float                      # seconds since it (or its newest file) was last written
+    verdict: Verdict
+    files: tuple[Path, ...] = ()    # what goes with it, removed before ``path`` (a batch's tmp objects)
+    alive: Liveness | None = None   # the owner's liveness as judged (from the record or the name's pid)
+
+    @property
+    def count(self) -> int:
+        """Files this leftover stands for (itself and what goes with it)."""
+        return 1 + len(self.files)
+
+
+def removable(found: Iterable[Leftover]) -> list[Leftover]:
+    """Those the table says go."""
+    return [f for f in found if f.verdict.removes]
