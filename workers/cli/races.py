@@ -13,7 +13,9 @@ import re
 from datetime import datetime, timedelta, UTC
 from typing import Any
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.prepare import is_default_sqlite
+from packyard.workers.settings import get_settings
 
 #: The harness's kinds first, in this order; any other kind a job recorded follows, by name.
 KNOWN_KINDS = ("relisted", "preserved", "quick_absent", "lost")
@@ -26,7 +28,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                               description="Count race_events rows per repository and kind (relisted, preserved, "
                                           "quick_absent, lost, and any kind a job recorded), then print the "
                                           "most recent lost reads in full.")
-    common.add_repo_arg(p, required=False)
+    add_repo_arg(p, required=False)
     p.add_argument("--since", default="1d", metavar="WHEN",
                    help="how far back: 90s, 30m, 12h, 1d (default), 2w, or a date (2026-11-30[T12:00])")
     p.add_argument("--lost", type=int, default=20, metavar="N", help="lost reads to print in full (default 20)")
@@ -122,8 +124,8 @@ def render(data: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    s = common.settings()
-    if common.is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
+    s = get_settings()
+    if is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
         print(f"no records yet ({s.state_dir / 'packyard.db'} does not exist)")
         return 0
     since = parse_since(args.since)
