@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from packyard.store.maintenance.stats import QUARANTINE_AFTER
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 PRESERVE_FOR = 3600.0
 
 

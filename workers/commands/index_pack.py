@@ -17,7 +17,7 @@ from packyard.store.pack.indexpack import IncomingPack, IndexPackResult
 from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import parse_ref_updates
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 LockFactory = Callable[[], ContextManager[Any]]
 
 

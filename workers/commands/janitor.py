@@ -40,12 +40,12 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from packyard.store import lockfile
 from packyard.store.owner import Liveness, Owner, liveness, read_owner
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 #: Items listed on the job row at most (the counters count them all).
 MAX_LISTED = 200

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from packyard.store.errors import InvalidInputError
 from packyard.store.maintenance.bitmap import BitmapOptions
@@ -12,7 +12,7 @@ from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.maintenance.serving import after_repack
 from packyard.store.repo import Repository
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
           "year": 365 * 86400}
