@@ -26,7 +26,7 @@ from typing import Any, Callable
 from celery.signals import before_task_publish, setup_logging, worker_process_init
 from sqlalchemy.exc import SQLAlchemyError
 
-from packyard.workers import logging as plog
+from packyard.workers import logs as plog
 from packyard.workers.records import JobState, recorder, registry
 from packyard.workers.settings import Settings, get_settings
 

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "logs", True):
             # Commands that run in this process and only print a result (set_defaults(logs=False))
             # skip it: importing structlog (and the asyncio it pulls in) is ~40 ms per start.
-            from packyard.workers import logging as plog
+            from packyard.workers import logs as plog
             from packyard.workers.settings import get_settings
 
             plog.configure_from_settings(get_settings())
