@@ -6,7 +6,7 @@ import sys
 
 from packyard.workers.cli.failures import CommandFailed
 from packyard.workers.cli.prepare import prepare_embedded
-from packyard.workers.settings import get_settings
+from packyard.workers.settings import get_settings as settings
 
 #: Exit status of a command that gave up waiting for a lease (EX_TEMPFAIL: try again later).
 EXIT_BUSY = 75
@@ -30,7 +30,7 @@ def maintenance_lock_if(args: argparse.Namespace, command: str):  # type: ignore
 
         from packyard.workers.locks import LockTimeout, maintenance_lease
 
-        s = get_settings()
+        s = settings()
         prepare_embedded(s, migrate=False)
         stack = ExitStack()
         try:
