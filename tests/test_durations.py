@@ -1,4 +1,4 @@
-"""The one duration parser (workers/durations.py) and its two callers, as a table."""
+"""The one duration parser (workers/durations.py) and its callers, as tables."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +21,8 @@ DAY = 86400
     ("3 days ago", 3 * DAY), ("1 week ago", 7 * DAY), ("  2.Weeks.Ago ", 14 * DAY),
     ("now", 0), ("NOW", 0), ("never", float("inf")),
     # short spans
-    ("90s", 90), ("30m", 1800), ("12h", 12 * 3600), ("1d", DAY), ("2w", 14 * DAY), ("1.5h", 5400), ("2 d", 2 * DAY),
+    ("250us", 250e-6), ("1ms", 1e-3), ("0.002s", 0.002), ("90s", 90), ("30m", 1800), ("12h", 12 * 3600),
+    ("1d", DAY), ("2w", 14 * DAY), ("1.5h", 5400), ("2 d", 2 * DAY),
     # plain seconds
     ("90", 90), ("0", 0), ("1.5", 1.5),
 ])
@@ -30,7 +31,7 @@ def test_parse_duration_reads(text, seconds):
 
 
 @pytest.mark.parametrize("text", ["", "yesterday", "2.fortnights.ago", "1.5.hours.ago", "-5", "nan", "12x", "h",
-                                  "2 weeks", "1mo"])
+                                  "2 weeks", "1mo", "-1ms", "ms"])
 def test_parse_duration_refuses_naming_the_text(text):
     with pytest.raises(InvalidInputError, match="duration"):
         parse_duration(text)

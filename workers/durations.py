@@ -4,12 +4,13 @@
 
 * git's spellings of an age (its approxidate, as ``--expire``/``gc.pruneExpire`` take it): ``2.weeks.ago``,
   ``1.hour.ago``, ``3 days ago``, ``now`` (0) and ``never`` (infinity); a month is 30 days, a year 365;
-* short spans: ``90s``, ``30m`` (minutes), ``12h``, ``1d``, ``2w``, with a fraction allowed (``1.5h``);
+* short spans: ``250us``, ``1ms``, ``90s``, ``30m`` (minutes), ``12h``, ``1d``, ``2w``, with a fraction allowed
+  (``1.5h``, ``0.002s``);
 * plain seconds (``90``, ``1.5``) unless the caller says a bare number means something else.
 
 Anything else, or a negative number, is an :class:`InvalidInputError` naming the text. Callers: ``repack``'s
-expiry (workers/commands/repack.py ``parse_expire``) and ``packyard races --since``
-(workers/cli/races.py ``parse_since``).
+expiry (workers/commands/repack.py ``parse_expire``), ``packyard races --since``
+(workers/cli/races.py ``parse_since``) and nfsim's metadata latency (``--nfsim-latency 1ms``).
 """
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ import re
 from packyard.store.errors import InvalidInputError
 
 #: Seconds per unit, by every name a unit is written with.
-UNITS = {"s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600, "d": 86400, "day": 86400,
-         "w": 7 * 86400, "week": 7 * 86400, "month": 30 * 86400, "year": 365 * 86400}
+UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600,
+         "d": 86400, "day": 86400, "w": 7 * 86400, "week": 7 * 86400, "month": 30 * 86400, "year": 365 * 86400}
 _AGO = re.compile(r"^(\d+)[. ]?(second|minute|hour|day|week|month|year)s?[. ]ago$")
-_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(us|ms|s|m|h|d|w)$")
 
 
 def parse_duration(text: str, *, bare_seconds: bool = True) -> float:

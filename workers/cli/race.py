@@ -26,6 +26,7 @@ from pathlib import Path
 from packyard.workers.cli.args import add_repo_arg
 from packyard.workers.cli.children import Child, child_env, ping_workers, wait_for, worker_argv
 from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.durations import parse_duration
 from packyard.workers.settings import get_settings
 
 
@@ -122,7 +123,7 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
     base = repo.parent / f"{repo.name}.nfs"
     server = base / "server"
     server.mkdir(parents=True, exist_ok=True)
-    latency = nfsim.parse_latency(args.nfsim_latency)
+    latency = parse_duration(args.nfsim_latency)
     with nfsim.Mount(server, base / "host-a", latency=latency, name="race-host-a") as a, \
             nfsim.Mount(server, base / "host-b", latency=latency, name="race-host-b",
                         dir_revalidate="trust" if args.nfsim_trust_listing else "open") as b:
