@@ -77,7 +77,7 @@ from .objects import ObjectType, hash_object
 from .owner import host_identity
 from .refs import RefUpdate
 
-Progress = Callable[[str, int, "int | None"], None]
+from .progress import Progress
 
 TMP_PREFIX = "tmp_obj_"
 _HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace

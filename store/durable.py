@@ -1,8 +1,10 @@
 """Durability primitives: the only place that talks to fsync and friends.
 
-Each helper is one step of git's bulk-checkin ordering (seed
-001_b60f0a0927ea1ee2.txt): start write-out cheaply for many files, one real
-flush, then renames, then fsync the directories so the renames survive.
+Each helper is one step of git's bulk-checkin ordering (git's bulk-checkin.c and
+write-or-die.c, ``core.fsyncMethod=batch``): start write-out cheaply for many files, one
+real flush, then renames, then fsync the directories so the renames survive. Callers go
+through store/install.py (packs and their companions) or call these helpers directly
+(loose objects, refs, small files).
 Counters record every call so jobs and benchmarks can report them.
 """
 from __future__ import annotations
@@ -126,10 +128,7 @@ def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(fd, view)
-                view = view[n:]
+            write_all(fd, data)
             flush_file(fd, counters)
         finally:
             os.close(fd)
@@ -143,7 +142,7 @@ def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o
     fsync_dir(directory, counters)
 
 
-# --- added for bulk loose writes (issue 4) ---------------------------------
+# -- syncfs(2) and renameat2(RENAME_NOREPLACE): one flush for a whole batch, a publish that never replaces --
 _RENAME_NOREPLACE = 1  # linux/fs.h
 _AT_FDCWD = -100
 _syncfs = getattr(_libc, "syncfs", None) if _libc is not None else None

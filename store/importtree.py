@@ -52,7 +52,7 @@ from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
 from .refs import RefUpdate, check_ref_name
 
-Progress = Callable[[str, int, "int | None"], None]
+from .progress import Progress
 
 MODE_FILE = b"100644"
 MODE_EXEC = b"100755"

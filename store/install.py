@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Protocol, Sequence, TypeVar
 from . import durable
 from .errors import WriteFailedError
 from .faults import fault_point
+from .progress import Progress
 
 
 class InstallOutcome(enum.Enum):
@@ -137,7 +138,7 @@ _R = TypeVar("_R", bound=_LooseRename)   # the caller's own item type, handed ba
 def publish_renames_noreplace(items: Sequence[_R], dir_fds: dict[str, int],
                               counters: durable.DurabilityCounters, *, published: Callable[[int], None],
                               exists: Callable[[_R], None], fault: str,
-                              progress: Callable[[str, int, int | None], None] | None = None) -> int:
+                              progress: Progress | None = None) -> int:
     # Loose objects: each temp file renamed to its object name and never over an existing object
     # (another writer's copy has the same bytes by definition, and is already durable).
     rename_at = durable.rename_noreplace_at

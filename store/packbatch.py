@@ -52,7 +52,7 @@ from .pack.write import PACK_COMPRESSION, PackWriter
 from .refs import RefUpdate
 from .tuning import keep_heap_slack_if_needed
 
-Progress = Callable[[str, int, "int | None"], None]
+from .progress import Progress
 
 #: Bytes of object content a pack batch's caller lets it hold for the delta search (see the docstring).
 PACK_MEMORY = 256 << 20

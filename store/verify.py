@@ -10,7 +10,6 @@ import os
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 from .errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
 from .objects import ObjectType
@@ -20,7 +19,7 @@ from .pack.resolve import resolve_all
 from .parse import object_links
 from .repo import Repository
 
-Progress = Callable[[str, int, "int | None"], None]
+from .progress import Progress
 
 
 @dataclass

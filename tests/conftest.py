@@ -165,18 +165,18 @@ class WorkerProcess:
 
     def __init__(self, settings: Any, name: str, log_path: Path, queues: tuple[str, ...] = (),
                  concurrency: int = 2) -> None:
-        from packyard.workers.cli import common
+        from packyard.workers.cli.children import Child, child_env, worker_argv
 
         self.name = name
         self.log_path = log_path
         self._log = open(log_path, "ab")
         # Test-only tasks (workers_testtasks.py) are loaded into the test worker with --include;
         # the production app never imports them.
-        argv = common.worker_argv(settings, name=name, concurrency=concurrency, loglevel="INFO", queues=queues,
+        argv = worker_argv(settings, name=name, concurrency=concurrency, loglevel="INFO", queues=queues,
                                   include=("workers_testtasks",))
-        env = common.child_env(settings)
+        env = child_env(settings)
         env["PYTHONPATH"] = f"{ROOT / 'tests'}{os.pathsep}{env['PYTHONPATH']}"
-        self.child = common.Child(name, argv, env, stdout=self._log, cwd=str(ROOT))
+        self.child = Child(name, argv, env, stdout=self._log, cwd=str(ROOT))
 
     def log_lines(self) -> list[dict[str, Any]]:
         """The worker's JSON log lines (non-JSON lines, e.g. Celery's banner, are skipped)."""
@@ -194,7 +194,7 @@ class WorkerProcess:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        from packyard.workers.cli.common import ping_workers
+        from packyard.workers.cli.children import ping_workers
 
         host = socket.gethostname()
         full = self.name.replace("%h", host)

@@ -145,7 +145,7 @@ def test_submit_knows_only_packyard_tasks(pk, store_root):
 
 
 def test_flower_api_send_task_of_a_builtin_is_refused(tmp_path, celery_worker, celery_app, pk, outside):
-    from packyard.workers.cli.common import Child
+    from packyard.workers.cli.children import Child
 
     credentials = "operator:a-long-test-password-for-flower"
     port = pk.free_port()

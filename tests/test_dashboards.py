@@ -22,7 +22,7 @@ def families_of(text: str) -> dict[str, str]:
 
 
 def test_every_panel_metric_is_served_by_a_real_exporter(pk, migrated_db):
-    from packyard.workers.cli.common import Child
+    from packyard.workers.cli.children import Child
 
     wanted = dashboard_metrics("packyard_")
     assert len(wanted) >= 12 and len(dashboard_exprs()) >= 15

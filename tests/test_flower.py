@@ -38,7 +38,7 @@ def _get(url: str, auth: str | None = CREDENTIALS):
 
 
 def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, celery_app, pk):
-    from packyard.workers.cli.common import Child
+    from packyard.workers.cli.children import Child
 
     port = pk.free_port()
     log = open(tmp_path / "flower.log", "wb")
@@ -136,7 +136,7 @@ def test_password_strength_rule(password, ok):
 
 
 def test_flower_metrics_public_serves_metrics_without_credentials(tmp_path, celery_worker, pk):
-    from packyard.workers.cli.common import Child
+    from packyard.workers.cli.children import Child
 
     port = pk.free_port()
     log = open(tmp_path / "flower.log", "wb")

@@ -90,10 +90,10 @@ class Fleet:
             probe.close()
 
     def start_beat(self) -> Any:
-        from packyard.workers.cli import common
+        from packyard.workers.cli.children import Child, beat_argv, child_env
 
         log = open(self.state / "beat.log", "ab")
-        beat = common.Child("beat", common.beat_argv(self.settings), common.child_env(self.settings), stdout=log)
+        beat = Child("beat", beat_argv(self.settings), child_env(self.settings), stdout=log)
         beat.log = log
         self.children.append(beat)
         return beat
@@ -333,7 +333,7 @@ def test_window_plans_and_repacks_a_fleet_within_the_cap(fleet, pk):
     assert gather_stats(repos["unregistered"]).loose_estimate >= 1024
 
     # A scrape of the metrics endpoint shows the jobs' counts and durations.
-    from packyard.workers.cli.common import Child
+    from packyard.workers.cli.children import Child
 
     port = pk.free_port()
     log = open(fleet.state / "metrics.log", "wb")

@@ -59,7 +59,7 @@ def test_killed_embedded_redis_is_reaped_by_the_worker_that_started_it(state_dir
     """`packyard worker` starts the embedded Redis and exec()s Celery, so the server is the Celery
     worker's child; billiard waits only for its pool processes, so a killed server stayed a zombie
     for the worker's whole life. Now the worker reaps it, and reconnects once it is restarted."""
-    from packyard.workers.cli import common
+    from packyard.workers.cli.children import Child, child_env, worker_argv
     from packyard.workers.embedded import EmbeddedRedis
     from packyard.workers.settings import Settings
 
@@ -68,7 +68,7 @@ def test_killed_embedded_redis_is_reaped_by_the_worker_that_started_it(state_dir
         env.pop(key)
     name = f"reap-{uuid.uuid4().hex[:6]}@%h"
     log = open(state_dir / "worker.log", "ab")
-    worker = common.Child("worker", ["packyard", "worker", "-c", "1", "-n", name], env, stdout=log)
+    worker = Child("worker", ["packyard", "worker", "-c", "1", "-n", name], env, stdout=log)
     restarted = None
     try:
         settings = Settings.from_env({"PACKYARD_STATE_DIR": str(state_dir)})
@@ -95,14 +95,14 @@ def test_killed_embedded_redis_is_reaped_by_the_worker_that_started_it(state_dir
 
 def start_worker(settings: Any, name: str, log_path: Path, concurrency: int = 1) -> Any:
     """A real prefork worker (test tasks included) against ``settings``' broker."""
-    from packyard.workers.cli import common
+    from packyard.workers.cli.children import Child, child_env, worker_argv
 
     root = Path(__file__).resolve().parent.parent
-    argv = common.worker_argv(settings, name=name, concurrency=concurrency, loglevel="INFO",
+    argv = worker_argv(settings, name=name, concurrency=concurrency, loglevel="INFO",
                               include=("workers_testtasks",))
-    env = common.child_env(settings)
+    env = child_env(settings)
     env["PYTHONPATH"] = f"{root / 'tests'}{os.pathsep}{env['PYTHONPATH']}"
-    return common.Child(name, argv, env, stdout=open(log_path, "ab"), cwd=str(root))
+    return Child(name, argv, env, stdout=open(log_path, "ab"), cwd=str(root))
 
 
 def test_redis_killed_and_restarted_with_jobs_queued_running_and_finished(state_dir, settings, migrated_db, pk,

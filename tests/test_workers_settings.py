@@ -95,7 +95,7 @@ def test_socket_path_too_long_is_refused(tmp_path):
 
 
 def _log_through(stream, fmt):
-    from packyard.workers import logging as plog
+    from packyard.workers import logs as plog
 
     root = logging.getLogger()
     saved = root.handlers[:], root.level

@@ -9,11 +9,10 @@ import time
 from typing import Any, Callable
 
 from packyard.store.errors import CorruptObjectError, LockLostError
+from packyard.store.progress import Progress
 from packyard.workers.app import app
 from packyard.workers.settings import get_settings
 from packyard.workers.tasks.base import PackyardTask
-
-Progress = Callable[[str, int, "int | None"], None]
 
 
 def flaky_command(repo: str, key: str, failures: int, *, progress: Progress | None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 from celery import Celery
 
 from packyard.workers import broker, embedded
-from packyard.workers import recording  # noqa: F401  (connects the queued-job signal and logging set-up)
+from packyard.workers.records import task_runs  # noqa: F401  (connects the queued-job signal and logging set-up)
 from packyard.workers.settings import Settings, get_settings
 from datetime import UTC
 

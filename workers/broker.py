@@ -35,7 +35,7 @@ from typing import Any
 
 import redis
 
-from packyard.workers import logging as plog
+from packyard.workers import logs as plog
 
 log = plog.get_logger("packyard.broker")
 

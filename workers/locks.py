@@ -199,7 +199,7 @@ def db_event_recorder(settings: Settings | str) -> OnEvent:
     """
     from sqlalchemy.exc import SQLAlchemyError
 
-    from packyard.workers import logging as plog
+    from packyard.workers import logs as plog
     from packyard.workers.records.recorder import record_lock_event
 
     def record(ev: LockEvent) -> None:
@@ -409,7 +409,7 @@ def hold(lease: Lease, auto_renew: bool = False) -> Iterator[Lease]:
         except redis.RedisError as err:
             # The lease service is unreachable (restarting): the lease runs out after its TTL. Raising
             # here would turn the block's outcome (often finished work) into a failure.
-            from packyard.workers import logging as plog
+            from packyard.workers import logs as plog
 
             plog.get_logger("packyard.locks").warning("lease.release_failed", lock=lease.key, token=lease.token,
                                                       error=str(err))

@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy import select
 
 from packyard.workers import broker
-from packyard.workers import logging as plog
+from packyard.workers import logs as plog
 from packyard.workers.records import Job, session_scope, utcnow
 from packyard.workers.records.recorder import PENDING_STATES, mark_seen, mark_unseen, record_lost
 from packyard.workers.settings import Settings

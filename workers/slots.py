@@ -5,10 +5,10 @@ task id), scored with the time its claim expires. Acquisition is one Lua script 
 expired claims, and add ours only if fewer than N remain — so planners on several hosts
 never hand out slot N+1. The planner acquires a slot *before* it queues a job (under the
 job's pre-chosen task id); the job's slot is released when its row is finished
-(``recording.job_finished``), whatever the outcome. A claim also expires on its own after
+(``records/task_runs.py: job_finished``), whatever the outcome. A claim also expires on its own after
 ``ttl`` (the broker's visibility timeout: a job redelivered after a host died runs within
 it), so a lost release costs a slot for a while, never for good; the planner also drops
-claims whose job rows are already finished (:func:`prune_finished`).
+claims whose job rows are already finished (commands/plan_maintenance.py: ``prune_finished_slots``).
 """
 from __future__ import annotations
 

@@ -61,7 +61,7 @@ from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, 
 from .walk import Reachable, parse_tree_entries, walk
 from .writeplan import DeltaPlan, Names, write_plan
 
-Progress = Callable[[str, int, "int | None"], None]
+from ..progress import Progress
 
 #: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
 PRELOAD_BYTES = 256 << 20

@@ -48,6 +48,7 @@ from ..forked import ForkedCall
 from ..native import extension
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
+from ..progress import Progress
 
 if TYPE_CHECKING:   # sources imports this module (for the C tables)
     from .sources import SourceIndex
@@ -70,7 +71,6 @@ def c_loop_errors() -> Iterator[None]:
 IMPLEMENTATION = "c" if _c is not None else "python"
 
 Read = Callable[[bytes], tuple[int, bytes]]
-Progress = Callable[[str, int, "int | None"], None]
 
 _TREE_ENTRY = re.compile(rb"([0-7]+) ([^\0]+)\0(.{20})", re.S)
 _DIR_MODES = frozenset({b"40000", b"040000"})

@@ -44,7 +44,7 @@ from .walk import _c as _walk_c
 if TYPE_CHECKING:
     from .repack import RepackCounters
 
-Progress = Callable[[str, int, "int | None"], None]
+from ..progress import Progress
 
 #: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
 Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]

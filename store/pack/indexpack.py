@@ -72,7 +72,7 @@ from .resolve import apply_delta_checked
 if TYPE_CHECKING:
     from ..objdir import ObjectSnapshot
 
-Progress = Callable[[str, int, "int | None"], None]
+from ..progress import Progress
 
 READ_CHUNK = 1 << 20            # bytes read from the source per call
 LARGE_OBJECT = 16 << 20         # objects above this are inflated in bounded pieces

@@ -67,7 +67,7 @@ from typing import Callable, Sequence
 from ..forked import ForkedCall
 from .delta import MAX_INPUT_SIZE, DeltaIndex, native, should_delta
 
-Progress = Callable[[str, int, "int | None"], None]
+from ..progress import Progress
 Read = Callable[[int], bytes]
 
 #: git's pack.window default: a target is tried against up to ``window - 1`` predecessors.

@@ -26,7 +26,7 @@ from .entries import EntryHeader, iter_entries
 from .format import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, parse_pack_header
 from .resolve import resolve_all
 
-Progress = Callable[[str, int, "int | None"], None]
+from ..progress import Progress
 
 #: "small": beyond this many objects a pack should be indexed, not exploded (receive.unpackLimit idea).
 DEFAULT_MAX_OBJECTS = 100_000

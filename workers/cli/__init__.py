@@ -4,12 +4,17 @@ A command module::
 
     def register(subparsers) -> None:
         p = subparsers.add_parser("name", help="one line", description="more")
-        common.add_repo_arg(p)            # every command acting on a repository: --repo PATH
+        add_repo_arg(p)                   # cli/args.py; every command acting on a repository: --repo PATH
         p.set_defaults(func=run)          # logs=False: runs in-process, prints only; logging not configured
 
     def run(args) -> int: ...            # exit status
 
 Add the module to COMMANDS below. Benchmarks go under ``workers/cli/bench/`` the same way.
+
+What the commands share, one module each: ``args`` (``--repo``, ``--ref-update``, ``--fsck``), ``failures``
+(a store error is one line on stderr and exit 1), ``lease`` (``--lock``: the maintenance lease, exit 75 when
+busy), ``prepare`` (the embedded Redis and SQLite), ``children`` (Celery worker/beat/Flower processes),
+``progress`` (tqdm bars), ``tasknames`` (``verify-repo`` → ``packyard.verify_repo``).
 """
 from __future__ import annotations
 
@@ -52,14 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     stderr naming the variable or the file, and a non-zero exit status; never a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-    from packyard.workers.cli.common import EXIT_BUSY, CommandFailed, LeaseBusy
+    from packyard.workers.cli.failures import CommandFailed
+    from packyard.workers.cli.lease import EXIT_BUSY, LeaseBusy
     from packyard.workers.settings import SettingsError
 
     try:
         if getattr(args, "logs", True):
             # Commands that run in this process and only print a result (set_defaults(logs=False))
             # skip it: importing structlog (and the asyncio it pulls in) is ~40 ms per start.
-            from packyard.workers import logging as plog
+            from packyard.workers import logs as plog
             from packyard.workers.settings import get_settings
 
             plog.configure_from_settings(get_settings())
@@ -67,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     except LeaseBusy:
         return EXIT_BUSY  # already reported on stderr
     except CommandFailed:
-        return 1  # already reported on stderr by common.call_store
+        return 1  # already reported on stderr by failures.call_store
     except SettingsError as err:
         print(f"packyard {args.command}: configuration error: {err}", file=sys.stderr)
         return 2

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from packyard.workers.cli import common
+from packyard.workers.cli.children import beat_argv, child_env
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -20,7 +22,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    s = common.settings()
+    s = get_settings()
     if args.show_schedule:
         from packyard.workers.app import beat_schedule
 
@@ -32,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{s.maintenance_window:.0f} s, at most {s.maintenance_concurrency} maintenance job(s) in flight, "
                   f"jitter up to {s.maintenance_jitter:.0f} s; also after every {s.plan_after_ingests} ingests")
         return 0
-    common.prepare_embedded(s)
-    argv = common.beat_argv(s)
-    os.execve(argv[0], argv, common.child_env(s))
+    prepare_embedded(s)
+    argv = beat_argv(s)
+    os.execve(argv[0], argv, child_env(s))
     return 0

@@ -40,7 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packyard.workers.cli import common
+from packyard.workers.cli.children import Child, child_env, ping_workers, wait_for, worker_argv
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.cli.tasknames import known_tasks, normalize_task_name
+from packyard.workers.settings import get_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The storage the demo registers for its workers (PACKYARD_STORAGE_ROOTS), under <state dir>/demo.
@@ -264,7 +267,7 @@ class Frontend:
         self.jobs: list[Job] = []
 
     def send(self, task: str, label: str, expect_ok: bool = True, **kwargs: Any) -> Job:
-        res = self.app.send_task(common.normalize_task_name(task), kwargs=kwargs)
+        res = self.app.send_task(normalize_task_name(task), kwargs=kwargs)
         job = Job(label, res, expect_ok)
         self.jobs.append(job)
         say(f"queued {task} {res.id[:8]}: {label}")
@@ -325,7 +328,7 @@ def drive(fe: Frontend, hosted: Path, broken: Path, pushes: Pushes) -> bool:
     # repack of it would fail on the corrupt object, night after night) until it is repaired.
     from packyard.workers.records import registry
 
-    if registry.set_enabled(common.settings(), broken.resolve(), False):
+    if registry.set_enabled(get_settings(), broken.resolve(), False):
         say(f"packyard repos disable --repo {broken.name}: a repository that failed verification is left out of "
             "maintenance until it is repaired")
     return same
@@ -410,7 +413,7 @@ def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
     from packyard.workers.app import app
     from packyard.workers.records import registry
 
-    if "packyard.repack" not in common.known_tasks():
+    if "packyard.repack" not in known_tasks():
         say("(the repack task is not installed in this build: plans shown, not run)")
         return True
     res = app.send_task("packyard.plan_maintenance", kwargs={"trigger": "window"})
@@ -421,7 +424,7 @@ def run_window(s: Any, repos: list[Path], timeout: float) -> bool:
         rows = [r for r in registry.list_repositories(s) if r["path"] in paths]
         done = all(r["last_plan"] and r["last_plan"]["outcome"] != "no_slot" for r in rows)
         return done and not registry.maintenance_in_flight(s)
-    if not common.wait_for(settled, timeout=timeout, interval=0.5):
+    if not wait_for(settled, timeout=timeout, interval=0.5):
         say("the window did not finish in time; see `packyard status`")
         return False
     from packyard.workers.cli.status import fetch
@@ -473,11 +476,11 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.records import upgrade_database
 
     t_start = time.monotonic()
-    samples = common.settings().state_dir / "demo"
+    samples = get_settings().state_dir / "demo"
     root, incoming = confine_to(samples)
-    s = common.settings()
+    s = get_settings()
     say(f"state dir {s.state_dir}; jobs confined to storage {DEMO_STORAGE}={root} and incoming dir {incoming}")
-    server = common.prepare_embedded(s, migrate=False)
+    server = prepare_embedded(s, migrate=False)
     if server is not None:
         say(f"redis {'reused' if server.reused else 'started'} on {server.socket} "
             f"({'pid ' + str(server.process.pid) if server.process else 'already running'})")
@@ -488,14 +491,14 @@ def run(args: argparse.Namespace) -> int:
 
     logs = s.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = common.child_env(s, {"PACKYARD_LOG_FORMAT": "json"})
-    workers: list[common.Child] = []
+    env = child_env(s, {"PACKYARD_LOG_FORMAT": "json"})
+    workers: list[Child] = []
     log_files = []
     try:
         for i in (1, 2):
             log = open(logs / f"worker-{i}.log", "ab")
             log_files.append(log)
-            workers.append(common.Child(f"worker-{i}", common.worker_argv(s, name=f"demo{i}@%h", concurrency=1),
+            workers.append(Child(f"worker-{i}", worker_argv(s, name=f"demo{i}@%h", concurrency=1),
                                         env, stdout=log))
             say(f"worker-{i} started (pid {workers[-1].pid}, prefork, log {logs / f'worker-{i}.log'})")
 
@@ -517,10 +520,10 @@ def run(args: argparse.Namespace) -> int:
         broken = root / "corrupted.git"
         say(f"made {broken}: {corrupted_repo(broken, pushes.base_pack, pushes.base_tip)}")
 
-        if not common.wait_for(lambda: len(common.ping_workers()) >= 2, timeout=90, interval=0.5):
+        if not wait_for(lambda: len(ping_workers()) >= 2, timeout=90, interval=0.5):
             say("workers did not answer a ping within 90 s; see their logs")
             return 1
-        say("workers up: " + ", ".join(sorted(common.ping_workers())))
+        say("workers up: " + ", ".join(sorted(ping_workers())))
 
         # This process is the "frontend": its job.queued log lines would only repeat the [demo] lines.
         logging.getLogger("packyard.jobs").setLevel(logging.WARNING)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from packyard.workers.cli import common
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -52,7 +52,7 @@ def still_in_use(client) -> list[str]:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.embedded import EmbeddedRedis
 
-    settings = common.settings()
+    settings = get_settings()
     if not settings.embedded_redis:
         print("packyard down: Redis is external (PACKYARD_REDIS_URL); nothing to stop")
         return 0

@@ -24,7 +24,9 @@ import os
 import re
 import sys
 
-from packyard.workers.cli import common
+from packyard.workers.cli.children import child_env, flower_argv
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.settings import get_settings
 
 MIN_PASSWORD_LENGTH = 16
 #: ... or a passphrase: this many different words of at least MIN_WORD_LETTERS letters.
@@ -132,10 +134,10 @@ def run(args: argparse.Namespace) -> int:
     except Refused as err:
         print(f"packyard flower: refusing to start: {err}", file=sys.stderr)
         return 2
-    s = common.settings()
-    common.prepare_embedded(s, migrate=False)
-    argv = common.flower_argv(args.port, args.address)
-    env = common.child_env(s)
+    s = get_settings()
+    prepare_embedded(s, migrate=False)
+    argv = flower_argv(args.port, args.address)
+    env = child_env(s)
     # Only what was checked here reaches Flower: no API opened by a stray variable in the environment.
     env.pop("FLOWER_UNAUTHENTICATED_API", None)
     env.pop("FLOWER_BASIC_AUTH", None)

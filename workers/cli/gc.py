@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.lease import maintenance_lock_if
+from packyard.workers.settings import get_settings
 from packyard.workers.commands.gc import QUARANTINE_AFTER
 
 
@@ -31,7 +33,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "pack writers' temp files of dead writers, preserved packs older than --preserve-for, and "
                     "ref/fence lock files whose owner is dead (or unknown and older than 10 minutes). "
                     "Prints one JSON line: what was removed. Every name and age: docs/operating.md (leftovers).")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("--stale-after", type=float, default=None, metavar="SECONDS",
                    help="minimum age of a dead process's temp files (default 600)")
     p.add_argument("--foreign-after", type=float, default=None, metavar="SECONDS",
@@ -54,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.gc import run_gc
 
     try:
-        with common.maintenance_lock_if(args, "gc") as lease:
+        with maintenance_lock_if(args, "gc") as lease:
             result = run_gc(args.repo, stale_after=args.stale_after, foreign_after=args.foreign_after,
                             quarantine_after=args.quarantine_after,
-                            preserve_for=common.settings().maintenance_preserve_for
+                            preserve_for=get_settings().maintenance_preserve_for
                             if args.preserve_for is None else args.preserve_for,
                             fence=lease.check if lease is not None else None)
     except StoreError as err:

@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.failures import call_store
+from packyard.workers.cli.progress import make_progress
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -13,7 +15,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
         description="Write PATH (a directory or a tar archive) as blobs, trees and one commit whose parent is "
                     "REF's current value, with one durable flush for the whole batch, then move REF by "
                     "compare-and-swap. Runs in this process (use `packyard submit import_tree` to queue it).")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("--ref", required=True, help="ref to move, e.g. refs/heads/main")
     p.add_argument("-m", "--message", default="Import", help="commit message")
     p.add_argument("--author-name", default="packyard")
@@ -27,8 +29,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.import_tree import import_tree
 
-    progress = common.make_progress(args)
-    result = common.call_store("import", progress, import_tree, args.repo, args.ref, args.path,
+    progress = make_progress(args)
+    result = call_store("import", progress, import_tree, args.repo, args.ref, args.path,
                                message=args.message, author_name=args.author_name,
                                author_email=args.author_email, progress=progress)
     if args.json:

@@ -6,7 +6,11 @@ import json
 import sys
 import time
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_fsck_args, add_ref_update_arg, add_repo_arg, fsck_options
+from packyard.workers.cli.failures import call_store
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.cli.progress import make_progress
+from packyard.workers.settings import get_settings
 
 LABELS = {"receiving": "Receiving objects", "resolving": "Resolving deltas"}
 
@@ -19,15 +23,15 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "every core, check collisions against one snapshot, write .idx/.rev byte-identical to "
                     "git's, install durably (idx last), then apply --ref-update (all or nothing). "
                     "Prints 'pack\\t<checksum>' (and 'keep\\t<checksum>' with --keep) like git.")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("pack", nargs="?", default="-", help="pack file, or - for stdin (default)")
     p.add_argument("--fix-thin", action="store_true", help="append missing delta bases from the repository")
     p.add_argument("--strict", action="store_true",
                    help="git's fsck (index-pack --strict): every object, every link's type, .gitmodules")
-    common.add_fsck_args(p)
+    add_fsck_args(p)
     p.add_argument("--keep", metavar="MSG", nargs="?", const="", default=None,
                    help="leave pack-<checksum>.keep (with MSG) until released")
-    common.add_ref_update_arg(p)
+    add_ref_update_arg(p)
     p.add_argument("--max-pack-bytes", type=int, default=None,
                    help="refuse packs larger than this (default: PACKYARD_MAX_PACK_BYTES, 2 GiB)")
     p.add_argument("--processes", type=int, default=None, help="delta resolver processes (default: cores)")
@@ -41,17 +45,17 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.index_pack import index_pack, redis_repo_lock
 
-    progress = common.make_progress(args, labels=LABELS)
+    progress = make_progress(args, labels=LABELS)
     lock = None
     if args.lock:
-        common.prepare_embedded(common.settings(), migrate=False)
+        prepare_embedded(get_settings(), migrate=False)
         lock = redis_repo_lock(args.repo)
     t0 = time.monotonic()
-    result = common.call_store("index-pack", progress, index_pack, args.repo, args.pack, fix_thin=args.fix_thin,
+    result = call_store("index-pack", progress, index_pack, args.repo, args.pack, fix_thin=args.fix_thin,
                                strict=args.strict or bool(args.fsck) or args.fsck_skiplist is not None,
-                               fsck=common.fsck_options(args), keep=args.keep, ref_updates=args.ref_update,
+                               fsck=fsck_options(args), keep=args.keep, ref_updates=args.ref_update,
                                max_pack_bytes=args.max_pack_bytes if args.max_pack_bytes is not None
-                               else common.settings().max_pack_bytes,
+                               else get_settings().max_pack_bytes,
                                processes=args.processes, progress=progress, lock=lock)
     if args.json:
         print(json.dumps(result))

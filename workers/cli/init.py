@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import argparse
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser("init", help="create a bare repository",
                               description="Create a bare repository laid out as `git init --bare` does.")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("--initial-branch", default="main", help="branch HEAD points at (default: main)")
     p.set_defaults(func=run)
 

@@ -18,7 +18,8 @@ import socket
 import uuid
 from datetime import datetime, UTC
 
-from packyard.workers.cli import common
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -44,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.records.models import JobState
     from packyard.workers.records.recorder import record_run
 
-    s = common.settings()
-    common.prepare_embedded(s, migrate=True)
+    s = get_settings()
+    prepare_embedded(s, migrate=True)
     run_id = str(uuid.uuid4())
     started = datetime.now(UTC)
     client = redis_client(s)

@@ -6,7 +6,7 @@ import signal
 import sys
 import threading
 
-from packyard.workers.cli import common
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
 
     from packyard.workers.metrics import make_registry
 
-    s = common.settings()
+    s = get_settings()
     registry = make_registry(s, top=args.top)
     if args.once:
         sys.stdout.write(generate_latest(registry).decode())

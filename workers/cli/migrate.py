@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from packyard.workers.cli import common
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.embedded import ensure_private_dir
     from packyard.workers.records import downgrade_database, upgrade_database
 
-    s = common.settings()
+    s = get_settings()
     ensure_private_dir(s.state_dir)
     if args.downgrade:
         downgrade_database(s, args.downgrade)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from packyard.workers.durations import parse_duration
+
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser(
@@ -45,6 +47,6 @@ def run(args: argparse.Namespace) -> int:
     from packyard.workers.nfsim.fs import serve
 
     serve(args.backing, args.mountpoint, ac_attr=args.ac_attr, ac_dir=args.ac_dir,
-          latency=nfsim.parse_latency(args.latency), dir_revalidate=args.dir_revalidate,
+          latency=parse_duration(args.latency), dir_revalidate=args.dir_revalidate,
           counters_path=args.counters, fsname=args.name)
     return 0

@@ -23,7 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.children import Child, child_env, ping_workers, wait_for, worker_argv
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.durations import parse_duration
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -36,7 +40,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "(index_pack, unpack_objects, write_objects, and force pushes of topic branches) for "
                     "--duration seconds. Prints lookups, repacks, ingests and each kind of miss (relisted, "
                     "preserved, quick_absent, lost); exit status 1 on any lost read or failed job.")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("--readers", type=int, default=4, metavar="N", help="reader processes (default 4)")
     p.add_argument("--duration", type=float, default=60.0, metavar="S", help="seconds to race (default 60)")
     p.add_argument("--repack-every", type=float, default=3.0, metavar="T",
@@ -119,7 +123,7 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
     base = repo.parent / f"{repo.name}.nfs"
     server = base / "server"
     server.mkdir(parents=True, exist_ok=True)
-    latency = nfsim.parse_latency(args.nfsim_latency)
+    latency = parse_duration(args.nfsim_latency)
     with nfsim.Mount(server, base / "host-a", latency=latency, name="race-host-a") as a, \
             nfsim.Mount(server, base / "host-b", latency=latency, name="race-host-b",
                         dir_revalidate="trust" if args.nfsim_trust_listing else "open") as b:
@@ -143,7 +147,7 @@ def _run(args: argparse.Namespace, options, repo: Path) -> int:  # type: ignore[
 
     # This process is the frontend: its job.queued log lines would only repeat what the harness prints.
     logging.getLogger("packyard.jobs").setLevel(logging.WARNING)
-    s = common.settings()
+    s = get_settings()
     say = (lambda m: print(f"[race] {m}", file=sys.stderr, flush=True)) if args.json else \
         (lambda m: print(f"[race] {m}", flush=True))
     if s.embedded_redis:
@@ -163,14 +167,14 @@ def _run(args: argparse.Namespace, options, repo: Path) -> int:  # type: ignore[
 def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
     from packyard.workers.race.harness import run_race
 
-    s = common.settings()
+    s = get_settings()
     parent = options.repo.parent.resolve()
     inside = any(parent == root or root in parent.parents for _n, root in s.storage_roots)
     if not inside:
         say(f"{options.repo} is not inside PACKYARD_STORAGE_ROOTS: queued jobs could not touch it")
         return None
     parent.mkdir(parents=True, exist_ok=True)
-    workers = common.ping_workers(timeout=2.0)
+    workers = ping_workers(timeout=2.0)
     if not workers:
         say("no Celery worker answers on the configured broker: start `packyard worker`")
         return None
@@ -189,7 +193,7 @@ def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
         worker_b = host_b_worker(s, options, log_b)
         try:
             say(f"host B's worker: pid {worker_b.pid} here, in its own PID and UTS namespaces (host name {HOST_B})")
-            if not common.wait_for(lambda: any(n.startswith(f"race-{os.getpid()}-b@") for n in common.ping_workers()),
+            if not wait_for(lambda: any(n.startswith(f"race-{os.getpid()}-b@") for n in ping_workers()),
                                    timeout=90, interval=0.5):
                 say("host B's worker did not answer a ping within 90 s; see its log")
                 return None
@@ -207,22 +211,22 @@ HOST_B_SCRIPT = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"
 def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
     argv = ["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "--kill-child",
             "sh", "-c", HOST_B_SCRIPT, "sh", HOST_B, str(options.reader_repo.parent), str(options.repo.parent),
-            *common.worker_argv(s, name=f"race-{os.getpid()}-b@%h", concurrency=2)]
-    env = common.child_env(s, {"PACKYARD_LOG_FORMAT": "json",
+            *worker_argv(s, name=f"race-{os.getpid()}-b@%h", concurrency=2)]
+    env = child_env(s, {"PACKYARD_LOG_FORMAT": "json",
                                "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if options.unsafe_delete else "0"})
-    return common.Child("race-worker-b", argv, env, stdout=log)
+    return Child("race-worker-b", argv, env, stdout=log)
 
 
 def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-def]
     from packyard.workers.race.harness import run_race
 
-    s = common.settings()
-    server = common.prepare_embedded(s, migrate=True)
+    s = get_settings()
+    server = prepare_embedded(s, migrate=True)
     logs = s.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     log = open(logs / "race-worker.log", "ab")
-    worker = common.Child("race-worker", common.worker_argv(s, name=f"race-{os.getpid()}@%h", concurrency=2),
-                          common.child_env(s, {"PACKYARD_LOG_FORMAT": "json",
+    worker = Child("race-worker", worker_argv(s, name=f"race-{os.getpid()}@%h", concurrency=2),
+                          child_env(s, {"PACKYARD_LOG_FORMAT": "json",
                                                # the worker must accept preserve=false for --unsafe-delete
                                                "PACKYARD_ALLOW_UNSAFE_MAINTENANCE":
                                                    "1" if options.unsafe_delete else "0"}), stdout=log)
@@ -239,7 +243,7 @@ def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-
             names.append(f"race-{os.getpid()}-b@{HOST_B}")
             say(f"host B's worker: pid {worker_b.pid} here, in its own PID and UTS namespaces (host name {HOST_B}) "
                 f"with host B's mount over host A's path (log {logs / 'race-worker-host-b.log'})")
-        if not common.wait_for(lambda: all(any(n.startswith(p) for n in common.ping_workers()) for p in names),
+        if not wait_for(lambda: all(any(n.startswith(p) for n in ping_workers()) for p in names),
                                timeout=90, interval=0.5):
             say("a worker did not answer a ping within 90 s; see its log")
             return None

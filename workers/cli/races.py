@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from datetime import datetime, timedelta, UTC
 from typing import Any
 
-from packyard.workers.cli import common
+from packyard.store.errors import InvalidInputError
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.prepare import is_default_sqlite
+from packyard.workers.durations import parse_duration
+from packyard.workers.settings import get_settings
 
 #: The harness's kinds first, in this order; any other kind a job recorded follows, by name.
 KNOWN_KINDS = ("relisted", "preserved", "quick_absent", "lost")
-_SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -26,7 +27,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                               description="Count race_events rows per repository and kind (relisted, preserved, "
                                           "quick_absent, lost, and any kind a job recorded), then print the "
                                           "most recent lost reads in full.")
-    common.add_repo_arg(p, required=False)
+    add_repo_arg(p, required=False)
     p.add_argument("--since", default="1d", metavar="WHEN",
                    help="how far back: 90s, 30m, 12h, 1d (default), 2w, or a date (2026-11-30[T12:00])")
     p.add_argument("--lost", type=int, default=20, metavar="N", help="lost reads to print in full (default 20)")
@@ -35,11 +36,16 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """``1d`` / ``12h`` / ``30m`` / ``90s`` / ``2w`` before now, or an ISO date (UTC unless it says)."""
+    """``1d`` / ``12h`` / ``30m`` / ``90s`` / ``2w`` (or git's ``2.days.ago``) before now, or an ISO date (UTC unless
+    it says); the spans are read by workers/durations.py."""
     now = now or datetime.now(UTC)
-    m = _SPAN.match(text.strip().lower())
-    if m:
-        return now - timedelta(seconds=float(m.group(1)) * _UNIT[m.group(2)])
+    try:
+        seconds = parse_duration(text, bare_seconds=False)   # a bare number is no span here: 20261130 is a date
+    except InvalidInputError:
+        pass
+    else:
+        if seconds != float("inf"):
+            return now - timedelta(seconds=seconds)
     try:
         t = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -122,8 +128,8 @@ def render(data: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    s = common.settings()
-    if common.is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
+    s = get_settings()
+    if is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
         print(f"no records yet ({s.state_dir / 'packyard.db'} does not exist)")
         return 0
     since = parse_since(args.since)

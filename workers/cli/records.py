@@ -14,7 +14,8 @@ import os
 import socket
 from datetime import datetime, timedelta, UTC
 
-from packyard.workers.cli import common
+from packyard.workers.cli.prepare import is_default_sqlite, prepare_embedded
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -50,8 +51,8 @@ def run_prune(args: argparse.Namespace) -> int:
     from packyard.workers.records.models import JobState
     from packyard.workers.records.recorder import record_run
 
-    s = common.settings()
-    common.prepare_embedded(s, migrate=True)
+    s = get_settings()
+    prepare_embedded(s, migrate=True)
     run_id = str(uuid.uuid4())
     started = datetime.now(UTC)
     result = prune_records(s, jobs_days=args.jobs_days, lock_events_days=args.lock_events_days,
@@ -78,8 +79,8 @@ def run_daily(args: argparse.Namespace) -> int:
     from packyard.workers.records import session_scope
     from packyard.workers.records.aggregates import daily
 
-    s = common.settings()
-    if common.is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
+    s = get_settings()
+    if is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
         print(f"no records yet ({s.state_dir / 'packyard.db'} does not exist)")
         return 0
     since = (datetime.now(UTC) - timedelta(days=args.days)).date()

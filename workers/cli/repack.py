@@ -6,7 +6,10 @@ import json
 import sys
 import time
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.failures import call_store
+from packyard.workers.cli.lease import maintenance_lock_if
+from packyard.workers.cli.progress import make_progress
 
 LABELS = {"counting commits": "Counting commits", "counting objects": "Counting objects",
           "compressing objects": "Compressing objects", "writing objects": "Writing objects",
@@ -25,7 +28,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                     "until pack sizes form a progression (--factor); --mode loose packs every loose object. "
                     "Replaced packs move to objects/pack/preserved/ for --preserve-for seconds. Only what "
                     "existed when the repack started is ever deleted.")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("--mode", choices=("full", "geometric", "loose"), default="full", help="default: full")
     p.add_argument("--factor", type=int, default=2, help="geometric progression factor (default 2)")
     p.add_argument("--expire", default=None, metavar="WHEN",
@@ -63,10 +66,10 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.repack import repack
 
-    progress = common.make_progress(args, labels=LABELS)
+    progress = make_progress(args, labels=LABELS)
     t0 = time.monotonic()
-    with common.maintenance_lock_if(args, "repack") as lease:
-        result = common.call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
+    with maintenance_lock_if(args, "repack") as lease:
+        result = call_store("repack", progress, repack, args.repo, mode=args.mode, factor=args.factor,
                                    expire=args.expire, preserve_for=args.preserve_for, no_reuse=args.no_reuse,
                                    window=args.window, depth=args.depth, window_memory=args.window_memory,
                                    no_bitmap=args.no_bitmap, progress=progress, lease=lease, no_midx=args.no_midx,

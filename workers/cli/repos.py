@@ -6,7 +6,9 @@ import json
 import sys
 from datetime import datetime
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.prepare import is_default_sqlite
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -28,7 +30,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     for name, help_ in (("add", "register a repository (enabled)"), ("remove", "forget a repository"),
                         ("enable", "include it in maintenance"), ("disable", "leave it out of maintenance")):
         sp = sub.add_parser(name, help=help_)
-        common.add_repo_arg(sp)
+        add_repo_arg(sp)
     p.set_defaults(func=run, logs=False)
 
 
@@ -51,8 +53,8 @@ def _t(t: datetime | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.records import registry
 
-    s = common.settings()
-    if common.is_default_sqlite(s):  # embedded: the database may not exist yet
+    s = get_settings()
+    if is_default_sqlite(s):  # embedded: the database may not exist yet
         from packyard.workers.records import upgrade_database
 
         upgrade_database(s)

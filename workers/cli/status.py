@@ -18,7 +18,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.prepare import is_default_sqlite
+from packyard.workers.settings import get_settings
 
 COLUMNS = ("job", "task id", "kind", "repo", "state", "lease", "tries", "queued (UTC)", "ms", "worker", "counters",
            "error")
@@ -29,7 +31,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                               description="Recent jobs from PACKYARD_DATABASE_URL, newest first. With --repo: "
                                           "the repository's statistics and the maintenance plan it would get "
                                           "now, with its reasons, before its jobs.")
-    common.add_repo_arg(p, required=False)
+    add_repo_arg(p, required=False)
     p.add_argument("--limit", type=int, default=20, help="number of jobs (default 20)")
     p.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     p.add_argument("--no-reconcile", action="store_true",
@@ -206,7 +208,7 @@ def repo_path(s, value: str) -> str:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.store.errors import InvalidInputError
 
-    s = common.settings()
+    s = get_settings()
     repo = None
     if args.repo:
         try:
@@ -214,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         except InvalidInputError as err:
             print(f"packyard status: {type(err).__name__}: {err}", file=sys.stderr)
             return 2
-    if common.is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
+    if is_default_sqlite(s) and not (s.state_dir / "packyard.db").exists():
         if repo and not args.json:
             print(render_repository(s, repo, records=False))
             print()

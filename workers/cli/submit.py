@@ -7,7 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.cli.tasknames import known_tasks, normalize_task_name
+from packyard.workers.settings import get_settings
 
 
 class TaskHelp(argparse.Action):
@@ -24,7 +27,7 @@ class TaskHelp(argparse.Action):
             try:
                 print(task_help(task))
             except KeyError:
-                known = ", ".join(k.removeprefix("packyard.") for k in common.known_tasks())
+                known = ", ".join(k.removeprefix("packyard.") for k in known_tasks())
                 print(f"unknown task {task!r}; known: {known}")
         parser.exit()
 
@@ -39,8 +42,8 @@ def task_help(task: str) -> str:
     from packyard.workers.app import app
     from packyard.workers.tasks.boundary import declared_inputs
 
-    name = common.normalize_task_name(task)
-    if name not in common.known_tasks():
+    name = normalize_task_name(task)
+    if name not in known_tasks():
         raise KeyError(name)
     t = app.tasks[name]
     inputs = declared_inputs(t)
@@ -74,7 +77,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("-h", "--help", action=TaskHelp,
                    help="show this help; `packyard submit TASK --help` also lists TASK's parameters")
     p.add_argument("task", help="task name, e.g. verify_repo")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("-p", "--param", action="append", default=[], metavar="KEY=VALUE",
                    help="extra task parameter (VALUE parsed as JSON when it is JSON, else a string)")
     p.add_argument("--no-check", action="store_true",
@@ -98,13 +101,13 @@ def parse_params(items: list[str]) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    name = common.normalize_task_name(args.task)
-    known = common.known_tasks()
+    name = normalize_task_name(args.task)
+    known = known_tasks()
     if name not in known:
         print(f"packyard submit: unknown task {args.task!r}; known: "
               f"{', '.join(k.removeprefix('packyard.') for k in known)}", file=sys.stderr)
         return 2
-    s = common.settings()
+    s = get_settings()
     from packyard.store.errors import InvalidInputError, LimitExceededError
     from packyard.workers.broker import check_message_size
     from packyard.workers.app import app
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     except LimitExceededError as err:
         print(f"packyard submit: {type(err).__name__}: {err}", file=sys.stderr)
         return 2
-    common.prepare_embedded(s)
+    prepare_embedded(s)
     result = app.send_task(name, kwargs=kwargs)
     print(f"queued {name} {result.id} repo={kwargs['repo']}", flush=True)
     if not args.wait:

@@ -5,7 +5,9 @@ import argparse
 import signal
 import time
 
-from packyard.workers.cli import common
+from packyard.workers.cli.children import Child, beat_argv, child_env, worker_argv
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -42,12 +44,12 @@ def create_dirs(s) -> list[str]:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.records import upgrade_database
 
-    s = common.settings()
+    s = get_settings()
     created = create_dirs(s)
-    server = common.prepare_embedded(s, migrate=False)
+    server = prepare_embedded(s, migrate=False)
     upgrade_database(s)
-    env = common.child_env(s)
-    children: list[common.Child] = []
+    env = child_env(s)
+    children: list[Child] = []
 
     def stop(signum, _frame):  # type: ignore[no-untyped-def]
         raise _Stop(signal.Signals(signum).name)
@@ -55,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     status = 0
     try:
-        children.append(common.Child("worker", common.worker_argv(s, concurrency=args.concurrency), env))
+        children.append(Child("worker", worker_argv(s, concurrency=args.concurrency), env))
         if not args.no_beat:
-            children.append(common.Child("beat", common.beat_argv(s), env))
+            children.append(Child("beat", beat_argv(s), env))
         print(f"packyard up: redis {s.redis_py_url}, database {s.database_url}; "
               f"{', '.join(f'{c.name} pid {c.pid}' for c in children)}. Ctrl-C to stop.", flush=True)
         if created:

@@ -4,14 +4,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.failures import call_store
+from packyard.workers.cli.progress import make_progress
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser("verify", help="verify a repository in-process",
                               description="Check every object (hash, parse) and reachability from the refs, "
                                           "in this process (no Redis, no worker). Exit 1 on the first bad object.")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("--json", action="store_true", help="print counters as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar even on a terminal")
     p.set_defaults(func=run)
@@ -20,8 +22,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.verify import verify_repo
 
-    progress = common.make_progress(args)
-    result = common.call_store("verify", progress, verify_repo, args.repo, progress=progress)
+    progress = make_progress(args)
+    result = call_store("verify", progress, verify_repo, args.repo, progress=progress)
     counters = result["counters"]
     if args.json:
         print(json.dumps(result))

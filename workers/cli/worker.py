@@ -4,7 +4,9 @@ from __future__ import annotations
 import argparse
 import os
 
-from packyard.workers.cli import common
+from packyard.workers.cli.children import child_env, worker_argv
+from packyard.workers.cli.prepare import prepare_embedded
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -20,8 +22,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    s = common.settings()
-    common.prepare_embedded(s)
-    argv = common.worker_argv(s, args.name, args.concurrency, args.loglevel)
-    os.execve(argv[0], argv, common.child_env(s))
+    s = get_settings()
+    prepare_embedded(s)
+    argv = worker_argv(s, args.name, args.concurrency, args.loglevel)
+    os.execve(argv[0], argv, child_env(s))
     return 0  # not reached

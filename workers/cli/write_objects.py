@@ -5,7 +5,9 @@ import argparse
 import json
 import sys
 
-from packyard.workers.cli import common
+from packyard.workers.cli.args import add_repo_arg
+from packyard.workers.cli.failures import call_store
+from packyard.workers.cli.progress import make_progress
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -14,7 +16,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
         description="FILE (or - for stdin) holds {\"objects\": [{\"type\": \"blob\", \"data\": \"<base64>\"}, ...], "
                     "\"ref_updates\": [{\"ref\": ..., \"old\": hex|null, \"new\": hex}]} or just the objects list. "
                     "Objects are validated first, then written with one durable flush; refs move last.")
-    common.add_repo_arg(p)
+    add_repo_arg(p)
     p.add_argument("file", nargs="?", default=None, help="the JSON document (default: stdin, unless --objects-file)")
     p.add_argument("--objects-file", metavar="FILE",
                    help="objects in `git cat-file --batch` format (<id> <type> <size> LF content LF), written "
@@ -43,8 +45,8 @@ def run(args: argparse.Namespace) -> int:
         print("packyard write-objects: the JSON must be a list of objects or {\"objects\": [...], "
               "\"ref_updates\": [...]}", file=sys.stderr)
         return 2
-    progress = common.make_progress(args)
-    result = common.call_store("write-objects", progress, write_objects, args.repo, objects,
+    progress = make_progress(args)
+    result = call_store("write-objects", progress, write_objects, args.repo, objects,
                                objects_file=args.objects_file, ref_updates=refs, progress=progress)
     print(json.dumps(result))
     return 0

@@ -28,7 +28,7 @@ from packyard.store.leftovers import RULES, Kind
 #: ``--quarantine-after``'s default: the table's hour.
 QUARANTINE_AFTER = RULES[Kind.QUARANTINE].unjudged_after or 0.0
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 PRESERVE_FOR = 3600.0
 
 

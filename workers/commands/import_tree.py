@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from packyard.store.importtree import Identity, import_tree as store_import_tree
 from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import fence_options, flat_counters, fsck_options_of, pack_threshold_of
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 
 def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str = "Import",

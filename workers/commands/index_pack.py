@@ -17,7 +17,7 @@ from packyard.store.pack.indexpack import IncomingPack, IndexPackResult
 from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import parse_ref_updates
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 LockFactory = Callable[[], ContextManager[Any]]
 
 
@@ -34,7 +34,7 @@ def redis_repo_lock(repo: str | Path) -> LockFactory:
     return factory
 
 
-def counters_of(result: IndexPackResult) -> dict[str, int]:
+def index_pack_counters(result: IndexPackResult) -> dict[str, int]:
     """Job-row counters: objects, deltas, bytes, thin bases, per-phase elapsed (µs), peak RSS, durability."""
     out = {
         "objects": result.objects, "deltas": result.deltas, "bytes": result.bytes,
@@ -76,4 +76,4 @@ def index_pack(repo: str | Path, pack: str | Path | BinaryIO, *, fix_thin: bool 
             result = incoming.commit(updates, fence_token=getattr(lease, "token", None))
     return {"repo": str(r.path), "pack": result.pack_name, "checksum": result.checksum,
             "outcome": result.outcome.value, "keep": str(result.keep_path) if result.keep_path else None,
-            "refs_updated": list(result.refs_updated), "counters": counters_of(result)}
+            "refs_updated": list(result.refs_updated), "counters": index_pack_counters(result)}

@@ -40,13 +40,13 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from packyard.store import leftovers as lo
 from packyard.store.leftovers import Kind, Leftover
 from packyard.store.owner import Liveness
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 #: Items listed on the job row at most (the counters count them all).
 MAX_LISTED = 200

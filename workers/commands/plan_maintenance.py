@@ -32,7 +32,7 @@ from packyard.workers.settings import Settings
 from packyard.workers.slots import FleetSlots
 from datetime import UTC
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 #: ``send(task name, kwargs, task id, countdown seconds)`` — queue one job (the task passes app.send_task).
 Send = Callable[[str, dict[str, Any], str, float], None]
 

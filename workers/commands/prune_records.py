@@ -1,12 +1,12 @@
 """prune_records as a plain function: the records' retention (workers/records/retention.py), as a job's result."""
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from packyard.workers.records.retention import prune
 from packyard.workers.settings import Settings
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 
 def prune_records(settings: Settings, *, jobs_days: float | None = None, lock_events_days: float | None = None,

@@ -1,9 +1,8 @@
 """repack as a plain function: the engine's repack with the maintenance lease's check and fencing token."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from packyard.store.errors import InvalidInputError
 from packyard.store.maintenance.bitmap import BitmapOptions
@@ -12,33 +11,21 @@ from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.maintenance.serving import after_repack
 from packyard.store.repo import Repository
 
-Progress = Callable[[str, int, "int | None"], None]
-
-_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400, "month": 30 * 86400,
-          "year": 365 * 86400}
-_AGO = re.compile(r"^(\d+)[. ]?(second|minute|hour|day|week|month|year)s?[. ]ago$")
-
+from packyard.store.progress import Progress
+from packyard.workers.durations import parse_duration
 
 def parse_expire(value: str | float | int | None, default: float = DEFAULT_EXPIRE_SECONDS) -> float:
-    """An age in seconds from git's spellings: ``2.weeks.ago``, ``1.hour.ago``, ``now``, ``never``, or seconds."""
+    """An age in seconds from git's spellings: ``2.weeks.ago``, ``1.hour.ago``, ``now``, ``never``, or seconds
+    (workers/durations.py reads them); None or "" is ``default``."""
     if value is None or value == "":
         return default
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:
-        text = str(value).strip().lower()
-        if text == "now":
-            return 0.0
-        if text == "never":
-            return float("inf")
-        m = _AGO.match(text)
-        if m:
-            return float(int(m.group(1)) * _UNITS[m.group(2)])
         try:
-            seconds = float(text)
-        except ValueError:
-            raise InvalidInputError(f"cannot read the expiry {value!r}: want e.g. 2.weeks.ago, now, never or "
-                                    f"seconds") from None
+            return parse_duration(str(value))
+        except InvalidInputError as err:
+            raise InvalidInputError(f"cannot read the expiry {value!r}: {err}") from None
     if seconds < 0:
         raise InvalidInputError(f"expiry must not be negative: {value!r}")
     return seconds

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.fsck import FsckOptions
@@ -10,7 +10,7 @@ from packyard.store.repo import Repository
 from packyard.store.pack.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
 from packyard.workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 
 def read_pack(pack: str | Path | BinaryIO, max_bytes: int | None) -> tuple[bytes, str]:

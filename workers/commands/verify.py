@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from packyard.store.verify import verify_repository
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 
 def verify_repo(repo: str | Path, *, progress: Progress | None = None) -> dict[str, Any]:

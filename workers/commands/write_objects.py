@@ -11,7 +11,7 @@ import base64
 import binascii
 import json
 from pathlib import Path
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from packyard.store.bulk import write_objects as store_write_objects
 from packyard.store.errors import InvalidInputError, LimitExceededError
@@ -20,7 +20,7 @@ from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import (fence_options, flat_counters, fsck_options_of, pack_threshold_of,
                                              parse_ref_updates)
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 
 #: What a message's ``"type"`` may say: git's names only. A number (even git's 3 for a blob) is refused, so a
 #: frontend that sends pack type numbers or a null learns it at once instead of writing the wrong type.

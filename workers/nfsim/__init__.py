@@ -35,15 +35,6 @@ def unavailable() -> str | None:
     return None
 
 
-def parse_latency(text: str) -> float:
-    """'1ms', '250us', '0.002s', '0' -> seconds."""
-    t = text.strip().lower()
-    for suffix, scale in (("us", 1e-6), ("ms", 1e-3), ("s", 1.0)):
-        if t.endswith(suffix):
-            return float(t[: -len(suffix)]) * scale
-    return float(t)
-
-
 def _mount_dev(path: Path) -> int:
     return os.stat(path).st_dev
 

@@ -40,13 +40,13 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Callable
 
+from packyard.store.progress import Progress
 from packyard.workers.race.pushes import PUSH_KINDS, Frontend, Push
 from packyard.workers.race.readers import KINDS, LOST, ReaderConfig, reader_main
 from packyard.workers.settings import Settings
 
 REPACK_MODES = ("full", "loose", "geometric")
 Say = Callable[[str], None]
-Progress = Callable[[str, int, "int | None"], None]
 
 
 @dataclass(frozen=True)

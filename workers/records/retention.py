@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Callable
+from typing import Any
 
 from sqlalchemy import and_, delete, exists, not_, or_, select
 from sqlalchemy.orm import aliased
@@ -28,7 +28,7 @@ from packyard.workers.records.db import session_scope
 from packyard.workers.records.models import Job, JobState, LockEvent, RaceEvent, utcnow
 from packyard.workers.settings import Settings
 
-Progress = Callable[[str, int, "int | None"], None]
+from packyard.store.progress import Progress
 PENDING = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
 
 

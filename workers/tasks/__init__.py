@@ -3,7 +3,7 @@
 Layers
 ------
 * ``workers/commands/<name>.py`` — the plain work function. It takes ids, paths and
-  parameters plus ``progress: Callable[[str, int, int | None], None] | None`` and returns
+  parameters plus ``progress: Progress | None`` (``packyard.store.progress``) and returns
   a JSON-able dict with ``"counters": {name: int, ...}``. No Celery in it; tests call it
   directly. It raises ``packyard.store.errors.StoreError`` subclasses for bad input.
 * ``workers/tasks/<name>.py`` — the Celery task, about 15 lines::

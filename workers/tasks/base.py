@@ -14,8 +14,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from packyard.store import owner
 from packyard.store.errors import InvalidInputError, LockContendedError, LockLostError, StoreError
-from packyard.workers import logging as plog
-from packyard.workers import recording
+from packyard.workers import logs as plog
+from packyard.workers.records import task_runs as recording
 from packyard.workers.confine import InputKind
 from packyard.workers.records.recorder import DeliveryVerdict
 from packyard.workers.settings import get_settings

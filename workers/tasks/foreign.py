@@ -34,12 +34,12 @@ class ForeignTask(Task):
         raise self._refusal()
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from packyard.workers import recording
+        from packyard.workers.records import task_runs
 
         err = self._refusal()
         req = self.request
         if req.id is not None:
-            recording.job_refused(req.id, self.name, args, kwargs, req.hostname, err)
+            task_runs.job_refused(req.id, self.name, args, kwargs, req.hostname, err)
         raise err
 
     def _refusal(self) -> InvalidInputError:

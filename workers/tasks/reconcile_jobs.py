@@ -16,7 +16,7 @@ BEAT_INSPECT_TIMEOUT = 5.0
 @app.task(name="packyard.reconcile_jobs", ignore_result=True, acks_late=False)
 def reconcile_jobs() -> dict[str, Any]:
     """One reconciler pass; its report is logged (``reconcile.pass``) and returned."""
-    from packyard.workers import logging as plog
+    from packyard.workers import logs as plog
     from packyard.workers.reconcile import reconcile
     from packyard.workers.settings import get_settings
 

@@ -14,6 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
+from packyard.workers.durations import parse_duration
+
 
 def add_arg(p: Any) -> None:
     p.add_argument("--nfsim-latency", default=None, metavar="T",
@@ -31,7 +33,7 @@ def mounted(base: Path, latency: str) -> Iterator[Any]:
         raise SystemExit(f"packyard bench: --nfsim-latency: {reason}")
     server = base / "nfsim-server"
     server.mkdir(parents=True, exist_ok=True)
-    m = nfsim.Mount(server, base / "nfsim-mnt", latency=nfsim.parse_latency(latency), ac_attr=3.0, ac_dir=3.0,
+    m = nfsim.Mount(server, base / "nfsim-mnt", latency=parse_duration(latency), ac_attr=3.0, ac_dir=3.0,
                     name="bench-nfsim")
     try:
         yield m

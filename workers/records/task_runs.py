@@ -26,7 +26,7 @@ from typing import Any, Callable
 from celery.signals import before_task_publish, setup_logging, worker_process_init
 from sqlalchemy.exc import SQLAlchemyError
 
-from packyard.workers import logging as plog
+from packyard.workers import logs as plog
 from packyard.workers.records import JobState, recorder, registry
 from packyard.workers.settings import Settings, get_settings
 
@@ -124,7 +124,7 @@ def _summarized_repr(args: Any, kwargs: dict[str, Any]) -> tuple[str, str] | Non
     return repr(tuple(summary_args)), repr(summary_kwargs)
 
 
-def counters_of(value: Any) -> dict[str, Any] | None:
+def reported_counters(value: Any) -> dict[str, Any] | None:
     """Counters from a task's returned dict, or from an exception's partial report/counters."""
     if isinstance(value, dict):
         c = value.get("counters")
@@ -206,7 +206,7 @@ def job_finished(task_id: str, name: str, args: tuple[Any, ...], kwargs: dict[st
     """Log the one summary event, then record SUCCESS (counters from the result) or FAILURE (str(exc))."""
     repo = repo_from_call(args, kwargs)
     state = JobState.FAILURE if exc is not None else JobState.SUCCESS
-    counters = counters_of(exc if exc is not None else result)
+    counters = reported_counters(exc if exc is not None else result)
     event = {"state": state.value, "duration_ms": int((time.monotonic() - started) * 1000), "counters": counters}
     if exc is not None:
         log.error("job.finished", error=str(exc), error_type=type(exc).__name__, **event)
