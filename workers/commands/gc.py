@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from packyard.store.leftovers import RULES, Kind
+from packyard.store.progress import Progress
 
 #: ``--quarantine-after``'s default: the table's hour.
 QUARANTINE_AFTER = RULES[Kind.QUARANTINE].unjudged_after or 0.0
-
-from packyard.store.progress import Progress
 PRESERVE_FOR = 3600.0
 
 
