@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .bulk import BatchCounters, begin_batch, fsck_objects, open_source
+from .batch.loose import BatchCounters, begin_batch, fsck_objects, open_source
 from .fsck import STRICT, FsckOptions
 from .fsck.paths import is_hfs_dotgitmodules, is_ntfs_dotgitmodules
-from .packbatch import PACK_MEMORY, PACK_THRESHOLD, PackBatch, begin_pack_batch, should_write_pack
+from .batch.pack import PACK_MEMORY, PACK_THRESHOLD, PackBatch, begin_pack_batch, should_write_pack
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType

@@ -11,8 +11,8 @@ import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
 from packyard.store import RefUpdate, RefUpdateError, Repository
-from packyard.store import bulk
-from packyard.store.bulk import (BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, cleanup_stale_tmp_if_needed,
+from packyard.store.batch import loose as bulk
+from packyard.store.batch.loose import (BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, cleanup_stale_tmp_if_needed,
                         gc_stale_tmp, should_remove_tmp, write_objects)
 from packyard.store.errors import InvalidInputError, ObjectMissingError, StoreError
 from packyard.store.faults import InjectedFault, arm, disarm
@@ -330,7 +330,7 @@ def test_stale_tmp_of_dead_batch_removed_by_next_batch_never_live_ones(empty_rep
     child = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys; sys.path.insert(0, %r)\n"
-            "from packyard.store import Repository\nfrom packyard.store.bulk import begin_batch\nfrom packyard.store.objects import ObjectType\n"
+            "from packyard.store import Repository\nfrom packyard.store.batch.loose import begin_batch\nfrom packyard.store.objects import ObjectType\n"
             "b = begin_batch(Repository.open(%r))\n"
             "for i in range(30): b.add(ObjectType.BLOB, b'live %%d' %% i)\n"
             "print('ready', flush=True); sys.stdin.readline(); b.commit(); print('done', flush=True)\n")

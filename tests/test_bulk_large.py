@@ -12,7 +12,7 @@ import pytest
 
 from gitutil import GIT_ENV, git, make_worktree_repo, snapshot_tree
 from packyard.store import Repository
-from packyard.store.bulk import STREAM_CHUNK, WriteResult, begin_batch
+from packyard.store.batch.loose import STREAM_CHUNK, WriteResult, begin_batch
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.faults import InjectedFault, arm, disarm
 from packyard.store.importtree import Identity, import_tree

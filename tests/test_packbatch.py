@@ -13,12 +13,12 @@ import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo
 from packyard.store import Repository
-from packyard.store.bulk import WriteResult, write_objects
+from packyard.store.batch.loose import WriteResult, write_objects
 from packyard.store.errors import InvalidInputError
 from packyard.store.importtree import Identity, import_tree
 from packyard.store.objects import ObjectType, hash_object
 from packyard.store.pack.search import SearchOptions
-from packyard.store.packbatch import PackBatch, should_write_pack
+from packyard.store.batch.pack import PackBatch, should_write_pack
 
 WHEN = Identity(name="Imp Orter", email="imp@example.com", when=1700000000)
 

@@ -279,7 +279,7 @@ def _pack_infos(pack_dir: Path) -> tuple[PackInfo, ...]:
 
 def _sample_loose(objects_dir: Path, sample: Sequence[str], now: float) -> tuple[int, int]:
     """(loose objects, stale tmp_obj_* files) in the sampled fan-out directories."""
-    from ..bulk import TMP_PREFIX, should_remove_tmp
+    from ..batch.loose import TMP_PREFIX, should_remove_tmp
 
     loose = stale = 0
     for fan in sample:

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from ..bulk import BatchCounters, begin_batch
+from ..batch.loose import BatchCounters, begin_batch
 from ..errors import LimitExceededError, PackFormatError, StoreError
 from ..fsck import STRICT, FsckChecker, FsckOptions
 from ..objects import ObjectType, hash_object

@@ -30,7 +30,7 @@ PRESERVE_FOR = 3600.0
 def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after: float | None = None,
            quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
            fence: Callable[[], None] | None = None, progress: Progress | None = None) -> dict[str, Any]:
-    from packyard.store import bulk
+    from packyard.store.batch import loose as bulk
     from packyard.store.pack.indexpack import remove_stale_quarantines
     from packyard.store.maintenance.leftovers import remove_stale_temp_files
     from packyard.store.maintenance.preserved import expire_preserved
@@ -82,7 +82,7 @@ def remove_unowned_leftovers(git_dir: str | Path, *, quarantine_after: float = Q
     import shutil
     import time
 
-    from packyard.store import bulk
+    from packyard.store.batch import loose as bulk
     from packyard.store.maintenance.leftovers import remove_stale_temp_files
     from packyard.store.owner import read_owner
     from packyard.store.pack.indexpack import QUARANTINE_OWNER, QUARANTINE_PREFIX

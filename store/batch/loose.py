@@ -68,15 +68,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from . import durable, install
-from .tuning import gc_paused, keep_heap_slack_if_needed
-from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
-from .faults import fault_point
-from .fsck import STRICT, FsckOptions, check_batch
-from .objdir import Location
-from .objects import ObjectType, hash_object
-from .owner import current_owner, host_identity
-from .refs import RefUpdate
+from .. import durable, install
+from ..tuning import gc_paused, keep_heap_slack_if_needed
+from ..errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
+from ..faults import fault_point
+from ..fsck import STRICT, FsckOptions, check_batch
+from ..objdir import Location
+from ..objects import ObjectType, hash_object
+from ..owner import current_owner, host_identity
+from ..refs import RefUpdate
 
 Progress = Callable[[str, int, "int | None"], None]
 
@@ -1004,8 +1004,8 @@ def gc_stale_tmp(repo, *, stale_after: float = STALE_AFTER, foreign_after: float
 
 def validate_object(obj_type: ObjectType, data: bytes, index: int) -> None:
     """Structural check of a caller-supplied object, so nothing git fsck would reject is written."""
-    from .parse import object_links  # local: parse is only needed for caller-supplied objects
-    from .errors import CorruptObjectError
+    from ..parse import object_links  # local: parse is only needed for caller-supplied objects
+    from ..errors import CorruptObjectError
     try:
         object_links(obj_type, data, hash_object(obj_type, data))
     except CorruptObjectError as err:
@@ -1081,7 +1081,7 @@ def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]],
         validate_object(obj_type, data, i)
         typed.append((obj_type, data))
     fsck_objects(repo, typed, fsck or STRICT)
-    from .packbatch import begin_pack_batch, should_write_pack  # (it builds on this module)
+    from .pack import begin_pack_batch, should_write_pack  # (it builds on this module)
 
     begin = begin_pack_batch if should_write_pack(len(typed), pack_threshold) else begin_batch
     with begin(repo, counters=counters, progress=progress, expected=len(typed), **batch_options) as batch:

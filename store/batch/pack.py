@@ -40,17 +40,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
-from . import install
-from .bulk import (_LABEL_SP, PACK_THRESHOLD, BatchCounters, BatchResult, BatchState, WriteResult, _stream_exactly,
+from .. import install
+from .loose import (_LABEL_SP, PACK_THRESHOLD, BatchCounters, BatchResult, BatchState, WriteResult, _stream_exactly,
                    open_source, skip_if_exists)
-from .errors import InvalidInputError, ObjectMissingError, StoreError
-from .faults import fault_point
-from .maintenance.leftovers import remove_stale_temp_files
-from .objects import ObjectType
-from .pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
-from .pack.write import PACK_COMPRESSION, PackWriter
-from .refs import RefUpdate
-from .tuning import keep_heap_slack_if_needed
+from ..errors import InvalidInputError, ObjectMissingError, StoreError
+from ..faults import fault_point
+from ..maintenance.leftovers import remove_stale_temp_files
+from ..objects import ObjectType
+from ..pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
+from ..pack.write import PACK_COMPRESSION, PackWriter
+from ..refs import RefUpdate
+from ..tuning import keep_heap_slack_if_needed
 
 Progress = Callable[[str, int, "int | None"], None]
 
