@@ -1,13 +1,14 @@
 """A large batch of new objects written as ONE pack with computed deltas (``git fast-import``'s way),
 instead of one loose file per object.
 
-Same interface and rules as the loose batch (:mod:`.bulk`), which stays the path for small
-batches: ``add`` / ``add_file`` hash each object and answer "exists?" from ONE snapshot taken
-when the batch begins (existing objects are skipped and freshened, an object only in a cruft
-pack is written anew), ``commit(ref_updates)`` publishes and moves the refs last. What differs
+Same interface (:class:`.contract.Batch`) and rules as the loose batch (:mod:`.loose`), which stays the
+path for small batches (:func:`.api.begin` picks): ``add`` / ``add_file`` hash each object and answer
+"exists?" from ONE snapshot taken when the batch begins (existing objects are skipped and freshened, an
+object only in a cruft pack is written anew), ``commit(ref_updates)`` publishes and moves the refs last. What differs
 is what ``commit`` writes::
 
-    batch = begin_pack_batch(repo)        # ONE snapshot; temp files of dead pack writers removed
+    batch = begin(repo, count_hint=n)     # n >= PACK_THRESHOLD; ONE snapshot; temp files of dead pack
+                                          #   writers removed
     batch.add(BLOB, data, name=b"a/b.c")  # kept in memory (the name orders the delta search)
     batch.add_file(path, size)            # a big file: hashed now (streamed), read again at write time
     batch.commit([RefUpdate(...)])
@@ -41,8 +42,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from .. import install
-from .loose import (_LABEL_SP, PACK_THRESHOLD, BatchCounters, BatchResult, BatchState, WriteResult, _stream_exactly,
-                   open_source, skip_if_exists)
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..maintenance.leftovers import remove_stale_temp_files
@@ -51,8 +50,8 @@ from ..pack.search import Candidates, SearchOptions, SearchResult, fast_name_has
 from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..refs import RefUpdate
 from ..tuning import keep_heap_slack_if_needed
-
-Progress = Callable[[str, int, "int | None"], None]
+from .contract import (LABEL_SP, BatchCounters, BatchResult, BatchState, Progress, WriteResult, open_source,
+                       skip_if_exists, stream_exactly)
 
 #: Bytes of object content a pack batch's caller lets it hold for the delta search (see the docstring).
 PACK_MEMORY = 256 << 20
@@ -125,7 +124,7 @@ class PackBatch:
         t = int(obj_type)
         if t not in _TYPE_CODES:
             raise InvalidInputError(f"unknown object type {t}")
-        h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % len(data))
+        h = hashlib.sha1(LABEL_SP[t] + b"%d\0" % len(data))
         h.update(data)
         oid = h.digest()
         self.counters.bytes_in += len(data)
@@ -158,8 +157,8 @@ class PackBatch:
         try:
             if t not in _TYPE_CODES:
                 raise InvalidInputError(f"unknown object type {t}", path=where)
-            h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % size)
-            for chunk in _stream_exactly(fd, size, where, "hash", progress):
+            h = hashlib.sha1(LABEL_SP[t] + b"%d\0" % size)
+            for chunk in stream_exactly(fd, size, where, "hash", progress):
                 h.update(chunk)
             oid = h.digest()
             self.counters.bytes_in += size
@@ -325,8 +324,8 @@ class PackBatch:
             except OSError as err:
                 raise InvalidInputError(f"cannot read file: {err.strerror}", path=f.where) from err
         try:
-            h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % f.size)
-            for chunk in _stream_exactly(fd, f.size, f.where, "compress", None):
+            h = hashlib.sha1(LABEL_SP[t] + b"%d\0" % f.size)
+            for chunk in stream_exactly(fd, f.size, f.where, "compress", None):
                 h.update(chunk)
                 yield chunk
             if h.digest() != oid:
@@ -352,17 +351,3 @@ class PackBatch:
                 except OSError:
                     pass
         self._data = []
-
-
-def begin_pack_batch(repo, *, counters: BatchCounters | None = None, progress: Progress | None = None,
-                     expected: int | None = None, **options) -> PackBatch:
-    """Start a pack batch (takes the snapshot, removes temp files of dead pack writers)."""
-    return PackBatch(repo, counters=counters, progress=progress, expected=expected, **options)
-
-
-def should_write_pack(count: int, threshold: int | None) -> bool:
-    """Pure question: is a batch of ``count`` objects written as one pack (``threshold`` None: never)?"""
-    return threshold is not None and threshold > 0 and count >= threshold
-
-
-__all__ = ["PackBatch", "begin_pack_batch", "should_write_pack", "PACK_THRESHOLD", "PACK_MEMORY"]

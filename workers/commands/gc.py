@@ -4,7 +4,7 @@ The one cleanup behind ``packyard gc`` (in-process) and the ``packyard.gc`` job 
 plan queues:
 
 * temp files of crashed batch writes (``objects/xx/tmp_obj_*``) and their batch markers
-  (``store/bulk.py``'s age rules: a dead pid on this host after 10 minutes, anything else
+  (``store/batch/loose.py``'s age rules: a dead pid on this host after 10 minutes, anything else
   after 14 days);
 * index-pack quarantines (``objects/incoming-*``) untouched for ``quarantine_after`` seconds;
 * pack writers' temp files (``objects/pack/tmp_*``: ours as soon as their writer is dead, others

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
-from packyard.store.batch.loose import write_objects as store_write_objects
+from packyard.store.batch.api import write_objects as store_write_objects
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.objectsfile import read_objects_file
 from packyard.store.repo import Repository
