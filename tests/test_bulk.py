@@ -428,12 +428,15 @@ def test_fence_checked_before_publishing(empty_repo):
     repo = Repository.open(empty_repo)
     calls = []
 
-    def lease_check():
-        calls.append(len(tmp_files(empty_repo)))
-        raise LockLostError("lease expired", path=str(empty_repo))
+    class LostLease:   # store/lease.py's Protocol: a lease that is no longer ours
+        token = 1
+
+        def check(self):
+            calls.append(len(tmp_files(empty_repo)))
+            raise LockLostError("lease expired", path=str(empty_repo))
 
     with pytest.raises(LockLostError):
-        with begin(repo, fence=lease_check) as batch:
+        with begin(repo, lease=LostLease()) as batch:
             for d in blobs(30):
                 batch.add(ObjectType.BLOB, d)
             batch.commit()

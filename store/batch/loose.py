@@ -74,6 +74,7 @@ from ..faults import fault_point
 from ..objdir import Location
 from ..objects import ObjectType
 from ..owner import current_owner, host_identity
+from ..lease import Lease, check, token_of
 from ..refs import RefUpdate
 from ..tuning import keep_heap_slack_if_needed
 from .contract import (LABEL_SP, BatchCounters, BatchResult, BatchState, Progress, WriteResult,
@@ -145,13 +146,11 @@ class LooseBatch:
     def __init__(self, repo, *, counters: BatchCounters | None = None,
                  flush_method: FlushMethod | None = None, dir_sync: DirSync | None = None,
                  writeout: bool = True, progress: Progress | None = None, expected: int | None = None,
-                 stale_after: float = STALE_AFTER, fence: Callable[[], None] | None = None,
-                 fence_token: int | None = None) -> None:
+                 stale_after: float = STALE_AFTER, lease: Lease | None = None) -> None:
         self.repo = repo
-        # Called before publishing and before the ref update (e.g. a lease check raising LockLostError).
-        self.fence = fence
-        # The lease's fencing token: the ref update refuses it if a later holder moved refs (RefStore.update).
-        self.fence_token = fence_token
+        # store/lease.py: checked before publishing and before the ref update (LockLostError: nothing more is
+        # published); its token makes the ref update refuse a stale holder (RefStore.update).
+        self.lease = lease
         self.counters = counters if counters is not None else BatchCounters()
         self.flush_method = flush_method or default_flush_method()
         if self.flush_method is FlushMethod.SYNCFS and not durable.HAVE_SYNCFS:
@@ -485,14 +484,13 @@ class LooseBatch:
             fault_point("bulk.after_writeout")
             self._step("barrier_flush", self.barrier_flush)
             fault_point("bulk.after_barrier")
-            if self.fence is not None:
-                self.fence()
+            check(self.lease)
             self._step("publish_renames", self.publish_renames)
             fault_point("bulk.after_renames")
             self._step("fsync_dirs", self.fsync_dirs)
             fault_point("bulk.after_fsync_dirs")
-            if self.fence is not None and ref_updates:
-                self.fence()
+            if ref_updates:
+                check(self.lease)
             self._step("update_refs", lambda: self.update_refs(ref_updates))
             fault_point("bulk.after_update_refs")
         except BaseException:
@@ -595,7 +593,7 @@ class LooseBatch:
 
     def update_refs(self, ref_updates: Sequence[RefUpdate]) -> None:
         """Compare-and-swap the refs (why: last, so a ref never names a non-durable object)."""
-        install.update_refs(self.repo, ref_updates, self.counters.durable, self.fence_token)
+        install.update_refs(self.repo, ref_updates, self.counters.durable, token_of(self.lease))
 
     # -- abort ---------------------------------------------------------------
     def abort(self) -> None:

@@ -39,7 +39,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from .. import install
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
@@ -48,6 +48,7 @@ from ..maintenance.leftovers import remove_stale_temp_files
 from ..objects import ObjectType
 from ..pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
 from ..pack.write import PACK_COMPRESSION, PackWriter
+from ..lease import Lease, check, token_of
 from ..refs import RefUpdate
 from ..tuning import keep_heap_slack_if_needed
 from .contract import (LABEL_SP, BatchCounters, BatchResult, BatchState, Progress, WriteResult, open_source,
@@ -74,8 +75,7 @@ class PackBatch:
     """A batch-write transaction that ends in one pack; see the module docstring. Single-threaded."""
 
     def __init__(self, repo, *, counters: BatchCounters | None = None, progress: Progress | None = None,
-                 expected: int | None = None, fence: Callable[[], None] | None = None,
-                 fence_token: int | None = None, search_options: SearchOptions | None = None,
+                 expected: int | None = None, lease: Lease | None = None, search_options: SearchOptions | None = None,
                  compression: int = PACK_COMPRESSION, **loose_only) -> None:
         # Options of the loose batch that have no meaning for one pack file (flush method, directory
         # sync, write-out, tmp file age) are accepted so callers pass the same options to either.
@@ -83,8 +83,7 @@ class PackBatch:
         if unknown:
             raise TypeError(f"unknown pack batch options: {sorted(unknown)}")
         self.repo = repo
-        self.fence = fence
-        self.fence_token = fence_token
+        self.lease = lease   # store/lease.py: checked before the install and the ref update; its token fences refs
         self.counters = counters if counters is not None else BatchCounters()
         self.counters.write_path = "pack"
         self.progress = progress
@@ -218,18 +217,17 @@ class PackBatch:
                 writer.finish()
                 c.add_time("write", time.monotonic() - t0)
                 fault_point("packbatch.after_write")
-                if self.fence is not None:
-                    self.fence()
+                check(self.lease)
                 t0 = time.monotonic()
                 _outcome, files, _keep = writer.install()
                 c.add_time("install", time.monotonic() - t0)
                 self.pack_name = files.name
                 c.pack_bytes = writer.size
                 c.bytes_written += writer.size
-            if self.fence is not None and ref_updates:
-                self.fence()
+            if ref_updates:
+                check(self.lease)
             t0 = time.monotonic()
-            install.update_refs(self.repo, ref_updates, c.durable, self.fence_token)
+            install.update_refs(self.repo, ref_updates, c.durable, token_of(self.lease))
             c.add_time("update_refs", time.monotonic() - t0)
             fault_point("packbatch.after_update_refs")
         except BaseException:

@@ -15,8 +15,8 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
               ``window_memory``), what it finds no delta for written whole
     install   temp files -> flush -> renames (idx last) -> directory fsync (store/install.py)
     recheck   (before the first deletion) the tips are read again; whatever they reach that is not in a
-              new pack keeps its old copy; the maintenance lease is checked (``check_lease``)
-    delete    inside the repository's maintenance fence (``fence_token``): replaced packs move to
+              new pack keeps its old copy; the maintenance lease is checked (``lease.check()``)
+    delete    inside the repository's maintenance fence (``lease.token``): replaced packs move to
               objects/pack/preserved/ (idx first), loose files of the snapshot that are now packed or
               expired are unlinked, preserved packs past ``preserve_for`` are removed
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 import enum
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -43,7 +42,9 @@ from typing import Callable, Iterable
 from .. import durable
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
-from ..fence import FenceKind, fenced
+from ..fence import FenceKind
+from ..lease import Lease, fence_of, token_of
+from ..lease import check as check_lease
 from ..objects import ObjectType
 from .midxbitmap import midx_bitmap_for
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
@@ -202,15 +203,15 @@ class _Timer:
 
 @gc_paused()   # hundreds of thousands of long-lived acyclic objects (ids, arrays): see store/tuning.py
 def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress | None = None,
-           check_lease: Callable[[], None] | None = None, fence_token: int | None = None,
-           hooks: RepackHooks | None = None) -> RepackResult:
-    """Repack ``repo`` (see the module docstring). ``check_lease`` raises LockLostError if the maintenance
-    lease was lost; ``fence_token`` is that lease's token, checked by the store's maintenance fence."""
+           lease: Lease | None = None, hooks: RepackHooks | None = None) -> RepackResult:
+    """Repack ``repo`` (see the module docstring). ``lease`` (store/lease.py): the maintenance lease, checked
+    before the first deletion (LockLostError: nothing deleted); its token is checked by the store's maintenance
+    fence around the deletions."""
     if options.factor < 2 and options.mode is RepackMode.GEOMETRIC:
         raise InvalidInputError(f"geometric factor must be at least 2, not {options.factor}")
     hooks = hooks or RepackHooks()
     now = time.time() if options.now is None else options.now
-    result = RepackResult(mode=options.mode, fence_token=fence_token)
+    result = RepackResult(mode=options.mode, fence_token=token_of(lease))
     c = result.counters
     timer = _Timer(result.elapsed)
     dur = durable.DurabilityCounters()
@@ -253,8 +254,8 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
                 _publish_midx(repo, plan, options, pack_dir, set(), dur, result.counters)
         else:
             new_names = _write_and_install(plan, sources, options, progress, result, timer, dur, pack_dir)
-            delete_old_packs(repo, plan, sources, options, new_names, result, now=now, check_lease=check_lease,
-                             fence_token=fence_token, hooks=hooks, timer=timer, dur=dur)
+            delete_old_packs(repo, plan, sources, options, new_names, result, now=now, lease=lease, hooks=hooks,
+                             timer=timer, dur=dur)
         _finish_counters(result, repo, rescans0, dur)
         return result
     finally:
@@ -316,9 +317,8 @@ def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptio
 
 
 def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, new_names: set[str],
-                     result: RepackResult, *, now: float, check_lease: Callable[[], None] | None,
-                     fence_token: int | None, hooks: RepackHooks, timer: "_Timer",
-                     dur: durable.DurabilityCounters) -> None:
+                     result: RepackResult, *, now: float, lease: Lease | None, hooks: RepackHooks,
+                     timer: "_Timer", dur: durable.DurabilityCounters) -> None:
     """The delete rule: what a repack (full, geometric, loose; a full one's cruft pack included) may delete
     once its new packs are installed, and in which order. JGit's ``GC.deleteOldPacks`` and git's
     ``builtin/repack.c`` (``-d``: ``DELETE_PACK`` marks, ``write_midx_included_packs``,
@@ -336,8 +336,8 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
 
     **When.** After every new pack is installed and durable (never before: a crash in between leaves the
     objects twice, never zero times), after the before-delete hook and the maintenance-lease check
-    (``check_lease``: LockLostError, nothing deleted), and inside the repository's maintenance fence
-    (``fence_token``): a holder that stalled past its lease is refused there by a later one's token.
+    (``lease.check()``: LockLostError, nothing deleted), and inside the repository's maintenance fence
+    (``lease.token``): a holder that stalled past its lease is refused there by a later one's token.
 
     **Order.** FIRST the new multi-pack-index (and its bitmap) over the packs that stay -- or, with no MIDX
     wanted, the old one removed if it names a doomed pack (git's ``clear_midx_file``) -- so no MIDX ever
@@ -362,16 +362,13 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
         doomed_packs, doomed_loose = _spare(needed, doomed_packs, doomed_loose, sources, c)
     doomed_packs, doomed_loose = _spare_freshened(plan, doomed_packs, doomed_loose, sources, options, now, c)
     timer.lap("recheck")
-    if check_lease is not None:
-        check_lease()
+    check_lease(lease)
     # A holder that stalls here, past its lease, is stopped by the maintenance fence below.
     fault_point("repack.after_lease_check")
 
     # -- delete, inside the maintenance fence -----------------------------------------------------
     doing = f"delete {len(doomed_packs)} packs and {len(doomed_loose)} loose objects"
-    guard = (fenced(repo.path, fence_token, doing, dur, kind=FenceKind.MAINTENANCE)
-             if fence_token is not None else nullcontext())
-    with guard:
+    with fence_of(lease, repo.path, doing, dur, FenceKind.MAINTENANCE):
         # FIRST the new multi-pack-index: no MIDX ever names a pack deleted or preserved below.
         _publish_midx(repo, plan, options, pack_dir, {p.name for p in doomed_packs}, dur, c)
         for pack in doomed_packs:

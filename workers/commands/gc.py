@@ -13,14 +13,15 @@ plan queues:
 * ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``) whose owner is provably
   dead, or that nobody can judge and are older than 10 minutes, and orphaned ref temp files.
 
-``fence`` (the job's maintenance-lease check) runs before each step that deletes, so a job
-that lost its lease stops before deleting anything more.
+``lease`` (store/lease.py: the job's maintenance lease) is checked before each step that deletes, so a
+job that lost its lease stops before deleting anything more.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable
 
+from packyard.store.lease import Lease
 from packyard.store.maintenance.stats import QUARANTINE_AFTER
 
 Progress = Callable[[str, int, "int | None"], None]
@@ -29,7 +30,7 @@ PRESERVE_FOR = 3600.0
 
 def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after: float | None = None,
            quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
-           fence: Callable[[], None] | None = None, progress: Progress | None = None) -> dict[str, Any]:
+           lease: Lease | None = None, progress: Progress | None = None) -> dict[str, Any]:
     from packyard.store.batch import loose as bulk
     from packyard.store.pack.indexpack import remove_stale_quarantines
     from packyard.store.maintenance.leftovers import remove_stale_temp_files
@@ -37,7 +38,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
 
-    check = fence or (lambda: None)
+    check = lease.check if lease is not None else (lambda: None)
     r = Repository.open(repo)
     steps = 5
 
