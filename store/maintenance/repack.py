@@ -13,7 +13,8 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
               goes into the same pack copied verbatim (CRC checked; not with ``reuse=False``), the rest
               offered to the delta search (store/pack/search.py: ``window``, ``depth``,
               ``window_memory``), what it finds no delta for written whole
-    install   temp files -> flush -> renames (idx last) -> directory fsync (store/install.py)
+    install   (the lease checked) temp files -> flush -> renames (idx last) -> directory fsync
+              (store/install.py)
     recheck   (before the first deletion) the tips are read again; whatever they reach that is not in a
               new pack keeps its old copy; the maintenance lease is checked (``lease.check()``)
     delete    inside the repository's maintenance fence (``lease.token``): replaced packs move to
@@ -253,7 +254,7 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
             if _wants_midx(options, pack_dir) and midx_status(pack_dir).wanted:
                 _publish_midx(repo, plan, options, pack_dir, set(), dur, result.counters)
         else:
-            new_names = _write_and_install(plan, sources, options, progress, result, timer, dur, pack_dir)
+            new_names = _write_and_install(plan, sources, options, progress, result, timer, dur, pack_dir, lease)
             delete_old_packs(repo, plan, sources, options, new_names, result, now=now, lease=lease, hooks=hooks,
                              timer=timer, dur=dur)
         _finish_counters(result, repo, rescans0, dur)
@@ -264,9 +265,10 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
 
 def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptions, progress: Progress | None,
                        result: RepackResult, timer: "_Timer", dur: durable.DurabilityCounters,
-                       pack_dir: Path) -> set[str]:
+                       pack_dir: Path, lease: Lease | None) -> set[str]:
     """Write the plan's new pack(s) (the main one, then the cruft one) and install each through the pack
-    writer's install (store/install.py: temp files -> flush -> renames, idx last -> directory fsync).
+    writer's install (store/install.py: temp files -> flush -> renames, idx last -> directory fsync), once
+    the lease is checked (a lost one: LockLostError, the temp files removed, nothing new visible).
     Returns the installed packs' names; on an error nothing new stays visible but what was installed."""
     c = result.counters
     # -- write and install the new pack(s) -------------------------------------------------------
@@ -298,6 +300,7 @@ def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptio
         result.elapsed["bitmap"] = searched.get("bitmap", 0.0)
         result.elapsed["write"] -= result.elapsed["search"] + result.elapsed["bitmap"]
         fault_point("repack.after_write")
+        check_lease(lease)   # publish nothing for a holder that lost its lease while writing
         for writer, mtimes, prefix in written:
             _outcome, files, _keep = writer.install(mtimes=mtimes)
             c.bytes_out += writer.size
