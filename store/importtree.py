@@ -1,7 +1,7 @@
 """Import a directory or a tar archive as one commit: blobs, trees, commit, then the ref (CAS).
 
 The "tar -xf; git add .; git commit" case from seed 001_b60f0a0927ea1ee2.txt,
-written through one :class:`packyard.store.bulk.LooseBatch` (one durable flush, renames
+written through one :class:`packyard.store.batch.loose.LooseBatch` (one durable flush, renames
 at the end, ref last).
 
 Everything is validated before the first object is written: names git cannot
@@ -43,10 +43,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .bulk import BatchCounters, begin_batch, fsck_objects, open_source
+from .batch.api import PACK_THRESHOLD, begin, fsck_objects
+from .batch.contract import BatchCounters, open_source
 from .fsck import STRICT, FsckOptions
 from .fsck.paths import is_hfs_dotgitattributes, is_hfs_dotgitmodules, is_ntfs_dotgitattributes, is_ntfs_dotgitmodules
-from .packbatch import PACK_MEMORY, PACK_THRESHOLD, PackBatch, begin_pack_batch, should_write_pack
+from .batch.pack import PACK_MEMORY, PackBatch
 from .tuning import gc_paused
 from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
@@ -397,7 +398,7 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     source of more than ``max_files`` entries or ``max_bytes`` of content (found by the scan).
 
     An import of at least ``pack_threshold`` objects (files, directories and the commit; None: never)
-    is written as one pack with computed deltas (store/packbatch.py) instead of loose files; the
+    is written as one pack with computed deltas (store/batch/pack.py) instead of loose files; the
     counters' ``write_path`` says which ("pack" or "loose").
 
     What it builds is checked by git's fsck (store/fsck; ``fsck`` or git's strict defaults) before
@@ -423,9 +424,8 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     # A tar's members cannot be read again cheaply: a pack batch would hold them all, so a tar holding
     # more than PACK_MEMORY is written loose (one member in memory at a time). A directory's files past
     # PACK_MEMORY go into the pack streamed and whole (add_file) instead.
-    as_pack = should_write_pack(nfiles + _count_dirs(root) + 1, pack_threshold) and \
-        (tar is None or budget.bytes <= PACK_MEMORY)
-    begin = begin_pack_batch if as_pack else begin_batch
+    can_hold = tar is None or budget.bytes <= PACK_MEMORY
+    count_hint = nfiles + _count_dirs(root) + 1 if can_hold else None   # None: begin picks loose
     built: list[tuple[ObjectType, bytes]] = []      # trees, the commit, blobs fsck reads (.gitmodules, ...)
     built_ids: list[bytes] = []
     blob_ids: dict[bytes, int] = {}
@@ -436,8 +436,11 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
         return oid
 
     try:
-        with begin(repo, counters=counters, progress=progress if as_pack else None, **batch_options) as batch:
-            pack_batch = batch if isinstance(batch, PackBatch) else None   # (as_pack, narrowed once)
+        with begin(repo, count_hint=count_hint, pack_threshold=pack_threshold, counters=counters, progress=progress,
+                   **batch_options) as batch:
+            pack_batch = batch if isinstance(batch, PackBatch) else None   # which one begin picked, narrowed once
+            if pack_batch is None:
+                batch.progress = None   # the import reports its own "import" phase; a loose batch's "write" repeats it
             def write(node: _Dir, path: bytes) -> bytes:
                 nonlocal ntrees, done
                 entries = []

@@ -11,9 +11,11 @@ import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
 from packyard.store import RefUpdate, RefUpdateError, Repository
-from packyard.store import bulk
 from packyard.store import leftovers
-from packyard.store.bulk import BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, write_objects
+from packyard.store.batch import loose as bulk
+from packyard.store.batch.api import begin, write_objects
+from packyard.store.batch.contract import BatchCounters, WriteResult
+from packyard.store.batch.loose import DirSync, FlushMethod
 from packyard.workers.commands.gc import remove_dead_batches
 from packyard.store.errors import InvalidInputError, ObjectMissingError, StoreError
 from packyard.store.faults import InjectedFault, arm, disarm
@@ -41,7 +43,7 @@ def blobs(n: int, tag: str = "x") -> list[bytes]:
 def test_batch_writes_objects_git_reads_back(empty_repo):
     repo = Repository.open(empty_repo)
     data = blobs(300)
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         results = [batch.add(ObjectType.BLOB, d) for d in data]
         assert tmp_files(empty_repo), "tmp files live in the fan-out dirs until commit"
         assert not batch_check_all(empty_repo), "nothing is visible before commit"
@@ -62,7 +64,7 @@ def test_flush_count_is_constant_plus_dirs(empty_repo, n):
     """Flush calls per batch do not grow with the object count: the barrier, one syncfs for the
     renames, and at most MAX_EARLY_FLUSHES background write-out calls while objects are added."""
     repo = Repository.open(empty_repo)
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         for d in blobs(n):
             batch.add(ObjectType.BLOB, d)
         res = batch.commit()
@@ -93,7 +95,7 @@ def test_early_flush_cap_is_per_batch_even_with_shared_counters(empty_repo, monk
     per_batch = []
     for tag in ("a", "b"):
         before = counters.durable.extra.get("early_flushes", 0)
-        with begin_batch(repo, counters=counters) as batch:
+        with begin(repo, counters=counters) as batch:
             for d in blobs(600, tag):
                 batch.add(ObjectType.BLOB, d)
             batch.commit()
@@ -118,7 +120,7 @@ def test_fanout_dir_on_another_filesystem_is_synced_too(empty_repo):
     try:
         assert os.stat(mnt).st_dev != os.stat(empty_repo / "objects").st_dev
         repo = Repository.open(empty_repo)
-        with begin_batch(repo) as batch:
+        with begin(repo) as batch:
             oids = [batch.add(ObjectType.BLOB, d)[0] for d in data]
             res = batch.commit()
         # two filesystems: barrier x2 + after-renames x2 (no early flushes for 40 objects)
@@ -134,7 +136,7 @@ def test_portable_fallback_fsyncs_each_file_and_each_dir(empty_repo):
     repo = Repository.open(empty_repo)
     data = blobs(50)
     counters = BatchCounters()
-    with begin_batch(repo, counters=counters, flush_method=FlushMethod.FSYNC_EACH) as batch:
+    with begin(repo, counters=counters, flush_method=FlushMethod.FSYNC_EACH) as batch:
         oids = [batch.add(ObjectType.BLOB, d)[0] for d in data]
         res = batch.commit()
     fanouts = {o.hex()[:2] for o in oids}
@@ -150,7 +152,7 @@ def test_syncfs_barrier_with_per_dir_fsync(empty_repo):
     repo = Repository.open(empty_repo)
     if not bulk.durable.HAVE_SYNCFS:
         pytest.skip("no syncfs on this platform")
-    with begin_batch(repo, dir_sync=DirSync.EACH) as batch:
+    with begin(repo, dir_sync=DirSync.EACH) as batch:
         oids = [batch.add(ObjectType.BLOB, d)[0] for d in blobs(40)]
         res = batch.commit()
     assert res.counters["flushes"] == 1
@@ -173,7 +175,7 @@ def test_existing_objects_skipped_from_snapshot_and_freshened(tmp_path):
     old = time.time() - 3 * 24 * 3600
     os.utime(loose_path, (old, old))
     os.utime(pack_path, (old, old))
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         r1 = batch.add(ObjectType.BLOB, loose_data)
         r2 = batch.add(ObjectType.BLOB, packed_data)
         r3 = batch.add(ObjectType.BLOB, b"brand new\n")
@@ -194,7 +196,7 @@ def test_object_pruned_after_snapshot_is_written_not_trusted(tmp_path, empty_rep
     data = b"about to be pruned\n"
     hexid = git("hash-object", "-w", "--stdin", git_dir=empty_repo, input=data).strip().decode()
     path = empty_repo / "objects" / hexid[:2] / hexid[2:]
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         path.unlink()                      # a concurrent prune, after the snapshot
         oid, result = batch.add(ObjectType.BLOB, data)
         batch.commit()
@@ -207,7 +209,7 @@ def test_no_per_object_lookup_object_written_meanwhile_is_not_replaced(empty_rep
     """Objects that appear after the snapshot are not looked up; the rename refuses to replace them."""
     repo = Repository.open(empty_repo)
     data = b"raced in by another writer\n"
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         hexid = git("hash-object", "-w", "--stdin", git_dir=empty_repo, input=data).strip().decode()
         path = empty_repo / "objects" / hexid[:2] / hexid[2:]
         inode = path.stat().st_ino
@@ -223,14 +225,14 @@ def test_no_per_object_lookup_object_written_meanwhile_is_not_replaced(empty_rep
 def test_abort_and_exception_remove_tmp_files(empty_repo):
     repo = Repository.open(empty_repo)
     before = snapshot_tree(empty_repo)
-    batch = begin_batch(repo)
+    batch = begin(repo)
     for d in blobs(20):
         batch.add(ObjectType.BLOB, d)
     assert len(tmp_files(empty_repo)) == 20
     batch.abort()
     assert tmp_files(empty_repo) == []
     with pytest.raises(RuntimeError):
-        with begin_batch(repo) as batch:
+        with begin(repo) as batch:
             for d in blobs(20, "y"):
                 batch.add(ObjectType.BLOB, d)
             raise RuntimeError("caller failed")
@@ -248,7 +250,7 @@ def test_failure_before_renames_publishes_nothing(empty_repo, point):
     arm(point, "raise")
     try:
         with pytest.raises(InjectedFault):
-            with begin_batch(repo) as batch:
+            with begin(repo) as batch:
                 for d in blobs(10):
                     batch.add(ObjectType.BLOB, d)
                 batch.commit()
@@ -267,7 +269,7 @@ def test_ref_updated_last_and_cas_failure_leaves_ref(tmp_path):
               f"committer A <a@x> 1700000000 +0000\n\nbulk\n").encode()
     # CAS failure: expected old value is wrong
     with pytest.raises(RefUpdateError):
-        with begin_batch(repo) as batch:
+        with begin(repo) as batch:
             new, _ = batch.add(ObjectType.COMMIT, commit)
             batch.commit([RefUpdate("refs/heads/main", b"\x01" * 20, new)])
     assert repo.refs.read("refs/heads/main") == main
@@ -275,7 +277,7 @@ def test_ref_updated_last_and_cas_failure_leaves_ref(tmp_path):
     assert not (bare / "refs" / "heads" / "main.lock").exists()
     fsck(bare)
     # success path
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         new, _ = batch.add(ObjectType.COMMIT, commit + b"again\n")
         res = batch.commit([RefUpdate("refs/heads/main", main, new)])
     assert git("rev-parse", "main", git_dir=bare).strip().decode() == new.hex()
@@ -286,7 +288,7 @@ def test_ref_updated_last_and_cas_failure_leaves_ref(tmp_path):
 def test_ref_to_missing_object_refused(empty_repo):
     repo = Repository.open(empty_repo)
     with pytest.raises(ObjectMissingError):
-        with begin_batch(repo) as batch:
+        with begin(repo) as batch:
             batch.add(ObjectType.BLOB, b"x")
             batch.commit([RefUpdate("refs/heads/main", None, b"\x02" * 20)])
     assert repo.refs.read("refs/heads/main") is None
@@ -331,8 +333,8 @@ def test_stale_tmp_of_dead_batch_removed_by_next_batch_never_live_ones(empty_rep
     child = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys; sys.path.insert(0, %r)\n"
-            "from packyard.store import Repository\nfrom packyard.store.bulk import begin_batch\nfrom packyard.store.objects import ObjectType\n"
-            "b = begin_batch(Repository.open(%r))\n"
+            "from packyard.store import Repository\nfrom packyard.store.batch.api import begin\nfrom packyard.store.objects import ObjectType\n"
+            "b = begin(Repository.open(%r))\n"
             "for i in range(30): b.add(ObjectType.BLOB, b'live %%d' %% i)\n"
             "print('ready', flush=True); sys.stdin.readline(); b.commit(); print('done', flush=True)\n")
             % (str(ROOT), str(empty_repo))],
@@ -410,7 +412,7 @@ def test_truncated_or_empty_tmp_never_becomes_an_object(empty_repo):
     full = bulk.zlib.compress(b"blob %d\0" % len(data) + data)
     (fan / f"tmp_obj_{pid}_{batch_id}_1").write_bytes(full[: len(full) // 2])
     (fan / f"tmp_obj_{pid}_{batch_id}_2").write_bytes(b"")
-    with begin_batch(repo, stale_after=0) as batch:
+    with begin(repo, stale_after=0) as batch:
         assert batch.add(ObjectType.BLOB, data)[1] is WriteResult.QUEUED
         batch.commit()
     assert batch.counters.stale_tmp_removed == 2
@@ -422,7 +424,7 @@ def test_truncated_or_empty_tmp_never_becomes_an_object(empty_repo):
 def test_progress_reported(empty_repo):
     repo = Repository.open(empty_repo)
     seen = []
-    with begin_batch(repo, progress=lambda *a: seen.append(a), expected=2500) as batch:
+    with begin(repo, progress=lambda *a: seen.append(a), expected=2500) as batch:
         for d in blobs(2500):
             batch.add(ObjectType.BLOB, d)
         batch.commit()
@@ -438,12 +440,15 @@ def test_fence_checked_before_publishing(empty_repo):
     repo = Repository.open(empty_repo)
     calls = []
 
-    def lease_check():
-        calls.append(len(tmp_files(empty_repo)))
-        raise LockLostError("lease expired", path=str(empty_repo))
+    class LostLease:   # store/lease.py's Protocol: a lease that is no longer ours
+        token = 1
+
+        def check(self):
+            calls.append(len(tmp_files(empty_repo)))
+            raise LockLostError("lease expired", path=str(empty_repo))
 
     with pytest.raises(LockLostError):
-        with begin_batch(repo, fence=lease_check) as batch:
+        with begin(repo, lease=LostLease()) as batch:
             for d in blobs(30):
                 batch.add(ObjectType.BLOB, d)
             batch.commit()

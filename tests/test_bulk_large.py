@@ -12,7 +12,8 @@ import pytest
 
 from gitutil import GIT_ENV, git, make_worktree_repo, snapshot_tree
 from packyard.store import Repository
-from packyard.store.bulk import STREAM_CHUNK, WriteResult, begin_batch
+from packyard.store.batch.api import begin
+from packyard.store.batch.contract import STREAM_CHUNK, WriteResult
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.faults import InjectedFault, arm, disarm
 from packyard.store.importtree import Identity, import_tree
@@ -208,7 +209,7 @@ def test_add_file_skip_duplicate_exists_and_fd(tmp_path, empty_repo):
     sparse_random_file(path, 3 * MiB + 1)
     size = path.stat().st_size
     repo = Repository.open(empty_repo)
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         oid, r1 = batch.add_file(path, size)
         assert r1 is WriteResult.QUEUED and batch.pending_count == 1
         _, r2 = batch.add_file(path, size)
@@ -231,7 +232,7 @@ def test_add_file_skip_duplicate_exists_and_fd(tmp_path, empty_repo):
 
     loose = empty_repo / "objects" / oid.hex()[:2] / oid.hex()[2:]
     os.utime(loose, (1_000_000_000, 1_000_000_000))
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         _, r5 = batch.add_file(path, size)
         assert r5 is WriteResult.EXISTS_LOOSE and batch.pending_count == 0
         assert batch.counters.bytes_written == 0
@@ -243,7 +244,7 @@ def test_add_file_wrong_size_or_not_a_file(tmp_path, empty_repo):
     path = tmp_path / "f.bin"
     path.write_bytes(os.urandom(100))
     repo = Repository.open(empty_repo)
-    with begin_batch(repo) as batch:
+    with begin(repo) as batch:
         with pytest.raises(InvalidInputError, match="longer than the expected 99") as info:
             batch.add_file(path, 99)
         assert info.value.path == str(path)

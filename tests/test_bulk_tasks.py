@@ -150,7 +150,7 @@ def test_cli_import_unpack_write_gc(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["oids"] == [hash_object(ObjectType.BLOB, b"hi\n").hex()]
     # gc: a dead writer's tmp file (pid that cannot exist) of this host goes; git's own stays until expiry
-    from packyard.store import bulk
+    from packyard.store.batch import loose as bulk
     fan = other / "objects" / "ab"
     fan.mkdir(exist_ok=True)
     ours = fan / f"tmp_obj_4194304999_{bulk._HOST_TAG}-00c0ffee_1"

@@ -40,8 +40,8 @@ sys.path.insert(0, sys.argv[1])
 from packyard.store import Repository
 from packyard.store.importtree import Identity, import_tree
 if os.environ.get("PACKYARD_TEST_EARLY_FLUSH_EVERY"):   # background syncfs threads in flight when killed
-    import packyard.store.bulk
-    packyard.store.bulk.EARLY_FLUSH_EVERY = int(os.environ["PACKYARD_TEST_EARLY_FLUSH_EVERY"])
+    import packyard.store.batch.loose
+    packyard.store.batch.loose.EARLY_FLUSH_EVERY = int(os.environ["PACKYARD_TEST_EARLY_FLUSH_EVERY"])
 ident = Identity(name="Crash Test", email="crash@example.com", when=1700000000)
 repo = Repository.open(sys.argv[2])
 print("ready", flush=True)

@@ -1,4 +1,4 @@
-"""Crash safety of an import written as one pack (store/packbatch.py): SIGKILL at every step.
+"""Crash safety of an import written as one pack (store/batch/pack.py): SIGKILL at every step.
 
 A child process imports a directory into a fresh copy of a repository with ``pack_threshold=1``
 (every import is a pack). It is killed at each fault point of the pack path -- while writing

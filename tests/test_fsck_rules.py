@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packyard.store.bulk import write_objects
+from packyard.store.batch.api import write_objects
 from packyard.store.errors import FsckError, StoreError
 from packyard.store.fsck import FsckConfigError, FsckOptions, Severity, parse_severities
 from packyard.store.fsck.rules import ObjectReport, Refused, check_tree, check_tree_fast

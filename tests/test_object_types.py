@@ -41,7 +41,7 @@ def test_git_takes_names_not_numbers_for_a_type(tmp_path):
 
 @pytest.mark.parametrize("kind", [5, 0, -1, None, True, "Blob", b"blobs", 3.0])
 def test_store_api_refuses_what_is_not_a_type_naming_the_object(tmp_path, kind):
-    from packyard.store.bulk import write_objects
+    from packyard.store.batch.api import write_objects
     from packyard.store.errors import InvalidInputError
     from packyard.store.repo import Repository
 
@@ -54,7 +54,7 @@ def test_store_api_refuses_what_is_not_a_type_naming_the_object(tmp_path, kind):
 
 
 def test_store_api_takes_git_type_numbers_as_git_does(tmp_path):
-    from packyard.store.bulk import write_objects
+    from packyard.store.batch.api import write_objects
     from packyard.store.objects import ObjectType
     from packyard.store.repo import Repository
 

@@ -1,4 +1,4 @@
-"""Large batches written as one pack (store/packbatch.py): the same trees and commits as the loose path and
+"""Large batches written as one pack (store/batch/pack.py): the same trees and commits as the loose path and
 as git, existing objects skipped from one snapshot, computed deltas git accepts, big files streamed and
 re-checked, nothing published on failure, and the worker job saying which path it took."""
 from __future__ import annotations
@@ -13,12 +13,13 @@ import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo
 from packyard.store import Repository
-from packyard.store.bulk import WriteResult, write_objects
+from packyard.store.batch.api import should_write_pack, write_objects
+from packyard.store.batch.contract import WriteResult
 from packyard.store.errors import InvalidInputError
 from packyard.store.importtree import Identity, import_tree
 from packyard.store.objects import ObjectType, hash_object
 from packyard.store.pack.search import SearchOptions
-from packyard.store.packbatch import PackBatch, should_write_pack
+from packyard.store.batch.pack import PackBatch
 
 WHEN = Identity(name="Imp Orter", email="imp@example.com", when=1700000000)
 

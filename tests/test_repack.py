@@ -161,7 +161,8 @@ def test_object_reachable_again_leaves_the_cruft_pack(shapes):
 
 
 def test_writing_an_object_only_in_a_cruft_pack_writes_it_anew(shapes):
-    from packyard.store.bulk import WriteResult, write_objects
+    from packyard.store.batch.api import write_objects
+    from packyard.store.batch.contract import WriteResult
 
     bare = shapes.bare
     result = repack(Repository.open(bare), RepackOptions(mode=FULL))

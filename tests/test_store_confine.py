@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from gitutil import git, make_worktree_repo
-from packyard.store.bulk import write_objects
+from packyard.store.batch.api import write_objects
 from packyard.store.errors import InvalidInputError, NotARepositoryError, PackFormatError
 from packyard.store.pack.indexpack import index_pack
 from packyard.store.objects import ObjectType, from_hex, hash_object

@@ -170,12 +170,18 @@ def test_stalled_holder_is_refused_by_the_storage(redis_client, tmp_path):
     assert lease_b is not None and lease_b.token > lease_a.token
     who = Identity(name="T", email="t@example.com", when=1700000000)
     res_b = import_tree(Repository.open(repo_path), "refs/heads/main", src_b, author=who,
-                        fence=lease_b.check, fence_token=lease_b.token)
+                        lease=lease_b)
     lease_b.release()
     before = snapshot_tree(repo_path)
     with pytest.raises(LockLostError, match=f"stale fencing token {lease_a.token}"):
         # A resumes after its check: only the token it carries can stop it now.
-        import_tree(Repository.open(repo_path), "refs/heads/main", src_a, author=who, fence_token=lease_a.token)
+        class Stalled:   # A's lease as A saw it: checked (above), then stalled; it carries A's token
+            token = lease_a.token
+
+            def check(self):
+                pass
+
+        import_tree(Repository.open(repo_path), "refs/heads/main", src_a, author=who, lease=Stalled())
     assert git("rev-parse", "refs/heads/main", git_dir=repo_path).decode().strip() == res_b.commit.hex()
     def refs_and_fence(snap: dict) -> dict:
         return {k: v for k, v in snap.items() if str(k).startswith(("refs", "packed-refs", "packyard/fence"))}

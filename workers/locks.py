@@ -56,6 +56,7 @@ from typing import Any, Callable, Iterator
 import redis
 
 from packyard.store import fence as store_fence
+from packyard.store.lease import Lease as StoreLease
 from packyard.store import owner as store_owner
 from packyard.store.errors import LockLostError
 from packyard.workers.records.models import LockEventKind
@@ -215,7 +216,11 @@ def db_event_recorder(settings: Settings | str) -> OnEvent:
 
 
 class Lease:
-    """A held repository lease. ``token`` is the fencing token (strictly increasing per repository)."""
+    """A held repository lease. ``token`` is the fencing token (strictly increasing per repository).
+
+    It is the storage's lease seam as it is (:class:`packyard.store.lease.Lease`: ``token``, ``check()``
+    raising LockLostError), so tasks and commands hand it to the store as ``lease=`` unchanged;
+    :func:`_as_store_lease` below is where mypy checks that it stays one."""
 
     def __init__(self, client: redis.Redis, repo: str, token: int, owner: str, ttl: float,
                  job_id: str | None, on_event: OnEvent | None, kind: LeaseKind = LeaseKind.REPO) -> None:
@@ -276,6 +281,11 @@ class Lease:
             self.lost = True
             self._emit(self._why_lost(), detail={"while": "releasing"})
         return False
+
+
+def _as_store_lease(lease: Lease) -> StoreLease:
+    """The one place the Redis lease meets the storage's seam (type-checked: a Lease is a StoreLease)."""
+    return lease
 
 
 def try_acquire(client: redis.Redis, repo: str | Path, ttl: float, job_id: str | None = None,
@@ -431,22 +441,51 @@ def claim_fence(repo: str | Path, lease: Lease) -> None:
         pass
 
 
+class MaintenanceBusy(LockTimeout):
+    """``skip_if_busy``: the maintenance lease is held by another job (one attempt, no wait)."""
+
+
 @contextmanager
 def maintenance_lease(settings: Settings, repo: str | Path, wait: float | None = None,
-                      job_id: str | None = None) -> Iterator[Lease]:
-    """The maintenance lease for an in-process command (``packyard repack --lock``, ``packyard gc --lock``):
-    wait up to ``wait`` seconds (default PACKYARD_MAINTENANCE_WAIT; LockTimeout after it), record the
-    token in the maintenance fence, renew it in the background; a LockLostError out of the block is
-    recorded as an aborted event. Events go to ``lock_events`` (dropped if the database is down)."""
-    on_event = db_event_recorder(settings)
-    lease = acquire(redis_client(settings), repo, ttl=settings.lock_ttl, job_id=job_id, on_event=on_event,
-                    wait=settings.maintenance_wait if wait is None else wait, poll=0.1, kind=LeaseKind.MAINTENANCE)
+                      job_id: str | None = None, *, ttl: float | None = None, skip_if_busy: bool = False,
+                      client: redis.Redis | None = None, on_event: OnEvent | None = None,
+                      on_held: Callable[[Lease], None] | None = None,
+                      on_lost: Callable[[LockLostError], None] | None = None) -> Iterator[Lease]:
+    """THE maintenance-lease policy: ``packyard repack --lock`` / ``gc --lock`` use it as it is, and
+    ``PackyardTask.maintenance_lock`` wraps it (its retries, job-row notes and skipped runs around it).
+
+    Acquire the repository's maintenance lease (``ttl``, default PACKYARD_LOCK_TTL): wait up to ``wait``
+    seconds (default PACKYARD_MAINTENANCE_WAIT; LockTimeout after it), or with ``skip_if_busy`` one attempt
+    (MaintenanceBusy if another job holds it). Renew it in the background; ``on_held(lease)`` runs first
+    once it is held; then record its token in the maintenance fence (:func:`claim_fence`: a stalled previous
+    holder is refused before any deletion) and run the block. A LockLostError out of the block (a failed
+    check, a refused fence; also as the cause of a task's Retry) is recorded as an ``aborted`` event, then
+    ``on_lost(error)``. Events go to ``lock_events`` (dropped if the database is down)."""
+    from celery.exceptions import Retry
+
+    on_event = on_event if on_event is not None else db_event_recorder(settings)
+    client = client if client is not None else redis_client(settings)
+    ttl = ttl or settings.lock_ttl
+    if skip_if_busy:
+        found = try_acquire(client, repo, ttl, job_id, on_event, LeaseKind.MAINTENANCE)
+        if found is None:
+            raise MaintenanceBusy(f"the maintenance lease of {lock_name_for(repo)} is held by another job")
+        lease = found
+    else:
+        lease = acquire(client, repo, ttl, job_id, on_event, wait=settings.maintenance_wait if wait is None
+                        else float(wait), poll=0.1, kind=LeaseKind.MAINTENANCE)
     with hold(lease, auto_renew=True):
+        if on_held is not None:
+            on_held(lease)
         try:
             claim_fence(repo, lease)
             yield lease
-        except LockLostError as err:
-            lease.abort("delete", str(err))
+        except BaseException as err:
+            cause = err.exc if isinstance(err, Retry) else err
+            if isinstance(cause, LockLostError):
+                lease.abort("delete", str(cause))
+                if on_lost is not None:
+                    on_lost(cause)
             raise
 
 

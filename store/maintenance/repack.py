@@ -13,10 +13,11 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
               goes into the same pack copied verbatim (CRC checked; not with ``reuse=False``), the rest
               offered to the delta search (store/pack/search.py: ``window``, ``depth``,
               ``window_memory``), what it finds no delta for written whole
-    install   temp files -> flush -> renames (idx last) -> directory fsync (store/install.py)
+    install   (the lease checked) temp files -> flush -> renames (idx last) -> directory fsync
+              (store/install.py)
     recheck   (before the first deletion) the tips are read again; whatever they reach that is not in a
-              new pack keeps its old copy; the maintenance lease is checked (``check_lease``)
-    delete    inside the repository's maintenance fence (``fence_token``): replaced packs move to
+              new pack keeps its old copy; the maintenance lease is checked (``lease.check()``)
+    delete    inside the repository's maintenance fence (``lease.token``): replaced packs move to
               objects/pack/preserved/ (idx first), loose files of the snapshot that are now packed or
               expired are unlinked, preserved packs past ``preserve_for`` are removed
 
@@ -35,7 +36,6 @@ from __future__ import annotations
 import enum
 import os
 import time
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
@@ -43,7 +43,9 @@ from typing import Callable, Iterable
 from .. import durable
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
-from ..fence import FenceKind, fenced
+from ..fence import FenceKind
+from ..lease import Lease, fence_of, token_of
+from ..lease import check as check_lease
 from ..objects import ObjectType
 from .midxbitmap import midx_bitmap_for
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
@@ -202,15 +204,15 @@ class _Timer:
 
 @gc_paused()   # hundreds of thousands of long-lived acyclic objects (ids, arrays): see store/tuning.py
 def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress | None = None,
-           check_lease: Callable[[], None] | None = None, fence_token: int | None = None,
-           hooks: RepackHooks | None = None) -> RepackResult:
-    """Repack ``repo`` (see the module docstring). ``check_lease`` raises LockLostError if the maintenance
-    lease was lost; ``fence_token`` is that lease's token, checked by the store's maintenance fence."""
+           lease: Lease | None = None, hooks: RepackHooks | None = None) -> RepackResult:
+    """Repack ``repo`` (see the module docstring). ``lease`` (store/lease.py): the maintenance lease, checked
+    before the first deletion (LockLostError: nothing deleted); its token is checked by the store's maintenance
+    fence around the deletions."""
     if options.factor < 2 and options.mode is RepackMode.GEOMETRIC:
         raise InvalidInputError(f"geometric factor must be at least 2, not {options.factor}")
     hooks = hooks or RepackHooks()
     now = time.time() if options.now is None else options.now
-    result = RepackResult(mode=options.mode, fence_token=fence_token)
+    result = RepackResult(mode=options.mode, fence_token=token_of(lease))
     c = result.counters
     timer = _Timer(result.elapsed)
     dur = durable.DurabilityCounters()
@@ -247,24 +249,28 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         hooks.after_plan()
 
     try:
-        return _write_and_delete(repo, plan, sources, options, now, progress, check_lease, fence_token, hooks,
-                                 result, timer, dur, pack_dir, rescans0)
+        if not plan.main and not plan.cruft and not plan.packs and not plan.loose:
+            result.nothing_to_do = True
+            if _wants_midx(options, pack_dir) and midx_status(pack_dir).wanted:
+                _publish_midx(repo, plan, options, pack_dir, set(), dur, result.counters)
+        else:
+            new_names = _write_and_install(plan, sources, options, progress, result, timer, dur, pack_dir, lease)
+            delete_old_packs(repo, plan, sources, options, new_names, result, now=now, lease=lease, hooks=hooks,
+                             timer=timer, dur=dur)
+        _finish_counters(result, repo, rescans0, dur)
+        return result
     finally:
         sources.release()
 
 
-def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, now: float,
-                      progress: Progress | None, check_lease, fence_token: int | None, hooks: RepackHooks,
-                      result: RepackResult, timer: "_Timer", dur: durable.DurabilityCounters, pack_dir: Path,
-                      rescans0: int) -> RepackResult:
+def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptions, progress: Progress | None,
+                       result: RepackResult, timer: "_Timer", dur: durable.DurabilityCounters,
+                       pack_dir: Path, lease: Lease | None) -> set[str]:
+    """Write the plan's new pack(s) (the main one, then the cruft one) and install each through the pack
+    writer's install (store/install.py: temp files -> flush -> renames, idx last -> directory fsync), once
+    the lease is checked (a lost one: LockLostError, the temp files removed, nothing new visible).
+    Returns the installed packs' names; on an error nothing new stays visible but what was installed."""
     c = result.counters
-    if not plan.main and not plan.cruft and not plan.packs and not plan.loose:
-        result.nothing_to_do = True
-        if _wants_midx(options, pack_dir) and midx_status(pack_dir).wanted:
-            _publish_midx(repo, plan, options, pack_dir, set(), dur, c)
-        _finish_counters(result, repo, rescans0, dur)
-        return result
-
     # -- write and install the new pack(s) -------------------------------------------------------
     written: list[tuple[PackWriter, list[int] | None, str]] = []
     writers: list[PackWriter] = []
@@ -294,6 +300,7 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
         result.elapsed["bitmap"] = searched.get("bitmap", 0.0)
         result.elapsed["write"] -= result.elapsed["search"] + result.elapsed["bitmap"]
         fault_point("repack.after_write")
+        check_lease(lease)   # publish nothing for a holder that lost its lease while writing
         for writer, mtimes, prefix in written:
             _outcome, files, _keep = writer.install(mtimes=mtimes)
             c.bytes_out += writer.size
@@ -309,8 +316,45 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
         raise
     timer.lap("install")
     new_names = set(result.packs_written) | ({result.cruft_pack} if result.cruft_pack else set())
+    return new_names
 
-    # -- before the first deletion: tips again, freshened copies, the lease ------------------------
+
+def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, new_names: set[str],
+                     result: RepackResult, *, now: float, lease: Lease | None, hooks: RepackHooks,
+                     timer: "_Timer", dur: durable.DurabilityCounters) -> None:
+    """The delete rule: what a repack (full, geometric, loose; a full one's cruft pack included) may delete
+    once its new packs are installed, and in which order. JGit's ``GC.deleteOldPacks`` and git's
+    ``builtin/repack.c`` (``-d``: ``DELETE_PACK`` marks, ``write_midx_included_packs``,
+    ``remove_redundant_pack``, ``prune_packed_objects``) are the models.
+
+    **Which.** Only what the repack's ONE snapshot listed (``plan.packs``, ``plan.loose``): a pack, loose
+    object, quarantine or ref that appeared after it is never touched. Of those packs, one whose name is
+    among the new packs' (the same objects written again give the same name: JGit's "continue
+    oldPackLoop") stays; a ``.keep`` pack was never planned (JGit's ``shouldBeKept``, git's kept list); a
+    geometric repack plans only the packs it rolled up, never a cruft pack. Then, before anything goes:
+    a full repack reads the tips again and spares every old copy of what a changed tip reaches that no new
+    pack holds (``kept_for_recheck``); and when the plan expires objects, any pack touched since the plan
+    and any expired loose file freshened within ``expire`` stay: a writer that found the object and
+    freshened it instead of writing it relies on that copy (``kept_freshened``; JGit's pack expiry by mtime).
+
+    **When.** After every new pack is installed and durable (never before: a crash in between leaves the
+    objects twice, never zero times), after the before-delete hook and the maintenance-lease check
+    (``lease.check()``: LockLostError, nothing deleted), and inside the repository's maintenance fence
+    (``lease.token``): a holder that stalled past its lease is refused there by a later one's token.
+
+    **Order.** FIRST the new multi-pack-index (and its bitmap) over the packs that stay -- or, with no MIDX
+    wanted, the old one removed if it names a doomed pack (git's ``clear_midx_file``) -- so no MIDX ever
+    names a pack that is gone; the new packs' own bitmap was installed with them, and the commit-graph is
+    written after the repack (serving.py), so neither can describe what is deleted here. Then each doomed
+    pack moves to ``objects/pack/preserved/`` (``options.preserve``; idx first, so a reader never finds an
+    idx without its pack) or is removed; then the doomed loose files (git's ``prune-packed``); then the
+    bitmaps of old packs that stay (git keeps one bitmap: the new pack's); last, preserved packs past
+    ``preserve_for`` expire (JGit's ``prunePreserved``). Fault points: ``repack.before_delete``,
+    ``repack.after_lease_check``, ``repack.midx.after_*``, ``repack.after_idx_preserved``,
+    ``repack.after_pack_preserved``, ``repack.after_loose_deleted``, ``repack.after_delete``."""
+    c = result.counters
+    pack_dir = Path(repo.objects.path) / "pack"
+    # -- which: the snapshot's packs and loose objects this repack replaced, minus what must stay -------
     if hooks.before_delete is not None:
         hooks.before_delete()
     fault_point("repack.before_delete")
@@ -321,16 +365,13 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
         doomed_packs, doomed_loose = _spare(needed, doomed_packs, doomed_loose, sources, c)
     doomed_packs, doomed_loose = _spare_freshened(plan, doomed_packs, doomed_loose, sources, options, now, c)
     timer.lap("recheck")
-    if check_lease is not None:
-        check_lease()
+    check_lease(lease)
     # A holder that stalls here, past its lease, is stopped by the maintenance fence below.
     fault_point("repack.after_lease_check")
 
     # -- delete, inside the maintenance fence -----------------------------------------------------
     doing = f"delete {len(doomed_packs)} packs and {len(doomed_loose)} loose objects"
-    guard = (fenced(repo.path, fence_token, doing, dur, kind=FenceKind.MAINTENANCE)
-             if fence_token is not None else nullcontext())
-    with guard:
+    with fence_of(lease, repo.path, doing, dur, FenceKind.MAINTENANCE):
         # FIRST the new multi-pack-index: no MIDX ever names a pack deleted or preserved below.
         _publish_midx(repo, plan, options, pack_dir, {p.name for p in doomed_packs}, dur, c)
         for pack in doomed_packs:
@@ -361,8 +402,6 @@ def _write_and_delete(repo, plan: "_Plan", sources: SourceIndex, options: Repack
         c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
     fault_point("repack.after_delete")
     timer.lap("delete")
-    _finish_counters(result, repo, rescans0, dur)
-    return result
 
 
 def _wants_midx(options: RepackOptions, pack_dir: Path) -> bool:

@@ -9,31 +9,30 @@ the maintenance fence, like the repack's deletions.
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
-from typing import Any, Callable
+from typing import Any
 
 from .. import durable
 from ..errors import LockContendedError
-from ..fence import FenceKind, fenced
+from ..fence import FenceKind
+from ..lease import Lease, fence_of, token_of
+from ..lease import check as check_lease
 from ..packrefs import pack_refs
 from .commitgraph import DEFAULT_EXPIRE_AFTER
 from .graphwrite import GraphOptions, write_commit_graph
 
 
 def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True, replace_graph: bool = False,
-                 fence_token: int | None = None, check_lease: Callable[[], None] | None = None,
+                 lease: Lease | None = None,
                  graph_expire_after: float = DEFAULT_EXPIRE_AFTER) -> dict[str, Any]:
-    """Write the commit-graph and pack the refs (each optional); returns counters for the job record."""
+    """Write the commit-graph and pack the refs (each optional); returns counters for the job record.
+    ``lease`` (store/lease.py): the repack's maintenance lease, checked before each write, its token fencing it."""
     out: dict[str, Any] = {}
     dur = durable.DurabilityCounters()
     if commit_graph:
-        if check_lease is not None:
-            check_lease()
+        check_lease(lease)
         t0 = time.monotonic()
-        guard = fenced(repo.path, fence_token, "write the commit-graph", dur, kind=FenceKind.MAINTENANCE) \
-            if fence_token is not None else nullcontext()
         try:
-            with guard:
+            with fence_of(lease, repo.path, "write the commit-graph", dur, FenceKind.MAINTENANCE):
                 res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after),
                                          dur)
             out.update(res.as_counters())
@@ -42,11 +41,10 @@ def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True,
             out["commit_graph_busy"] = str(err)
         out["elapsed_us_commit_graph"] = int((time.monotonic() - t0) * 1_000_000)
     if pack_refs_too:
-        if check_lease is not None:
-            check_lease()
+        check_lease(lease)
         t0 = time.monotonic()
         try:
-            out.update(pack_refs(repo, fence_token=fence_token, counters=dur).as_counters())
+            out.update(pack_refs(repo, fence_token=token_of(lease), counters=dur).as_counters())
         except LockContendedError as err:
             out["pack_refs_busy"] = str(err)   # git holds packed-refs.lock (a deletion): next time
         out["elapsed_us_pack_refs"] = int((time.monotonic() - t0) * 1_000_000)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import CorruptObjectError, ObjectMissingError, StoreError
 from ..objects import hash_object
-from ..pack.format import decode_entry_header
+from ..pack.entries import entry_type, header_fields
 from ..pack.search import (DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search,
                            search_order)
 from ..pack.write import WRITE_BUFFER, PackWriter
@@ -160,10 +160,10 @@ def _locate(r: _Reuse, k: int, oid: bytes, sources: SourceIndex, index_get: Call
     off = p.offsets[gid - p.base]
     view = p.view
     assert view is not None
-    if (view[off] >> 4) & 7 < 6:
+    if entry_type(view, off) < 6:
         r.kind[k] = WHOLE
         return
-    _typ, _size, b, _data_off = decode_entry_header(view, off, p.end, off, p.path)
+    _typ, _size, b, _data_off = header_fields(view, off, end=p.end, path=p.path)
     base_oid = b if isinstance(b, bytes) else sources.oid_at(p, b) if b is not None else None   # REF / OFS_DELTA
     bk = index_get(base_oid, -1) if isinstance(base_oid, bytes) else -1
     r.kind[k] = DELTA if bk >= 0 else DELTA_BASE_BEHIND
@@ -263,7 +263,7 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
             p = packs[group]
             off = p.offsets[gid - p.base]
             if kd == WHOLE:
-                typ, size, _b, _d = decode_entry_header(p.buffer, off, p.end, off, p.path)
+                typ, size, _b, _d = header_fields(p.buffer, off, end=p.end, path=p.path)
             else:
                 try:
                     typ, size = p.pack.header_at(off)
@@ -453,7 +453,7 @@ class _Emitter:
             off = p.offsets[i]
             assert p.view is not None
             if reuse.reused[k]:
-                _typ, size, _b, data_off = decode_entry_header(p.buffer, off, p.end, off, p.path)
+                _typ, size, _b, data_off = header_fields(p.buffer, off, end=p.end, path=p.path)
                 offsets[k] = writer.copy_delta(oid, p.view, off, data_off, p.ends[i], p.crcs[i], size,
                                                offsets[reuse.base[k]], path=p.path)
                 c.deltas_reused += 1

@@ -2,12 +2,15 @@
 
 Every consumer of a complete pack's bytes reads entries here: the read path
 (:class:`~.packdir.PackFile`), unpack-objects (:mod:`.unpack`), verification
-(:mod:`packyard.store.verify`) and repack (:mod:`packyard.store.maintenance.repack`).
+(:mod:`packyard.store.verify`) and repack's write plan (:mod:`packyard.store.maintenance.writeplan`:
+the headers of its reused entries; their bytes are copied, not inflated, and its C fast paths decode
+headers in C, ``_walk_packs.c``).
 index-pack's receive loop parses a *stream* arriving in chunks and keeps an inlined
 copy of the header decoder for speed; tests/test_packformat.py feeds both the same
 entries so they stay in step.
 
 * :func:`read_header` — an entry's header (type, size, delta base, where its zlib data starts);
+  :func:`header_fields` the same as a tuple, :func:`entry_type` just the type (from the first byte);
 * :func:`inflate_at` — the entry's zlib stream inflated, bounded by the declared size
   (nothing is allocated from a header: at most ``size + 1`` bytes come out), returning
   where the stream ends, which is where the next entry starts;
@@ -55,10 +58,21 @@ class EntryHeader:
 
 def read_header(buf, offset: int, *, end: int, path: object) -> EntryHeader:
     """The header of the entry at ``offset``; ``end`` is where entries stop (the trailer)."""
+    return EntryHeader(offset, *header_fields(buf, offset, end=end, path=path))
+
+
+def header_fields(buf, offset: int, *, end: int, path: object) -> tuple[int, int, int | bytes | None, int]:
+    """:func:`read_header` as a tuple: (type, size, base, data_offset), the same checks and errors. For
+    loops over every entry of a repack's input (writeplan.py), where an EntryHeader per entry costs time."""
     if offset < PACK_HEADER_SIZE or offset >= end:
         raise PackFormatError("entry offset outside the pack", path=path, offset=offset)
-    typ, size, base, pos = decode_entry_header(buf, offset, end, offset, path)
-    return EntryHeader(offset, typ, size, base, pos)
+    return decode_entry_header(buf, offset, end, offset, path)
+
+
+def entry_type(buf, offset: int) -> int:
+    """The pack type of the entry at ``offset`` (1-4 objects, 6 OFS_DELTA, 7 REF_DELTA) from its first byte
+    alone, without decoding the rest of the header: "is it a delta?" for an offset an idx gave."""
+    return (buf[offset] >> 4) & 7
 
 
 def _bound(size: int) -> int:
@@ -147,4 +161,4 @@ def iter_entries(buf, count: int, *, path: object, end: int | None = None) -> It
         raise PackFormatError(f"{end - pos} unexpected bytes after the last entry", path=path, offset=pos)
 
 
-__all__ = ["EntryHeader", "read_header", "inflate_at", "read_entry", "iter_entries"]
+__all__ = ["EntryHeader", "read_header", "header_fields", "entry_type", "inflate_at", "read_entry", "iter_entries"]

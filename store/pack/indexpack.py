@@ -61,6 +61,8 @@ from ..fsck import STRICT, FsckChecker, FsckOptions, FsckState
 from ..fsck.linkset import select20, sort_unique20
 from ..forked import child_main, kill_and_reap, read_outcome
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
+from ..lease import Lease, token_of
+from ..lease import check as check_lease
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
 from ..owner import with_owner
 from ..refs import RefUpdate
@@ -1264,15 +1266,17 @@ class IncomingPack:
 
     # -- install -----------------------------------------------------------------
     def commit(self, ref_updates: Sequence[RefUpdate] = (), *, peak_rss_hint: int = 0,
-               fence_token: int | None = None) -> IndexPackResult:
+               lease: Lease | None = None) -> IndexPackResult:
         """Install the pack, then update refs: the durability order of store/install.py.
 
-        ``fence_token``: the writer's lease token, checked by the storage at the ref update
-        (RefStore.update refuses a token older than one that already moved refs here)."""
+        ``lease`` (store/lease.py): checked before the install and before the ref update (LockLostError:
+        nothing published, the quarantine stays for the caller to remove); its token is checked by the
+        storage at the ref update (RefStore.update refuses a token older than one that already moved refs here)."""
         if self.committed:
             raise InvalidInputError("incoming pack already committed")
         ref_updates = list(ref_updates)
         self._check_ref_targets(ref_updates)
+        check_lease(lease)   # publish only while the lease is still ours
         t0 = time.monotonic()
         files = PackFiles(name=self.pack_name, pack=self.tmp_pack, idx=self.tmp_idx, rev=self.tmp_rev,
                           keep=self.tmp_keep)
@@ -1284,7 +1288,9 @@ class IncomingPack:
         self.committed = True
         t1 = time.monotonic()
         self.elapsed["install"] = t1 - t0
-        update_refs(self.repo, ref_updates, self.counters, fence_token)
+        if ref_updates:
+            check_lease(lease)
+        update_refs(self.repo, ref_updates, self.counters, token_of(lease))
         fault_point("index_pack.after_refs")
         self.elapsed["refs"] = time.monotonic() - t1
         peak_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -16,7 +16,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
-from ..bulk import BatchCounters, begin_batch
+from ..batch.api import begin
+from ..batch.contract import BatchCounters
 from ..errors import LimitExceededError, PackFormatError, StoreError
 from ..fsck import STRICT, FsckChecker, FsckOptions
 from ..objects import ObjectType, hash_object
@@ -78,7 +79,7 @@ def unpack_objects(repo, pack: bytes, *, ref_updates: Sequence[RefUpdate] = (), 
     deltas = sum(1 for h in headers if h.is_delta)
     counters = counters if counters is not None else BatchCounters()
     step = max(1, min(1000, total // 100 or 1))
-    with begin_batch(repo, counters=counters, expected=total, **batch_options) as batch:
+    with begin(repo, counters=counters, expected=total, **batch_options) as batch:   # no count_hint: loose
         snap = batch.snapshot
 
         def read_base(oid: bytes):

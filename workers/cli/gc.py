@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
                             quarantine_after=args.quarantine_after,
                             preserve_for=get_settings().maintenance_preserve_for
                             if args.preserve_for is None else args.preserve_for,
-                            fence=lease.check if lease is not None else None)
+                            lease=lease)
     except StoreError as err:
         print(f"packyard gc: {type(err).__name__}: {err}")
         return 1

@@ -46,14 +46,6 @@ def parse_ref_updates(items: Iterable[dict[str, Any]] | None) -> list[RefUpdate]
     return updates
 
 
-def fence_options(lease: Any) -> dict[str, Any]:
-    """Batch options from a repo lease: ``fence`` raises LockLostError if the lease was lost before
-    publishing; ``fence_token`` lets the storage refuse the ref update if a later holder moved refs."""
-    if lease is None:
-        return {}
-    return {"fence": lease.check, "fence_token": lease.token}
-
-
 def fsck_options_of(extra: Iterable[str] = (), skiplist: str | None = None) -> Any:
     """The fsck options every way in checks with: PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST, then ``extra``
     (``id=severity`` items, e.g. from the CLI) and ``skiplist`` on top."""

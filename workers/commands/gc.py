@@ -15,14 +15,15 @@ plan queues:
 Which of them go, and when, is the one table of :mod:`packyard.store.leftovers` (names, ages and
 why); gc only picks the kinds and passes the operator's ages on.
 
-``fence`` (the job's maintenance-lease check) runs before each step that deletes, so a job
-that lost its lease stops before deleting anything more.
+``lease`` (store/lease.py: the job's maintenance lease) is checked before each step that deletes, so a
+job that lost its lease stops before deleting anything more.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Callable
 
+from packyard.store.lease import Lease
 from packyard.store.leftovers import RULES, Kind
 from packyard.store.progress import Progress
 
@@ -33,14 +34,14 @@ PRESERVE_FOR = 3600.0
 
 def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after: float | None = None,
            quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
-           fence: Callable[[], None] | None = None, progress: Progress | None = None) -> dict[str, Any]:
+           lease: Lease | None = None, progress: Progress | None = None) -> dict[str, Any]:
     from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
     from packyard.store.maintenance.preserved import expire_preserved
     from packyard.store.pack.quarantine import remove_stale_quarantines
     from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
 
-    check = fence or (lambda: None)
+    check = lease.check if lease is not None else (lambda: None)
     r = Repository.open(repo)
     steps = 5
 

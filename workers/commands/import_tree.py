@@ -6,7 +6,8 @@ from typing import Any
 
 from packyard.store.importtree import Identity, import_tree as store_import_tree
 from packyard.store.repo import Repository
-from packyard.workers.commands._bulk import fence_options, flat_counters, fsck_options_of, pack_threshold_of
+from packyard.store.lease import Lease
+from packyard.workers.commands._bulk import flat_counters, fsck_options_of, pack_threshold_of
 
 from packyard.store.progress import Progress
 
@@ -15,7 +16,7 @@ def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str 
                 author_name: str = "packyard", author_email: str = "packyard@localhost",
                 author_time: int | None = None, max_files: int | None = None, max_bytes: int | None = None,
                 pack_threshold: int | None = None, progress: Progress | None = None,
-                lease: Any = None) -> dict[str, Any]:
+                lease: Lease | None = None) -> dict[str, Any]:
     """Commit ``source`` on top of ``ref`` and move ``ref``. Raises StoreError subclasses for bad input
     (InvalidInputError: nothing written; LimitExceededError past ``max_files`` entries or ``max_bytes``),
     RefUpdateError if the ref moved meanwhile. At least ``pack_threshold`` objects (default:
@@ -25,7 +26,7 @@ def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str 
                             author=Identity(author_name, author_email, author_time),
                             max_files=max_files, max_bytes=max_bytes, progress=progress,
                             pack_threshold=pack_threshold_of(pack_threshold), fsck=fsck_options_of(),
-                            **fence_options(lease))
+                            lease=lease)
     return {"repo": str(r.path), "ref": ref, "commit": res.commit.hex(), "tree": res.tree.hex(),
             "parent": res.parent.hex() if res.parent else None,
             "counters": {"files": res.files, "trees": res.trees, **flat_counters(res.counters),

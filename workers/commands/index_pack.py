@@ -71,9 +71,7 @@ def index_pack(repo: str | Path, pack: str | Path | BinaryIO, *, fix_thin: bool 
                             keep_message=keep,
                             max_pack_bytes=max_pack_bytes, processes=processes, progress=progress) as incoming:
         with (lock() if lock is not None else nullcontext()) as lease:
-            if lease is not None and hasattr(lease, "check"):
-                lease.check()  # fencing: publish only while the lease is still ours
-            result = incoming.commit(updates, fence_token=getattr(lease, "token", None))
+            result = incoming.commit(updates, lease=lease)   # checks it before publishing; its token fences refs
     return {"repo": str(r.path), "pack": result.pack_name, "checksum": result.checksum,
             "outcome": result.outcome.value, "keep": str(result.keep_path) if result.keep_path else None,
             "refs_updated": list(result.refs_updated), "counters": index_pack_counters(result)}

@@ -6,6 +6,7 @@ from typing import Any
 
 from packyard.store.errors import InvalidInputError
 from packyard.store.maintenance.bitmap import BitmapOptions
+from packyard.store.lease import Lease
 from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
 from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.maintenance.serving import after_repack
@@ -34,7 +35,8 @@ def parse_expire(value: str | float | int | None, default: float = DEFAULT_EXPIR
 def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str | float | None = None,
            preserve_for: float | None = None, preserve: bool = True, no_reuse: bool = False,
            window: int | None = None, depth: int | None = None, window_memory: int | None = None,
-           no_bitmap: bool = False, progress: Progress | None = None, lease: Any = None, commit_graph: bool = True,
+           no_bitmap: bool = False, progress: Progress | None = None, lease: Lease | None = None,
+           commit_graph: bool = True,
            pack_refs: bool = True, no_midx: bool = False) -> dict[str, Any]:
     """Repack ``repo``. ``lease``: the maintenance lease (``check()`` before the first deletion, ``token``
     for the store's maintenance fence). Raises the store's typed errors; nothing is deleted then.
@@ -66,13 +68,11 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
                             bitmap_options=BitmapOptions(lookup_table=settings.bitmap_lookup_table,
                                                          prefer_tips=settings.bitmap_prefer_tips), **search)
     r = Repository.open(repo)
-    result = store_repack(r, options, progress=progress,
-                          check_lease=getattr(lease, "check", None), fence_token=getattr(lease, "token", None))
+    result = store_repack(r, options, progress=progress, lease=lease)
     counters = result.as_counters()
     counters.update(after_repack(r, commit_graph=commit_graph, pack_refs_too=pack_refs,
                                  replace_graph=result.counters.cruft_expired > 0,
-                                 fence_token=getattr(lease, "token", None), check_lease=getattr(lease, "check", None),
-                                 graph_expire_after=float(preserve_for)))
+                                 lease=lease, graph_expire_after=float(preserve_for)))
     return {"repo": str(r.path), "mode": repack_mode.value, "packs_written": result.packs_written,
             "cruft_pack": result.cruft_pack, "packs_deleted": result.packs_deleted,
             "nothing_to_do": result.nothing_to_do, "counters": counters}

@@ -8,7 +8,8 @@ from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.fsck import FsckOptions
 from packyard.store.repo import Repository
 from packyard.store.pack.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
-from packyard.workers.commands._bulk import fence_options, flat_counters, parse_ref_updates
+from packyard.store.lease import Lease
+from packyard.workers.commands._bulk import flat_counters, parse_ref_updates
 
 from packyard.store.progress import Progress
 
@@ -32,7 +33,7 @@ def read_pack(pack: str | Path | BinaryIO, max_bytes: int | None) -> tuple[bytes
 
 def unpack_objects(repo: str | Path, pack_path: str | Path | BinaryIO, *, ref_updates: list[dict] | None = None,
                    max_objects: int = DEFAULT_MAX_OBJECTS, max_bytes: int | None = None,
-                   progress: Progress | None = None, lease: Any = None, strict: bool = False,
+                   progress: Progress | None = None, lease: Lease | None = None, strict: bool = False,
                    fsck: FsckOptions | None = None) -> dict[str, Any]:
     """Validate the pack, write every object (deltas resolved, thin bases from the repo), then ``ref_updates``.
     ``strict``: git's fsck first (``fsck``: severities and skip list), nothing written on a refusal.
@@ -43,6 +44,6 @@ def unpack_objects(repo: str | Path, pack_path: str | Path | BinaryIO, *, ref_up
     data, where = read_pack(pack_path, max_bytes)
     res = store_unpack(r, data, ref_updates=parse_ref_updates(ref_updates), where=where,
                        max_objects=max_objects, progress=progress, strict=strict,
-                       fsck=fsck if strict else None, **fence_options(lease))
+                       fsck=fsck if strict else None, lease=lease)
     return {"repo": str(r.path), "pack": where,
             "counters": {"objects": res.objects, "deltas": res.deltas, **flat_counters(res.counters)}}

@@ -13,11 +13,12 @@ import json
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from packyard.store.bulk import write_objects as store_write_objects
+from packyard.store.batch.api import write_objects as store_write_objects
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.objectsfile import read_objects_file
 from packyard.store.repo import Repository
-from packyard.workers.commands._bulk import (fence_options, flat_counters, fsck_options_of, pack_threshold_of,
+from packyard.store.lease import Lease
+from packyard.workers.commands._bulk import (flat_counters, fsck_options_of, pack_threshold_of,
                                              parse_ref_updates)
 
 from packyard.store.progress import Progress
@@ -87,7 +88,7 @@ def write_objects(repo: str | Path, objects: list[dict[str, Any]] | None = None,
                   objects_file: str | Path | BinaryIO | None = None, ref_updates: list[dict] | None = None,
                   max_payload_bytes: int | None = None, max_file_bytes: int = DEFAULT_FILE_MAX_BYTES,
                   pack_threshold: int | None = None, progress: Progress | None = None,
-                  lease: Any = None) -> dict[str, Any]:
+                  lease: Lease | None = None) -> dict[str, Any]:
     """Write the objects (validated first; existing ones skipped and freshened), then ``ref_updates``.
 
     ``objects`` (base64, in the message) come first, then those of ``objects_file``. At least
@@ -100,7 +101,7 @@ def write_objects(repo: str | Path, objects: list[dict[str, Any]] | None = None,
         decoded += objects_from_file(objects_file, max_file_bytes)
     results, res = store_write_objects(r, decoded, ref_updates=parse_ref_updates(ref_updates),
                                        progress=progress, pack_threshold=pack_threshold_of(pack_threshold),
-                                       fsck=fsck_options_of(), **fence_options(lease))
+                                       fsck=fsck_options_of(), lease=lease)
     return {"repo": str(r.path), "oids": [oid.hex() for oid, _ in results],
             "results": [result.value for _, result in results],
             "counters": {**flat_counters(res.counters), "write_path": res.counters["write_path"]}}

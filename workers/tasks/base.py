@@ -332,50 +332,47 @@ class PackyardTask(Task):
         Once held, its token is recorded in the store's maintenance fence (:func:`claim_fence`), so a
         previous holder that stalled past its lease is refused before any deletion, and the block runs.
         A LockLostError out of the block (a failed check, a refused fence) is recorded as an
-        ``aborted`` event and ``lease=lost`` before the job is retried.
+        ``aborted`` event and ``lease=lost`` before the job is retried. The policy itself (acquire, renew,
+        fence, abort) is :func:`packyard.workers.locks.maintenance_lease`, the one the CLI's ``--lock`` uses.
         """
-        from packyard.workers.locks import (LeaseKind, LockTimeout, acquire, claim_fence, db_event_recorder,
-                                            hold, redis_client, try_acquire)
+        from contextlib import ExitStack
+
+        from packyard.workers.locks import (LockTimeout, MaintenanceBusy, db_event_recorder, maintenance_lease,
+                                            redis_client)
         from packyard.workers.records.models import LeaseOutcome, LockEventKind
 
         if on_busy not in ON_BUSY:
             raise InvalidInputError(f"on_busy must be one of {', '.join(ON_BUSY)}, not {on_busy!r}")
         settings = get_settings()
-        kind = LeaseKind.MAINTENANCE
-        ttl = ttl or settings.lock_ttl
         on_event = db_event_recorder(settings)
         client = redis_client(settings)
-        try:
-            if on_busy == "skip":
-                lease = try_acquire(client, repo, ttl, self.request.id, on_event, kind)
-                if lease is None:
-                    self._skip_busy(client, repo, on_event)
-            else:
-                lease = acquire(client, repo, ttl, self.request.id, on_event,
-                                wait=settings.maintenance_wait if wait is None else float(wait), poll=0.1, kind=kind)
+
+        def held(lease: Any) -> None:
+            if lease.waited_ms:
+                self._note_lease(LeaseOutcome.WAITED, lease.waited_ms)
+            if lease.took_over is not None:
+                self._note_lease(LeaseOutcome.TOOK_OVER)
+            self.bind_log(fencing_token=lease.token, lease_waited_ms=lease.waited_ms)
+            self.abort_if_finished()
+
+        def lost(cause: LockLostError) -> None:
+            self._note_lease(LeaseOutcome.LOST)
+            log.warning("lease.aborted", lock_event=LockEventKind.ABORTED.value, reason=str(cause))
+
+        stack = ExitStack()
+        try:   # the one policy (workers/locks.py); what is the task's own: retries, notes, skipped runs
+            lease = stack.enter_context(maintenance_lease(settings, repo, wait, self.request.id, ttl=ttl,
+                                                          skip_if_busy=on_busy == "skip", client=client,
+                                                          on_event=on_event, on_held=held, on_lost=lost))
+        except MaintenanceBusy:
+            self._skip_busy(client, repo, on_event)
         except LockTimeout as err:
             self._note_lease(LeaseOutcome.BUSY)
             self.retry_later(err)
         except BROKER_ERRORS as err:
             self.retry_later(err)
-        assert lease is not None
-        if lease.waited_ms:
-            self._note_lease(LeaseOutcome.WAITED, lease.waited_ms)
-        if lease.took_over is not None:
-            self._note_lease(LeaseOutcome.TOOK_OVER)
-        with hold(lease, auto_renew=True):
-            self.bind_log(fencing_token=lease.token, lease_waited_ms=lease.waited_ms)
-            self.abort_if_finished()
-            try:
-                claim_fence(repo, lease)
-                yield lease
-            except BaseException as err:
-                cause = err.exc if isinstance(err, Retry) else err
-                if isinstance(cause, LockLostError):
-                    lease.abort("delete", str(cause))
-                    self._note_lease(LeaseOutcome.LOST)
-                    log.warning("lease.aborted", lock_event=LockEventKind.ABORTED.value, reason=str(cause))
-                raise
+        with stack:
+            yield lease
 
     def _skip_busy(self, client: Any, repo: str, on_event: Any) -> NoReturn:
         """Record a scheduled job that found the maintenance lease taken, and end it as skipped."""

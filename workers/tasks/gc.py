@@ -16,4 +16,4 @@ def gc(self: PackyardTask, repo: str, preserve_for: float = command.PRESERVE_FOR
     """Under the repository's maintenance lease (never beside a repack); every deletion checks it first."""
     with self.maintenance_lock(repo, wait=wait, on_busy=on_busy) as lease:
         return self.call(command.run_gc, repo, preserve_for=preserve_for, quarantine_after=quarantine_after,
-                         fence=lease.check)
+                         lease=lease)

@@ -7,7 +7,7 @@ same filesystem, durably by their own rules, and end with a ref pointing at a co
             (the setting measured in issue 4), then ``write-tree``, ``commit-tree``, ``update-ref``;
 * packyard: ``packyard import --repo R --ref refs/heads/main DIR`` (the installed command, a fresh process).
             At or above PACKYARD_PACK_THRESHOLD objects (1,000 by default, so here) it writes one pack
-            with computed deltas (store/packbatch.py): one flush, renames with the idx last, a directory
+            with computed deltas (store/batch/pack.py): one flush, renames with the idx last, a directory
             fsync, the ref by CAS. ``--loose-path`` sets the threshold to 0: loose files, one syncfs
             barrier, all renames, one syncfs for the directory entries, the ref by CAS.
 

@@ -1,9 +1,10 @@
-"""Bulk loose-object writes: one durable flush per batch, all renames at the end, refs last.
+"""The loose batch: bulk loose-object writes, one durable flush per batch, all renames at the end, refs last.
 
 This is "METHOD FOUR" from seed 001_b60f0a0927ea1ee2.txt, plus the directory
 fsync that git's batch mode leaves out::
 
-    batch = begin_batch(repo)                 # ONE snapshot of what exists; stale tmp cleanup
+    batch = begin(repo)                       # (store/batch/api.py) ONE snapshot of what exists; stale
+                                              #   tmp cleanup
     batch.add(BLOB, data)   ...               # compress -> objects/xx/tmp_obj_<pid>_<batch>_<n>;
                                               #   write-out starts without waiting (a background
                                               #   syncfs every EARLY_FLUSH_EVERY files, <= 3 per
@@ -55,7 +56,6 @@ syncfs barrier: one device flush for all directories).
 from __future__ import annotations
 
 import enum
-import errno
 import hashlib
 import os
 import secrets
@@ -63,28 +63,25 @@ import stat
 import threading
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
-from . import durable, install, leftovers
-from .tuning import gc_paused, keep_heap_slack_if_needed
-from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
-from .faults import fault_point
-from .fsck import STRICT, FsckOptions, check_batch
-from .objdir import Location
-from .objects import ObjectType, hash_object
-from .owner import host_identity
-from .refs import RefUpdate
-
-from .progress import Progress
+from .. import durable, install, leftovers
+from ..errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
+from ..faults import fault_point
+from ..objdir import Location
+from ..objects import ObjectType
+from ..owner import host_identity
+from ..lease import Lease, check, token_of
+from ..refs import RefUpdate
+from ..tuning import keep_heap_slack_if_needed
+from .contract import (LABEL_SP, BatchCounters, BatchResult, BatchState, Progress, WriteResult,
+                       open_source, skip_if_exists, stream_exactly)
 
 TMP_PREFIX = "tmp_obj_"
 _HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace
 # tmp_obj_<pid>_<host tag 4 hex>-<random 8 hex>_<n>; git's own temp files are tmp_obj_XXXXXX.
-# "<type> " by type code (a tuple index: hashing an enum member runs Python code). There is no type 0:
-# every index is a checked type (ObjectType() in LooseBatch, _TYPE_CODES in PackBatch).
-_LABEL_SP: tuple[bytes, ...] = (b"",) + tuple(ObjectType(code).label + b" " for code in range(1, 5))
 
 #: A dead batch's marker (and with it its tmp files) goes once this old: the leftovers table's rule.
 STALE_AFTER = leftovers.DEAD_WRITER_AFTER
@@ -104,20 +101,6 @@ WRITEOUT_MIN_BYTES = 64 * 1024
 #: return waits for the GIL held by the thread hashing the next object.)
 EARLY_FLUSH_EVERY = 2_000
 MAX_EARLY_FLUSHES = 3
-#: ``add_file`` reads (and hashes, and compresses) a file this many bytes at a time.
-STREAM_CHUNK = 1 << 20
-#: Batches of at least this many objects are written as one pack (store/packbatch.py) instead of loose
-#: files by ``write_objects`` and ``import_tree`` (workers: PACKYARD_PACK_THRESHOLD).
-PACK_THRESHOLD = 1000
-
-
-class WriteResult(enum.Enum):
-    """What ``LooseBatch.add`` did with an object."""
-
-    QUEUED = "queued"                        # tmp file written; renamed into place on commit
-    EXISTS_LOOSE = "exists_loose"            # in the snapshot as a loose file (freshened)
-    EXISTS_PACKED = "exists_packed"          # in the snapshot in a pack (pack freshened)
-    DUPLICATE_IN_BATCH = "duplicate_in_batch"  # added earlier in this batch
 
 
 class FlushMethod(enum.Enum):
@@ -130,64 +113,8 @@ class DirSync(enum.Enum):
     SYNCFS = "syncfs"  # one syncfs(2) covers every directory entry
 
 
-class BatchState(enum.Enum):
-    OPEN = "open"
-    COMMITTED = "committed"
-    ABORTED = "aborted"
-    FAILED = "failed"
-
-
 def default_flush_method() -> FlushMethod:
     return FlushMethod.SYNCFS if durable.HAVE_SYNCFS else FlushMethod.FSYNC_EACH
-
-
-@dataclass
-class BatchCounters:
-    """Counters for the job record; pass the same instance to several batches to sum them."""
-
-    objects_written: int = 0
-    objects_skipped: int = 0       # existed already (loose or packed) -- freshened, not written
-    skipped_loose: int = 0
-    skipped_packed: int = 0
-    duplicates: int = 0            # same object added twice in one batch
-    exists_at_rename: int = 0      # appeared between snapshot and rename (another writer)
-    bytes_in: int = 0              # uncompressed object bytes offered
-    bytes_written: int = 0         # compressed bytes written to tmp files
-    freshened_packs: int = 0
-    stale_tmp_removed: int = 0
-    durable: durable.DurabilityCounters = field(default_factory=durable.DurabilityCounters)
-    phase_seconds: dict[str, float] = field(default_factory=dict)
-    # Which way the batch was written: "loose" files here, or "pack" (store/packbatch.py), with its figures.
-    write_path: str = "loose"
-    pack_bytes: int = 0
-    deltas_computed: int = 0
-    deltas_tried: int = 0
-    delta_bytes_saved: int = 0
-
-    def add_time(self, phase: str, seconds: float) -> None:
-        self.phase_seconds[phase] = self.phase_seconds.get(phase, 0.0) + seconds
-
-    def as_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in (
-            "objects_written", "objects_skipped", "skipped_loose", "skipped_packed", "duplicates",
-            "exists_at_rename", "bytes_in", "bytes_written", "freshened_packs", "stale_tmp_removed")}
-        if self.write_path == "pack":
-            d.update(pack_bytes=self.pack_bytes, deltas_computed=self.deltas_computed, deltas_tried=self.deltas_tried,
-                     delta_bytes_saved=self.delta_bytes_saved)
-        d.update(self.durable.as_dict())
-        d["elapsed"] = {k: round(v, 6) for k, v in self.phase_seconds.items()}
-        d["write_path"] = self.write_path
-        return d
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    batch_id: str
-    written: int
-    skipped: int
-    duplicates: int
-    refs: tuple[RefUpdate, ...]
-    counters: dict
 
 
 @dataclass(slots=True)
@@ -213,13 +140,11 @@ class LooseBatch:
     def __init__(self, repo, *, counters: BatchCounters | None = None,
                  flush_method: FlushMethod | None = None, dir_sync: DirSync | None = None,
                  writeout: bool = True, progress: Progress | None = None, expected: int | None = None,
-                 stale_after: float = STALE_AFTER, fence: Callable[[], None] | None = None,
-                 fence_token: int | None = None) -> None:
+                 stale_after: float = STALE_AFTER, lease: Lease | None = None) -> None:
         self.repo = repo
-        # Called before publishing and before the ref update (e.g. a lease check raising LockLostError).
-        self.fence = fence
-        # The lease's fencing token: the ref update refuses it if a later holder moved refs (RefStore.update).
-        self.fence_token = fence_token
+        # store/lease.py: checked before publishing and before the ref update (LockLostError: nothing more is
+        # published); its token makes the ref update refuse a stale holder (RefStore.update).
+        self.lease = lease
         self.counters = counters if counters is not None else BatchCounters()
         self.flush_method = flush_method or default_flush_method()
         if self.flush_method is FlushMethod.SYNCFS and not durable.HAVE_SYNCFS:
@@ -284,12 +209,12 @@ class LooseBatch:
     # -- collecting objects ------------------------------------------------
     def add(self, obj_type: ObjectType | int, data: bytes, name: bytes | None = None) -> tuple[bytes, WriteResult]:
         """Queue one object; returns its id and what happened to it. (``name``, the path the object is
-        written for, matters only to a pack batch's delta search: store/packbatch.py.)"""
+        written for, matters only to a pack batch's delta search: store/batch/pack.py.)"""
         if self.state is not BatchState.OPEN:
             raise StoreError(f"batch {self.batch_id} is {self.state.value}; cannot add objects")
         if type(obj_type) is not ObjectType:
             obj_type = ObjectType(obj_type)
-        header = _LABEL_SP[obj_type] + b"%d\0" % len(data)
+        header = LABEL_SP[obj_type] + b"%d\0" % len(data)
         h = hashlib.sha1(header)
         h.update(data)
         oid = h.digest()
@@ -365,9 +290,9 @@ class LooseBatch:
                     raise InvalidInputError("not a regular file; cannot stream it twice", path=where)
             except OSError as err:
                 raise InvalidInputError(f"cannot stat file: {err.strerror}", path=where) from err
-            header = _LABEL_SP[obj_type] + b"%d\0" % size
+            header = LABEL_SP[obj_type] + b"%d\0" % size
             h = hashlib.sha1(header)
-            for chunk in _stream_exactly(fd, size, where, "hash", progress):
+            for chunk in stream_exactly(fd, size, where, "hash", progress):
                 h.update(chunk)
             oid = h.digest()
             c = self.counters
@@ -400,7 +325,7 @@ class LooseBatch:
                 h = hashlib.sha1(header)
                 z = zlib.compressobj(LOOSE_COMPRESSION)
                 written += _write_all(out, z.compress(header))
-                for chunk in _stream_exactly(fd, size, where, "compress", progress):
+                for chunk in stream_exactly(fd, size, where, "compress", progress):
                     h.update(chunk)
                     written += _write_all(out, z.compress(chunk))
                 if h.digest() != oid:
@@ -555,14 +480,13 @@ class LooseBatch:
             fault_point("bulk.after_writeout")
             self._step("barrier_flush", self.barrier_flush)
             fault_point("bulk.after_barrier")
-            if self.fence is not None:
-                self.fence()
+            check(self.lease)
             self._step("publish_renames", self.publish_renames)
             fault_point("bulk.after_renames")
             self._step("fsync_dirs", self.fsync_dirs)
             fault_point("bulk.after_fsync_dirs")
-            if self.fence is not None and ref_updates:
-                self.fence()
+            if ref_updates:
+                check(self.lease)
             self._step("update_refs", lambda: self.update_refs(ref_updates))
             fault_point("bulk.after_update_refs")
         except BaseException:
@@ -665,7 +589,7 @@ class LooseBatch:
 
     def update_refs(self, ref_updates: Sequence[RefUpdate]) -> None:
         """Compare-and-swap the refs (why: last, so a ref never names a non-durable object)."""
-        install.update_refs(self.repo, ref_updates, self.counters.durable, self.fence_token)
+        install.update_refs(self.repo, ref_updates, self.counters.durable, token_of(self.lease))
 
     # -- abort ---------------------------------------------------------------
     def abort(self) -> None:
@@ -706,85 +630,7 @@ class LooseBatch:
         return len(self._pending)
 
 
-def skip_if_exists(repo, snapshot, oid: bytes, counters: BatchCounters, freshened_packs: set[str]) -> WriteResult:
-    """git's check-and-freshen, answered from a batch-start snapshot (loose and pack batches alike).
-
-    An object the snapshot knows is not written, but its file (or pack) gets
-    mtime=now so a concurrent prune's grace period keeps it. If the touch finds
-    the file gone (pruned or repacked since the snapshot), look once more
-    (ObjectDirectory.freshen re-lists packs) and write it if it is really gone.
-    ``freshened_packs``: names of packs this batch touched already (once each).
-    """
-    where = snapshot.locate(oid)
-    if where is Location.MISSING:
-        return WriteResult.QUEUED
-    if where is Location.LOOSE:
-        if repo.objects.loose.freshen(oid):
-            counters.skipped_loose += 1
-            return WriteResult.EXISTS_LOOSE
-    else:
-        found = snapshot.packs.find_not_cruft(oid)
-        if found is None:
-            # Only in a cruft pack: write it anew rather than touch the cruft pack (as git does), so
-            # the next full repack sees a fresh copy and the cruft entry can age out.
-            return WriteResult.QUEUED
-        pack, _ = found
-        if pack.name in freshened_packs:
-            counters.skipped_packed += 1
-            return WriteResult.EXISTS_PACKED
-        if pack.freshen():
-            freshened_packs.add(pack.name)
-            counters.freshened_packs += 1
-            counters.skipped_packed += 1
-            return WriteResult.EXISTS_PACKED
-    again = repo.objects.freshen(oid)
-    if again is Location.LOOSE:
-        counters.skipped_loose += 1
-        return WriteResult.EXISTS_LOOSE
-    if again is Location.PACKED:
-        counters.skipped_packed += 1
-        return WriteResult.EXISTS_PACKED
-    return WriteResult.QUEUED
-
-
-def begin_batch(repo, *, counters: BatchCounters | None = None, progress: Progress | None = None,
-                expected: int | None = None, **options) -> LooseBatch:
-    """Start a batch (takes the snapshot, removes stale tmp files of crashed batches)."""
-    return LooseBatch(repo, counters=counters, progress=progress, expected=expected, **options)
-
-
 # -- streaming a file (add_file) -----------------------------------------------------
-
-def _stream_exactly(fd: int, size: int, where: str, phase: str, progress: Progress | None) -> Iterator[bytes]:
-    """Yield the file's bytes [0, size) in STREAM_CHUNK pieces; raise if it is not exactly ``size`` long.
-
-    ``os.pread``: no shared file offset, so each pass starts at 0 whoever else holds the fd.
-    Read errors are the *input's* fault: InvalidInputError naming ``where``.
-    """
-    step = max(STREAM_CHUNK, size // 100)
-    last = 0
-    if progress is not None:
-        progress(phase, 0, size)
-    off = 0
-    try:
-        while off < size:
-            chunk = os.pread(fd, min(STREAM_CHUNK, size - off), off)
-            if not chunk:
-                raise InvalidInputError(f"file changed while it was being imported: it ended at byte {off}, "
-                                        f"expected {size} bytes", path=where, offset=off)
-            off += len(chunk)
-            yield chunk
-            if progress is not None and off - last >= step and off < size:
-                last = off
-                progress(phase, off, size)
-        if os.pread(fd, 1, size):
-            raise InvalidInputError(f"file changed while it was being imported: it is longer than the "
-                                    f"expected {size} bytes", path=where, offset=size)
-    except OSError as err:
-        raise InvalidInputError(f"cannot read file: {err.strerror}", path=where, offset=off) from err
-    if progress is not None:
-        progress(phase, size, size)
-
 
 _TMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
 
@@ -795,28 +641,6 @@ def _early_flush(fd: int) -> None:
         durable.sync_filesystem(fd)
     except OSError:
         pass
-
-
-_SOURCE_FLAGS = os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0)
-_O_NOATIME = getattr(os, "O_NOATIME", 0)
-
-
-def open_source(path: str | os.PathLike[str]) -> int:
-    """Open an input file for reading: never through a symlink, and without touching its atime.
-
-    The first read of a freshly written file (a checkout, ``tar -x``) makes the kernel update
-    its atime under relatime: one inode write per file (measured ~20 us each on ext4), and an
-    import should not change its input anyway (``tar --atime-preserve=system`` and ``rsync
-    --open-noatime`` do the same). O_NOATIME is refused with EPERM for a file the caller does
-    not own; that file is then opened plainly.
-    """
-    if _O_NOATIME:
-        try:
-            return os.open(path, _SOURCE_FLAGS | _O_NOATIME)
-        except PermissionError as err:
-            if err.errno != errno.EPERM:
-                raise
-    return os.open(path, _SOURCE_FLAGS)
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> int:
@@ -833,91 +657,3 @@ def _unlink_quiet(path: str) -> None:
         pass
 
 
-# -- write a list of raw objects (frontend API) -------------------------------------
-
-def validate_object(obj_type: ObjectType, data: bytes, index: int) -> None:
-    """Structural check of a caller-supplied object, so nothing git fsck would reject is written."""
-    from .parse import object_links  # local: parse is only needed for caller-supplied objects
-    from .errors import CorruptObjectError
-    try:
-        object_links(obj_type, data, hash_object(obj_type, data))
-    except CorruptObjectError as err:
-        raise InvalidInputError(f"object #{index} is not a well-formed {obj_type.label.decode()}: "
-                                f"{err.message}", oid=err.oid) from err
-
-
-def object_type_of(value: object, index: int) -> ObjectType:
-    """The type of caller-supplied object #``index``: an ObjectType, a name (``"blob"``, ``b"tree"``) or git's
-    type number (1 commit, 2 tree, 3 blob, 4 tag, as in a pack entry header). Anything else (5, None, True,
-    "Blob") is an InvalidInputError naming the object and the value, never a bare ValueError."""
-    if type(value) is ObjectType:
-        return value
-    if isinstance(value, (str, bytes)):
-        try:
-            return ObjectType.from_label(value)
-        except InvalidInputError:
-            pass
-    elif type(value) is int and value in ObjectType._value2member_map_:
-        return ObjectType(value)
-    raise InvalidInputError(f"object #{index}: {value!r} is not an object type (want commit, tree, blob or tag; "
-                            "or git's type numbers 1-4)")
-
-
-@gc_paused()   # many long-lived acyclic objects: see store/tuning.py
-def fsck_objects(repo, typed: Sequence[tuple[ObjectType, bytes]], opts: FsckOptions, *,
-                 require_links: bool = False, known: dict[bytes, int] | None = None,
-                 oids: Sequence[bytes] | None = None) -> None:
-    """git's fsck over objects about to be written to ``repo`` (FsckError / ObjectMissingError).
-    Existence and types of linked objects come from one snapshot of the repository. Without
-    ``require_links`` a link to an object nowhere (and a .gitmodules blob nowhere) is not refused."""
-    from dataclasses import replace
-
-    snap = repo.objects.snapshot()
-    if not require_links:
-        opts = replace(opts, missing_gitmodules_is_error=False)
-
-    def existing_type(oid: bytes) -> int | None:
-        if oid not in snap:
-            return None
-        found = snap.packs.find(oid)
-        if found is not None:
-            return int(found[0].header_at(found[1])[0])
-        return int(repo.objects.read_header(oid)[0])
-
-    def read_existing(oid: bytes) -> tuple[int, bytes] | None:
-        if oid not in snap:
-            return None
-        t, data = snap.read(oid)
-        return int(t), data
-
-    ids = oids if oids is not None else [hash_object(t, data) for t, data in typed]
-    check_batch(((int(t), data, oid) for (t, data), oid in zip(typed, ids)), opts, existing_type, read_existing,
-                require_links=require_links, known=known)
-
-
-def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]], *,
-                  ref_updates: Sequence[RefUpdate] = (), counters: BatchCounters | None = None,
-                  progress: Progress | None = None, pack_threshold: int | None = PACK_THRESHOLD,
-                  fsck: FsckOptions | None = None,
-                  **batch_options) -> tuple[list[tuple[bytes, WriteResult]], BatchResult]:
-    """Validate every object first, then write them in one batch and apply ``ref_updates``: loose files,
-    or one pack with computed deltas (store/packbatch.py) when there are at least ``pack_threshold``
-    objects (None: never); the counters' ``write_path`` says which.
-
-    Validation is git's fsck (store/fsck, ``fsck`` or git's strict defaults): every object, every link
-    that names a known object names one of the type it claims, .gitmodules blobs checked. A link to an
-    object neither here nor in the repository is allowed (a frontend may write a history in several
-    batches); a refusal raises FsckError and nothing is written."""
-    typed: list[tuple[ObjectType, bytes]] = []
-    for i, (t, data) in enumerate(objects):
-        obj_type = object_type_of(t, i)
-        validate_object(obj_type, data, i)
-        typed.append((obj_type, data))
-    fsck_objects(repo, typed, fsck or STRICT)
-    from .packbatch import begin_pack_batch, should_write_pack  # (it builds on this module)
-
-    begin = begin_pack_batch if should_write_pack(len(typed), pack_threshold) else begin_batch
-    with begin(repo, counters=counters, progress=progress, expected=len(typed), **batch_options) as batch:
-        results = batch.add_many(typed)
-        result = batch.commit(ref_updates)
-    return results, result

@@ -1,13 +1,14 @@
 """A large batch of new objects written as ONE pack with computed deltas (``git fast-import``'s way),
 instead of one loose file per object.
 
-Same interface and rules as the loose batch (:mod:`.bulk`), which stays the path for small
-batches: ``add`` / ``add_file`` hash each object and answer "exists?" from ONE snapshot taken
-when the batch begins (existing objects are skipped and freshened, an object only in a cruft
-pack is written anew), ``commit(ref_updates)`` publishes and moves the refs last. What differs
+Same interface (:class:`.contract.Batch`) and rules as the loose batch (:mod:`.loose`), which stays the
+path for small batches (:func:`.api.begin` picks): ``add`` / ``add_file`` hash each object and answer
+"exists?" from ONE snapshot taken when the batch begins (existing objects are skipped and freshened, an
+object only in a cruft pack is written anew), ``commit(ref_updates)`` publishes and moves the refs last. What differs
 is what ``commit`` writes::
 
-    batch = begin_pack_batch(repo)        # ONE snapshot; temp files of dead pack writers removed
+    batch = begin(repo, count_hint=n)     # n >= PACK_THRESHOLD; ONE snapshot; temp files of dead pack
+                                          #   writers removed
     batch.add(BLOB, data, name=b"a/b.c")  # kept in memory (the name orders the delta search)
     batch.add_file(path, size)            # a big file: hashed now (streamed), read again at write time
     batch.commit([RefUpdate(...)])
@@ -38,21 +39,20 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
-from . import install
-from .bulk import (_LABEL_SP, PACK_THRESHOLD, BatchCounters, BatchResult, BatchState, WriteResult, _stream_exactly,
-                   open_source, skip_if_exists)
-from .errors import InvalidInputError, ObjectMissingError, StoreError
-from .faults import fault_point
-from .maintenance.leftovers import remove_stale_temp_files
-from .objects import ObjectType
-from .pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
-from .pack.write import PACK_COMPRESSION, PackWriter
-from .refs import RefUpdate
-from .tuning import keep_heap_slack_if_needed
-
-from .progress import Progress
+from .. import install
+from ..errors import InvalidInputError, ObjectMissingError, StoreError
+from ..faults import fault_point
+from ..maintenance.leftovers import remove_stale_temp_files
+from ..objects import ObjectType
+from ..pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
+from ..pack.write import PACK_COMPRESSION, PackWriter
+from ..lease import Lease, check, token_of
+from ..refs import RefUpdate
+from ..tuning import keep_heap_slack_if_needed
+from .contract import (LABEL_SP, BatchCounters, BatchResult, BatchState, Progress, WriteResult, open_source,
+                       skip_if_exists, stream_exactly)
 
 #: Bytes of object content a pack batch's caller lets it hold for the delta search (see the docstring).
 PACK_MEMORY = 256 << 20
@@ -75,8 +75,7 @@ class PackBatch:
     """A batch-write transaction that ends in one pack; see the module docstring. Single-threaded."""
 
     def __init__(self, repo, *, counters: BatchCounters | None = None, progress: Progress | None = None,
-                 expected: int | None = None, fence: Callable[[], None] | None = None,
-                 fence_token: int | None = None, search_options: SearchOptions | None = None,
+                 expected: int | None = None, lease: Lease | None = None, search_options: SearchOptions | None = None,
                  compression: int = PACK_COMPRESSION, **loose_only) -> None:
         # Options of the loose batch that have no meaning for one pack file (flush method, directory
         # sync, write-out, tmp file age) are accepted so callers pass the same options to either.
@@ -84,8 +83,7 @@ class PackBatch:
         if unknown:
             raise TypeError(f"unknown pack batch options: {sorted(unknown)}")
         self.repo = repo
-        self.fence = fence
-        self.fence_token = fence_token
+        self.lease = lease   # store/lease.py: checked before the install and the ref update; its token fences refs
         self.counters = counters if counters is not None else BatchCounters()
         self.counters.write_path = "pack"
         self.progress = progress
@@ -125,7 +123,7 @@ class PackBatch:
         t = int(obj_type)
         if t not in _TYPE_CODES:
             raise InvalidInputError(f"unknown object type {t}")
-        h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % len(data))
+        h = hashlib.sha1(LABEL_SP[t] + b"%d\0" % len(data))
         h.update(data)
         oid = h.digest()
         self.counters.bytes_in += len(data)
@@ -158,8 +156,8 @@ class PackBatch:
         try:
             if t not in _TYPE_CODES:
                 raise InvalidInputError(f"unknown object type {t}", path=where)
-            h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % size)
-            for chunk in _stream_exactly(fd, size, where, "hash", progress):
+            h = hashlib.sha1(LABEL_SP[t] + b"%d\0" % size)
+            for chunk in stream_exactly(fd, size, where, "hash", progress):
                 h.update(chunk)
             oid = h.digest()
             self.counters.bytes_in += size
@@ -219,18 +217,17 @@ class PackBatch:
                 writer.finish()
                 c.add_time("write", time.monotonic() - t0)
                 fault_point("packbatch.after_write")
-                if self.fence is not None:
-                    self.fence()
+                check(self.lease)
                 t0 = time.monotonic()
                 _outcome, files, _keep = writer.install()
                 c.add_time("install", time.monotonic() - t0)
                 self.pack_name = files.name
                 c.pack_bytes = writer.size
                 c.bytes_written += writer.size
-            if self.fence is not None and ref_updates:
-                self.fence()
+            if ref_updates:
+                check(self.lease)
             t0 = time.monotonic()
-            install.update_refs(self.repo, ref_updates, c.durable, self.fence_token)
+            install.update_refs(self.repo, ref_updates, c.durable, token_of(self.lease))
             c.add_time("update_refs", time.monotonic() - t0)
             fault_point("packbatch.after_update_refs")
         except BaseException:
@@ -325,8 +322,8 @@ class PackBatch:
             except OSError as err:
                 raise InvalidInputError(f"cannot read file: {err.strerror}", path=f.where) from err
         try:
-            h = hashlib.sha1(_LABEL_SP[t] + b"%d\0" % f.size)
-            for chunk in _stream_exactly(fd, f.size, f.where, "compress", None):
+            h = hashlib.sha1(LABEL_SP[t] + b"%d\0" % f.size)
+            for chunk in stream_exactly(fd, f.size, f.where, "compress", None):
                 h.update(chunk)
                 yield chunk
             if h.digest() != oid:
@@ -352,17 +349,3 @@ class PackBatch:
                 except OSError:
                     pass
         self._data = []
-
-
-def begin_pack_batch(repo, *, counters: BatchCounters | None = None, progress: Progress | None = None,
-                     expected: int | None = None, **options) -> PackBatch:
-    """Start a pack batch (takes the snapshot, removes temp files of dead pack writers)."""
-    return PackBatch(repo, counters=counters, progress=progress, expected=expected, **options)
-
-
-def should_write_pack(count: int, threshold: int | None) -> bool:
-    """Pure question: is a batch of ``count`` objects written as one pack (``threshold`` None: never)?"""
-    return threshold is not None and threshold > 0 and count >= threshold
-
-
-__all__ = ["PackBatch", "begin_pack_batch", "should_write_pack", "PACK_THRESHOLD", "PACK_MEMORY"]
