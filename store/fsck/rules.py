@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..native import extension
+from .. import native
 from ..objects import ObjectType
 from .gitmodules import gitmodules_findings
 from .msgs import FsckOptions, Severity
@@ -26,7 +26,7 @@ _HEX = re.compile(rb"[0-9a-fA-F]{40}")
 _TYPES = {b"commit": COMMIT, b"tree": TREE, b"blob": BLOB, b"tag": TAG}
 MAX_WARNINGS = 100
 
-_C = extension("packyard.store.fsck._fsck")
+_C = native.fsck()
 #: which tree scan runs: "C" (store/fsck/_fsck.c) or "Python" (PACKYARD_PURE_PYTHON=1, or not built)
 IMPLEMENTATION = "C" if _C is not None else "Python"
 

@@ -575,3 +575,44 @@ reader_clear(Reader *r)
     }
     buf_free(&r->scratch);
 }
+
+/* id's object from the packs, or from read(id) -> (type, data) when they do not hold it (see _walk.h). */
+Obj *
+reader_get(Reader *r, PyObject *read, const uint8_t *id, int keep_whole, long *pack, long long *offset)
+{
+    long long gid = packs_find(r->packs, id);
+    if (gid >= 0) {
+        uint32_t pk = r->packs->pack_of[gid];
+        const Pack *p = &r->packs->p[pk];
+        Obj *o = reader_resolve(r, pk, (uint32_t)(gid - p->base), keep_whole);
+        if (!o) {
+            raise_err(&r->err);
+            return NULL;
+        }
+        if (pack)
+            *pack = (long)pk;
+        if (offset)
+            *offset = (long long)p->offs[gid - p->base];
+        return o;
+    }
+    if (pack)
+        *pack = -1;
+    if (offset)
+        *offset = -1;
+    PyObject *res = PyObject_CallFunction(read, "y#", (const char *)id, (Py_ssize_t)OIDLEN);
+    if (!res)
+        return NULL;
+    Obj *o = NULL;
+    int t;
+    PyObject *data;
+    Py_buffer view;
+    if (PyArg_ParseTuple(res, "iO", &t, &data) && PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) == 0) {
+        if ((o = obj_new(t, (size_t)view.len)) == NULL)
+            PyErr_NoMemory();
+        else
+            memcpy(o->data, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(res);
+    return o;
+}
