@@ -2,7 +2,8 @@
  * _walk_read.c: one object out of the packs, with no GIL -- the entry's CRC32 checked against its idx,
  * its header decoded within the entry's extent, its zlib data inflated (zlib checks the Adler-32),
  * a delta chain resolved down to a whole or cached object and applied back up, each result kept in
- * a delta-base cache bounded in bytes (least recently used first out).
+ * a delta-base cache bounded in bytes (least recently used first out). reader_get (with the GIL): an
+ * object from the packs, else from the caller's Python read() -- the one such reader of _bitmap and _bloom.
  */
 #include "_walk.h"
 

@@ -475,8 +475,9 @@ copy_entries(PyObject *module, PyObject *args)
     int held = 0, stuck = 0;
     Buf out = {0}, offs = {0}, crcs = {0}, oids = {0};
     long long deltas = 0, copied = 0;
-    if (walk_client_import() < 0 || !PyArg_ParseTuple(args, "O!OOnnOOOKK", &PacksType, &self, &go, &oo, &start, &stop, &ro, &rbo, &offo,
-                          &pos0, &limit))
+    if (walk_client_import() < 0
+        || !PyArg_ParseTuple(args, "O!OOnnOOOKK", &PacksType, &self, &go, &oo, &start, &stop, &ro, &rbo, &offo,
+                             &pos0, &limit))
         return NULL;
     if (check_open(self) < 0)
         return NULL;
