@@ -107,3 +107,47 @@ def test_only_store_native_loads_the_extensions():
             elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in native.EXTENSIONS.values():
                 found.append(where)
     assert found == []
+
+
+def _obj(kind: str, data: bytes) -> tuple[bytes, bytes]:
+    import hashlib
+    return hashlib.sha1(f"{kind} {len(data)}\0".encode() + data).digest(), data
+
+
+@pytest.mark.parametrize("mode", [b"100644", b"10x644"])
+def test_the_bitmap_closure_reads_tree_entries_as_the_walk_does(mode):
+    """One tree-entry reader (_walk.h's tree_entry_next, walk.py's _TREE_ENTRY) for the walk, the Bloom
+    filters and the bitmap closures: an octal mode or a malformed entry, in C as in build_bitmaps."""
+    from packyard.store.errors import CorruptObjectError
+    from packyard.store.maintenance import bitmap
+
+    if native.bitmap() is None:
+        pytest.skip("the C extensions are not built here (or PACKYARD_PURE_PYTHON=1)")
+    blob, blob_data = _obj("blob", b"x\n")
+    tree, tree_data = _obj("tree", mode + b" f\0" + blob)
+    commit, commit_data = _obj("commit", b"tree " + tree.hex().encode() + b"\nauthor a <a> 1700000000 +0000\n"
+                               b"committer a <a> 1700000000 +0000\n\nm\n")
+    objects = {blob: (3, blob_data), tree: (2, tree_data), commit: (1, commit_data)}
+    order = [commit, tree, blob]
+    pos = {oid: k for k, oid in enumerate(order)}
+
+    def graph(c):
+        return (tree, [], 1700000000)
+
+    packs = native.walk().Packs([], set(), 1)
+    try:
+        def c_closure():
+            with bitmap._c_errors():
+                return bitmap._c_build([commit], order, pos, graph, objects.__getitem__, packs)
+
+        if mode == b"100644":
+            words = c_closure()[0]
+            assert int.from_bytes(words, "little") == bitmap.build_bitmaps([commit], pos, 3, graph,
+                                                                           objects.__getitem__)[0] == 0b111
+        else:
+            with pytest.raises(CorruptObjectError):
+                bitmap.build_bitmaps([commit], pos, 3, graph, objects.__getitem__)
+            with pytest.raises(CorruptObjectError, match="does not parse"):
+                c_closure()
+    finally:
+        packs.close()
