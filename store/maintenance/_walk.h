@@ -11,12 +11,13 @@
  *   _walk.c        the Walker type, its Python methods, the module and its C API capsule (WalkAPI below)
  *
  * Extensions that read objects through the same Packs and Reader (compiled with WALK_CLIENT defined, with
- * _walk_client.c, which takes _walk's functions from the capsule at import; see WALK_FN below):
+ * _walk_client.c, which takes _walk's functions from the capsule; see WALK_FN and WalkAPI below):
  *   _bitmap        _bitmap.c (the reachability bitmaps' closures, bitmap.py's build_bitmaps) and
  *                  _bitmap_ewah.c (EWAH bitmaps as git builds them, git's XOR search: ewah.py, xor_offsets)
  *   _bloom         _bloom.c (the commit-graph's changed-path Bloom filters and its commit reads: bloom.py)
- *   _packwrite     store/pack/_packwrite_copy.c (a repack's write plan: where each object's copy lies, the
- *                  write order, the copies) and store/pack/_packwrite_idx.c (a pack's .idx and .rev tables)
+ *   _packwrite     store/pack/_packwrite.c (the module), _packwrite_copy.c (a repack's write plan: where each
+ *                  object's copy lies, the write order, the copies) and _packwrite_idx.c (a pack's .idx and
+ *                  .rev tables)
  */
 #ifndef PACKYARD_WALK_H
 #define PACKYARD_WALK_H
