@@ -29,10 +29,10 @@ from .walk import C_CACHE_BYTES, Reachable
 
 Read = Callable[[bytes], tuple[int, bytes]]
 
-#: A missing tree read by the C walk (the empty tree links nothing) and a missing commit (it links nothing
-#: but the empty tree): git's traversal of cruft objects ignores missing links the same way.
 _walk_c = native.walk()   # the C walker (store/native.py), or None
 
+#: A missing tree read by the C walk (the empty tree links nothing) and a missing commit (it links nothing
+#: but the empty tree): git's traversal of cruft objects ignores missing links the same way.
 _EMPTY_TREE = bytes.fromhex("4b825dc642cb6eb9a060e54bf8d69288fbb4904b")
 _NO_COMMIT = b"tree " + _EMPTY_TREE.hex().encode() + b"\n"
 #: Bound of the C walk's rounds: tags naming tags (each round starts from the targets the last one met).

@@ -49,12 +49,12 @@ Progress = Callable[[str, int, "int | None"], None]
 #: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
 Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
 
-#: The writer lets go of the source packs' pages it has read every time it has written this many bytes.
 #: The C walk (its Packs, the search's reader) and the C write plan (find_reuse, write_order, copy_entries,
 #: check_chains), or None (store/native.py): the Python steps below are their specification.
 _walk_c = native.walk()
 _packwrite = native.packwrite()
 
+#: The writer lets go of the source packs' pages it has read every time it has written this many bytes.
 DROP_PAGES_EVERY = 8 << 20
 #: ... and the delta search every time it has read this many objects.
 DROP_PAGES_READS = 2048
