@@ -1,41 +1,66 @@
 """Build of packyard's C extensions; everything else about the package is in pyproject.toml.
 
-Three hot loops compile with the machine's C compiler and the Python headers (nothing else:
-the walk finds zlib's shared library at import), by ``pip install .`` and ``pip install -e .``
-alike:
+The measured hot loops compile with the machine's C compiler and the Python headers (nothing else:
+_walk finds zlib's shared library at import), by ``pip install .`` and ``pip install -e .`` alike.
+Each extension is named for what it holds; store/native.py is the one place that loads them (one
+accessor each), and each has a pure-Python specification that gives the same bytes:
 
-* the delta encoder (store/pack/_delta.c) and the delta search's window loop
-  (store/pack/_search.c); without them packyard runs the pure-Python encoder and search
-  (same bytes, slower): ``packyard.store.pack.delta.IMPLEMENTATION`` says which one is in use;
-* repack's reachability walk (store/maintenance/_walk.c); without it the pure-Python walk
-  (same lists, slower): ``packyard.store.maintenance.walk.IMPLEMENTATION``; the same extension
-  computes the commit-graph's Bloom filters (store/maintenance/_walk_bloom.c; bloom.py otherwise);
-* fsck's scan of a clean tree (store/fsck/_fsck.c); without it store/fsck/rules.py's
-  ``check_tree_fast`` in Python (same verdicts): ``packyard.store.fsck.rules.IMPLEMENTATION``.
+* ``store.pack._delta``: the delta encoder (_delta.c) and the delta search's window loop (_search.c);
+  otherwise _delta_py.py and search.py (``packyard.store.pack.delta.IMPLEMENTATION``);
+* ``store.maintenance._walk``: repack's reachability walk, the packs' id index and the object reader
+  (_walk*.c); otherwise walk.py and sources.py (``packyard.store.maintenance.walk.IMPLEMENTATION``);
+* ``store.pack._packwrite``: the pack writer's copy loop (_packwrite_copy.c) and the .idx/.rev tables
+  (_packwrite_idx.c); otherwise writeplan.py and idxwrite.py;
+* ``store.maintenance._bitmap``: the reachability bitmaps' closures and EWAH (_bitmap.c, _bitmap_ewah.c);
+  otherwise bitmap.py and ewah.py (``packyard.store.maintenance.bitmap.IMPLEMENTATION``);
+* ``store.maintenance._bloom``: the commit-graph's Bloom filters and commit reads (_bloom.c); otherwise
+  bloom.py and commitgraph.py;
+* ``store.fsck._fsck``: fsck's scan of a clean tree (_fsck.c); otherwise store/fsck/rules.py's
+  ``check_tree_fast`` (``packyard.store.fsck.rules.IMPLEMENTATION``).
 
-PACKYARD_PURE_PYTHON=1 selects the fallbacks; CI sets PACKYARD_REQUIRE_C_DELTA=1 so that a
-missing extension fails the tests.
+_packwrite, _bitmap and _bloom read objects through _walk's Packs and reader (its C API capsule, see
+store/maintenance/_walk.h): without _walk they do not load either. PACKYARD_PURE_PYTHON=1 selects every
+fallback; PACKYARD_REQUIRE_C=1 (CI) makes store/native.py raise at import when an extension is missing.
 """
 from setuptools import Extension, setup
+
+WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
+WALK_H = ["store/maintenance/_walk.h"]
+# the extensions that take _walk's functions from its capsule (store/maintenance/_walk_client.c)
+CLIENT = {"define_macros": [("WALK_CLIENT", "1")], "include_dirs": ["store/maintenance"], "depends": WALK_H,
+          "extra_compile_args": [*WARNINGS, "-fvisibility=hidden"]}
 
 setup(
     ext_modules=[
         Extension(
             "packyard.store.pack._delta",
-            sources=["store/pack/_delta.c", "store/pack/_search.c", "store/pack/_idx.c"],
+            sources=["store/pack/_delta.c", "store/pack/_search.c"],
             depends=["store/pack/_delta.h"],
-            extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers"],
+            extra_compile_args=WARNINGS,
         ),
         Extension(
             "packyard.store.maintenance._walk",
             sources=["store/maintenance/_walk.c", "store/maintenance/_walk_packs.c",
-                     "store/maintenance/_walk_read.c", "store/maintenance/_walk_trees.c",
-                     "store/maintenance/_walk_copy.c", "store/maintenance/_walk_bitmap.c",
-                     "store/maintenance/_walk_ewah.c", "store/maintenance/_walk_bloom.c"],
-            depends=["store/maintenance/_walk.h"],
-            extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers", "-fvisibility=hidden"],
+                     "store/maintenance/_walk_read.c", "store/maintenance/_walk_trees.c"],
+            depends=WALK_H,
+            extra_compile_args=[*WARNINGS, "-fvisibility=hidden"],
+        ),
+        Extension(
+            "packyard.store.pack._packwrite",
+            sources=["store/pack/_packwrite.c", "store/pack/_packwrite_copy.c", "store/pack/_packwrite_idx.c",
+                     "store/maintenance/_walk_client.c"],
+            **CLIENT,
+        ),
+        Extension(
+            "packyard.store.maintenance._bitmap",
+            sources=["store/maintenance/_bitmap.c", "store/maintenance/_bitmap_ewah.c",
+                     "store/maintenance/_walk_client.c"],
+            **CLIENT,
+        ),
+        Extension(
+            "packyard.store.maintenance._bloom",
+            sources=["store/maintenance/_bloom.c", "store/maintenance/_walk_client.c"],
+            **CLIENT,
         ),
         Extension(
             "packyard.store.fsck._fsck",

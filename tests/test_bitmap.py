@@ -303,7 +303,7 @@ print(bitmap.IMPLEMENTATION, r.packs_written[0])
 def test_c_and_python_give_the_same_bytes(tmp_path, source):
     from packyard.store.maintenance import bitmap
 
-    if bitmap.IMPLEMENTATION != "c" and not os.environ.get("PACKYARD_REQUIRE_C_DELTA"):
+    if bitmap.IMPLEMENTATION != "c" and not os.environ.get("PACKYARD_REQUIRE_C"):
         pytest.skip("the C extension is not built here (or PACKYARD_PURE_PYTHON=1)")
     if source == "history":
         base = _history(tmp_path / "h")

@@ -1,4 +1,4 @@
-"""The Bloom filters' C loop (store/maintenance/_walk_bloom.c) against its specification (bloom.py) and git:
+"""The Bloom filters' C loop (store/maintenance/_bloom.c) against its specification (bloom.py) and git:
 the same filter bytes for every commit of a history with renames, deep directories, more than 512 changes,
 path bytes over 0x7f at every position modulo 4 (git 2.39's signed-char murmur3), merges, two root commits,
 gitlinks (added, moved, turned into a directory), a non-canonical mode and loose objects; the same BIDX/BDAT
@@ -20,7 +20,7 @@ from packyard.store.maintenance import bloom
 from packyard.store.maintenance import commitgraph as cg
 from packyard.store.repo import Repository
 
-needs_c = pytest.mark.skipif(bloom._c is None, reason="the _walk extension is not built or pure Python is asked")
+needs_c = pytest.mark.skipif(bloom._c is None, reason="the _bloom extension is not built or pure Python is asked")
 ODD = [os.fsdecode(b"\xff"), os.fsdecode(b"a\x80b"), os.fsdecode(b"ab\xc3\xa9"), os.fsdecode(b"abc\xfe\xfd"),
        "caf\u00e9", "\u00e4\u00f6\u00fc\u00df\u00e9\u00e8"]
 

@@ -478,8 +478,8 @@ def test_pure_python_is_chosen_when_asked():
 
 
 def test_c_extension_is_built_when_required():
-    if os.environ.get("PACKYARD_REQUIRE_C_DELTA") != "1":
-        pytest.skip("PACKYARD_REQUIRE_C_DELTA=1 not set")
+    if os.environ.get("PACKYARD_REQUIRE_C") != "1":
+        pytest.skip("PACKYARD_REQUIRE_C=1 not set")
     importlib.import_module("packyard.store.pack._delta")   # fails the test when the build is missing
     if os.environ.get("PACKYARD_PURE_PYTHON") != "1":
         assert delta.IMPLEMENTATION == "c"

@@ -1,5 +1,5 @@
-"""The write plan's two implementations: the C runs (_walk's find_reuse / write_order / copy_entries /
-check_chains, _delta's index_tables) and the pure-Python steps (what PACKYARD_PURE_PYTHON=1 runs) write
+"""The write plan's two implementations: the C runs (_packwrite's find_reuse / write_order / copy_entries /
+check_chains / index_tables) and the pure-Python steps (what PACKYARD_PURE_PYTHON=1 runs) write
 the same pack, byte for byte; a corrupt source entry fails in both with the typed error naming the pack,
 the object and the entry's offset, and nothing is published. Repositories made by git here (no corpus)."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gitutil import GIT_ENV, git, snapshot_tree
+from packyard.store import native
 from packyard.store.errors import PackFormatError
 from packyard.store.maintenance import walk as walk_mod
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
@@ -78,6 +79,7 @@ def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(sources_mod, "_walk_c", None)
     monkeypatch.setattr(writeplan_mod, "_walk_c", None)
+    monkeypatch.setattr(writeplan_mod, "_packwrite", None)
     monkeypatch.setattr(idxwrite_mod, "_c_index_tables", None)
 
 
@@ -224,7 +226,7 @@ def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(tem
         assert sources.c_packs is not None and sources.kept_ids
         every = [p.oids[20 * i:20 * i + 20] for p in sources.packs for i in range(p.count)]
         ids = every + sorted(sources.loose_ids) + every[:25]
-        kind_b, base_b, gid_b = sources.c_packs.find_reuse(ids)
+        kind_b, base_b, gid_b = native.packwrite().find_reuse(sources.c_packs, ids)
         r = writeplan._Reuse(len(ids))
         index_get = {oid: k for k, oid in enumerate(ids)}.get
         for k, oid in enumerate(ids):

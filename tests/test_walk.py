@@ -193,8 +193,8 @@ def test_pure_python_walk_is_chosen_when_asked():
 
 
 def test_c_walk_is_built_when_required():
-    if os.environ.get("PACKYARD_REQUIRE_C_DELTA") != "1":
-        pytest.skip("PACKYARD_REQUIRE_C_DELTA=1 (the C extensions must be built) not set")
+    if os.environ.get("PACKYARD_REQUIRE_C") != "1":
+        pytest.skip("PACKYARD_REQUIRE_C=1 (the C extensions must be built) not set")
     import packyard.store.maintenance._walk  # noqa: F401 - fails the test when the build is missing
     if os.environ.get("PACKYARD_PURE_PYTHON") != "1":
         assert walk_mod.IMPLEMENTATION == "c"

@@ -6,7 +6,7 @@
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 from ..errors import FsckError, ObjectMissingError
 from ..objects import ObjectType
@@ -14,6 +14,8 @@ from .linkset import LinkSet
 from .msgs import LINK_TYPE, FsckOptions, Severity
 from .rules import (BLOB, COMMIT, GITATTRIBUTES_IDS, TAG, TREE, ObjectReport, Refused, check_commit,
                     check_gitattributes_blob, check_gitmodules_blob, check_tag, check_tree, check_tree_fast)
+
+_R = TypeVar("_R")
 
 _LABEL = {BLOB: "blob", TREE: "tree", COMMIT: "commit", TAG: "tag"}
 
@@ -85,6 +87,16 @@ class FsckChecker:
             msg_id, text, path = rep.findings[0]
             raise fsck_error(rep.oid, msg_id, text, path, path=where, offset=offset)
 
+    def _run(self, check_fn: Callable[[bytes, ObjectReport], _R], data: bytes, oid: bytes, where: object,
+             offset: int | None) -> tuple[_R, ObjectReport]:
+        """``check_fn(data, report)`` for one object: (its result, the report); a Refused (git dies before it
+        reports anything) raised as the typed error naming the object."""
+        rep = ObjectReport(self.opts, oid)
+        try:
+            return check_fn(data, rep), rep
+        except Refused as r:
+            raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
+
     def check(self, obj_type: int, data: bytes, oid: bytes, *, where: object = None,
               offset: int | None = None) -> None:
         """fsck_object + the walk's links for one object (a blob only if found at .gitmodules)."""
@@ -94,11 +106,7 @@ class FsckChecker:
                 self._blob_links.update(got[0])
                 self._tree_links.update(got[1])
                 return
-            rep = ObjectReport(self.opts, oid)
-            try:
-                ret, blobs, trees, gitmodules, gitattributes = check_tree(data, rep)
-            except Refused as r:
-                raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
+            (ret, blobs, trees, gitmodules, gitattributes), rep = self._run(check_tree, data, oid, where, offset)
             self._blob_links.update(blobs)
             self._tree_links.update(trees)
             for goid, name in gitmodules:
@@ -108,21 +116,13 @@ class FsckChecker:
                     self.state.gitattributes.setdefault(goid, name.decode("utf-8", "backslashreplace"))
             self._raise(rep, where, offset, bool(ret))
         elif obj_type == COMMIT:
-            rep = ObjectReport(self.opts, oid)
-            try:
-                ret, tree, parents = check_commit(data, rep)
-            except Refused as r:
-                raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
+            (ret, tree, parents), rep = self._run(check_commit, data, oid, where, offset)
             self._raise(rep, where, offset, bool(ret))
             if tree is not None:
                 self._tree_links.add(tree)
             self.state.links[COMMIT].update(parents)
         elif obj_type == TAG:
-            rep = ObjectReport(self.opts, oid)
-            try:
-                ret, target, ttype = check_tag(data, rep)
-            except Refused as r:
-                raise fsck_error(oid, r.msg_id, r.text, path=where, offset=offset) from None
+            (ret, target, ttype), rep = self._run(check_tag, data, oid, where, offset)
             self._raise(rep, where, offset, bool(ret))
             if target is not None:
                 self.state.links[ttype].add(target)

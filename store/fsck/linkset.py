@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator
 
-from ..native import extension
+from .. import native
 
-_C = extension("packyard.store.fsck._fsck")
+_C = native.fsck()
 
 #: The pending buffer is folded in once it holds this many bytes and more than the sorted part.
 FOLD_AT = 1 << 20

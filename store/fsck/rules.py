@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ..native import extension
+from .. import native
 from ..objects import ObjectType
 from .gitmodules import gitmodules_findings
 from .msgs import FsckOptions, Severity
@@ -26,7 +26,7 @@ _HEX = re.compile(rb"[0-9a-fA-F]{40}")
 _TYPES = {b"commit": COMMIT, b"tree": TREE, b"blob": BLOB, b"tag": TAG}
 MAX_WARNINGS = 100
 
-_C = extension("packyard.store.fsck._fsck")
+_C = native.fsck()
 #: which tree scan runs: "C" (store/fsck/_fsck.c) or "Python" (PACKYARD_PURE_PYTHON=1, or not built)
 IMPLEMENTATION = "C" if _C is not None else "Python"
 
@@ -220,26 +220,19 @@ def check_tree(data: bytes, rep: ObjectReport) -> TreeResult:
                 has_dups = True
         o_mode, o_name = mode, name
         entry = nxt
-    if has_null:
-        retval += rep("nullSha1", "contains entries pointing to null sha1")
-    if has_full:
-        retval += rep("fullPathname", "contains full pathnames")
-    if has_empty:
-        retval += rep("emptyName", "contains empty pathname")
-    if has_dot:
-        retval += rep("hasDot", "contains '.'")
-    if has_dotdot:
-        retval += rep("hasDotdot", "contains '..'")
-    if has_dotgit:
-        retval += rep("hasDotgit", "contains '.git'", _name(dotgit_name or b""))
-    if has_zero:
-        retval += rep("zeroPaddedFilemode", "contains zero-padded file modes")
-    if has_bad:
-        retval += rep("badFilemode", "contains bad file modes")
-    if has_dups:
-        retval += rep("duplicateEntries", "contains duplicate file entries")
-    if unsorted:
-        retval += rep("treeNotSorted", "not properly sorted")
+    # git's fsck_tree reports in this order, each at most once
+    for found, msg_id, text in ((has_null, "nullSha1", "contains entries pointing to null sha1"),
+                                (has_full, "fullPathname", "contains full pathnames"),
+                                (has_empty, "emptyName", "contains empty pathname"),
+                                (has_dot, "hasDot", "contains '.'"),
+                                (has_dotdot, "hasDotdot", "contains '..'"),
+                                (has_dotgit, "hasDotgit", "contains '.git'"),
+                                (has_zero, "zeroPaddedFilemode", "contains zero-padded file modes"),
+                                (has_bad, "badFilemode", "contains bad file modes"),
+                                (has_dups, "duplicateEntries", "contains duplicate file entries"),
+                                (unsorted, "treeNotSorted", "not properly sorted")):
+        if found:
+            retval += rep(msg_id, text, _name(dotgit_name or b"")) if msg_id == "hasDotgit" else rep(msg_id, text)
     return retval, blobs, trees, gitmodules, gitattributes
 
 

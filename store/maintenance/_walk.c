@@ -35,6 +35,9 @@
  * the buffers Packs holds exports of. It is taken again for the Python callbacks (objects
  * outside the packs, progress) and to raise errors. A Walker is used by one thread at a
  * time (a busy flag refuses a second); two Walkers may run in two threads over one Packs.
+ *
+ * The module's _C_API capsule (_walk.h's WalkAPI) gives the Packs type, WalkError, zlib and the Reader to
+ * the extensions that read objects the same way: _bitmap, _bloom and _packwrite.
  */
 #include "_walk.h"
 
@@ -637,54 +640,27 @@ Walker_result(WalkerObject *w, PyObject *unused)
     return result;
 }
 
-/* names(trees, blobs) -> {id: name} for the trees and blobs reached by a name; trees and blobs are the lists
- * result() gave (their id objects become the keys: no second copy of 300,000 ids). */
+/* What names() and name_hashes() give for one entry: its name (NULL to leave it out) or its path's hash. */
+typedef PyObject *(*EntValue)(WalkerObject *w, const OutEnt *e);
+
 static PyObject *
-Walker_names(WalkerObject *w, PyObject *args)
+ent_name(WalkerObject *w, const OutEnt *e)
 {
-    PyObject *lists[2];
-    if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1]))
+    if (e->name_len == NO_NAME)
         return NULL;
-    if (not_busy(w) < 0)
-        return NULL;
-    Buf *bufs[2] = {&w->trees, &w->blobs};
-    for (int k = 0; k < 2; k++) {
-        if ((size_t)PyList_GET_SIZE(lists[k]) != bufs[k]->len / sizeof(OutEnt)) {
-            PyErr_SetString(PyExc_ValueError, "names(trees, blobs): not the lists result() gave");
-            return NULL;
-        }
-    }
-    PyObject *names = PyDict_New();
-    if (!names)
-        return NULL;
-    for (int k = 0; k < 2; k++) {
-        const OutEnt *e = (const OutEnt *)bufs[k]->p;
-        size_t n = bufs[k]->len / sizeof(OutEnt);
-        for (size_t j = 0; j < n; j++) {
-            if (e[j].name_len == NO_NAME)
-                continue;
-            PyObject *id = PyList_GET_ITEM(lists[k], (Py_ssize_t)j);
-            if (!PyBytes_Check(id) || PyBytes_GET_SIZE(id) != OIDLEN || memcmp(PyBytes_AS_STRING(id), e[j].oid, OIDLEN)) {
-                PyErr_SetString(PyExc_ValueError, "names(trees, blobs): not the lists result() gave");
-                Py_DECREF(names);
-                return NULL;
-            }
-            PyObject *name = PyBytes_FromStringAndSize((const char *)w->names.p + e[j].name_off, e[j].name_len);
-            int rc = name ? PyDict_SetItem(names, id, name) : -1;
-            Py_XDECREF(name);
-            if (rc < 0) {
-                Py_DECREF(names);
-                return NULL;
-            }
-        }
-    }
-    return names;
+    return PyBytes_FromStringAndSize((const char *)w->names.p + e->name_off, e->name_len);
 }
 
-/* name_hashes(trees, blobs): {id: pack_name_hash of its whole path} for every tree and blob (the lists result()
- * gave; 0 for those reached without a path). */
 static PyObject *
-Walker_name_hashes(WalkerObject *w, PyObject *args)
+ent_path_hash(WalkerObject *w, const OutEnt *e)
+{
+    return PyLong_FromUnsignedLong(e->path_hash);
+}
+
+/* {id: value(entry)} over the trees and blobs: args are (trees, blobs), the lists result() gave (their id
+ * objects become the keys: no second copy of 300,000 ids); value NULL without an exception: left out. */
+static PyObject *
+ent_dict(WalkerObject *w, PyObject *args, const char *what, EntValue value)
 {
     PyObject *lists[2];
     if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1]))
@@ -694,7 +670,7 @@ Walker_name_hashes(WalkerObject *w, PyObject *args)
     Buf *bufs[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++)
         if ((size_t)PyList_GET_SIZE(lists[k]) != bufs[k]->len / sizeof(OutEnt)) {
-            PyErr_SetString(PyExc_ValueError, "name_hashes(trees, blobs): not the lists result() gave");
+            PyErr_Format(PyExc_ValueError, "%s(trees, blobs): not the lists result() gave", what);
             return NULL;
         }
     PyObject *out = PyDict_New();
@@ -706,13 +682,15 @@ Walker_name_hashes(WalkerObject *w, PyObject *args)
         for (size_t j = 0; j < n; j++) {
             PyObject *id = PyList_GET_ITEM(lists[k], (Py_ssize_t)j);
             if (!PyBytes_Check(id) || PyBytes_GET_SIZE(id) != OIDLEN || memcmp(PyBytes_AS_STRING(id), e[j].oid, OIDLEN)) {
-                PyErr_SetString(PyExc_ValueError, "name_hashes(trees, blobs): not the lists result() gave");
+                PyErr_Format(PyExc_ValueError, "%s(trees, blobs): not the lists result() gave", what);
                 Py_DECREF(out);
                 return NULL;
             }
-            PyObject *h = PyLong_FromUnsignedLong(e[j].path_hash);
-            int rc = h ? PyDict_SetItem(out, id, h) : -1;
-            Py_XDECREF(h);
+            PyObject *v = value(w, &e[j]);
+            if (!v && !PyErr_Occurred())
+                continue;
+            int rc = v ? PyDict_SetItem(out, id, v) : -1;
+            Py_XDECREF(v);
             if (rc < 0) {
                 Py_DECREF(out);
                 return NULL;
@@ -720,6 +698,21 @@ Walker_name_hashes(WalkerObject *w, PyObject *args)
         }
     }
     return out;
+}
+
+/* names(trees, blobs) -> {id: name} for the trees and blobs reached by a name. */
+static PyObject *
+Walker_names(WalkerObject *w, PyObject *args)
+{
+    return ent_dict(w, args, "names", ent_name);
+}
+
+/* name_hashes(trees, blobs): {id: pack_name_hash of its whole path} for every tree and blob (0 for those
+ * reached without a path). */
+static PyObject *
+Walker_name_hashes(WalkerObject *w, PyObject *args)
+{
+    return ent_dict(w, args, "name_hashes", ent_path_hash);
 }
 
 /* release_reader(): free the reader (its delta-base cache, zlib stream) once the walk is over; the lists,
@@ -842,22 +835,8 @@ static PyTypeObject WalkerType = {
 };
 
 static PyMethodDef module_methods[] = {
-    {"write_order", walk_write_order, METH_VARARGS,
-     "write_order(kind, reused, rbase, cbase) -> (order 'i', Python's order indexes 'i', cycle position or -1)"},
-    {"check_chains", walk_check_chains, METH_VARARGS,
-     "check_chains(reused, base 'i', limit) -> (height 'i' bytes, dropped): writeplan._check_chains"},
     {"pack_layout", walk_pack_layout, METH_VARARGS,
      "pack_layout(offsets 'Q', trailer) -> (order 'I', sorted offsets 'Q', ends 'Q') as bytes"},
-    {"bitmap_commits", walk_bitmap_commits, METH_VARARGS,
-     "bitmap_commits(packs, ids, read) -> (committer dates 'q', parent counts 'I') as bytes"},
-    {"bitmap_closures", walk_bitmap_closures, METH_VARARGS,
-     "bitmap_closures(packs, order, selected, read, seed) -> [closure bitmap as 64-bit words] or None"},
-    {"ewah_stored", walk_ewah_stored, METH_VARARGS,
-     "ewah_stored(bitmaps, window) -> [(xor offset, serialized EWAH)]: bitmap.py's xor_offsets, serialized"},
-    {"bloom_filters", walk_bloom_filters, METH_VARARGS,
-     "bloom_filters(packs, pairs, read) -> (filters, ends 'I'): bloom.py's filters of (parent tree, tree) pairs"},
-    {"commit_reads", walk_commit_reads, METH_VARARGS,
-     "commit_reads(packs, tips, skip, read) -> [(oid, data)]: commitgraph.reachable_commits' reads"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -870,6 +849,26 @@ static struct PyModuleDef walk_module = {
     .m_size = -1,
     .m_methods = module_methods,
 };
+
+/* The C API of the extensions that read objects through these Packs and Reader (_walk.h's WalkAPI). */
+static WalkAPI walk_api;
+
+static int
+add_capsule(PyObject *m)
+{
+    walk_api.version = WALK_API_VERSION;
+    walk_api.packs_type = &PacksType;
+    walk_api.walk_error = WalkError;
+#define GIVE(ret, name, params) walk_api.name = name;
+    WALK_API_FUNCTIONS(GIVE)
+#undef GIVE
+    PyObject *capsule = PyCapsule_New(&walk_api, WALK_API_CAPSULE, NULL);
+    if (!capsule)
+        return -1;
+    int rc = PyModule_AddObjectRef(m, "_C_API", capsule);
+    Py_DECREF(capsule);
+    return rc;
+}
 
 PyMODINIT_FUNC
 PyInit__walk(void)
@@ -886,7 +885,7 @@ PyInit__walk(void)
     if (!WalkError || PyModule_AddObjectRef(m, "WalkError", WalkError) < 0
         || PyModule_AddObjectRef(m, "Packs", (PyObject *)&PacksType) < 0
         || PyModule_AddObjectRef(m, "Walker", (PyObject *)&WalkerType) < 0
-        || PyModule_AddIntConstant(m, "MAX_CHAIN", MAX_CHAIN) < 0) {
+        || PyModule_AddIntConstant(m, "MAX_CHAIN", MAX_CHAIN) < 0 || add_capsule(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

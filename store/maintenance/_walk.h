@@ -1,16 +1,23 @@
 /*
- * _walk.h: what the three files of the _walk extension share (see _walk.c for what it is).
+ * _walk.h: what the C files of packyard's object-reading extensions share.
  *
+ * The _walk extension (packyard.store.maintenance._walk: the reachability walk, tree and object reads):
  *   _walk_packs.c  zlib from the shared library, errors, Packs (the replaceable packs and the id index),
  *                  pack_layout
- *   _walk_read.c   reading an object from the packs: CRC32 check, inflate, delta chains, the base cache
- *   _walk_copy.c   a repack's write plan: where each object's copy lies, the write order, the copies
+ *   _walk_read.c   reading an object from the packs: CRC32 check, inflate, delta chains, the base cache;
+ *                  reader_get (the packs, else the caller's Python read())
  *   _walk_trees.c  the walk itself, without the GIL: reading commits and trees (through the Reader, or the
  *                  Python fallback), the commit queue, the depth-first tree walk
- *   _walk_bitmap.c the reachability bitmaps' closures (bitmap.py's build_bitmaps)
- *   _walk_ewah.c   EWAH bitmaps as git builds them, git's XOR search (ewah.py, bitmap.py's xor_offsets)
- *   _walk_bloom.c  the commit-graph's changed-path Bloom filters (bloom.py's tree diff and filters)
- *   _walk.c        the Walker type, its Python methods, the module
+ *   _walk.c        the Walker type, its Python methods, the module and its C API capsule (WalkAPI below)
+ *
+ * Extensions that read objects through the same Packs and Reader (compiled with WALK_CLIENT defined, with
+ * _walk_client.c, which takes _walk's functions from the capsule; see WALK_FN and WalkAPI below):
+ *   _bitmap        _bitmap.c (the reachability bitmaps' closures, bitmap.py's build_bitmaps) and
+ *                  _bitmap_ewah.c (EWAH bitmaps as git builds them, git's XOR search: ewah.py, xor_offsets)
+ *   _bloom         _bloom.c (the commit-graph's changed-path Bloom filters and its commit reads: bloom.py)
+ *   _packwrite     store/pack/_packwrite.c (the module), _packwrite_copy.c (a repack's write plan: where each
+ *                  object's copy lies, the write order, the copies) and _packwrite_idx.c (a pack's .idx and
+ *                  .rev tables)
  */
 #ifndef PACKYARD_WALK_H
 #define PACKYARD_WALK_H
@@ -58,6 +65,14 @@ typedef struct {
 #define Z_BUF_ERROR (-5)
 #define Z_NO_FLUSH 0
 
+/* A function of the _walk extension: declared as itself there, as a pointer taken from _walk's capsule in
+ * an extension compiled with WALK_CLIENT (_walk_client.c defines the pointers and fills them at import). */
+#ifdef WALK_CLIENT
+#define WALK_FN(ret, name, params) extern ret (*name) params
+#else
+#define WALK_FN(ret, name, params) ret name params
+#endif
+
 extern const char *(*z_version)(void);
 extern int (*z_inflateInit_)(zstream *, const char *, int);
 extern int (*z_inflate)(zstream *, int);
@@ -65,7 +80,9 @@ extern int (*z_inflateEnd)(zstream *);
 extern int (*z_inflateReset)(zstream *);
 extern unsigned long (*z_crc32)(unsigned long, const unsigned char *, unsigned int);
 
+#ifndef WALK_CLIENT
 int walk_load_zlib(void);
+#endif
 
 /* CRC32 of p[0..n) (zlib's, in pieces its 32-bit length takes). */
 static inline uint32_t
@@ -97,12 +114,40 @@ typedef struct {
 } Err;
 
 /* Record the first error of a walk (no GIL needed); returns -1. */
-int fail(Err *e, int kind, const uint8_t *oid, long pack, long long offset, const char *fmt, ...);
-int nomem(Err *e);
+WALK_FN(int, fail, (Err *e, int kind, const uint8_t *oid, long pack, long long offset, const char *fmt, ...));
+WALK_FN(int, nomem, (Err *e));
 /* With the GIL: turn a recorded error into a Python exception (E_PY: one is already set). */
-void raise_err(Err *e);
-void hex_of(const uint8_t *oid, char *out);
-const char *type_label(int t);
+WALK_FN(void, raise_err, (Err *e));
+WALK_FN(void, hex_of, (const uint8_t *oid, char *out));
+WALK_FN(const char *, type_label, (int t));
+
+/* ---- hex ids --------------------------------------------------------------------------------- */
+
+static inline int
+hex_digit(unsigned c)
+{
+    if (c >= '0' && c <= '9')
+        return (int)(c - '0');
+    c |= 0x20;
+    if (c >= 'a' && c <= 'f')
+        return (int)(c - 'a' + 10);
+    return -1;
+}
+
+/* 40 hex digits (either case, as binascii.unhexlify takes them) -> id; -1 if s[0..n) is not exactly that. */
+static inline int
+hex_to_oid(const uint8_t *s, size_t n, uint8_t *out)
+{
+    if (n != 2 * OIDLEN)
+        return -1;
+    for (int k = 0; k < OIDLEN; k++) {
+        int hi = hex_digit(s[2 * k]), lo = hex_digit(s[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[k] = (uint8_t)(hi << 4 | lo);
+    }
+    return 0;
+}
 
 /* ---- ids: hashing, a set of ids ----------------------------------------------------------- */
 
@@ -359,7 +404,12 @@ typedef struct {
     Py_ssize_t users;        /* walks running on these packs (close() refuses meanwhile) */
 } PacksObject;
 
+#ifdef WALK_CLIENT
+extern PyTypeObject *walk_packs_type;
+#define PacksType (*walk_packs_type)
+#else
 extern PyTypeObject PacksType;
+#endif
 
 static inline const uint8_t *
 packs_oid(const PacksObject *ps, uint32_t gid)
@@ -471,31 +521,61 @@ typedef struct {
     size_t n_cache_hits;     /* chains that stopped at a cached object */
 } Reader;
 
-int reader_init(Reader *r, PacksObject *packs, size_t cache_bytes);
-void reader_clear(Reader *r);
+WALK_FN(int, reader_init, (Reader *r, PacksObject *packs, size_t cache_bytes));
+WALK_FN(void, reader_clear, (Reader *r));
 /* The object at entry (pack pk, idx position i), its delta chain resolved (a new reference), or NULL with
  * r->err set. No GIL needed. */
-Obj *reader_resolve(Reader *r, uint32_t pk, uint32_t i, int keep_whole);
+WALK_FN(Obj *, reader_resolve, (Reader *r, uint32_t pk, uint32_t i, int keep_whole));
 
 /* The type of entry (pk, i) from its headers alone (a delta: its chain's base's), or -1 with r->err set. */
-int reader_type(Reader *r, uint32_t pk, uint32_t i, int *type);
+int reader_type(Reader *r, uint32_t pk, uint32_t i, int *type);   /* (_walk only) */
 
+/* id's object from the packs (reader_resolve: CRC32-checked, the delta-base cache; keep_whole as there) or,
+ * when it is not in them, from read(id) -> (type, data) (loose objects; the caller's Python fallback). Any
+ * type: the caller checks it. *pack, *offset (either may be NULL): where the packs hold it, -1 when read()
+ * gave it. NULL with a Python exception set (a pack's error raised as WalkError, r->err cleared). With the
+ * GIL. */
+WALK_FN(Obj *, reader_get, (Reader *r, PyObject *read, const uint8_t *id, int keep_whole, long *pack,
+                            long long *offset));
+
+#ifndef WALK_CLIENT
 PyObject *walk_pack_layout(PyObject *module, PyObject *args);
+#endif
 
-/* ---- a repack's write plan (_walk_copy.c) ---------------------------------------------------- */
+/* ---- one tree entry (walk.py's _TREE_ENTRY: an octal mode, a space, a name, a NUL, a 20-byte id) ------ */
 
-PyObject *packs_find_reuse(PacksObject *self, PyObject *ids);
-PyObject *packs_copy_entries(PacksObject *self, PyObject *args);
-PyObject *walk_write_order(PyObject *module, PyObject *args);
-PyObject *walk_check_chains(PyObject *module, PyObject *args);
+typedef struct {
+    const uint8_t *mode, *name, *id;
+    size_t mode_len, name_len;
+    int is_dir;                  /* mode 40000 or 040000 */
+    int gitlink;                 /* mode 160000: another repository's commit */
+} TreeEnt;
 
-/* ---- reachability bitmaps (_walk_bitmap.c) ---------------------------------------------------- */
-
-PyObject *walk_bitmap_commits(PyObject *module, PyObject *args);
-PyObject *walk_bitmap_closures(PyObject *module, PyObject *args);
-PyObject *walk_ewah_stored(PyObject *module, PyObject *args);   /* _walk_ewah.c */
-PyObject *walk_bloom_filters(PyObject *module, PyObject *args);   /* _walk_bloom.c */
-PyObject *walk_commit_reads(PyObject *module, PyObject *args);    /* _walk_bloom.c */
+/* The entry of a tree's data at *p (before end): 1 with *p past it, 0 at the end, -1 malformed. */
+static inline int
+tree_entry_next(const uint8_t **pp, const uint8_t *end, TreeEnt *e)
+{
+    const uint8_t *p = *pp;
+    if (p >= end)
+        return 0;
+    e->mode = p;
+    while (p < end && *p >= '0' && *p <= '7')
+        p++;
+    e->mode_len = (size_t)(p - e->mode);
+    if (!e->mode_len || p >= end || *p != ' ')
+        return -1;
+    e->name = ++p;
+    const uint8_t *nul = memchr(p, 0, (size_t)(end - p));
+    if (!nul || nul == e->name || (size_t)(end - nul) < 1 + OIDLEN)
+        return -1;
+    e->name_len = (size_t)(nul - e->name);
+    e->id = nul + 1;
+    *pp = e->id + OIDLEN;
+    e->gitlink = e->mode_len == 6 && memcmp(e->mode, "160000", 6) == 0;
+    e->is_dir = (e->mode_len == 5 && memcmp(e->mode, "40000", 5) == 0)
+                || (e->mode_len == 6 && memcmp(e->mode, "040000", 6) == 0);
+    return 1;
+}
 
 /* ---- the Walker (_walk.c: the type and its methods; _walk_trees.c: the walk, without the GIL) ---- */
 
@@ -555,7 +635,7 @@ typedef struct {
 } WalkerObject;
 
 /* The seen set of o if it is a Walker not walking right now, else NULL (_walk.c). */
-const IdSet *walker_seen(PyObject *o);
+const IdSet *walker_seen(PyObject *o);   /* (_walk only) */
 
 /* Let go of the GIL / take it back (between them: no Python object may be touched). */
 static inline void gil_drop(WalkerObject *w) { w->ts = PyEval_SaveThread(); }
@@ -604,5 +684,61 @@ name_hash_fold(uint32_t h, const uint8_t *s, size_t n)
     return h;
 }
 
+
+/* ---- the C API capsule: what _walk gives the extensions compiled with WALK_CLIENT ---------------- */
+
+#define WALK_API_CAPSULE "packyard.store.maintenance._walk._C_API"
+#define WALK_API_VERSION 1
+
+/* The functions _walk gives, as X(return type, name, parameters): the struct's members, the clients'
+ * pointers (_walk_client.c) and their filling, and _walk's filling of the struct (_walk.c) are made from it. */
+#define WALK_API_FUNCTIONS(X)                                                                                \
+    X(const char *, z_version, (void))                                                                     \
+    X(int, z_inflateInit_, (zstream *, const char *, int))                                                 \
+    X(int, z_inflate, (zstream *, int))                                                                    \
+    X(int, z_inflateEnd, (zstream *))                                                                      \
+    X(int, z_inflateReset, (zstream *))                                                                    \
+    X(unsigned long, z_crc32, (unsigned long, const unsigned char *, unsigned int))                        \
+    X(int, fail, (Err *e, int kind, const uint8_t *oid, long pack, long long offset, const char *fmt, ...)) \
+    X(int, nomem, (Err *e))                                                                                \
+    X(void, raise_err, (Err *e))                                                                           \
+    X(void, hex_of, (const uint8_t *oid, char *out))                                                       \
+    X(const char *, type_label, (int t))                                                                   \
+    X(int, reader_init, (Reader *r, PacksObject *packs, size_t cache_bytes))                               \
+    X(void, reader_clear, (Reader *r))                                                                     \
+    X(Obj *, reader_resolve, (Reader *r, uint32_t pk, uint32_t i, int keep_whole))                         \
+    X(Obj *, reader_get, (Reader *r, PyObject *read, const uint8_t *id, int keep_whole, long *pack,        \
+                          long long *offset))
+
+#define WALK_API_MEMBER(ret, name, params) ret (*name) params;
+
+typedef struct {
+    int version;                          /* WALK_API_VERSION */
+    PyTypeObject *packs_type;
+    PyObject *walk_error;
+    WALK_API_FUNCTIONS(WALK_API_MEMBER)
+} WalkAPI;
+
+#ifdef WALK_CLIENT
+/* _walk_client.c: import _walk and take its functions from the capsule (once); 0, or -1 with an exception
+ * set. */
+int walk_client_import(void);
+#endif
+
+/* ---- the client extensions' module functions (each in its own module's method table) --------------- */
+
+/* _bitmap: _bitmap.c, _bitmap_ewah.c */
+PyObject *bitmap_commits(PyObject *module, PyObject *args);
+PyObject *bitmap_closures(PyObject *module, PyObject *args);
+PyObject *ewah_stored(PyObject *module, PyObject *args);
+/* _bloom: _bloom.c */
+PyObject *bloom_filters(PyObject *module, PyObject *args);
+PyObject *commit_reads(PyObject *module, PyObject *args);
+/* _packwrite: store/pack/_packwrite_copy.c, store/pack/_packwrite_idx.c */
+PyObject *find_reuse(PyObject *module, PyObject *args);
+PyObject *copy_entries(PyObject *module, PyObject *args);
+PyObject *write_order(PyObject *module, PyObject *args);
+PyObject *check_chains(PyObject *module, PyObject *args);
+PyObject *index_tables(PyObject *module, PyObject *args);
 
 #endif

@@ -582,10 +582,6 @@ static PyMethodDef Packs_methods[] = {
      "get(oid, default=None): the global entry number of oid, as SourceIndex.loc.get"},
     {"oid_at", (PyCFunction)(void (*)(void))Packs_oid_at, METH_FASTCALL,
      "oid_at(pack number, offset): the id of the entry starting there, or None"},
-    {"find_reuse", (PyCFunction)packs_find_reuse, METH_O,
-     "find_reuse(ids): (kind, delta base position 'i', global entry number 'q') per id (writeplan._find_reuse)"},
-    {"copy_entries", (PyCFunction)packs_copy_entries, METH_VARARGS,
-     "copy_entries(gids, order, start, stop, reused, rbase, offsets, pos, limit): a run of entry copies"},
     {"close", (PyCFunction)Packs_close, METH_NOARGS, "release the exported buffers (the packs can be closed)"},
     {NULL, NULL, 0, NULL},
 };

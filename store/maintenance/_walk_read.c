@@ -2,7 +2,8 @@
  * _walk_read.c: one object out of the packs, with no GIL -- the entry's CRC32 checked against its idx,
  * its header decoded within the entry's extent, its zlib data inflated (zlib checks the Adler-32),
  * a delta chain resolved down to a whole or cached object and applied back up, each result kept in
- * a delta-base cache bounded in bytes (least recently used first out).
+ * a delta-base cache bounded in bytes (least recently used first out). reader_get (with the GIL): an
+ * object from the packs, else from the caller's Python read() -- the one such reader of _bitmap and _bloom.
  */
 #include "_walk.h"
 
@@ -574,4 +575,45 @@ reader_clear(Reader *r)
         r->z_ready = 0;
     }
     buf_free(&r->scratch);
+}
+
+/* id's object from the packs, or from read(id) -> (type, data) when they do not hold it (see _walk.h). */
+Obj *
+reader_get(Reader *r, PyObject *read, const uint8_t *id, int keep_whole, long *pack, long long *offset)
+{
+    long long gid = packs_find(r->packs, id);
+    if (gid >= 0) {
+        uint32_t pk = r->packs->pack_of[gid];
+        const Pack *p = &r->packs->p[pk];
+        Obj *o = reader_resolve(r, pk, (uint32_t)(gid - p->base), keep_whole);
+        if (!o) {
+            raise_err(&r->err);
+            return NULL;
+        }
+        if (pack)
+            *pack = (long)pk;
+        if (offset)
+            *offset = (long long)p->offs[gid - p->base];
+        return o;
+    }
+    if (pack)
+        *pack = -1;
+    if (offset)
+        *offset = -1;
+    PyObject *res = PyObject_CallFunction(read, "y#", (const char *)id, (Py_ssize_t)OIDLEN);
+    if (!res)
+        return NULL;
+    Obj *o = NULL;
+    int t;
+    PyObject *data;
+    Py_buffer view;
+    if (PyArg_ParseTuple(res, "iO", &t, &data) && PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) == 0) {
+        if ((o = obj_new(t, (size_t)view.len)) == NULL)
+            PyErr_NoMemory();
+        else
+            memcpy(o->data, view.buf, (size_t)view.len);
+        PyBuffer_Release(&view);
+    }
+    Py_DECREF(res);
+    return o;
 }

@@ -83,32 +83,6 @@ read_object(WalkerObject *w, const uint8_t *id, int want, const Ref *ref, long *
 
 /* -- commits -- */
 
-static inline int
-hexval(unsigned c)
-{
-    if (c >= '0' && c <= '9')
-        return (int)(c - '0');
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return (int)(c - 'a' + 10);
-    return -1;
-}
-
-/* 40 hex digits (either case, as binascii.unhexlify takes them) -> id; -1 if not exactly that. */
-static int
-parse_hex(const uint8_t *s, size_t n, uint8_t *out)
-{
-    if (n != 2 * OIDLEN)
-        return -1;
-    for (int k = 0; k < OIDLEN; k++) {
-        int hi = hexval(s[2 * k]), lo = hexval(s[2 * k + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[k] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
-}
-
 /* Python's repr() of the first 60 bytes of s[0..n) (what walk.py's messages show). */
 static void
 bytes_repr(const uint8_t *s, size_t n, char *out, size_t cap)
@@ -223,7 +197,7 @@ queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_t si
     const uint8_t *line_end = nl ? nl : head_end;
     if ((size_t)(line_end - line) < 5 || memcmp(line, "tree ", 5) != 0)
         return fail(&w->rd.err, E_CORRUPT, oid, pack, offset, "commit does not start with a tree header");
-    if (parse_hex(line + 5, (size_t)(line_end - line - 5), e.tree) < 0) {
+    if (hex_to_oid(line + 5, (size_t)(line_end - line - 5), e.tree) < 0) {
         char r[256];
         bytes_repr(line + 5, (size_t)(line_end - line - 5), r, sizeof r);
         return fail(&w->rd.err, E_CORRUPT, oid, pack, offset, "commit tree is not a hex object id: %s", r);
@@ -240,7 +214,7 @@ queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_t si
         size_t n = (size_t)(line_end - line);
         if (n >= 7 && memcmp(line, "parent ", 7) == 0) {
             uint8_t parent[OIDLEN];
-            if (parse_hex(line + 7, n - 7, parent) < 0) {
+            if (hex_to_oid(line + 7, n - 7, parent) < 0) {
                 char r[256];
                 bytes_repr(line + 7, n - 7, r, sizeof r);
                 return fail(&w->rd.err, E_CORRUPT, oid, pack, offset, "commit parent is not a hex object id: %s", r);
@@ -386,28 +360,19 @@ tree_fresh(WalkerObject *w, const Obj *t, const uint8_t *oid, size_t *first, siz
     *first = w->fresh.len / sizeof(Fresh);
     if (t->size >= UINT32_MAX)
         return fail(&w->rd.err, E_CORRUPT, oid, -1, -1, "tree is too large (4 GiB or more)");
-    while (p < end) {
-        const uint8_t *m = p;
-        while (p < end && *p >= '0' && *p <= '7')
-            p++;
-        size_t mode_len = (size_t)(p - m);
-        if (!mode_len || p >= end || *p != ' ')
+    TreeEnt ent;
+    int got;
+    while ((got = tree_entry_next(&p, end, &ent)) != 0) {
+        if (got < 0)
             goto malformed;
-        p++;
-        const uint8_t *name = p;
-        const uint8_t *nul = memchr(p, 0, (size_t)(end - p));
-        if (!nul || nul == name || (size_t)(end - nul) < 1 + OIDLEN)
-            goto malformed;
-        const uint8_t *id = nul + 1;
-        p = id + OIDLEN;
-        if (mode_len == 6 && memcmp(m, "160000", 6) == 0)
-            continue;                                    /* a gitlink: another repository's commit */
+        if (ent.gitlink)
+            continue;                                    /* another repository's commit */
         Fresh f;
-        f.hash = oid_hash(id, seed);
-        f.name_off = (uint32_t)(name - d);
-        f.name_len = (uint32_t)(nul - name);
-        f.id_off = (uint32_t)(id - d);
-        f.is_dir = (mode_len == 5 && memcmp(m, "40000", 5) == 0) || (mode_len == 6 && memcmp(m, "040000", 6) == 0);
+        f.hash = oid_hash(ent.id, seed);
+        f.name_off = (uint32_t)(ent.name - d);
+        f.name_len = (uint32_t)ent.name_len;
+        f.id_off = (uint32_t)(ent.id - d);
+        f.is_dir = ent.is_dir;
         if (buf_put(&w->fresh, &f, sizeof f) < 0)
             return nomem(&w->rd.err);
     }

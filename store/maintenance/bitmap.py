@@ -42,14 +42,14 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import CorruptObjectError, StoreError
-from ..native import extension
+from .. import native
 from ..objects import ObjectType
 from . import ewah as _ewah
 from .walk import c_loop_errors, name_hash_fold, parse_commit, parse_tree_entries
 
-#: The closure loop in C (``_walk_bitmap.c``, in the walk's extension: it reads through the same packs), unless
-#: PACKYARD_PURE_PYTHON=1 or it was not built; :func:`build_bitmaps` is its specification.
-_c = extension(__package__ + "._walk")
+#: The closure loop and EWAH in C (the ``_bitmap`` extension: it reads through the walk's Packs), unless
+#: PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py); :func:`build_bitmaps` is its specification.
+_c = native.bitmap()
 IMPLEMENTATION = "c" if _c is not None else "python"
 
 SIGNATURE = b"BITM"

@@ -9,8 +9,8 @@ modulo the filter's bit count, with ``h0``/``h1`` git's murmur3 with seeds 0x293
 0x7e646e2c -- including git 2.39's reading of path bytes as *signed* chars (bytes >= 0x80 are
 sign-extended before they are combined: what git 2.39 on x86 and ARM64 Linux writes and reads).
 
-This module is the specification; :func:`filters` runs the same diff and filters in C (the walk's
-extension, store/maintenance/_walk_bloom.c, reading trees straight from the packs) unless
+This module is the specification; :func:`filters` runs the same diff and filters in C (the _bloom
+extension, store/maintenance/_bloom.c, reading trees straight from the packs) unless
 ``PACKYARD_PURE_PYTHON=1`` or the extension was not built (tests/test_bloom_c.py compares the bytes).
 """
 from __future__ import annotations
@@ -20,10 +20,16 @@ import re
 from array import array
 from typing import Callable, Iterable, Sequence
 
+from .. import native
 from ..errors import CorruptObjectError
 from ..objects import ObjectType
 from .sources import _layout
-from .walk import _c, c_loop_errors, parse_tree_entries
+from .walk import c_loop_errors, parse_tree_entries
+
+#: The filters and the commit-graph's commit reads in C (the ``_bloom`` extension, reading through the walk's
+#: Packs), unless PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py); this module specifies them.
+_c = native.bloom()
+_walk_c = native.walk()
 
 HASH_VERSION = 1
 NUM_HASHES = 7
@@ -210,7 +216,7 @@ class TreeDiffer:
 def open_packs(packs: Iterable) -> object | None:   # type: ignore[type-arg]
     """The C loops' view of the repository's packs (:class:`~..pack.packdir.PackFile` s: objects not in
     them are read through ``read``), or None without the extension. Close it with :func:`close_packs`."""
-    if _c is None:
+    if _c is None or _walk_c is None:
         return None
     tables = []
     for pack in packs:
@@ -220,7 +226,7 @@ def open_packs(packs: Iterable) -> object | None:   # type: ignore[type-arg]
             tables.append((pack.buffer(), pack.end, t.oids, t.offsets, t.crcs, ends, sorted_offsets, order))
         except OSError:
             continue   # (a pack removed since it was listed: its objects come through read())
-    return _c.Packs(tables, set(), int.from_bytes(os.urandom(8), "little"))
+    return _walk_c.Packs(tables, set(), int.from_bytes(os.urandom(8), "little"))
 
 
 def close_packs(c_packs: object | None) -> None:

@@ -25,7 +25,10 @@ from typing import Callable, Iterable
 
 from ..errors import CorruptObjectError, ObjectMissingError
 from ..objects import ObjectType
+from .. import native
 from . import bloom
+
+_c_bloom = native.bloom()   # the commit reads in C (store/native.py), or None
 
 SIGNATURE = b"CGPH"
 OIDF, OIDL, CDAT, GDA2, GDO2, EDGE, BIDX, BDAT, BASE = (
@@ -191,7 +194,7 @@ def reachable_commits(read: Read, tips: Iterable[bytes], have: dict[bytes, Commi
     stop = stop or set()
     if c_packs is not None:   # the reads in C (bloom.open_packs), the parse here
         with bloom.c_errors():
-            got = bloom._c.commit_reads(c_packs, b"".join(tips), (commits, stop), read)
+            got = _c_bloom.commit_reads(c_packs, b"".join(tips), (commits, stop), read)
         for oid, data in got:
             commits[oid] = parse_commit_for_graph(data, oid)
         return commits

@@ -24,10 +24,12 @@ from typing import Callable, Container
 from ..errors import CorruptObjectError, ObjectMissingError
 from ..objects import ObjectType
 from ..parse import object_links, tag_links
+from .. import native
 from .walk import C_CACHE_BYTES, Reachable
-from .walk import _c as _walk_c
 
 Read = Callable[[bytes], tuple[int, bytes]]
+
+_walk_c = native.walk()   # the C walker (store/native.py), or None
 
 #: A missing tree read by the C walk (the empty tree links nothing) and a missing commit (it links nothing
 #: but the empty tree): git's traversal of cruft objects ignores missing links the same way.

@@ -20,11 +20,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping
 
+from .. import native
 from ..errors import ObjectMissingError
 from ..objects import ObjectType
 from ..pack.midx import Midx
 from ..pack.packdir import PackFile
-from .bitmap import (BitmapClosureError, BitmapOptions, CommitGraph, _c, build_bitmaps, c_selected_and_stored,
+from .bitmap import (BitmapClosureError, BitmapOptions, CommitGraph, build_bitmaps, c_selected_and_stored,
                      encode_bitmap, preferred_tips, select_commits)
 from .sources import SourceIndex
 from .walk import Read, walk
@@ -86,7 +87,7 @@ def midx_bitmap(midx: Midx, pack_dir: Path, refs: Mapping[str, bytes], read: Rea
     preferred = preferred_tips(refs, options.prefer_tips, peel)
     c_packs = getattr(sources, "c_packs", None) if sources is not None else None
     try:
-        if _c is not None and c_packs is not None:
+        if native.bitmap() is not None and c_packs is not None:
             # The same selection and closures as build_bitmaps, in C (bitmap.py's full-repack path): the
             # Python loop is the specification, and too slow for a geometric repack of a large history.
             selected, stored = c_selected_and_stored(commits, graph, preferred, order, pos, read, c_packs)

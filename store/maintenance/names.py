@@ -19,8 +19,10 @@ from typing import Iterable
 
 from ..errors import StoreError
 from ..objects import ObjectType
+from .. import native
 from .walk import C_CACHE_BYTES, parse_tree_entries
-from .walk import _c as _walk_c
+
+_walk_c = native.walk()   # the C walker (store/native.py), or None
 
 
 def names_in(sources, ids: Iterable[bytes], exclude: Iterable[bytes] = ()) -> dict[bytes, bytes]:

@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from ..errors import ObjectMissingError
 from ..objdir import ObjectSnapshot
 from ..pack.packdir import PackFile
-from .walk import _c as _walk_c
+from .. import native
+
+#: The C tables (Packs, pack_layout) of the walk extension, or None (store/native.py).
+_walk_c = native.walk()
 
 
 @dataclass

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Callable, Container, Iterable, Iterator
 
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..forked import ForkedCall
-from ..native import extension
+from .. import native
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
 from ..progress import Progress
@@ -55,12 +55,13 @@ if TYPE_CHECKING:   # sources imports this module (for the C tables)
 
 
 #: The C walk (``_walk``), unless PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py).
-_c = extension(__package__ + "._walk")
+_c = native.walk()
 
 
 @contextlib.contextmanager
 def c_loop_errors() -> Iterator[None]:
-    """The errors of the walk extension's other loops (bitmap closures, Bloom filters) as the store's typed
+    """The errors of the loops reading through the walk extension's Packs (the _bitmap and _bloom extensions':
+    one WalkError, from _walk's C API) as the store's typed
     errors, naming the object and the pack entry's offset (the walk itself also names the file: Walker)."""
     try:
         yield

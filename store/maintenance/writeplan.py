@@ -39,7 +39,7 @@ from ..pack.search import (DEFAULT_DEPTH, Candidates, SearchOptions, SearchResul
 from ..pack.write import WRITE_BUFFER, PackWriter
 from ..tuning import release_free_heap
 from .sources import SourceIndex
-from .walk import _c as _walk_c
+from .. import native
 
 if TYPE_CHECKING:
     from .repack import RepackCounters
@@ -48,6 +48,11 @@ from ..progress import Progress
 
 #: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
 Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
+
+#: The C walk (its Packs, the search's reader) and the C write plan (find_reuse, write_order, copy_entries,
+#: check_chains), or None (store/native.py): the Python steps below are their specification.
+_walk_c = native.walk()
+_packwrite = native.packwrite()
 
 #: The writer lets go of the source packs' pages it has read every time it has written this many bytes.
 DROP_PAGES_EVERY = 8 << 20
@@ -123,7 +128,8 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
 def _find_reuse(ids: list[bytes], sources: SourceIndex, deltas: DeltaPlan) -> _Reuse:
     n = len(ids)
     r = _Reuse(n)
-    found = sources.c_packs.find_reuse(ids) if sources.c_packs is not None else None
+    c_packs = sources.c_packs if _packwrite is not None else None
+    found = _packwrite.find_reuse(c_packs, ids) if c_packs is not None else None
     if found is None:
         index_get = {oid: k for k, oid in enumerate(ids)}.get
         for k in range(n):
@@ -173,8 +179,8 @@ def _locate(r: _Reuse, k: int, oid: bytes, sources: SourceIndex, index_get: Call
 def _check_chains(r: _Reuse, limit: int) -> None:
     """Drop reused deltas that close a cycle or pass ``limit``; record each chain's height at its root.
     (The C extension's ``check_chains`` does the same when present.)"""
-    if _walk_c is not None:
-        height_b, dropped = _walk_c.check_chains(r.reused, r.base, limit)
+    if _packwrite is not None:
+        height_b, dropped = _packwrite.check_chains(r.reused, r.base, limit)
         r.height = array("i")
         r.height.frombytes(height_b)
         r.dropped += dropped
@@ -411,7 +417,7 @@ def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _R
     emit = _Emitter(writer, ids, sources, reuse, computed, zwhole, found, pre, c)
     step = max(1, min(5000, n // 100 or 1))
     order: Sequence[int]
-    if sources.c_packs is not None and _walk_c is not None:
+    if sources.c_packs is not None and _packwrite is not None:
         order = _write_runs(emit, sources.c_packs, progress, phase, step)
     else:
         order = _write_each(emit, progress, phase, step)
@@ -500,16 +506,16 @@ def _write_each(emit: _Emitter, progress: Progress | None, phase: str, step: int
     return order
 
 
-def _write_runs(emit: _Emitter, packs: "_walk_c.Packs", progress: Progress | None, phase: str, step: int) -> array:
+def _write_runs(emit: _Emitter, packs: object, progress: Progress | None, phase: str, step: int) -> array:
     """Step 3 with the C extension: the order (as :func:`_write_each`'s) computed at once; the whole entries
-    and reused deltas between two objects that need Python copied by ``Packs.copy_entries`` a run at a time
+    and reused deltas between two objects that need Python copied by ``_packwrite.copy_entries`` a run at a time
     (the source CRC32 checked there; an entry it does not copy -- a CRC32 mismatch -- goes through
     :meth:`_Emitter.one`, which raises the typed error); returns the positions in the order written."""
     reuse, writer, c, n = emit.reuse, emit.writer, emit.c, len(emit.ids)
     cbase = array("i", [-1]) * n
     for k, (_ci, bk) in emit.computed.items():
         cbase[k] = bk
-    order_b, python_b, cycle = _walk_c.write_order(reuse.kind, reuse.reused, reuse.base, cbase)
+    order_b, python_b, cycle = _packwrite.write_order(reuse.kind, reuse.reused, reuse.base, cbase)
     if cycle >= 0:
         raise StoreError(f"delta base cycle in the write plan at object {emit.ids[cycle].hex()} (a bug)")
     order, python = array("i"), array("i")
@@ -520,9 +526,9 @@ def _write_runs(emit: _Emitter, packs: "_walk_c.Packs", progress: Progress | Non
     dropped_at = writer.position
     for stop in [*python, n]:
         while j < stop:
-            j, stuck, entries, offs, crcs, oids, deltas, copied = packs.copy_entries(
-                reuse.gid, order, j, min(stop, j + step), reuse.reused, reuse.base, emit.offsets, writer.position,
-                WRITE_BUFFER)
+            j, stuck, entries, offs, crcs, oids, deltas, copied = _packwrite.copy_entries(
+                packs, reuse.gid, order, j, min(stop, j + step), reuse.reused, reuse.base, emit.offsets,
+                writer.position, WRITE_BUFFER)
             writer.append_copies(entries, offs, crcs, oids, deltas=deltas, copied=copied)
             if writer.position - dropped_at >= DROP_PAGES_EVERY:
                 emit.sources.drop_pages()   # (the source pages copied so far: RSS bounded, not the input's size)

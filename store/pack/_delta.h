@@ -39,7 +39,5 @@ int pd_encode(const dindex *ix, const uint8_t *t, size_t tlen, obuf *o);
 
 /* The window search's functions (_search.c), in the module's method table. */
 extern PyMethodDef pd_search_methods[];
-/* A pack's .idx/.rev tables (_idx.c). */
-PyObject *pd_index_tables(PyObject *module, PyObject *args);
 
 #endif

@@ -354,7 +354,5 @@ name_hash(PyObject *self, PyObject *arg)
 PyMethodDef pd_search_methods[] = {
     {"search_segment", (PyCFunction)(void (*)(void))search_segment, METH_FASTCALL, search_segment_doc},
     {"name_hash", (PyCFunction)name_hash, METH_O, name_hash_doc},
-    {"index_tables", pd_index_tables, METH_VARARGS,
-     "index_tables(oids, offsets 'Q', crcs 'I', off32_limit): a pack's idx v2 and rev tables (idxwrite.write_index)"},
     {NULL, NULL, 0, NULL},
 };

@@ -32,14 +32,14 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..errors import LimitExceededError
-from ..native import extension
+from .. import native
 
 MAX_INPUT_SIZE = 512 << 20   # bytes; git's core.bigFileThreshold default: larger objects are stored whole
 
 
 def _choose() -> tuple[ModuleType, str]:
     """The C encoder (``_delta``), unless PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py)."""
-    c = extension(__package__ + "._delta")
+    c = native.delta()
     if c is not None:
         return c, "c"
     from . import _delta_py
@@ -47,12 +47,6 @@ def _choose() -> tuple[ModuleType, str]:
 
 
 _impl, IMPLEMENTATION = _choose()
-
-
-def native(name: str):
-    """A function of the C extension (e.g. the delta search's window loop), or None when the pure-Python
-    implementation is in use: the caller then runs its own Python specification of it."""
-    return getattr(_impl, name, None) if IMPLEMENTATION == "c" else None
 
 
 def _byte_size(buf) -> int:

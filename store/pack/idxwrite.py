@@ -25,12 +25,13 @@ import struct
 import sys
 from array import array
 from dataclasses import dataclass
-from typing import BinaryIO, Sequence
+from typing import Any, BinaryIO, Sequence
 
 from ..errors import InvalidInputError
-from .delta import native
+from .. import native
 
-_c_index_tables = native("index_tables")
+_c_packwrite = native.packwrite()   # the C tables (store/native.py), or None
+_c_index_tables: Any = _c_packwrite.index_tables if _c_packwrite is not None else None
 
 IDX_MAGIC = b"\377tOc"
 RIDX_MAGIC = b"RIDX"

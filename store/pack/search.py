@@ -65,7 +65,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from ..forked import ForkedCall
-from .delta import MAX_INPUT_SIZE, DeltaIndex, native, should_delta
+from .. import native
+from .delta import MAX_INPUT_SIZE, DeltaIndex, should_delta
 
 from ..progress import Progress
 Read = Callable[[int], bytes]
@@ -108,8 +109,9 @@ def name_hash(name: bytes | None) -> int:
     return h
 
 
-_c_name_hash = native("name_hash")
-_c_search_segment = native("search_segment")
+_c_delta = native.delta()   # the C window loop and name hash (store/native.py), or None
+_c_name_hash = _c_delta.name_hash if _c_delta is not None else None
+_c_search_segment = _c_delta.search_segment if _c_delta is not None else None
 
 
 def fast_name_hash(name: bytes | None) -> int:

@@ -45,6 +45,29 @@ def packyard_entry() -> list[str]:
     return [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main())"]
 
 
+def corpus_bench_start(bench: str, pack_arg: str | None, time_binary: str, work_arg: str | None
+                       ) -> tuple[Path, Path, Path] | None:
+    """The start of a bench over a corpus pack that measures peak RSS with GNU time: (the pack, its refs file,
+    the work directory, made), with packyard's bytecode written; None after saying on stderr what is missing
+    (no ``time_binary``, no pack or refs; the bench exits 2). ``pack_arg``: --pack (default: the corpus'
+    git-v2.0.0.pack); ``work_arg``: --dir (default: a new temp directory named for the bench)."""
+    import sys
+    import tempfile
+
+    if not Path(time_binary).exists():
+        print(f"packyard bench {bench}: needs {time_binary} (GNU time) to measure peak RSS", file=sys.stderr)
+        return None
+    pack = Path(pack_arg) if pack_arg else corpus_dir() / "git-v2.0.0.pack"
+    refs = pack.with_suffix(".refs")
+    if not (pack.exists() and refs.exists()):
+        print(f"packyard bench {bench}: no pack {pack} (with {refs.name})", file=sys.stderr)
+        return None
+    compile_bytecode()
+    work = Path(work_arg) if work_arg else Path(tempfile.mkdtemp(prefix=f"packyard-bench-{bench}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    return pack, refs, work
+
+
 def compile_bytecode() -> None:
     """Write packyard's .pyc files before timing a freshly started packyard process.
 

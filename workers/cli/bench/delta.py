@@ -97,11 +97,10 @@ def git_delta(repo: Path, old: str, new: str, tmp: Path) -> tuple[str, str, int]
 def run(args: argparse.Namespace) -> int:
     from dulwich.pack import create_delta as dulwich_create_delta
 
+    from packyard.store import native
     from packyard.store.pack import _delta_py
-    try:
-        from packyard.store.pack import _delta as c_delta  # type: ignore[attr-defined]
-    except ImportError:
-        c_delta = None
+    c_delta = native.delta()
+    if c_delta is None:
         print("packyard bench delta: the C extension is not built (pip install packyard builds it); "
               "measuring the Python encoder only", file=sys.stderr)
 

@@ -21,7 +21,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from packyard.workers.cli.bench import common
@@ -90,17 +89,10 @@ def _report(name: str, rows: dict[str, list]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not Path(TIME).exists():
-        print(f"packyard bench midx: needs {TIME} (GNU time) to measure peak RSS", file=sys.stderr)
+    start = common.corpus_bench_start("midx", args.pack, TIME, args.dir)
+    if start is None:
         return 2
-    pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
-    refs = pack.with_suffix(".refs")
-    if not (pack.exists() and refs.exists()):
-        print(f"packyard bench midx: no pack {pack} (with {refs.name})", file=sys.stderr)
-        return 2
-    common.compile_bytecode()
-    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-midx-"))
-    work.mkdir(parents=True, exist_ok=True)
+    pack, refs, work = start
     print(f"{os.cpu_count()} cores, {args.runs} rounds per row alternating git/packyard, in {work} "
           f"({common.describe_filesystem(work)})", flush=True)
     try:

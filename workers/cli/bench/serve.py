@@ -18,8 +18,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -110,17 +108,10 @@ def _serving(last: dict[str, Path], runs: int) -> dict[str, dict[str, list[tuple
 
 
 def run(args: argparse.Namespace) -> int:
-    if not Path(TIME).exists():
-        print(f"packyard bench serve: needs {TIME} (GNU time) to measure peak RSS", file=sys.stderr)
+    start = common.corpus_bench_start("serve", args.pack, TIME, args.dir)
+    if start is None:
         return 2
-    pack = Path(args.pack) if args.pack else common.corpus_dir() / "git-v2.0.0.pack"
-    refs = pack.with_suffix(".refs")
-    if not (pack.exists() and refs.exists()):
-        print(f"packyard bench serve: no pack {pack} (with {refs.name})", file=sys.stderr)
-        return 2
-    common.compile_bytecode()
-    work = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="packyard-bench-serve-"))
-    work.mkdir(parents=True, exist_ok=True)
+    pack, refs, work = start
     from packyard.store.maintenance import bitmap
 
     one, five, _ = os.getloadavg()

@@ -1,5 +1,5 @@
 /*
- * _walk_bitmap.c: the reachability bitmaps' closure loop (bitmap.py's build_bitmaps and its commit reads, in C).
+ * _bitmap.c: the reachability bitmaps' closure loop (bitmap.py's build_bitmaps and its commit reads, in C).
  *
  *   bitmap_commits(packs, ids, read) -> (dates 'q', parent counts 'I') as bytes
  *       each commit's committer date and number of parents (walk.parse_commit's rules), for the selection;
@@ -60,73 +60,24 @@ pos_find(const PosIndex *x, const uint8_t *id)
     }
 }
 
-/* An object from the packs, or from read(); NULL with a Python exception set. */
+/* An object of type want from the packs, or from read(); NULL with a Python exception set. */
 static Obj *
 get_object(Reader *rd, PyObject *read, const uint8_t *id, int want)
 {
-    long long gid = packs_find(rd->packs, id);
-    if (gid >= 0) {
-        uint32_t pk = rd->packs->pack_of[gid];
-        const Pack *p = &rd->packs->p[pk];
-        Obj *o = reader_resolve(rd, pk, (uint32_t)(gid - p->base), want != T_COMMIT);
-        if (!o) {
-            raise_err(&rd->err);
-            rd->err.kind = E_NONE;
-            return NULL;
-        }
-        if (o->type != want) {
-            fail(&rd->err, E_CORRUPT, id, (long)pk, (long long)p->offs[gid - p->base],
-                 "object is a %s but the bitmap walk reads it as a %s", type_label(o->type), type_label(want));
-            raise_err(&rd->err);
-            rd->err.kind = E_NONE;
-            obj_decref(o);
-            return NULL;
-        }
+    long pk;
+    long long off;
+    Obj *o = reader_get(rd, read, id, want != T_COMMIT, &pk, &off);
+    if (!o || o->type == want)
         return o;
+    if (pk >= 0) {
+        fail(&rd->err, E_CORRUPT, id, pk, off, "object is a %s but the bitmap walk reads it as a %s",
+             type_label(o->type), type_label(want));
+        raise_err(&rd->err);
+    } else {
+        PyErr_Format(PyExc_ValueError, "_walk: read() returned a %s for a %s", type_label(o->type), type_label(want));
     }
-    PyObject *res = PyObject_CallFunction(read, "y#", (const char *)id, (Py_ssize_t)OIDLEN);
-    if (!res)
-        return NULL;
-    Obj *o = NULL;
-    int t;
-    PyObject *data;
-    Py_buffer view;
-    if (PyArg_ParseTuple(res, "iO", &t, &data) && PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) == 0) {
-        if (t != want)
-            PyErr_Format(PyExc_ValueError, "_walk: read() returned a %s for a %s", type_label(t), type_label(want));
-        else if ((o = obj_new(t, (size_t)view.len)) == NULL)
-            PyErr_NoMemory();
-        else
-            memcpy(o->data, view.buf, (size_t)view.len);
-        PyBuffer_Release(&view);
-    }
-    Py_DECREF(res);
-    return o;
-}
-
-static inline int
-hexv(unsigned c)
-{
-    if (c >= '0' && c <= '9')
-        return (int)(c - '0');
-    c |= 0x20;
-    if (c >= 'a' && c <= 'f')
-        return (int)(c - 'a' + 10);
-    return -1;
-}
-
-static int
-hex20(const uint8_t *s, size_t n, uint8_t *out)
-{
-    if (n != 40)
-        return -1;
-    for (int k = 0; k < OIDLEN; k++) {
-        int hi = hexv(s[2 * k]), lo = hexv(s[2 * k + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[k] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
+    obj_decref(o);
+    return NULL;
 }
 
 #define MAX_DATE INT64_MAX
@@ -152,7 +103,7 @@ parse_commit_c(const uint8_t *id, const uint8_t *d, size_t n, uint8_t *tree, uin
         const uint8_t *le = nl ? nl : end;
         size_t len = (size_t)(le - line);
         if (first) {
-            if (len < 5 || memcmp(line, "tree ", 5) != 0 || hex20(line + 5, len - 5, tree) < 0) {
+            if (len < 5 || memcmp(line, "tree ", 5) != 0 || hex_to_oid(line + 5, len - 5, tree) < 0) {
                 hex_of(id, hex);
                 PyErr_Format(PyExc_ValueError, "commit %s does not start with a tree header", hex);
                 return -1;
@@ -160,7 +111,7 @@ parse_commit_c(const uint8_t *id, const uint8_t *d, size_t n, uint8_t *tree, uin
             first = 0;
         } else if (len >= 7 && memcmp(line, "parent ", 7) == 0) {
             uint8_t p[OIDLEN];
-            if (hex20(line + 7, len - 7, p) < 0) {
+            if (hex_to_oid(line + 7, len - 7, p) < 0) {
                 hex_of(id, hex);
                 PyErr_Format(PyExc_ValueError, "commit %s has a parent that is not a hex object id", hex);
                 return -1;
@@ -228,7 +179,7 @@ open_reader(PyObject *packs_obj, Reader *rd)
 }
 
 PyObject *
-walk_bitmap_commits(PyObject *module, PyObject *args)
+bitmap_commits(PyObject *module, PyObject *args)
 {
     PyObject *packs_obj, *read;
     Py_buffer ids;
@@ -415,23 +366,20 @@ fill_tree(Ctx *c, uint64_t *w, uint32_t root, Buf *stack)
         if (!o)
             return -1;
         const uint8_t *p = o->data, *e = o->data + o->size;
-        while (p < e) {
-            const uint8_t *sp = memchr(p, ' ', (size_t)(e - p));
-            const uint8_t *nul = sp ? memchr(sp, '\0', (size_t)(e - sp)) : NULL;
-            if (!sp || !nul || e - nul < 1 + OIDLEN || sp == p) {
+        TreeEnt ent;
+        int got;
+        while ((got = tree_entry_next(&p, e, &ent)) != 0) {
+            if (got < 0) {
                 char hex[41];
                 hex_of(c->order + (size_t)t * OIDLEN, hex);
                 PyErr_Format(PyExc_ValueError, "tree %s does not parse (malformed entry)", hex);
                 obj_decref(o);
                 return -1;
             }
-            size_t ml = (size_t)(sp - p);
-            int is_dir = (ml == 5 && memcmp(p, "40000", 5) == 0) || (ml == 6 && memcmp(p, "040000", 6) == 0);
-            int gitlink = ml == 6 && memcmp(p, "160000", 6) == 0;
-            const uint8_t *id = nul + 1;
-            p = id + OIDLEN;
-            if (gitlink)
+            if (ent.gitlink)
                 continue;
+            const uint8_t *id = ent.id;
+            int is_dir = ent.is_dir;
             long long q = pos_find(&c->ix, id);
             if (q < 0) {
                 c->closed = 0;
@@ -459,7 +407,7 @@ nomem:
 }
 
 PyObject *
-walk_bitmap_closures(PyObject *module, PyObject *args)
+bitmap_closures(PyObject *module, PyObject *args)
 {
     PyObject *packs_obj, *read;
     Py_buffer order, selected;
@@ -588,3 +536,31 @@ out:
     return result;
 }
 
+
+/* ---- the module ---------------------------------------------------------------------------------- */
+
+static PyMethodDef bitmap_methods[] = {
+    {"bitmap_commits", bitmap_commits, METH_VARARGS,
+     "bitmap_commits(packs, ids, read) -> (committer dates 'q', parent counts 'I') as bytes"},
+    {"bitmap_closures", bitmap_closures, METH_VARARGS,
+     "bitmap_closures(packs, order, selected, read, seed) -> [closure bitmap as 64-bit words] or None"},
+    {"ewah_stored", ewah_stored, METH_VARARGS,
+     "ewah_stored(bitmaps, window) -> [(xor offset, serialized EWAH)]: bitmap.py's xor_offsets, serialized"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef bitmap_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "packyard.store.maintenance._bitmap",
+    .m_doc = "reachability bitmaps' closures and EWAH (C); specified in bitmap.py and ewah.py",
+    .m_size = -1,
+    .m_methods = bitmap_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__bitmap(void)
+{
+    if (walk_client_import() < 0)
+        return NULL;
+    return PyModule_Create(&bitmap_module);
+}

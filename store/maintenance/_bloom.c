@@ -1,5 +1,5 @@
 /*
- * _walk_bloom.c: the commit-graph's changed-path Bloom filters (bloom.py's TreeDiffer + filter_bytes, in C).
+ * _bloom.c: the commit-graph's changed-path Bloom filters (bloom.py's TreeDiffer + filter_bytes, in C).
  *
  *   bloom_filters(packs, pairs, read) -> (filters, ends 'I') as bytes
  *       pairs: 40 bytes per commit, its first parent's tree (20 zero bytes: none, a root commit) and its
@@ -151,18 +151,15 @@ parse_tree(const uint8_t *id, Obj *o)
     t->obj = o;
     t->n = 0;
     int sorted = 1;
-    size_t p = 0;
-    while (p < n) {
-        size_t q = p;
-        uint32_t v = 0;
-        while (q < n && d[q] >= '0' && d[q] <= '7')
-            v = v * 8 + (uint32_t)(d[q++] - '0');
-        const uint8_t *nul = q < n ? memchr(d + q, 0, n - q) : NULL;
-        if (q == p || q >= n || d[q] != ' ' || !nul || nul == d + q + 1 || (size_t)(nul - d) + 1 + OIDLEN > n
-            || t->n >= count || (size_t)(nul - d) > UINT32_MAX) {
+    const uint8_t *p = d, *end = d + n;
+    TreeEnt ent;
+    int got;
+    for (const uint8_t *at = p; (got = tree_entry_next(&p, end, &ent)) != 0; at = p) {
+        if (got < 0 || t->n >= count || (size_t)(ent.id - 1 - d) > UINT32_MAX) {
             PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
             char msg[96];
-            snprintf(msg, sizeof msg, "tree does not parse (malformed entry at byte %llu)", (unsigned long long)p);
+            snprintf(msg, sizeof msg, "tree does not parse (malformed entry at byte %llu)",
+                     (unsigned long long)(at - d));
             PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", msg, oid, -1L, -1LL) : NULL;
             if (args)
                 PyErr_SetObject(WalkError, args);
@@ -172,14 +169,16 @@ parse_tree(const uint8_t *id, Obj *o)
             PyMem_RawFree(t);
             return NULL;
         }
+        uint32_t v = 0;
+        for (size_t k = 0; k < ent.mode_len; k++)
+            v = v * 8 + (uint32_t)(ent.mode[k] - '0');
         TEnt *e = &t->ents[t->n++];
-        e->start = (uint32_t)p;
-        e->name_off = (uint32_t)(q + 1);
-        e->name_len = (uint32_t)((size_t)(nul - d) - (q + 1));
+        e->start = (uint32_t)(at - d);
+        e->name_off = (uint32_t)(ent.name - d);
+        e->name_len = (uint32_t)ent.name_len;
         e->canon = canon_of(v);
         if (t->n > 1 && ent_cmp(d, e - 1, d, e) > 0)
             sorted = 0;
-        p = (size_t)(nul - d) + 1 + OIDLEN;
     }
     t->sorted = sorted;
     if (!sorted) {   /* (not in git's order: a tree git would not write; the merge below needs the order) */
@@ -189,56 +188,32 @@ parse_tree(const uint8_t *id, Obj *o)
     return t;
 }
 
-/* An object from the packs, or from read(); NULL with a Python exception set (as _walk_bitmap.c's). */
+/* A WalkError "corrupt" for id, the object found a type other than the one wanted (pack -1: from read()). */
+static void
+wrong_type(const uint8_t *id, const char *msg, long pack, long long offset)
+{
+    PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
+    PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", msg, oid, pack, offset) : NULL;
+    if (args)
+        PyErr_SetObject(WalkError, args);
+    Py_XDECREF(args);
+    Py_XDECREF(oid);
+}
+
+/* An object of type want from the packs, or from read(); NULL with a Python exception set. */
 static Obj *
 bloom_object(Reader *rd, PyObject *read, const uint8_t *id, int want)
 {
-    long long gid = packs_find(rd->packs, id);
-    if (gid >= 0) {
-        uint32_t pk = rd->packs->pack_of[gid];
-        const Pack *p = &rd->packs->p[pk];
-        Obj *o = reader_resolve(rd, pk, (uint32_t)(gid - p->base), 1);
-        if (!o) {
-            raise_err(&rd->err);
-            rd->err.kind = E_NONE;
-            return NULL;
-        }
-        if (o->type != want) {
-            fail(&rd->err, E_CORRUPT, id, (long)pk, (long long)p->offs[gid - p->base],
-                 "expected a %s, found a %s", type_label(want), type_label(o->type));
-            raise_err(&rd->err);
-            rd->err.kind = E_NONE;
-            obj_decref(o);
-            return NULL;
-        }
+    long pk;
+    long long off;
+    Obj *o = reader_get(rd, read, id, 1, &pk, &off);
+    if (!o || o->type == want)
         return o;
-    }
-    PyObject *res = PyObject_CallFunction(read, "y#", (const char *)id, (Py_ssize_t)OIDLEN);
-    if (!res)
-        return NULL;
-    Obj *o = NULL;
-    int t;
-    PyObject *data;
-    Py_buffer view;
-    if (PyArg_ParseTuple(res, "iO", &t, &data) && PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) == 0) {
-        if (t != want) {
-            PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
-            char msg[80];
-            snprintf(msg, sizeof msg, "expected a %s, found a %s", type_label(want), type_label(t));
-            PyObject *args = oid ? Py_BuildValue("(ssOlL)", "corrupt", msg, oid, -1L, -1LL) : NULL;
-            if (args)
-                PyErr_SetObject(WalkError, args);
-            Py_XDECREF(args);
-            Py_XDECREF(oid);
-        } else if ((o = obj_new(t, (size_t)view.len)) == NULL) {
-            PyErr_NoMemory();
-        } else {
-            memcpy(o->data, view.buf, (size_t)view.len);
-        }
-        PyBuffer_Release(&view);
-    }
-    Py_DECREF(res);
-    return o;
+    char msg[80];
+    snprintf(msg, sizeof msg, "expected a %s, found a %s", type_label(want), type_label(o->type));
+    obj_decref(o);
+    wrong_type(id, msg, pk, off);
+    return NULL;
 }
 
 /* The parsed tree id (a new reference), from the cache or read and parsed; NULL with an exception. */
@@ -509,7 +484,7 @@ put_filter(Bloom *b, Buf *out)
 }
 
 PyObject *
-walk_bloom_filters(PyObject *module, PyObject *args)
+bloom_filters(PyObject *module, PyObject *args)
 {
     PyObject *packs_obj, *read, *result = NULL;
     Py_buffer pairs;
@@ -570,30 +545,6 @@ done0:
     return result;
 }
 
-static inline int
-hexval(uint8_t c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-static int
-parse_hex_id(const uint8_t *s, uint8_t *out)
-{
-    for (int k = 0; k < OIDLEN; k++) {
-        int hi = hexval(s[2 * k]), lo = hexval(s[2 * k + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        out[k] = (uint8_t)(hi << 4 | lo);
-    }
-    return 0;
-}
-
 static int
 skipped(PyObject *skip, const uint8_t *id)
 {
@@ -611,7 +562,7 @@ skipped(PyObject *skip, const uint8_t *id)
 }
 
 PyObject *
-walk_commit_reads(PyObject *module, PyObject *args)
+commit_reads(PyObject *module, PyObject *args)
 {
     PyObject *packs_obj, *read, *skip;
     Py_buffer tips;
@@ -649,46 +600,14 @@ walk_commit_reads(PyObject *module, PyObject *args)
             goto fail;
         if (sk)
             continue;
-        long long gid = packs_find(rd.packs, id);
-        Obj *o = NULL;
-        if (gid >= 0) {   /* (else through read(); a non-commit is named below) */
-            uint32_t pk = rd.packs->pack_of[gid];
-            o = reader_resolve(&rd, pk, (uint32_t)(gid - rd.packs->p[pk].base), 0);
-            if (!o) {
-                raise_err(&rd.err);
-                goto fail;
-            }
-        } else {
-            PyObject *res = PyObject_CallFunction(read, "y#", (const char *)id, (Py_ssize_t)OIDLEN);
-            if (!res)
-                goto fail;
-            int t;
-            PyObject *data;
-            Py_buffer view;
-            if (!PyArg_ParseTuple(res, "iO", &t, &data) || PyObject_GetBuffer(data, &view, PyBUF_SIMPLE) < 0) {
-                Py_DECREF(res);
-                goto fail;
-            }
-            o = obj_new(t, (size_t)view.len);
-            if (o)
-                memcpy(o->data, view.buf, (size_t)view.len);
-            PyBuffer_Release(&view);
-            Py_DECREF(res);
-            if (!o) {
-                PyErr_NoMemory();
-                goto fail;
-            }
-        }
+        Obj *o = reader_get(&rd, read, id, 0, NULL, NULL);   /* (a non-commit is named below) */
+        if (!o)
+            goto fail;
         if (o->type != T_COMMIT) {
             char msg[80];
             snprintf(msg, sizeof msg, "a commit's parent is a %s", type_label(o->type));
             obj_decref(o);
-            PyObject *oid = PyBytes_FromStringAndSize((const char *)id, OIDLEN);
-            PyObject *eargs = oid ? Py_BuildValue("(ssOlL)", "corrupt", msg, oid, -1L, -1LL) : NULL;
-            if (eargs)
-                PyErr_SetObject(WalkError, eargs);
-            Py_XDECREF(eargs);
-            Py_XDECREF(oid);
+            wrong_type(id, msg, -1, -1);
             goto fail;
         }
         PyObject *item = Py_BuildValue("(y#y#)", (const char *)id, (Py_ssize_t)OIDLEN, (const char *)o->data,
@@ -707,7 +626,7 @@ walk_commit_reads(PyObject *module, PyObject *args)
         if (n >= 46 && memcmp(d, "tree ", 5) == 0 && d[45] == '\n') {
             while (pos + 48 <= n && memcmp(d + pos, "parent ", 7) == 0 && d[pos + 47] == '\n') {
                 uint8_t pid[OIDLEN];
-                if (parse_hex_id(d + pos + 7, pid) < 0)
+                if (hex_to_oid(d + pos + 7, 2 * OIDLEN, pid) < 0)
                     break;
                 if (!idset_has(&seen, pid) && buf_put(&stack, pid, OIDLEN) < 0) {
                     obj_decref(o);
@@ -729,4 +648,30 @@ done0:
     buf_free(&stack);
     PyBuffer_Release(&tips);
     return out;
+}
+
+/* ---- the module ---------------------------------------------------------------------------------- */
+
+static PyMethodDef bloom_methods[] = {
+    {"bloom_filters", bloom_filters, METH_VARARGS,
+     "bloom_filters(packs, pairs, read) -> (filters, ends 'I'): bloom.py's filters of (parent tree, tree) pairs"},
+    {"commit_reads", commit_reads, METH_VARARGS,
+     "commit_reads(packs, tips, skip, read) -> [(oid, data)]: commitgraph.reachable_commits' reads"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef bloom_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "packyard.store.maintenance._bloom",
+    .m_doc = "the commit-graph's changed-path Bloom filters and commit reads (C); specified in bloom.py",
+    .m_size = -1,
+    .m_methods = bloom_methods,
+};
+
+PyMODINIT_FUNC
+PyInit__bloom(void)
+{
+    if (walk_client_import() < 0)
+        return NULL;
+    return PyModule_Create(&bloom_module);
 }

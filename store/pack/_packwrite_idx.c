@@ -1,5 +1,5 @@
 /*
- * _idx.c: the tables of a pack's .idx v2 and .rev in C (idxwrite.write_index specifies them and builds
+ * _packwrite_idx.c: the tables of a pack's .idx v2 and .rev in C (idxwrite.write_index specifies them and builds
  * them in Python without this extension; the files are the same bytes, git's index-pack's).
  *
  * index_tables(oids, offsets 'Q', crcs 'I', off32_limit) -> (fan-out, sorted ids, CRC32s, 31-bit offsets,
@@ -8,8 +8,7 @@
  * pack order. Sorted by the first two bytes of the id into buckets (counting sort), then each bucket
  * (a handful of ids) by insertion sort.
  */
-#include "_delta.h"
-#include <string.h>
+#include "_walk.h"
 
 static inline void
 put32(uint8_t *p, uint32_t v)
@@ -34,7 +33,7 @@ get_items(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, const char *what)
 }
 
 PyObject *
-pd_index_tables(PyObject *module, PyObject *args)
+index_tables(PyObject *module, PyObject *args)
 {
     PyObject *oo, *offo, *co, *result = NULL;
     unsigned long long limit;

@@ -1,5 +1,5 @@
 /*
- * _walk_ewah.c: EWAH bitmaps as git builds them (ewah.py, the specification: git's ewah/ewah_bitmap.c,
+ * _bitmap_ewah.c: EWAH bitmaps as git builds them (ewah.py, the specification: git's ewah/ewah_bitmap.c,
  * ewah_rlw.c and ewah_io.c ported line for line), and git's XOR search over a .bitmap's commit bitmaps:
  *
  *   ewah_stored(bitmaps, window) -> [(xor offset, serialized EWAH)]
@@ -346,7 +346,7 @@ e_serialize(const Ewah *e)
 /* ewah_stored(bitmaps: [bytes of little-endian 64-bit words], window) -> [(xor offset, serialized EWAH)]:
  * bitmap.py's xor_offsets over from_words of each, each chosen EWAH serialized (git's compute_xor_offsets). */
 PyObject *
-walk_ewah_stored(PyObject *module, PyObject *args)
+ewah_stored(PyObject *module, PyObject *args)
 {
     PyObject *seq;
     int window;

@@ -1,11 +1,11 @@
 /*
- * _walk_copy.c: a repack's write plan over the Packs, in C (writeplan.py specifies each step and runs it
+ * _packwrite_copy.c: a repack's write plan over the Packs (the _walk extension's), in C (writeplan.py specifies each step and runs it
  * in Python without this extension; tests/test_repack_write.py compares the packs both write, byte for byte):
  *
- *   Packs.find_reuse(ids)      step 1: where each id's copy lies -- loose, a whole entry, a delta entry whose
+ *   find_reuse(packs, ids)     step 1: where each id's copy lies -- loose, a whole entry, a delta entry whose
  *                              base is in ids (its position) or one whose base is not; the global entry number
  *   write_order(...)           step 3's order: ids in their order, each delta's base pulled in just before it
- *   Packs.copy_entries(...)    step 3's copies, a run at a time: whole entries verbatim, reused deltas with an
+ *   copy_entries(packs, ...)   step 3's copies, a run at a time: whole entries verbatim, reused deltas with an
  *                              OFS_DELTA header pointing at the base's new offset, the source CRC32 checked
  *
  * Anything out of the ordinary is left to Python rather than judged here: an entry header the C decoder
@@ -157,7 +157,7 @@ base_position(PacksObject *self, const int32_t *pos_of, long long g, const uint8
  * ids holds anything but 20-byte bytes (Python then does it all). kind: 0 loose, 1 whole entry, 2 delta
  * whose base is ids[base], 3 delta whose base is not in ids, 255 for Python to decide (an unusual header);
  * entry: the global entry number (-1: not in these packs). */
-PyObject *
+static PyObject *
 packs_find_reuse(PacksObject *self, PyObject *ids)
 {
     PyObject *kind_b = NULL, *base_b = NULL, *gid_b = NULL, *result = NULL;
@@ -267,6 +267,16 @@ done:
 
 /* ---- the write order --------------------------------------------------------------------------------- */
 
+/* find_reuse(packs, ids): packs_find_reuse of these Packs. */
+PyObject *
+find_reuse(PyObject *module, PyObject *args)
+{
+    PyObject *packs, *ids;
+    if (walk_client_import() < 0 || !PyArg_ParseTuple(args, "O!O", &PacksType, &packs, &ids))
+        return NULL;
+    return packs_find_reuse((PacksObject *)packs, ids);
+}
+
 static int
 get_buf(PyObject *o, Py_buffer *v, Py_ssize_t items, Py_ssize_t itemsize, int writable, const char *what)
 {
@@ -286,7 +296,7 @@ get_buf(PyObject *o, Py_buffer *v, Py_ssize_t items, Py_ssize_t itemsize, int wr
  * with no computed delta), and -1, or the position where a delta base cycle was met (a bug). rbase: a reused
  * delta's base, cbase: a computed delta's base (-1: none). */
 PyObject *
-walk_write_order(PyObject *module, PyObject *args)
+write_order(PyObject *module, PyObject *args)
 {
     PyObject *ko, *ro, *rbo, *cbo, *order_b = NULL, *result = NULL;
     Py_buffer kv = {0}, rv = {0}, rbv = {0}, cbv = {0};
@@ -455,8 +465,9 @@ copy_prefetch(const PacksObject *self, const int64_t *gids, const int32_t *order
  * (stuck True: a CRC32 mismatch, an unusual header, a base not before its delta). offsets[k] gets each
  * copied object's new offset. */
 PyObject *
-packs_copy_entries(PacksObject *self, PyObject *args)
+copy_entries(PyObject *module, PyObject *args)
 {
+    PacksObject *self;
     PyObject *go, *oo, *ro, *rbo, *offo, *result = NULL;
     Py_ssize_t start, stop;
     unsigned long long pos0, limit;
@@ -464,9 +475,11 @@ packs_copy_entries(PacksObject *self, PyObject *args)
     int held = 0, stuck = 0;
     Buf out = {0}, offs = {0}, crcs = {0}, oids = {0};
     long long deltas = 0, copied = 0;
-    if (check_open(self) < 0)
+    if (walk_client_import() < 0
+        || !PyArg_ParseTuple(args, "O!OOnnOOOKK", &PacksType, &self, &go, &oo, &start, &stop, &ro, &rbo, &offo,
+                             &pos0, &limit))
         return NULL;
-    if (!PyArg_ParseTuple(args, "OOnnOOOKK", &go, &oo, &start, &stop, &ro, &rbo, &offo, &pos0, &limit))
+    if (check_open(self) < 0)
         return NULL;
     if (PyObject_GetBuffer(ro, &rv, PyBUF_SIMPLE) < 0)
         return NULL;
@@ -588,7 +601,7 @@ done:
 /* check_chains(reused (writable), base 'i', limit) -> (height bytes of 'i', dropped): drops (reused[k] = 0)
  * the reused delta that closes a cycle or passes limit; each remaining chain's height at its root. */
 PyObject *
-walk_check_chains(PyObject *module, PyObject *args)
+check_chains(PyObject *module, PyObject *args)
 {
     PyObject *ro, *bo, *height_b = NULL, *result = NULL;
     long limit;
