@@ -31,21 +31,23 @@ from .sources import SourceIndex
 from .walk import Read, walk
 
 
-def midx_bitmap_for(repo, midx: Midx, options: BitmapOptions | None = None) -> bytes | None:
+def midx_bitmap_for(repo, midx: Midx, options: BitmapOptions | None = None, *, processes: int = 1) -> bytes | None:
     """:func:`midx_bitmap` for ``repo``'s refs, reading the MIDX's packs through one SourceIndex (the walk's C
-    extension then reads them directly: no per-object lookup over N idx files)."""
+    extension then reads them directly: no per-object lookup over N idx files). ``processes`` > 1: the
+    reachability walk's older half in a helper thread, as the repack's own walk (``RepackOptions.processes``)."""
     snapshot = repo.objects.snapshot()
     named = set(midx.pack_stems)
     sources = SourceIndex(snapshot, [p for p in snapshot.packs if p.name in named], [], read_fresh=repo.objects.read)
     try:
         return midx_bitmap(midx, Path(repo.objects.path) / "pack", repo.refs.as_dict(), sources.read, options,
-                           sources=sources)
+                           sources=sources, processes=processes)
     finally:
         sources.release()
 
 
 def midx_bitmap(midx: Midx, pack_dir: Path, refs: Mapping[str, bytes], read: Read,
-                options: BitmapOptions | None = None, *, sources: SourceIndex | None = None) -> bytes | None:
+                options: BitmapOptions | None = None, *, sources: SourceIndex | None = None,
+                processes: int = 1) -> bytes | None:
     """The bitmap for ``midx`` (installed or about to be, its packs installed), or None without closure."""
     if midx.ridx is None or not midx.count:
         return None
@@ -54,7 +56,7 @@ def midx_bitmap(midx: Midx, pack_dir: Path, refs: Mapping[str, bytes], read: Rea
     order = [oids[20 * p:20 * p + 20] for p in midx.ridx]
     pos = {oid: i for i, oid in enumerate(order)}
     try:
-        reach = walk(sorted(refs.items()), read, packs=sources)
+        reach = walk(sorted(refs.items()), read, packs=sources, processes=processes)
     except ObjectMissingError:
         return None   # (a ref names a missing object: nothing to bitmap)
     kind: dict[bytes, int] = {}

@@ -432,7 +432,7 @@ def _publish_midx(repo, plan: "_Plan", options: RepackOptions, pack_dir: Path, d
     bitmap = None
     if options.bitmap and options.mode is RepackMode.GEOMETRIC:
         def bitmap(m):   # (refs read now: git's repack takes its refs snapshot for the MIDX bitmap too)
-            data = midx_bitmap_for(repo, m, options.bitmap_options)
+            data = midx_bitmap_for(repo, m, options.bitmap_options, processes=options.processes)
             c.midx_bitmap_commits = read_header(data).entries if data is not None else 0
             return data
     c.midx_packs = len(write_midx(pack_dir, staying, preferred=preferred, counters=dur, fault_prefix="repack",

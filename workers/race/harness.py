@@ -6,8 +6,9 @@ yet, inside a storage root. Step by step:
 
 1. build the served repository with git (:mod:`.pushes`): history and topic branches in one old pack;
 2. start N reader processes (:mod:`.readers`) and wait until each has sampled the refs;
-3. for ``duration`` seconds: a repack every ``repack_every`` seconds (modes full, loose,
-   geometric in turn, one at a time, each waiting for the maintenance lease), a push every
+3. for ``duration`` seconds, while a clone reader (:mod:`.clones`) clones the repository with git's
+   ``upload-pack`` one clone after another and fscks each clone: a repack every ``repack_every``
+   seconds (modes full, loose, geometric in turn, one at a time, each waiting for the maintenance lease), a push every
    ``ingest_every`` seconds (index_pack, unpack_objects, write_objects in turn, one at a time;
    the first push and every ``rewrite_every``-th after it a force push of a topic while topics
    remain), all through the queue with ``app.send_task`` as a frontend would;
@@ -22,7 +23,9 @@ topics' objects are really deleted while readers still read them, and keep repla
 ``unsafe_delete`` they unlink replaced packs at once (``preserve=False``): the readers then lose
 those objects. With ``unsafe_dir_cache`` the readers trust the pack directory's stat data: a
 pack installed in the second they last listed it stays invisible, and objects a repack moved
-into it (loose objects, a push's objects) are lost.
+into it (loose objects, a push's objects) are lost. Neither control fails git's clones (the clone
+reader's): ``upload-pack`` re-reads the pack directory when an object is not in the packs it listed,
+keeps the packs it opened mapped after an unlink, and each clone's view of the refs lasts one clone.
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from packyard.store.progress import Progress
+from packyard.workers.race.clones import CLONE_FAILED, Cloner, CloneTotals, overlapping
 from packyard.workers.race.pushes import PUSH_KINDS, Frontend, Push
 from packyard.workers.race.readers import KINDS, LOST, ReaderConfig, reader_main
 from packyard.workers.settings import Settings
@@ -66,6 +70,8 @@ class RaceOptions:
     reader_repo: Path | None = None  # --hosts 2: the same repository through host B's mount (None: ``repo``)
     hosts: int = 1                   # 2: workers and readers on both hosts' nfsim mounts (even readers on B)
     nfsim_trust_listing: bool = False  # NEGATIVE CONTROL (--hosts 2): host B's mount trusts cached listings
+    cloners: int = 1                 # clone readers (git clone --no-local + fsck, one after another); 0: none
+    clone_pause: float = 0.2         # seconds between one clone reader's clones
 
     @property
     def mode(self) -> str:
@@ -88,8 +94,10 @@ class RaceSummary:
     probes: int = 0
     repacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPACK_MODES, 0))
     ingests: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*PUSH_KINDS, "rewrite"), 0))
-    events: dict[str, int] = field(default_factory=lambda: dict.fromkeys(KINDS, 0))
+    events: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*KINDS, CLONE_FAILED), 0))
     events_recorded: int = 0
+    clones: dict[str, int] = field(default_factory=lambda: CloneTotals().counters())
+    clone_examples: list[dict[str, Any]] = field(default_factory=list)   # the first failed clones' details
     pushed_objects: int = 0
     final_missing: int = 0
     failures: list[str] = field(default_factory=list)
@@ -106,20 +114,24 @@ class RaceSummary:
         return self.events["relisted"] + self.events["preserved"]
 
     @property
+    def clones_failed(self) -> int:
+        return self.events[CLONE_FAILED]
+
+    @property
     def ok(self) -> bool:
-        return self.lost == 0 and not self.failures and not self.reader_errors
+        return self.lost == 0 and self.clones_failed == 0 and not self.failures and not self.reader_errors
 
     def counters(self) -> dict[str, Any]:
         return {"lookups": self.lookups, "repacks": sum(self.repacks.values()), "ingests": sum(self.ingests.values()),
                 **self.events, "reads": self.reads, "quick": self.quick, "probes": self.probes,
                 **{f"repacks_{k}": v for k, v in self.repacks.items()},
                 **{f"ingests_{k}": v for k, v in self.ingests.items()},
-                "pushed_objects": self.pushed_objects, "final_missing": self.final_missing,
+                **self.clones, "pushed_objects": self.pushed_objects, "final_missing": self.final_missing,
                 "failures": len(self.failures), "readers": self.readers, "duration_s": round(self.duration, 1)}
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        d.update(lost=self.lost, recovered=self.recovered, ok=self.ok)
+        d.update(lost=self.lost, recovered=self.recovered, clones_failed=self.clones_failed, ok=self.ok)
         return d
 
     def render(self) -> str:
@@ -139,6 +151,9 @@ class RaceSummary:
             " (expected)",
             f"    lost          {self.events['lost']:>8,}  an object that existed could not be read"
             + (f" ({self.final_missing} in the final check)" if self.final_missing else ""),
+            f"  clones    {self.clones['clones']:,} by git through upload-pack, each fscked "
+            f"({self.clones['clones_bitmap']:,} served through a bitmap, {self.clones['clones_during_repack']:,} "
+            f"during a repack): {self.clones_failed:,} failed",
         ]
         shown: set[str] = set()
         for ex in self.lost_examples:
@@ -148,15 +163,20 @@ class RaceSummary:
             shown.add(oid)
             lines.append(f"      e.g. {ex.get('oid')} ({ex.get('op')}, reader {ex.get('reader')}): "
                          f"{ex.get('error', '')[:140]}")
+        for ex in self.clone_examples[:3]:
+            lines.append(f"      clone failed ({ex.get('op')}, {ex.get('step')}): {str(ex.get('error', ''))[:200]}")
         for f in self.failures[:5]:
             lines.append(f"  job failed: {f}")
         for e in self.reader_errors[:5]:
             lines.append(f"  reader error: {e}")
         if self.ok:
-            verdict = "PASS: no lost reads" + ("" if self.recovered else " (but no miss was recovered: no race?)")
+            verdict = "PASS: no lost reads" + ("" if self.recovered else " (but no miss was recovered: no race?)") + \
+                (f", no failed clone of {self.clones['clones']}" if self.clones["clones"] else "")
         else:
             verdict = "FAIL: " + ", ".join(filter(None, (
-                f"{self.lost} lost reads" if self.lost else "", f"{len(self.failures)} failed jobs" if self.failures
+                f"{self.lost} lost reads" if self.lost else "",
+                f"{self.clones_failed} failed clones" if self.clones_failed else "",
+                f"{len(self.failures)} failed jobs" if self.failures
                 else "", f"{len(self.reader_errors)} reader errors" if self.reader_errors else "")))
         lines.append(f"  verdict   {verdict}")
         return "\n".join(lines)
@@ -172,7 +192,7 @@ class _EventSink(threading.Thread):
             summary, say
         self.totals: dict[int, dict[str, Any]] = {}
         self.lookups: dict[int, int] = {}
-        self.seen: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.seen: dict[str, int] = dict.fromkeys((*KINDS, CLONE_FAILED), 0)
         self.stopped = threading.Event()
         self.warned = False
 
@@ -194,6 +214,8 @@ class _EventSink(threading.Thread):
             self.seen[e["kind"]] += 1
             if e["kind"] == LOST and len(self.summary.lost_examples) < 20:
                 self.summary.lost_examples.append(e["detail"])
+            if e["kind"] == CLONE_FAILED and len(self.summary.clone_examples) < 20:
+                self.summary.clone_examples.append(e["detail"])
         self.write(events)
 
     def write(self, events: list[dict[str, Any]]) -> None:
@@ -269,6 +291,11 @@ def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summ
         for i in range(options.readers)]
     sink = _EventSink(settings, out, str(fe.served), summary.run_id, summary, say)
     sink.start()
+    # clone readers: git's own clones through upload-pack (host A's path), events through the sink's queue
+    cloners = [Cloner(fe.served, fe.work.parent / f"clones-{i}", options.mode,
+                      lambda events, i=i: out.put(("events", f"clone-{i}", events, 0)), pause=options.clone_pause)
+               for i in range(max(0, options.cloners))]
+    repacks: list[tuple[float, float]] = []
     for p in procs:
         p.start()
     try:
@@ -276,10 +303,20 @@ def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summ
         for ev in readies:
             if not ev.wait(max(0.1, deadline - time.monotonic())):
                 raise RuntimeError("a reader did not finish sampling the refs within 120 s")
-        say(f"readers ready (pids {', '.join(str(p.pid) for p in procs)}); racing for {options.duration:.0f} s")
-        _schedule(options, app, fe, summary, say, progress, sink)
+        for c in cloners:
+            c.start()
+        say(f"readers ready (pids {', '.join(str(p.pid) for p in procs)}), {len(cloners)} clone reader(s); "
+            f"racing for {options.duration:.0f} s")
+        _schedule(options, app, fe, summary, say, progress, sink, repacks)
         time.sleep(0.5)   # one more look at the refs for every reader (they re-sample every 0.2 s)
     finally:
+        for c in cloners:
+            c.stop()
+        for c in cloners:
+            if c.is_alive():
+                c.join(180)   # a clone in flight finishes (clone_once's own timeout is 120 s per git command)
+            if c.is_alive():
+                summary.reader_errors.append(f"{c.name} did not stop")
         stop.set()
         for p in procs:
             p.join(30)
@@ -300,6 +337,22 @@ def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summ
             setattr(summary, k, getattr(summary, k) + int(t[k]))
         for k, v in t["events"].items():
             summary.events[k] += v
+    _clone_totals(summary, cloners, repacks)
+
+
+def _clone_totals(summary: RaceSummary, cloners: list[Cloner], repacks: list[tuple[float, float]]) -> None:
+    """The clone readers' counts into the summary (their failed clones were events through the sink)."""
+    total = CloneTotals()
+    for c in cloners:
+        if c.error:
+            summary.reader_errors.append(f"{c.name}: {c.error}")
+        t = c.totals
+        total.clones += t.clones
+        total.failed += t.failed
+        total.bitmap += t.bitmap
+        total.during_repack += overlapping(t.results, repacks)
+    summary.clones = total.counters()
+    summary.events[CLONE_FAILED] = total.failed
 
 
 @dataclass
@@ -312,8 +365,9 @@ class _InFlight:
 
 
 def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary, say: Say,
-              progress: Progress | None, sink: _EventSink) -> None:
-    """Queue repacks and pushes on their timers until the duration is over; wait for the last ones."""
+              progress: Progress | None, sink: _EventSink, repacks: list[tuple[float, float]]) -> None:
+    """Queue repacks and pushes on their timers until the duration is over; wait for the last ones.
+    Each repack job's (sent, seen ended) monotonic interval is appended to ``repacks``."""
     preserve_for = max(3600.0, options.duration * 2 + 600.0)   # longer than any reader's view is old
     t0 = time.monotonic()
     end = t0 + options.duration
@@ -352,6 +406,7 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
             else:
                 continue
             if slot == "repack":
+                repacks.append((job.sent, now))
                 repack = None
             else:
                 push = None

@@ -8,6 +8,8 @@ rounds alternating who goes first:
   packs that stay, written before the rolled-up packs go) vs ``git repack --geometric=2 -d --write-midx``;
 * ``geometric+bitmap`` -- the same with the MIDX bitmap (packyard's default) vs git's
   ``--write-midx --write-bitmap-index``;
+* packyard's side runs with ``--no-commit-graph --no-pack-refs`` (its defaults write both after the repack; git's
+  ``repack`` writes neither), so both sides do the same work;
 * ``write`` -- the MIDX alone over the 31 input packs: ``store.pack.midx.write_midx`` in a fresh
   process vs ``git multi-pack-index write``.
 
@@ -99,8 +101,9 @@ def run(args: argparse.Namespace) -> int:
         src = base_repo(work / "inputs" / "v2.git", pack, refs)
         t = geometric_repo(work / "inputs" / f"geometric-{args.small}.git", src, small=args.small)
         print(f"input: {len(pack_sizes(t))} packs, {sum(pack_sizes(t)) / 1e6:.1f} MB", flush=True)
+        # (the same work as git's side: no commit-graph, no packed refs -- packyard's defaults write both)
         ours = common.packyard_entry() + ["repack", "--repo", "{repo}", "--json", "--no-progress", "--mode",
-                                          "geometric", "--factor", "2"]
+                                          "geometric", "--factor", "2", "--no-commit-graph", "--no-pack-refs"]
         theirs = ["git", "--git-dir", "{repo}", "repack", "--geometric=2", "-d", "-q", "--write-midx"]
         commands = {
             "geometric": {"git": theirs, "packyard": ours + ["--no-bitmap"]},

@@ -7,6 +7,11 @@ run so no deletion precedes one; rounds alternate who goes first):
   history) plus the newest commits' objects loose; ``packyard repack --mode full`` vs
   ``git -c repack.writeBitmaps=false repack -a -d``. Wall time, size of the new pack, peak RSS.
   Each pack's delta bases are whole objects there: the delta search finds them deltas.
+* ``maintenance`` -- the same repository, full maintenance against git's defaults: ``packyard repack --mode
+  full`` (pack, reachability bitmap, commit-graph chain with Bloom filters, packed refs: its defaults) vs
+  ``git repack -a -d`` (a bitmap: git's default in a bare repository) then ``git commit-graph write --reachable
+  --changed-paths`` and ``git pack-refs --all``, one shell under /usr/bin/time. Also the ``.bitmap`` and
+  commit-graph sizes.
 * ``no-reuse`` -- the same repository; ``packyard repack --mode full --no-reuse`` vs
   ``git -c repack.writeBitmaps=false repack -a -d -f``: every delta computed anew.
 * ``loose`` -- every object loose: three successive commits of a 10,000-file tree (the loose-writes
@@ -52,10 +57,14 @@ from packyard.workers.cli.bench import repack_hosting as hosting
 TIME = "/usr/bin/time"
 CRUFT = ("cruft", "cruft-expire", "cruft-update")
 PUSHES = ("geometric-ordinary", "geometric-thin")
-ALL = ("full", "no-reuse", "geometric", "loose") + CRUFT + PUSHES
+ALL = ("full", "maintenance", "no-reuse", "geometric", "loose") + CRUFT + PUSHES
+#: git's full maintenance (``maintenance``): one shell, the repository as $0.
+GIT_MAINTENANCE = ['git --git-dir "$0" repack -a -d -q && git --git-dir "$0" commit-graph write --reachable '
+                   '--changed-paths && git --git-dir "$0" pack-refs --all']
 #: What git runs for each scenario (packyard: ``OURS``).
 GIT_ARGS = {
     "full": ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-q"],
+    "maintenance": ["sh", "-c", *GIT_MAINTENANCE, "{repo}"],
     "no-reuse": ["-c", "repack.writeBitmaps=false", "repack", "-a", "-d", "-f", "-q"],
     "cruft": ["-c", "repack.writeBitmaps=false", "repack", "--cruft", "-d", "-q"],
     "cruft-expire": ["-c", "repack.writeBitmaps=false", "repack", "--cruft", "-d", "-q",
@@ -83,6 +92,7 @@ OURS = {name: [*args, *_REPACK_ONLY] for name, args in {
     "loose": ["--mode", "loose"],
     "large": ["--mode", "full"],
 }.items()}
+OURS["maintenance"] = ["--mode", "full"]   # packyard's defaults: bitmap, commit-graph, pack-refs
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -264,6 +274,17 @@ def cruft_size(bare: Path) -> int:
                if p.with_suffix(".mtimes").exists())
 
 
+def bitmap_size(bare: Path) -> int:
+    return sum(p.stat().st_size for p in (bare / "objects" / "pack").glob("pack-*.bitmap"))
+
+
+def graph_size(bare: Path) -> int:
+    """Bytes of the commit-graph: the monolithic file and/or the chain's layers."""
+    info = bare / "objects" / "info"
+    return sum(p.stat().st_size for p in [info / "commit-graph", *(info / "commit-graphs").glob("*.graph")]
+               if p.exists())
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(common.ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -290,14 +311,16 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
         for side in order:
             repo = copies[side, rnd]
             path = mount.mountpoint / repo.name if mount is not None else repo
-            cmd = (["git", "--git-dir", str(path)] + theirs) if side == "git" else \
+            cmd = ([a.replace("{repo}", str(path)) for a in theirs] if theirs[:1] == ["sh"] else
+                   ["git", "--git-dir", str(path)] + theirs) if side == "git" else \
                 (common.packyard_entry() + ["repack", "--repo", str(path), "--json", "--no-progress"] + ours)
             before = mount.counters() if mount is not None else None
             wall, rss, out = measured(cmd, env, work / "rss.txt")
             sizes = pack_sizes(repo)
             row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
                                    "largest": sizes[0] if sizes else 0, "total": sum(sizes),
-                                   "cruft": cruft_size(repo)}
+                                   "cruft": cruft_size(repo), "bitmap": bitmap_size(repo),
+                                   "graph": graph_size(repo)}
             if mount is not None and before is not None:
                 row["calls"] = nfsim_side.calls_between(mount.counters(), before)
             if side == "packyard":
@@ -329,6 +352,9 @@ def report(name: str, rows: dict) -> None:
     if g[-1]["cruft"] or p[-1]["cruft"]:
         print(f"{name}: {'cruft pack MB':22} {p[-1]['cruft'] / 1e6:10.3f} {g[-1]['cruft'] / 1e6:10.3f} "
               f"{p[-1]['cruft'] / g[-1]['cruft'] if g[-1]['cruft'] else float('inf'):6.3f}x")
+    for key, what in (("bitmap", ".bitmap bytes"), ("graph", "commit-graph bytes")):
+        if g[-1].get(key) or p[-1].get(key):
+            print(f"{name}: {what:22} {p[-1][key]:10} {g[-1][key]:10} {p[-1][key] / max(1, g[-1][key]):6.3f}x")
     print(f"{name}: {'packs left':22} {p[-1]['packs']:10} {g[-1]['packs']:10}")
     phases = p[len(p) // 2]["phases"]
     print(f"{name}: packyard phases (middle round): " + ", ".join(f"{k} {v:.2f}s" for k, v in phases.items()))
@@ -384,11 +410,11 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
 
         if corpus_scenarios:
             src = base_repo(work / "inputs" / "v2.git", pack, refs)
-        if {"full", "no-reuse"} & set(scenarios):
+        if {"full", "maintenance", "no-reuse"} & set(scenarios):
             t = split_repo(work / "inputs" / "split50.git", src)
             print(f"full: input {len(pack_sizes(t))} packs ({sum(pack_sizes(t)) / 1e6:.1f} MB) + "
                   f"{_loose_count(t)} loose objects", flush=True)
-            for name in ("full", "no-reuse"):
+            for name in ("full", "maintenance", "no-reuse"):
                 if name in scenarios:
                     results[name] = scenario(name, t, OURS[name], GIT_ARGS[name], args.runs, work)
         builders = {"geometric": lambda d: geometric_repo(d, src),
