@@ -69,6 +69,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
 from . import durable, install
+from .flush import AUTO, DirSync, FlushMethod, FlushPolicy, choose_flush, dir_sync_for, filesystem_type
 from .tuning import gc_paused, keep_heap_slack_if_needed
 from .errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
 from .faults import fault_point
@@ -124,16 +125,6 @@ class WriteResult(enum.Enum):
     EXISTS_LOOSE = "exists_loose"            # in the snapshot as a loose file (freshened)
     EXISTS_PACKED = "exists_packed"          # in the snapshot in a pack (pack freshened)
     DUPLICATE_IN_BATCH = "duplicate_in_batch"  # added earlier in this batch
-
-
-class FlushMethod(enum.Enum):
-    SYNCFS = "syncfs"          # start write-out per file, one syncfs(2) barrier (Linux)
-    FSYNC_EACH = "fsync_each"  # fsync every tmp file (portable fallback, N flushes)
-
-
-class DirSync(enum.Enum):
-    EACH = "each"      # fsync every touched fan-out directory (+ objects/ if a fan-out dir was created)
-    SYNCFS = "syncfs"  # one syncfs(2) covers every directory entry
 
 
 class BatchState(enum.Enum):
@@ -218,6 +209,7 @@ class LooseBatch:
 
     def __init__(self, repo, *, counters: BatchCounters | None = None,
                  flush_method: FlushMethod | None = None, dir_sync: DirSync | None = None,
+                 flush_policy: FlushPolicy | None = None,
                  writeout: bool = True, progress: Progress | None = None, expected: int | None = None,
                  stale_after: float = STALE_AFTER, fence: Callable[[], None] | None = None,
                  fence_token: int | None = None) -> None:
@@ -227,10 +219,16 @@ class LooseBatch:
         # The lease's fencing token: the ref update refuses it if a later holder moved refs (RefStore.update).
         self.fence_token = fence_token
         self.counters = counters if counters is not None else BatchCounters()
-        self.flush_method = flush_method or default_flush_method()
+        # The flush: store/flush.py's choose_flush at commit, unless a method is forced (argument or policy);
+        # until then the large-batch method, so early write-out works as before.
+        self.flush_policy = flush_policy or AUTO
+        if flush_method is not None:
+            self.flush_policy = FlushPolicy(flush_method, self.flush_policy.max_files, self.flush_policy.max_bytes)
+        self.flush_method = self.flush_policy.method or default_flush_method()
         if self.flush_method is FlushMethod.SYNCFS and not durable.HAVE_SYNCFS:
             raise InvalidInputError("syncfs is not available on this platform")
-        self.dir_sync = dir_sync or (DirSync.SYNCFS if self.flush_method is FlushMethod.SYNCFS else DirSync.EACH)
+        self._dir_sync_given = dir_sync
+        self.dir_sync = dir_sync or dir_sync_for(self.flush_method)
         self.writeout = writeout
         self.progress = progress
         self.expected = expected
@@ -265,6 +263,8 @@ class LooseBatch:
         self._other_fs: dict[int, int] = {}
         try:
             self._fs_dev = os.fstat(self._fs_fd).st_dev
+            self._fs_type = filesystem_type(self._fs_fd)
+            self._bytes0 = self.counters.bytes_written
             self._marker: Path | None = _create_marker(repo, self._pid, self.batch_id)
             self.counters.stale_tmp_removed += cleanup_stale_tmp_if_needed(repo, stale_after=stale_after)
             # ONE snapshot: existence answers for the whole batch come from memory.
@@ -555,6 +555,7 @@ class LooseBatch:
         self.counters.add_time("collect", time.monotonic() - self._t_collect)
         try:
             self._check_ref_targets(ref_updates)
+            self._choose_flush()
             self._step("writeout", self.writeout_each)
             fault_point("bulk.after_writeout")
             self._step("barrier_flush", self.barrier_flush)
@@ -578,6 +579,14 @@ class LooseBatch:
         c = self.counters
         return BatchResult(batch_id=self.batch_id, written=len(self._pending), skipped=c.objects_skipped,
                            duplicates=c.duplicates, refs=ref_updates, counters=c.as_dict())
+
+    def _choose_flush(self) -> None:
+        """The barrier and directory step for this batch's size and filesystem (store/flush.py's rule)."""
+        self.flush_method = choose_flush(len(self._pending), self.counters.bytes_written - self._bytes0,
+                                         self._fs_type, self.flush_policy)
+        self.dir_sync = self._dir_sync_given or dir_sync_for(self.flush_method)
+        key = f"flush_{self.flush_method.value}"
+        self.counters.durable.extra[key] = self.counters.durable.extra.get(key, 0) + 1
 
     def _step(self, name: str, fn: Callable[[], None]) -> None:
         t0 = time.monotonic()

@@ -42,6 +42,10 @@ from packyard.store.importtree import Identity, import_tree
 if os.environ.get("PACKYARD_TEST_EARLY_FLUSH_EVERY"):   # background syncfs threads in flight when killed
     import packyard.store.bulk
     packyard.store.bulk.EARLY_FLUSH_EVERY = int(os.environ["PACKYARD_TEST_EARLY_FLUSH_EVERY"])
+options = {}
+if os.environ.get("PACKYARD_TEST_FLUSH_METHOD"):   # tests/test_crash_flush.py: each flush method forced
+    from packyard.store.flush import FlushMethod, FlushPolicy
+    options["flush_policy"] = FlushPolicy(FlushMethod(os.environ["PACKYARD_TEST_FLUSH_METHOD"]))
 ident = Identity(name="Crash Test", email="crash@example.com", when=1700000000)
 repo = Repository.open(sys.argv[2])
 print("ready", flush=True)
@@ -49,7 +53,9 @@ if sys.argv[4] == "wait":
     sys.stdin.readline()
 import time
 t0 = time.monotonic()
-import_tree(repo, "refs/heads/main", sys.argv[3], message="crash test", author=ident)
+res = import_tree(repo, "refs/heads/main", sys.argv[3], message="crash test", author=ident, **options)
+if options:
+    print("flush", ",".join(sorted(k for k in res.counters if k.startswith("flush_"))), flush=True)
 print(f"done {time.monotonic() - t0:.6f}", flush=True)
 """
 
