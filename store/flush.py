@@ -17,10 +17,10 @@ its ``fsync_dirs`` step must make the renames durable before a ref moves. Two ho
 not offered: it is durable on ext4's single journal in data=ordered mode only, see store/bulk.py.)
 
 Measured on this machine's ext4 (virtio disk with a write-back cache, `packyard bench loose
---noisy-neighbour`, docs/performance.md): quiet, one syncfs beats N fsyncs already at ten
-files (each fsync is a journal commit plus a device cache flush); under a streaming neighbour
-the syncfs of a small batch waits for the neighbour's writeback while the per-file flushes do not.
-Hence :func:`choose_flush`.
+--noisy-neighbour`, docs/nfs.md): quiet, one syncfs beats N fsyncs already at ten files (each
+fsync ends in a device cache flush, ~5-10 ms here); under a streaming neighbour the syncfs of a
+small batch waits for the neighbour's write-back while the per-file flushes do not. Hence
+:func:`choose_flush`: per file only for a small batch while much else is dirty.
 """
 from __future__ import annotations
 
@@ -42,9 +42,13 @@ class DirSync(enum.Enum):
     SYNCFS = "syncfs"  # one syncfs(2) covers every directory entry
 
 
-#: Defaults of the policy (Settings: PACKYARD_FLUSH_EACH_MAX_FILES / _MAX_BYTES).
+#: Defaults of the policy (Settings: PACKYARD_FLUSH_EACH_MAX_FILES / _MAX_BYTES / _MIN_DIRTY).
 FSYNC_EACH_MAX_FILES = 16
 FSYNC_EACH_MAX_BYTES = 4 << 20
+#: Per-file flushes only while at least this much data waits for write-back (/proc/meminfo Dirty +
+#: Writeback): below it a syncfs has little besides the batch to write and its two calls beat N
+#: fsyncs (each one a device cache flush: ~5-10 ms on this machine's virtio disk).
+FSYNC_EACH_MIN_DIRTY = 64 << 20
 
 #: statfs(2) f_type of filesystems whose syncfs does not reach the storage: FUSE forwards fsync and
 #: fsyncdir to its server (FUSE_FSYNC, FUSE_FSYNCDIR) but syncfs only to servers that implement
@@ -61,15 +65,17 @@ class FlushPolicy:
     method: FlushMethod | None = None
     max_files: int = FSYNC_EACH_MAX_FILES
     max_bytes: int = FSYNC_EACH_MAX_BYTES
+    min_dirty: int = FSYNC_EACH_MIN_DIRTY
 
 
 AUTO = FlushPolicy()
 
 
 def choose_flush(files: int, nbytes: int, fs_type: int | None, policy: FlushPolicy = AUTO, *,
-                 have_syncfs: bool | None = None) -> FlushMethod:
+                 dirty: int | None = None, have_syncfs: bool | None = None) -> FlushMethod:
     """The flush method for one batch of ``files`` tmp files holding ``nbytes`` bytes on a
-    filesystem of statfs type ``fs_type`` (None: unknown).
+    filesystem of statfs type ``fs_type`` (None: unknown), while ``dirty`` bytes of the machine's
+    page cache wait for write-back (None: read /proc/meminfo now; unknown counts as a lot).
 
     The rule, in order:
 
@@ -78,10 +84,11 @@ def choose_flush(files: int, nbytes: int, fs_type: int | None, policy: FlushPoli
        silently weakened.
     2. No syncfs on this platform, or a filesystem whose syncfs does not reach the storage
        (FUSE: :data:`NO_SYNCFS_FILESYSTEMS`): FSYNC_EACH -- the only durable choice there.
-    3. A small batch, at most ``policy.max_files`` files and at most ``policy.max_bytes`` bytes:
-       FSYNC_EACH -- its flush costs what its own files cost, not what the filesystem holds dirty.
-    4. Otherwise SYNCFS: two calls for the whole batch, cheaper than thousands of fsyncs even
-       when a neighbour's dirty data comes along.
+    3. A small batch (at most ``policy.max_files`` files and ``policy.max_bytes`` bytes) while
+       others' dirty data is waiting (at least ``policy.min_dirty`` bytes): FSYNC_EACH -- its flush
+       costs what its own files cost, not what the filesystem holds dirty.
+    4. Otherwise SYNCFS: two calls for the whole batch -- cheaper than N fsyncs when little else is
+       dirty, and than thousands of fsyncs even when a neighbour's dirty data comes along.
     """
     syncfs_ok = durable.HAVE_SYNCFS if have_syncfs is None else have_syncfs
     reaches = syncfs_ok and fs_type not in NO_SYNCFS_FILESYSTEMS
@@ -94,7 +101,11 @@ def choose_flush(files: int, nbytes: int, fs_type: int | None, policy: FlushPoli
     if not reaches:
         return FlushMethod.FSYNC_EACH
     if files <= policy.max_files and nbytes <= policy.max_bytes:
-        return FlushMethod.FSYNC_EACH
+        if policy.min_dirty <= 0:
+            return FlushMethod.FSYNC_EACH
+        waiting = durable.dirty_bytes() if dirty is None else dirty
+        if waiting is None or waiting >= policy.min_dirty:
+            return FlushMethod.FSYNC_EACH
     return FlushMethod.SYNCFS
 
 
@@ -132,4 +143,4 @@ def parse_method(value: str) -> FlushMethod | None:
 
 
 __all__ = ["FlushMethod", "DirSync", "FlushPolicy", "AUTO", "choose_flush", "dir_sync_for", "filesystem_type",
-           "parse_method", "FSYNC_EACH_MAX_FILES", "FSYNC_EACH_MAX_BYTES", "FUSE_SUPER_MAGIC"]
+           "parse_method", "FSYNC_EACH_MAX_FILES", "FSYNC_EACH_MAX_BYTES", "FSYNC_EACH_MIN_DIRTY", "FUSE_SUPER_MAGIC"]

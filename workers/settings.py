@@ -334,6 +334,7 @@ class Settings:
     flush_method: str = "auto"                  # PACKYARD_FLUSH_METHOD: auto, fsync_each or syncfs
     flush_each_max_files: int = 16              # PACKYARD_FLUSH_EACH_MAX_FILES: auto's per-file flush up to here
     flush_each_max_bytes: int = 4 << 20         # PACKYARD_FLUSH_EACH_MAX_BYTES
+    flush_each_min_dirty: int = 64 << 20        # PACKYARD_FLUSH_EACH_MIN_DIRTY: only while this much is dirty
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -393,10 +394,11 @@ class Settings:
         except InvalidInputError as err:
             raise SettingsError(f"PACKYARD_FLUSH_METHOD: {err.message}") from None
         for name, value in (("PACKYARD_FLUSH_EACH_MAX_FILES", self.flush_each_max_files),
-                            ("PACKYARD_FLUSH_EACH_MAX_BYTES", self.flush_each_max_bytes)):
+                            ("PACKYARD_FLUSH_EACH_MAX_BYTES", self.flush_each_max_bytes),
+                            ("PACKYARD_FLUSH_EACH_MIN_DIRTY", self.flush_each_min_dirty)):
             if value < 0:
                 raise SettingsError(f"{name} must be 0 or more, got {value}")
-        return FlushPolicy(method, self.flush_each_max_files, self.flush_each_max_bytes)
+        return FlushPolicy(method, self.flush_each_max_files, self.flush_each_max_bytes, self.flush_each_min_dirty)
 
     @property
     def fsck_options(self) -> "FsckOptions":
@@ -528,6 +530,7 @@ class Settings:
             flush_method=env.get("PACKYARD_FLUSH_METHOD", "").strip() or "auto",
             flush_each_max_files=_int(env, "PACKYARD_FLUSH_EACH_MAX_FILES", 16),
             flush_each_max_bytes=_int(env, "PACKYARD_FLUSH_EACH_MAX_BYTES", 4 << 20),
+            flush_each_min_dirty=_int(env, "PACKYARD_FLUSH_EACH_MIN_DIRTY", 64 << 20),
         )
 
     @property
@@ -611,6 +614,7 @@ class Settings:
             "PACKYARD_FLUSH_METHOD": self.flush_method,
             "PACKYARD_FLUSH_EACH_MAX_FILES": str(self.flush_each_max_files),
             "PACKYARD_FLUSH_EACH_MAX_BYTES": str(self.flush_each_max_bytes),
+            "PACKYARD_FLUSH_EACH_MIN_DIRTY": str(self.flush_each_min_dirty),
         }
 
     @property

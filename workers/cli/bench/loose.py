@@ -57,6 +57,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="another process streams writes to the same filesystem during the import; then 10-object "
                         "pushes quiet and under it, per flush method (workers/cli/bench/neighbour.py)")
     p.add_argument("--pushes", type=int, default=100, help="10-object pushes per method and condition (default 100)")
+    p.add_argument("--no-import", action="store_true", help="with --noisy-neighbour: only the pushes")
     p.add_argument("--neighbour-mib", type=int, default=1024,
                    help="the neighbour's file wraps at this size (default 1024 MiB)")
     nfsim_side.add_arg(p)
@@ -164,11 +165,12 @@ def run_noisy(args: argparse.Namespace) -> int:
     base = Path(tempfile.mkdtemp(prefix="packyard-bench-loose-noisy-", dir=args.dir))
     try:
         args.no_strace = True
-        print(f"-- the import with a neighbour streaming writes into {base} --", flush=True)
-        with neighbour.neighbour_for(base, args.neighbour_mib):
-            rc = run_in(args, base / "import", keep=False)
-        if rc:
-            return rc
+        if not args.no_import:
+            print(f"-- the import with a neighbour streaming writes into {base} --", flush=True)
+            with neighbour.neighbour_for(base, args.neighbour_mib):
+                rc = run_in(args, base / "import", keep=False)
+            if rc:
+                return rc
         neighbour.pushes_both_ways(base, args.pushes, args.neighbour_mib)
         return 0
     finally:

@@ -108,8 +108,9 @@ def ten_object_push(tag: str, parent: bytes | None) -> tuple[bytes, bytes]:
     return pack + hashlib.sha1(pack).digest(), _oid(b"commit", commit)
 
 
-def push_latencies(repo_path: Path, method: str, pushes: int, tag: str) -> list[float]:
-    """``pushes`` 10-object pushes into ``repo_path`` (each moving refs/heads/main); commit seconds each."""
+def push_latencies(repo_path: Path, method: str, pushes: int, tag: str, chosen: dict[str, int]) -> list[float]:
+    """``pushes`` 10-object pushes into ``repo_path`` (each moving refs/heads/main); commit seconds each.
+    ``chosen`` counts the method each push's batch used."""
     from packyard.store.flush import FlushPolicy, parse_method
     from packyard.store.pack.unpack import unpack_objects
     from packyard.store.refs import RefUpdate
@@ -125,8 +126,9 @@ def push_latencies(repo_path: Path, method: str, pushes: int, tag: str) -> list[
                              flush_policy=policy)
         elapsed = res.counters["elapsed"]
         out.append(sum(elapsed.get(k, 0.0) for k in COMMIT_STEPS))
-        want = "flush_" + (method if method != "auto" else "")
-        assert any(k.startswith(want) for k in res.counters), res.counters
+        used = [k.removeprefix("flush_") for k in res.counters if k.startswith("flush_")]
+        assert len(used) == 1 and method in ("auto", used[0]), res.counters
+        chosen[used[0]] = chosen.get(used[0], 0) + 1
         parent = commit
     return out
 
@@ -141,12 +143,16 @@ def pushes_both_ways(base: Path, pushes: int, wrap_mib: int) -> dict[str, dict[s
     from packyard.workers.cli.bench.common import git
 
     got: dict[str, dict[str, list[float]]] = {"quiet": {}, "noisy": {}}
+    auto_chose: dict[str, dict[str, int]] = {"quiet": {}, "noisy": {}}
 
     def round_of(cond: str) -> None:
         for method in METHODS:
             repo = base / f"push-{cond}-{method}.git"
             git("init", "-q", "--bare", str(repo))
-            got[cond][method] = push_latencies(repo, method, pushes, cond)
+            chosen: dict[str, int] = {}
+            got[cond][method] = push_latencies(repo, method, pushes, cond, chosen)
+            if method == "auto":
+                auto_chose[cond] = chosen
 
     os.sync()
     round_of("quiet")
@@ -159,6 +165,8 @@ def pushes_both_ways(base: Path, pushes: int, wrap_mib: int) -> dict[str, dict[s
         q, n = got["quiet"][method], got["noisy"][method]
         print(f"{method:22} {statistics.median(q) * 1000:10.1f} {p99(q) * 1000:10.1f} "
               f"{statistics.median(n) * 1000:10.1f} {p99(n) * 1000:10.1f} {p99(n) / p99(q):15.2f}x")
+    print("auto chose: " + "; ".join(f"{cond} " + ", ".join(f"{m} {k}x" for m, k in sorted(c.items()))
+                                     for cond, c in auto_chose.items()))
     return got
 
 
