@@ -48,7 +48,7 @@ FSYNC_EACH_MAX_BYTES = 4 << 20
 #: Per-file flushes only while at least this much data waits for write-back (/proc/meminfo Dirty +
 #: Writeback): below it a syncfs has little besides the batch to write and its two calls beat N
 #: fsyncs (each one a device cache flush: ~5-10 ms on this machine's virtio disk).
-FSYNC_EACH_MIN_DIRTY = 64 << 20
+FSYNC_EACH_MIN_DIRTY = 16 << 20
 
 #: statfs(2) f_type of filesystems whose syncfs does not reach the storage: FUSE forwards fsync and
 #: fsyncdir to its server (FUSE_FSYNC, FUSE_FSYNCDIR) but syncfs only to servers that implement

@@ -39,8 +39,8 @@ TABLE = [
     (100, 1_000, None, FlushPolicy(max_files=100), LOTS, True, EACH),  # limits from the policy; unknown fs type
     (5, 1_000, EXT4, FlushPolicy(max_files=0), LOTS, True, SYNCFS),    # max_files 0: auto always syncfs
     # the dirty rule: a quiet machine's syncfs has little else to write
-    (10, 10_000, EXT4, FlushPolicy(), 64 * MiB - 1, True, SYNCFS),
-    (10, 10_000, EXT4, FlushPolicy(), 64 * MiB, True, EACH),       # inclusive
+    (10, 10_000, EXT4, FlushPolicy(), 16 * MiB - 1, True, SYNCFS),
+    (10, 10_000, EXT4, FlushPolicy(), 16 * MiB, True, EACH),       # inclusive
     (10, 10_000, EXT4, FlushPolicy(), 0, True, SYNCFS),
     (10, 10_000, EXT4, FlushPolicy(min_dirty=0), 0, True, EACH),   # min_dirty 0: small batches always per file
     # FUSE (nfsim) or no syncfs at all: per-file whatever the size and the dirty data

@@ -334,7 +334,7 @@ class Settings:
     flush_method: str = "auto"                  # PACKYARD_FLUSH_METHOD: auto, fsync_each or syncfs
     flush_each_max_files: int = 16              # PACKYARD_FLUSH_EACH_MAX_FILES: auto's per-file flush up to here
     flush_each_max_bytes: int = 4 << 20         # PACKYARD_FLUSH_EACH_MAX_BYTES
-    flush_each_min_dirty: int = 64 << 20        # PACKYARD_FLUSH_EACH_MIN_DIRTY: only while this much is dirty
+    flush_each_min_dirty: int = 16 << 20        # PACKYARD_FLUSH_EACH_MIN_DIRTY: only while this much is dirty
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -530,7 +530,7 @@ class Settings:
             flush_method=env.get("PACKYARD_FLUSH_METHOD", "").strip() or "auto",
             flush_each_max_files=_int(env, "PACKYARD_FLUSH_EACH_MAX_FILES", 16),
             flush_each_max_bytes=_int(env, "PACKYARD_FLUSH_EACH_MAX_BYTES", 4 << 20),
-            flush_each_min_dirty=_int(env, "PACKYARD_FLUSH_EACH_MIN_DIRTY", 64 << 20),
+            flush_each_min_dirty=_int(env, "PACKYARD_FLUSH_EACH_MIN_DIRTY", 16 << 20),
         )
 
     @property

@@ -67,9 +67,14 @@ class Neighbour:
     def __exit__(self, *exc: object) -> None:
         self.proc.terminate()
         out, _ = self.proc.communicate(timeout=60)
-        lines = [line.split() for line in out.splitlines() if line.strip()]
-        if lines:
-            self.mib, self.seconds = int(lines[-1][0]), float(lines[-1][1])
+        # its last line may be cut short by the signal: the last complete "<MiB> <seconds>" counts
+        for line in reversed(out.splitlines()):
+            parts = line.split()
+            try:
+                self.mib, self.seconds = int(parts[0]), float(parts[1])
+                break
+            except (IndexError, ValueError):
+                continue
         try:
             self.path.unlink()
         except FileNotFoundError:
