@@ -50,7 +50,8 @@ correct, N flushes), and write-out is started for every file as it is written
 so those fsyncs mostly wait on I/O already in flight (git's trick). After the renames
 ``fsync_dirs`` either fsyncs each touched fan-out directory (portable, one call
 per directory) or issues one more syncfs (DirSync.SYNCFS, the default with the
-syncfs barrier: one device flush for all directories).
+syncfs barrier: one device flush for all directories). Which of the two a batch uses is decided at
+commit by store/flush.py's ``choose_flush`` (a small batch beside much dirty data, or on FUSE: per file).
 """
 from __future__ import annotations
 
