@@ -128,6 +128,15 @@ PACKYARD_RECORDS_PRUNE_MAX_BATCHES  batches per table per prune run (the    500
 PACKYARD_METRICS_TOP_REPOS     repositories per per-repository metric       10
                                family (the top N by need; the rest are in
                                the distributions)
+-- durable flush of loose batches (store/flush.py, docs/nfs.md) --
+PACKYARD_FLUSH_METHOD          auto (choose per batch), fsync_each or       auto
+                               syncfs (syncfs refused where it does not
+                               reach the storage: FUSE)
+PACKYARD_FLUSH_EACH_MAX_FILES  auto: per-file fsync for batches of at most  16
+                               this many files ...
+PACKYARD_FLUSH_EACH_MAX_BYTES  ... and at most this many bytes ...          4 MiB
+PACKYARD_FLUSH_EACH_MIN_DIRTY  ... while this much page cache is dirty      16 MiB
+                               (0: always); else one syncfs
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
