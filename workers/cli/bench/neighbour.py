@@ -7,8 +7,8 @@ to write back). Meanwhile:
 * the 10,000-file import, packyard vs git's batch mode (loose.py's comparison, alternating rounds);
 * a 10-object push (8 blobs, a tree, a commit; a ref moved from the previous push's commit) as the
   library call a worker runs (``unpack_objects`` in this warm process), ``--pushes`` times per flush
-  method -- ``auto`` (store/flush.py's choice), ``fsync_each`` and ``syncfs`` forced -- quiet first,
-  then under the neighbour. The commit latency is the batch's commit steps (write-out, barrier,
+  method -- ``auto`` (store/flush.py's choice), ``fsync_each`` and ``syncfs`` forced, taking turns push
+  by push -- quiet first, then under the neighbour. The commit latency is the batch's commit steps (write-out, barrier,
   renames, directory sync, ref update) from the job counters; p50 and p99 of each.
 """
 from __future__ import annotations
@@ -113,29 +113,33 @@ def ten_object_push(tag: str, parent: bytes | None) -> tuple[bytes, bytes]:
     return pack + hashlib.sha1(pack).digest(), _oid(b"commit", commit)
 
 
-def push_latencies(repo_path: Path, method: str, pushes: int, tag: str, chosen: dict[str, int]) -> list[float]:
-    """``pushes`` 10-object pushes into ``repo_path`` (each moving refs/heads/main); commit seconds each.
-    ``chosen`` counts the method each push's batch used."""
-    from packyard.store.flush import FlushPolicy, parse_method
-    from packyard.store.pack.unpack import unpack_objects
-    from packyard.store.refs import RefUpdate
-    from packyard.store.repo import Repository
+class Pusher:
+    """10-object pushes into one repository with one flush method, each moving refs/heads/main."""
 
-    policy = FlushPolicy(parse_method(method))
-    repo = Repository.open(repo_path)
-    parent: bytes | None = None
-    out = []
-    for i in range(pushes):
-        pack, commit = ten_object_push(f"{tag}-{method}-{i}", parent)
-        res = unpack_objects(repo, pack, ref_updates=[RefUpdate("refs/heads/main", parent, commit)],
-                             flush_policy=policy)
+    def __init__(self, repo_path: Path, method: str, tag: str) -> None:
+        from packyard.store.flush import FlushPolicy, parse_method
+        from packyard.store.repo import Repository
+
+        self.repo = Repository.open(repo_path)
+        self.method, self.tag = method, tag
+        self.policy = FlushPolicy(parse_method(method))
+        self.parent: bytes | None = None
+        self.latencies: list[float] = []
+        self.chosen: dict[str, int] = {}     # the method each push's batch used
+
+    def push(self) -> None:
+        from packyard.store.pack.unpack import unpack_objects
+        from packyard.store.refs import RefUpdate
+
+        pack, commit = ten_object_push(f"{self.tag}-{self.method}-{len(self.latencies)}", self.parent)
+        res = unpack_objects(self.repo, pack, ref_updates=[RefUpdate("refs/heads/main", self.parent, commit)],
+                             flush_policy=self.policy)
         elapsed = res.counters["elapsed"]
-        out.append(sum(elapsed.get(k, 0.0) for k in COMMIT_STEPS))
+        self.latencies.append(sum(elapsed.get(k, 0.0) for k in COMMIT_STEPS))
         used = [k.removeprefix("flush_") for k in res.counters if k.startswith("flush_")]
-        assert len(used) == 1 and method in ("auto", used[0]), res.counters
-        chosen[used[0]] = chosen.get(used[0], 0) + 1
-        parent = commit
-    return out
+        assert len(used) == 1 and self.method in ("auto", used[0]), res.counters
+        self.chosen[used[0]] = self.chosen.get(used[0], 0) + 1
+        self.parent = commit
 
 
 def p99(xs: list[float]) -> float:
@@ -151,13 +155,19 @@ def pushes_both_ways(base: Path, pushes: int, wrap_mib: int) -> dict[str, dict[s
     auto_chose: dict[str, dict[str, int]] = {"quiet": {}, "noisy": {}}
 
     def round_of(cond: str) -> None:
+        # The methods take turns push by push, so a change in the machine's load hits all of them alike.
+        pushers = []
         for method in METHODS:
             repo = base / f"push-{cond}-{method}.git"
             git("init", "-q", "--bare", str(repo))
-            chosen: dict[str, int] = {}
-            got[cond][method] = push_latencies(repo, method, pushes, cond, chosen)
-            if method == "auto":
-                auto_chose[cond] = chosen
+            pushers.append(Pusher(repo, method, cond))
+        for i in range(pushes):
+            for p in (pushers if i % 2 == 0 else pushers[::-1]):
+                p.push()
+        for p in pushers:
+            got[cond][p.method] = p.latencies
+            if p.method == "auto":
+                auto_chose[cond] = p.chosen
 
     os.sync()
     round_of("quiet")
