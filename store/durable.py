@@ -218,6 +218,22 @@ def rename_noreplace_at(dir_fd: int, src: bytes, dst: bytes) -> bool:
     return rename_noreplace(src, dst, dir_fd=dir_fd) if placed is None else placed
 
 
+def dirty_bytes() -> int | None:
+    """Bytes of the page cache waiting for write-back, machine-wide (/proc/meminfo Dirty + Writeback):
+    what a syncfs may have to write besides the caller's files. None where it cannot be read."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            text = f.read()
+    except OSError:
+        return None
+    total, seen = 0, 0
+    for line in text.splitlines():
+        if line.startswith((b"Dirty:", b"Writeback:")):
+            total += int(line.split()[1]) * 1024
+            seen += 1
+    return total if seen == 2 else None
+
+
 def fsync_dir_fd(fd: int, counters: DurabilityCounters | None = None) -> None:
     """fsync an already open directory (same as :func:`fsync_dir`, without reopening it)."""
     os.fsync(fd)

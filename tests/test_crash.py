@@ -42,6 +42,10 @@ from packyard.store.importtree import Identity, import_tree
 if os.environ.get("PACKYARD_TEST_EARLY_FLUSH_EVERY"):   # background syncfs threads in flight when killed
     import packyard.store.batch.loose
     packyard.store.batch.loose.EARLY_FLUSH_EVERY = int(os.environ["PACKYARD_TEST_EARLY_FLUSH_EVERY"])
+options = {}
+if os.environ.get("PACKYARD_TEST_FLUSH_METHOD"):   # tests/test_crash_flush.py: each flush method forced
+    from packyard.store.flush import FlushMethod, FlushPolicy
+    options["flush_policy"] = FlushPolicy(FlushMethod(os.environ["PACKYARD_TEST_FLUSH_METHOD"]))
 ident = Identity(name="Crash Test", email="crash@example.com", when=1700000000)
 repo = Repository.open(sys.argv[2])
 print("ready", flush=True)
@@ -49,7 +53,9 @@ if sys.argv[4] == "wait":
     sys.stdin.readline()
 import time
 t0 = time.monotonic()
-import_tree(repo, "refs/heads/main", sys.argv[3], message="crash test", author=ident)
+res = import_tree(repo, "refs/heads/main", sys.argv[3], message="crash test", author=ident, **options)
+if options:
+    print("flush", ",".join(sorted(k for k in res.counters if k.startswith("flush_"))), flush=True)
 print(f"done {time.monotonic() - t0:.6f}", flush=True)
 """
 
@@ -230,11 +236,12 @@ class Runner:
         return done_seconds(out)
 
 
-def done_seconds(line: str) -> float:
-    """The import's duration from the child's "done <seconds>" line."""
-    word, seconds = line.split()
-    assert word == "done", line
-    return float(seconds)
+def done_seconds(out: str) -> float:
+    """The import's duration from the child's "done <seconds>" line (other lines, e.g. "flush ...", skipped)."""
+    for line in out.splitlines():
+        if line.startswith("done "):
+            return float(line.split()[1])
+    raise AssertionError(f"no done line in {out!r}")
 
 
 def test_sigkill_at_every_step_and_random_times(template):
@@ -264,8 +271,7 @@ def test_sigkill_at_every_step_and_random_times(template):
     proc.stdout.readline()
     proc.stdin.write("\n")
     proc.stdin.flush()
-    window = done_seconds(proc.stdout.readline())
-    proc.communicate()
+    window = done_seconds(proc.communicate()[0])
     shutil.rmtree(bare)
     calibrated = window
     # Half uniform over the whole run, half over its tail (the commit steps are short). The window

@@ -128,6 +128,15 @@ PACKYARD_RECORDS_PRUNE_MAX_BATCHES  batches per table per prune run (the    500
 PACKYARD_METRICS_TOP_REPOS     repositories per per-repository metric       10
                                family (the top N by need; the rest are in
                                the distributions)
+-- durable flush of loose batches (store/flush.py, docs/nfs.md) --
+PACKYARD_FLUSH_METHOD          auto (choose per batch), fsync_each or       auto
+                               syncfs (syncfs refused where it does not
+                               reach the storage: FUSE)
+PACKYARD_FLUSH_EACH_MAX_FILES  auto: per-file fsync for batches of at most  16
+                               this many files ...
+PACKYARD_FLUSH_EACH_MAX_BYTES  ... and at most this many bytes ...          4 MiB
+PACKYARD_FLUSH_EACH_MIN_DIRTY  ... while this much page cache is dirty      16 MiB
+                               (0: always); else one syncfs
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -142,6 +151,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Mapping
 
 if TYPE_CHECKING:
+    from packyard.store.flush import FlushPolicy
     from packyard.store.fsck import FsckOptions
     from packyard.store.maintenance.strategy import MaintenancePolicy
 
@@ -329,6 +339,11 @@ class Settings:
     records_prune_batch: int = 2000
     records_prune_max_batches: int = 500
     metrics_top_repos: int = 10
+    # -- durable flush of loose batches (issue 22 goal 6, store/flush.py's choose_flush; docs/nfs.md)
+    flush_method: str = "auto"                  # PACKYARD_FLUSH_METHOD: auto, fsync_each or syncfs
+    flush_each_max_files: int = 16              # PACKYARD_FLUSH_EACH_MAX_FILES: auto's per-file flush up to here
+    flush_each_max_bytes: int = 4 << 20         # PACKYARD_FLUSH_EACH_MAX_BYTES
+    flush_each_min_dirty: int = 16 << 20        # PACKYARD_FLUSH_EACH_MIN_DIRTY: only while this much is dirty
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -375,6 +390,24 @@ class Settings:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
         _ = self.fsck_options   # PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST must parse (else SettingsError)
+        _ = self.flush_policy   # PACKYARD_FLUSH_* must parse (else SettingsError)
+
+    @property
+    def flush_policy(self) -> "FlushPolicy":
+        """How loose batches flush (store/flush.py): PACKYARD_FLUSH_METHOD and auto's two limits."""
+        from packyard.store.errors import InvalidInputError
+        from packyard.store.flush import FlushPolicy, parse_method
+
+        try:
+            method = parse_method(self.flush_method)
+        except InvalidInputError as err:
+            raise SettingsError(f"PACKYARD_FLUSH_METHOD: {err.message}") from None
+        for name, value in (("PACKYARD_FLUSH_EACH_MAX_FILES", self.flush_each_max_files),
+                            ("PACKYARD_FLUSH_EACH_MAX_BYTES", self.flush_each_max_bytes),
+                            ("PACKYARD_FLUSH_EACH_MIN_DIRTY", self.flush_each_min_dirty)):
+            if value < 0:
+                raise SettingsError(f"{name} must be 0 or more, got {value}")
+        return FlushPolicy(method, self.flush_each_max_files, self.flush_each_max_bytes, self.flush_each_min_dirty)
 
     @property
     def fsck_options(self) -> "FsckOptions":
@@ -503,6 +536,10 @@ class Settings:
             records_prune_batch=_int(env, "PACKYARD_RECORDS_PRUNE_BATCH", 2000),
             records_prune_max_batches=_int(env, "PACKYARD_RECORDS_PRUNE_MAX_BATCHES", 500),
             metrics_top_repos=_int(env, "PACKYARD_METRICS_TOP_REPOS", 10),
+            flush_method=env.get("PACKYARD_FLUSH_METHOD", "").strip() or "auto",
+            flush_each_max_files=_int(env, "PACKYARD_FLUSH_EACH_MAX_FILES", 16),
+            flush_each_max_bytes=_int(env, "PACKYARD_FLUSH_EACH_MAX_BYTES", 4 << 20),
+            flush_each_min_dirty=_int(env, "PACKYARD_FLUSH_EACH_MIN_DIRTY", 16 << 20),
         )
 
     @property
@@ -582,6 +619,11 @@ class Settings:
             "PACKYARD_RECORDS_PRUNE_BATCH": str(self.records_prune_batch),
             "PACKYARD_RECORDS_PRUNE_MAX_BATCHES": str(self.records_prune_max_batches),
             "PACKYARD_METRICS_TOP_REPOS": str(self.metrics_top_repos),
+            # durable flush of loose batches (issue 22)
+            "PACKYARD_FLUSH_METHOD": self.flush_method,
+            "PACKYARD_FLUSH_EACH_MAX_FILES": str(self.flush_each_max_files),
+            "PACKYARD_FLUSH_EACH_MAX_BYTES": str(self.flush_each_max_bytes),
+            "PACKYARD_FLUSH_EACH_MIN_DIRTY": str(self.flush_each_min_dirty),
         }
 
     @property

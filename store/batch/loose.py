@@ -51,11 +51,11 @@ correct, N flushes), and write-out is started for every file as it is written
 so those fsyncs mostly wait on I/O already in flight (git's trick). After the renames
 ``fsync_dirs`` either fsyncs each touched fan-out directory (portable, one call
 per directory) or issues one more syncfs (DirSync.SYNCFS, the default with the
-syncfs barrier: one device flush for all directories).
+syncfs barrier: one device flush for all directories). Which of the two a batch uses is decided at
+commit by store/flush.py's ``choose_flush`` (a small batch beside much dirty data, or on FUSE: per file).
 """
 from __future__ import annotations
 
-import enum
 import hashlib
 import os
 import secrets
@@ -70,6 +70,7 @@ from typing import Callable, Iterable, Sequence
 from .. import durable, install, leftovers
 from ..errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
 from ..faults import fault_point
+from ..flush import AUTO, DirSync, FlushMethod, FlushPolicy, choose_flush, dir_sync_for, filesystem_type
 from ..objdir import Location
 from ..objects import ObjectType
 from ..owner import host_identity
@@ -103,14 +104,6 @@ EARLY_FLUSH_EVERY = 2_000
 MAX_EARLY_FLUSHES = 3
 
 
-class FlushMethod(enum.Enum):
-    SYNCFS = "syncfs"          # start write-out per file, one syncfs(2) barrier (Linux)
-    FSYNC_EACH = "fsync_each"  # fsync every tmp file (portable fallback, N flushes)
-
-
-class DirSync(enum.Enum):
-    EACH = "each"      # fsync every touched fan-out directory (+ objects/ if a fan-out dir was created)
-    SYNCFS = "syncfs"  # one syncfs(2) covers every directory entry
 
 
 def default_flush_method() -> FlushMethod:
@@ -139,6 +132,7 @@ class LooseBatch:
 
     def __init__(self, repo, *, counters: BatchCounters | None = None,
                  flush_method: FlushMethod | None = None, dir_sync: DirSync | None = None,
+                 flush_policy: FlushPolicy | None = None,
                  writeout: bool = True, progress: Progress | None = None, expected: int | None = None,
                  stale_after: float = STALE_AFTER, lease: Lease | None = None) -> None:
         self.repo = repo
@@ -146,10 +140,16 @@ class LooseBatch:
         # published); its token makes the ref update refuse a stale holder (RefStore.update).
         self.lease = lease
         self.counters = counters if counters is not None else BatchCounters()
-        self.flush_method = flush_method or default_flush_method()
+        # The flush: store/flush.py's choose_flush at commit, unless a method is forced (argument or policy);
+        # until then the large-batch method, so early write-out works as before.
+        self.flush_policy = flush_policy or AUTO
+        if flush_method is not None:
+            self.flush_policy = FlushPolicy(flush_method, self.flush_policy.max_files, self.flush_policy.max_bytes)
+        self.flush_method = self.flush_policy.method or default_flush_method()
         if self.flush_method is FlushMethod.SYNCFS and not durable.HAVE_SYNCFS:
             raise InvalidInputError("syncfs is not available on this platform")
-        self.dir_sync = dir_sync or (DirSync.SYNCFS if self.flush_method is FlushMethod.SYNCFS else DirSync.EACH)
+        self._dir_sync_given = dir_sync
+        self.dir_sync = dir_sync or dir_sync_for(self.flush_method)
         self.writeout = writeout
         self.progress = progress
         self.expected = expected
@@ -184,6 +184,8 @@ class LooseBatch:
         self._other_fs: dict[int, int] = {}
         try:
             self._fs_dev = os.fstat(self._fs_fd).st_dev
+            self._fs_type = filesystem_type(self._fs_fd)
+            self._bytes0 = self.counters.bytes_written
             self._marker: Path | None = leftovers.create_batch_marker(repo, self._pid, self.batch_id)
             dead = leftovers.removable(leftovers.find_batch_markers(
                 repo, rule=leftovers.RULES[leftovers.Kind.BATCH_MARKER].aged(dead_after=stale_after)))
@@ -476,6 +478,7 @@ class LooseBatch:
         self.counters.add_time("collect", time.monotonic() - self._t_collect)
         try:
             self._check_ref_targets(ref_updates)
+            self._choose_flush()
             self._step("writeout", self.writeout_each)
             fault_point("bulk.after_writeout")
             self._step("barrier_flush", self.barrier_flush)
@@ -498,6 +501,14 @@ class LooseBatch:
         c = self.counters
         return BatchResult(batch_id=self.batch_id, written=len(self._pending), skipped=c.objects_skipped,
                            duplicates=c.duplicates, refs=ref_updates, counters=c.as_dict())
+
+    def _choose_flush(self) -> None:
+        """The barrier and directory step for this batch's size and filesystem (store/flush.py's rule)."""
+        self.flush_method = choose_flush(len(self._pending), self.counters.bytes_written - self._bytes0,
+                                         self._fs_type, self.flush_policy)
+        self.dir_sync = self._dir_sync_given or dir_sync_for(self.flush_method)
+        key = f"flush_{self.flush_method.value}"
+        self.counters.durable.extra[key] = self.counters.durable.extra.get(key, 0) + 1
 
     def _step(self, name: str, fn: Callable[[], None]) -> None:
         t0 = time.monotonic()

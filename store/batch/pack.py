@@ -79,7 +79,7 @@ class PackBatch:
                  compression: int = PACK_COMPRESSION, **loose_only) -> None:
         # Options of the loose batch that have no meaning for one pack file (flush method, directory
         # sync, write-out, tmp file age) are accepted so callers pass the same options to either.
-        unknown = set(loose_only) - {"flush_method", "dir_sync", "writeout", "stale_after"}
+        unknown = set(loose_only) - {"flush_method", "flush_policy", "dir_sync", "writeout", "stale_after"}
         if unknown:
             raise TypeError(f"unknown pack batch options: {sorted(unknown)}")
         self.repo = repo

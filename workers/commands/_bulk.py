@@ -46,6 +46,13 @@ def parse_ref_updates(items: Iterable[dict[str, Any]] | None) -> list[RefUpdate]
     return updates
 
 
+def flush_options() -> dict[str, Any]:
+    """The server's flush policy for loose batches (PACKYARD_FLUSH_*, store/flush.py): never the message's."""
+    from packyard.workers.settings import get_settings
+
+    return {"flush_policy": get_settings().flush_policy}
+
+
 def fsck_options_of(extra: Iterable[str] = (), skiplist: str | None = None) -> Any:
     """The fsck options every way in checks with: PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST, then ``extra``
     (``id=severity`` items, e.g. from the CLI) and ``skiplist`` on top."""

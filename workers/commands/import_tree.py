@@ -7,7 +7,7 @@ from typing import Any
 from packyard.store.importtree import Identity, import_tree as store_import_tree
 from packyard.store.repo import Repository
 from packyard.store.lease import Lease
-from packyard.workers.commands._bulk import flat_counters, fsck_options_of, pack_threshold_of
+from packyard.workers.commands._bulk import flat_counters, flush_options, fsck_options_of, pack_threshold_of
 
 from packyard.store.progress import Progress
 
@@ -26,7 +26,7 @@ def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str 
                             author=Identity(author_name, author_email, author_time),
                             max_files=max_files, max_bytes=max_bytes, progress=progress,
                             pack_threshold=pack_threshold_of(pack_threshold), fsck=fsck_options_of(),
-                            lease=lease)
+                            lease=lease, **flush_options())
     return {"repo": str(r.path), "ref": ref, "commit": res.commit.hex(), "tree": res.tree.hex(),
             "parent": res.parent.hex() if res.parent else None,
             "counters": {"files": res.files, "trees": res.trees, **flat_counters(res.counters),

@@ -9,7 +9,7 @@ from packyard.store.fsck import FsckOptions
 from packyard.store.repo import Repository
 from packyard.store.pack.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
 from packyard.store.lease import Lease
-from packyard.workers.commands._bulk import flat_counters, parse_ref_updates
+from packyard.workers.commands._bulk import flat_counters, flush_options, parse_ref_updates
 
 from packyard.store.progress import Progress
 
@@ -44,6 +44,6 @@ def unpack_objects(repo: str | Path, pack_path: str | Path | BinaryIO, *, ref_up
     data, where = read_pack(pack_path, max_bytes)
     res = store_unpack(r, data, ref_updates=parse_ref_updates(ref_updates), where=where,
                        max_objects=max_objects, progress=progress, strict=strict,
-                       fsck=fsck if strict else None, lease=lease)
+                       fsck=fsck if strict else None, lease=lease, **flush_options())
     return {"repo": str(r.path), "pack": where,
             "counters": {"objects": res.objects, "deltas": res.deltas, **flat_counters(res.counters)}}

@@ -18,7 +18,7 @@ from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.objectsfile import read_objects_file
 from packyard.store.repo import Repository
 from packyard.store.lease import Lease
-from packyard.workers.commands._bulk import (flat_counters, fsck_options_of, pack_threshold_of,
+from packyard.workers.commands._bulk import (flat_counters, flush_options, fsck_options_of, pack_threshold_of,
                                              parse_ref_updates)
 
 from packyard.store.progress import Progress
@@ -101,7 +101,7 @@ def write_objects(repo: str | Path, objects: list[dict[str, Any]] | None = None,
         decoded += objects_from_file(objects_file, max_file_bytes)
     results, res = store_write_objects(r, decoded, ref_updates=parse_ref_updates(ref_updates),
                                        progress=progress, pack_threshold=pack_threshold_of(pack_threshold),
-                                       fsck=fsck_options_of(), lease=lease)
+                                       fsck=fsck_options_of(), lease=lease, **flush_options())
     return {"repo": str(r.path), "oids": [oid.hex() for oid, _ in results],
             "results": [result.value for _, result in results],
             "counters": {**flat_counters(res.counters), "write_path": res.counters["write_path"]}}

@@ -47,6 +47,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--no-strace", action="store_true", help="skip the strace filesystem-call counts")
     p.add_argument("--strict", action="store_true",
                    help="both sides with fsck (index-pack --strict), then a 50-object unpack-objects --strict")
+    p.add_argument("--unpack-only", action="store_true",
+                   help="only the 50-object unpack-objects --strict rows (git's fsync settings, each flush method)")
     nfsim_side.add_arg(p)
     p.set_defaults(func=run)
 
@@ -153,30 +155,44 @@ def small_push(base: Path, env: dict[str, str]) -> Path:
 
 def unpack_50(base: Path, rounds: int, env: dict[str, str]) -> None:
     """Library call in this warm process vs git unpack-objects --strict, alternating, fresh repos each round."""
+    from packyard.store.flush import FlushPolicy, parse_method
     from packyard.store.pack.unpack import unpack_objects
     from packyard.store.repo import Repository
 
     push = small_push(base, env)
     data = push.read_bytes()
-    times: dict[str, list[float]] = {"git": [], "packyard": []}
+    # git's default (no fsync of loose objects in 2.39: core.fsync's default leaves loose-object out), git made
+    # durable per file and in its batch mode; packyard's own choice (store/flush.py) and each method forced.
+    git_sides = {"git": [], "git fsync": ["-c", "core.fsync=loose-object"],
+                 "git batch": ["-c", "core.fsync=loose-object", "-c", "core.fsyncMethod=batch"]}
+    py_sides = {"packyard": None, "packyard fsync_each": "fsync_each", "packyard syncfs": "syncfs"}
+    times: dict[str, list[float]] = {side: [] for side in (*git_sides, *py_sides)}
     warm = base / "warm.git"
     common.git("init", "-q", "--bare", str(warm))
     res = unpack_objects(Repository.open(warm), data, strict=True)     # warm the process (imports, caches)
     for rnd in range(rounds):
-        for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
-            repo = base / f"u-{side}-{rnd}.git"
+        sides = list(times) if rnd % 2 == 0 else list(reversed(times))
+        for side in sides:
+            repo = base / f"u-{side.replace(' ', '-')}-{rnd}.git"
             common.git("init", "-q", "--bare", str(repo))
+            os.sync()
             t0 = time.perf_counter()
-            if side == "git":
-                subprocess.run(["git", "--git-dir", str(repo), "unpack-objects", "-q", "--strict"], input=data,
-                               check=True, env=env)
+            if side in git_sides:
+                subprocess.run(["git", *git_sides[side], "--git-dir", str(repo), "unpack-objects", "-q", "--strict"],
+                               input=data, check=True, env=env)
             else:
-                unpack_objects(Repository.open(repo), data, strict=True)
+                method = py_sides[side]
+                unpack_objects(Repository.open(repo), data, strict=True,
+                               flush_policy=FlushPolicy(parse_method(method) if method else None))
             times[side].append(time.perf_counter() - t0)
             shutil.rmtree(repo)
     g, p = statistics.median(times["git"]), statistics.median(times["packyard"])
     print(f"unpack-objects --strict of a {res.objects}-object push ({len(data)} bytes), {rounds} alternating rounds: "
           f"packyard (library call, warm process) {p * 1000:.1f} ms, git {g * 1000:.1f} ms, ratio {p / g:.2f}x")
+    for side, ts in times.items():
+        m = statistics.median(ts)
+        print(f"  {side:22} median {m * 1000:7.1f} ms  (min {min(ts) * 1000:6.1f}, max {max(ts) * 1000:6.1f})  "
+              f"vs git default {m / g:5.2f}x  vs git fsync {m / statistics.median(times['git fsync']):5.2f}x")
     # where packyard's time goes: the checks alone (parse, resolve, fsck; nothing written) vs the durable write
     from packyard.store.pack.unpack import parse_pack, strict_check
     from packyard.store.fsck import STRICT
@@ -224,6 +240,9 @@ def run(args: argparse.Namespace) -> int:
     common.compile_bytecode()
     base = Path(tempfile.mkdtemp(prefix="packyard-bench-ip-", dir=args.dir))
     try:
+        if args.unpack_only:
+            unpack_50(base, max(args.runs, 5), env)
+            return 0
         rows: dict[str, list] = {"git": [], "packyard": []}
         cpus: dict[str, list[float]] = {"git": [], "packyard": []}
         phases: list[dict] = []

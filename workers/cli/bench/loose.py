@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from packyard.workers.cli.bench import nfsim_side
+from packyard.workers.cli.bench import neighbour, nfsim_side
 from packyard.workers.cli.bench.common import compile_bytecode, describe_filesystem, fresh_ext4, packyard_entry
 
 FLUSH_CALLS = ("fsync", "fdatasync", "syncfs", "msync")
@@ -53,6 +53,13 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--fresh-ext4", action="store_true",
                    help="run on a new journaled ext4 loop-mounted under the work directory (root only): "
                         "figures independent of what else the machine deleted lately")
+    p.add_argument("--noisy-neighbour", action="store_true",
+                   help="another process streams writes to the same filesystem during the import; then 10-object "
+                        "pushes quiet and under it, per flush method (workers/cli/bench/neighbour.py)")
+    p.add_argument("--pushes", type=int, default=100, help="10-object pushes per method and condition (default 100)")
+    p.add_argument("--no-import", action="store_true", help="with --noisy-neighbour: only the pushes")
+    p.add_argument("--neighbour-mib", type=int, default=1024,
+                   help="the neighbour's file wraps at this size (default 1024 MiB)")
     nfsim_side.add_arg(p)
     p.set_defaults(func=run)
 
@@ -141,6 +148,8 @@ def strace_counts(cmd: list[str], env: dict[str, str], cwd: Path, out: Path) -> 
 def run(args: argparse.Namespace) -> int:
     if args.nfsim_latency:
         return run_nfsim(args)
+    if args.noisy_neighbour:
+        return run_noisy(args)
     if not args.fresh_ext4:
         return run_in(args, Path(args.dir) if args.dir else None)
     parent = Path(tempfile.mkdtemp(prefix="packyard-bench-loose-fs-", dir=args.dir))
@@ -149,6 +158,23 @@ def run(args: argparse.Namespace) -> int:
             return run_in(args, mnt / "bench", keep=False)
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def run_noisy(args: argparse.Namespace) -> int:
+    """The import under a streaming neighbour on the same filesystem, then the pushes quiet and noisy."""
+    base = Path(tempfile.mkdtemp(prefix="packyard-bench-loose-noisy-", dir=args.dir))
+    try:
+        args.no_strace = True
+        if not args.no_import:
+            print(f"-- the import with a neighbour streaming writes into {base} --", flush=True)
+            with neighbour.neighbour_for(base, args.neighbour_mib):
+                rc = run_in(args, base / "import", keep=False)
+            if rc:
+                return rc
+        neighbour.pushes_both_ways(base, args.pushes, args.neighbour_mib)
+        return 0
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def run_nfsim(args: argparse.Namespace) -> int:
