@@ -95,6 +95,15 @@ def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[os.write(fd, view):]
 
 
+def unlink_if_present(path: str | os.PathLike[str]) -> bool:
+    """Remove ``path``; False if it was already gone (another cleaner or the writer got there first)."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+
+
 def flush_file(fd: int, counters: DurabilityCounters | None = None) -> None:
     """fsync one file: its data and metadata are on stable storage when this returns."""
     os.fsync(fd)

@@ -109,20 +109,10 @@ class LinkSet:
         return (s[i:i + 20] for i in range(0, len(s), 20))
 
     def __contains__(self, oid: object) -> bool:
+        """A merge walk (difference20), not a hash lookup: membership is for checks and tests, not hot loops."""
         if not isinstance(oid, (bytes, bytearray)) or len(oid) != 20:
             return False
-        s = self._fold()
-        lo, hi = 0, len(s) // 20
-        while lo < hi:
-            mid = (lo + hi) // 2
-            got = s[20 * mid:20 * mid + 20]
-            if got == oid:
-                return True
-            if got < oid:
-                lo = mid + 1
-            else:
-                hi = mid
-        return False
+        return not difference20(bytes(oid), self._fold())
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, LinkSet):

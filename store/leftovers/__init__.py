@@ -48,8 +48,8 @@ from __future__ import annotations
 import shutil
 from typing import Callable, Iterable, Protocol
 
-from .. import lockfile
-from .find import (FINDERS, _unlink, create_batch_marker, find_batch_markers, find_graph_temps, find_half_preserved,
+from .. import durable, lockfile
+from .find import (FINDERS, create_batch_marker, find_batch_markers, find_graph_temps, find_half_preserved,
                    find_keeps, find_loose_tmp, find_midx_lock, find_orphan_idx, find_orphan_packs, find_pack_temps,
                    find_packed_refs_new, find_packed_refs_temps, find_quarantines, find_ref_claims, find_ref_temps,
                    find_serving_locks, loose_tmp_verdict, remove_batch_marker)
@@ -93,8 +93,8 @@ def remove(leftovers: Iterable[Leftover], lease: "_Checked | Callable[[], None] 
 
             gone = preserve_pack(item.path.parent, item.path.name.rpartition(".")[0]) > 0
         else:
-            companions = [_unlink(f) for f in item.files]
-            gone = _unlink(item.path) or any(companions)
+            companions = [durable.unlink_if_present(f) for f in item.files]
+            gone = durable.unlink_if_present(item.path) or any(companions)
         if gone:
             done.append(item)
     return done

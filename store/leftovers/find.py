@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
-from .. import lockfile
+from .. import durable, lockfile
 from ..errors import WriteFailedError
 from ..owner import Liveness, Owner, current_owner, liveness, read_owner
 from .table import (BATCH_MARKER_DIR, BATCH_MARKER_RE, GRAPH_TMP_RE, LOOSE_TMP_PREFIX, LOOSE_TMP_RE, QUARANTINE_OWNER,
@@ -156,7 +156,7 @@ def create_batch_marker(repo: object, pid: int, batch_id: str) -> Path:
         finally:
             os.close(fd)
     except OSError as err:
-        _unlink(path)
+        durable.unlink_if_present(path)
         raise WriteFailedError(f"cannot create batch marker: {err.strerror}", errno=err.errno, path=path) from err
     return path
 
@@ -164,7 +164,7 @@ def create_batch_marker(repo: object, pid: int, batch_id: str) -> Path:
 def remove_batch_marker(path: Path | None) -> None:
     """The batch is over (committed or aborted): its marker goes."""
     if path is not None:
-        _unlink(path)
+        durable.unlink_if_present(path)
 
 
 def find_batch_markers(repo: object, *, now: float | None = None, rule: Rule | None = None,
@@ -412,9 +412,3 @@ FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
 }
 
 
-def _unlink(path: Path) -> bool:
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False

@@ -397,7 +397,7 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
             c.bytes_in += size
         fault_point("repack.after_loose_deleted")
         if c.bitmap_commits:   # (git uses one bitmap: a pack kept above keeps none beside the new one's)
-            c.bitmaps_removed = sum(_unlink(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
+            c.bitmaps_removed = sum(durable.unlink_if_present(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
                                     if p.name not in new_names and p.name not in result.packs_deleted)
         c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
     fault_point("repack.after_delete")
@@ -449,14 +449,6 @@ def _mtime(path: Path) -> float:
         return os.stat(path).st_mtime
     except FileNotFoundError:
         return 0.0
-
-
-def _unlink(path: Path) -> bool:
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False
 
 
 def _size(path: Path) -> int:

@@ -418,13 +418,13 @@ def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = 
             durable.rename(tmp_bitmap, pack_dir / f"{MIDX_NAME}-{midx.checksum.hex()}.bitmap", counters)
             fault_point(f"{fault_prefix}.midx.after_bitmap_rename")
         for side in midx_side_files(pack_dir, midx.checksum):
-            _unlink(side)
+            durable.unlink_if_present(side)
         durable.fsync_dir(pack_dir, counters)
         fault_point(f"{fault_prefix}.midx.after_fsync_dirs")
         return midx
     finally:
-        _unlink(tmp)
-        _unlink(tmp_bitmap)
+        durable.unlink_if_present(tmp)
+        durable.unlink_if_present(tmp_bitmap)
         lockfile.release(claim)
 
 
@@ -447,22 +447,14 @@ def remove_midx(pack_dir: Path, counters: durable.DurabilityCounters | None = No
     pack_dir = Path(pack_dir)
     claim = lockfile.acquire(pack_dir / LOCK_NAME, "multi-pack-index", wait=lock_wait)
     try:
-        had = _unlink(pack_dir / MIDX_NAME)
+        had = durable.unlink_if_present(pack_dir / MIDX_NAME)
         for side in midx_side_files(pack_dir):
-            _unlink(side)
+            durable.unlink_if_present(side)
         if had:
             durable.fsync_dir(pack_dir, counters)
         return had
     finally:
         lockfile.release(claim)
-
-
-def _unlink(path: Path) -> bool:
-    try:
-        os.unlink(path)
-        return True
-    except FileNotFoundError:
-        return False
 
 
 __all__ = ["MIDX_NAME", "LOCK_NAME", "TMP_PREFIX", "Midx", "MidxPack", "build_midx", "parse_midx", "read_midx",
