@@ -2,7 +2,7 @@
 
 Every repository a job touches has a ``repositories`` row (``recorder.repository_id``), enabled
 by default; ``packyard repos`` adds, removes, enables and disables them. As job rows are
-finished (:func:`count_landed`, called by ``recorder.record_finished``, the one place jobs finish):
+finished (:func:`landed`, written by ``recorder.record_finished``, the one place jobs finish):
 
 * a successful ingest (index_pack, unpack_objects, import_tree, write_objects) adds one to
   ``ingests_since_repack``;
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import delete, func, or_, select, update
-from sqlalchemy.orm import Session
 
 from packyard.store.maintenance.stats import RepackHistory
 from packyard.workers.records.db import session_scope
-from packyard.workers.records.models import Job, JobState, Repository
+from packyard.workers.records.models import PENDING_STATES, Job, JobState, Repository
+from packyard.workers.records.models import normalize_repo_path as normalize
 from packyard.workers.settings import Settings
 
 INGEST_KINDS = frozenset({"packyard.index_pack", "packyard.unpack_objects", "packyard.import_tree",
@@ -34,7 +34,8 @@ GC_KIND = "packyard.gc"
 PLAN_KIND = "packyard.plan_maintenance"
 #: Jobs that take the maintenance lease and a fleet slot when the planner queues them.
 MAINTENANCE_KINDS = frozenset({REPACK_KIND, GC_KIND})
-LIVE_STATES = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
+#: Queued, started or retrying (models.PENDING_STATES, under the name the exporter reads).
+LIVE_STATES = PENDING_STATES
 
 
 def epoch(t: datetime | None) -> float | None:
@@ -50,35 +51,30 @@ def from_epoch(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def normalize(path: str | Path) -> str:
-    return str(Path(path).expanduser().resolve())
+# -- counting as jobs land (in record_finished's UPDATE of the repository) ---------------------------
 
+def landed(*, kind: str, state: JobState, params: dict[str, Any] | None, now: datetime,
+           counters: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+    """How a finished job moves the registry's counters: (the repository row's new values, whether the
+    ingest count moved), for the one ``UPDATE`` that ``recorder.record_finished`` writes with its own.
 
-# -- counting as jobs land (inside record_finished's transaction) -------------------------------------
-
-def count_landed(session: Session, repo_id: int, *, kind: str, state: JobState, params: dict[str, Any] | None,
-                 now: datetime, counters: dict[str, Any] | None = None) -> int | None:
-    """Move the registry's counters for a finished job; the new ingest count after an ingest, else None.
-
-    The increment is one ``UPDATE ... RETURNING`` so two ingests landing at once both count
-    and each sees its own number (the planning trigger fires exactly once per multiple of M).
+    The increment is an expression (``ingests_since_repack + 1``) returned by that ``UPDATE ...
+    RETURNING``, so two ingests landing at once both count and each sees its own number (the
+    planning trigger fires exactly once per multiple of M).
     """
     if state is not JobState.SUCCESS:
-        return None
+        return {}, False
     if kind in INGEST_KINDS:
-        return session.execute(
-            update(Repository).where(Repository.id == repo_id)
-            .values(ingests_since_repack=Repository.ingests_since_repack + 1)
-            .returning(Repository.ingests_since_repack)).scalar_one_or_none()
+        return {"ingests_since_repack": Repository.ingests_since_repack + 1}, True
     if kind == REPACK_KIND:
         values: dict[str, Any] = {"ingests_since_repack": 0, "last_repack_at": now, "due_action": None,
                                   **_after_repack(counters or {})}
         if (params or {}).get("mode") == "full":
             values["last_full_repack_at"] = now
-        session.execute(update(Repository).where(Repository.id == repo_id).values(**values))
-    elif kind == GC_KIND:   # the plan's gc is done: not due until a plan says so again
-        session.execute(update(Repository).where(Repository.id == repo_id).values(due_action=None))
-    return None
+        return values, False
+    if kind == GC_KIND:   # the plan's gc is done: not due until a plan says so again
+        return {"due_action": None}, False
+    return {}, False
 
 
 def _after_repack(counters: dict[str, Any]) -> dict[str, Any]:
