@@ -128,6 +128,8 @@ PACKYARD_RECORDS_PRUNE_MAX_BATCHES  batches per table per prune run (the    500
 PACKYARD_METRICS_TOP_REPOS     repositories per per-repository metric       10
                                family (the top N by need; the rest are in
                                the distributions)
+PACKYARD_PLANNER_PAGE          repositories the nightly planner reads,       500
+                               claims and records per transaction
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -329,6 +331,7 @@ class Settings:
     records_prune_batch: int = 2000
     records_prune_max_batches: int = 500
     metrics_top_repos: int = 10
+    planner_page: int = 500
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -407,9 +410,13 @@ class Settings:
                 "finished job whose row was pruned would run the job again")
         for name, n in (("PACKYARD_RECORDS_PRUNE_BATCH", self.records_prune_batch),
                         ("PACKYARD_RECORDS_PRUNE_MAX_BATCHES", self.records_prune_max_batches),
-                        ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos)):
+                        ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos),
+                        ("PACKYARD_PLANNER_PAGE", self.planner_page)):
             if n <= 0:
                 raise SettingsError(f"{name} must be positive, got {n}")
+        if self.planner_page > 10_000:
+            raise SettingsError(f"PACKYARD_PLANNER_PAGE must be at most 10000 (one transaction's worth), got "
+                                f"{self.planner_page}")
         if self.records_prune_interval < 0:
             raise SettingsError(f"PACKYARD_RECORDS_PRUNE_INTERVAL must be 0 (never) or seconds, got "
                                 f"{self.records_prune_interval:g}")
@@ -503,6 +510,7 @@ class Settings:
             records_prune_batch=_int(env, "PACKYARD_RECORDS_PRUNE_BATCH", 2000),
             records_prune_max_batches=_int(env, "PACKYARD_RECORDS_PRUNE_MAX_BATCHES", 500),
             metrics_top_repos=_int(env, "PACKYARD_METRICS_TOP_REPOS", 10),
+            planner_page=_int(env, "PACKYARD_PLANNER_PAGE", 500),
         )
 
     @property
@@ -582,6 +590,7 @@ class Settings:
             "PACKYARD_RECORDS_PRUNE_BATCH": str(self.records_prune_batch),
             "PACKYARD_RECORDS_PRUNE_MAX_BATCHES": str(self.records_prune_max_batches),
             "PACKYARD_METRICS_TOP_REPOS": str(self.metrics_top_repos),
+            "PACKYARD_PLANNER_PAGE": str(self.planner_page),
         }
 
     @property

@@ -130,7 +130,8 @@ class Repository(Base):
 
     # Each led by ``enabled``: the exporter's top N of the enabled repositories is one index walk, LIMIT rows long.
     __table_args__ = (
-        Index("ix_repositories_enabled_last_planned_at", "enabled", "last_planned_at"),
+        # the planner's due list, a page at a time by keyset (migration 0006 added ``path``)
+        Index("ix_repositories_enabled_last_planned_at_path", "enabled", "last_planned_at", "path"),
         Index("ix_repositories_enabled_stat_packs", "enabled", "stat_packs"),
         Index("ix_repositories_enabled_stat_loose_objects", "enabled", "stat_loose_objects"),
         Index("ix_repositories_enabled_last_full_repack_at", "enabled", "last_full_repack_at"),

@@ -210,7 +210,7 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
                 moved, counting = registry.landed(kind=kind, state=state, params=job.params, now=now,
                                                   counters=counters)
                 seen.update(moved)
-            repos: Table = Repository.__table__  # type: ignore[assignment]  # a declarative class's Table
+            repos = registry.REPOSITORIES
             stmt = update(repos).where(repos.c.id == job.repo_id).values(**seen)   # Core: no ORM bookkeeping
             if counting:
                 ingests = s.execute(stmt.returning(repos.c.ingests_since_repack)).scalar_one_or_none()
