@@ -128,6 +128,8 @@ PACKYARD_RECORDS_PRUNE_MAX_BATCHES  batches per table per prune run (the    500
 PACKYARD_METRICS_TOP_REPOS     repositories per per-repository metric       10
                                family (the top N by need; the rest are in
                                the distributions)
+PACKYARD_PLANNER_PAGE          repositories the nightly planner reads,       500
+                               claims and records per transaction
 -- durable flush of loose batches (store/flush.py, docs/nfs.md) --
 PACKYARD_FLUSH_METHOD          auto (choose per batch), fsync_each or       auto
                                syncfs (syncfs refused where it does not
@@ -339,6 +341,7 @@ class Settings:
     records_prune_batch: int = 2000
     records_prune_max_batches: int = 500
     metrics_top_repos: int = 10
+    planner_page: int = 500
     # -- durable flush of loose batches (issue 22 goal 6, store/flush.py's choose_flush; docs/nfs.md)
     flush_method: str = "auto"                  # PACKYARD_FLUSH_METHOD: auto, fsync_each or syncfs
     flush_each_max_files: int = 16              # PACKYARD_FLUSH_EACH_MAX_FILES: auto's per-file flush up to here
@@ -440,9 +443,13 @@ class Settings:
                 "finished job whose row was pruned would run the job again")
         for name, n in (("PACKYARD_RECORDS_PRUNE_BATCH", self.records_prune_batch),
                         ("PACKYARD_RECORDS_PRUNE_MAX_BATCHES", self.records_prune_max_batches),
-                        ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos)):
+                        ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos),
+                        ("PACKYARD_PLANNER_PAGE", self.planner_page)):
             if n <= 0:
                 raise SettingsError(f"{name} must be positive, got {n}")
+        if self.planner_page > 10_000:
+            raise SettingsError(f"PACKYARD_PLANNER_PAGE must be at most 10000 (one transaction's worth), got "
+                                f"{self.planner_page}")
         if self.records_prune_interval < 0:
             raise SettingsError(f"PACKYARD_RECORDS_PRUNE_INTERVAL must be 0 (never) or seconds, got "
                                 f"{self.records_prune_interval:g}")
@@ -536,6 +543,7 @@ class Settings:
             records_prune_batch=_int(env, "PACKYARD_RECORDS_PRUNE_BATCH", 2000),
             records_prune_max_batches=_int(env, "PACKYARD_RECORDS_PRUNE_MAX_BATCHES", 500),
             metrics_top_repos=_int(env, "PACKYARD_METRICS_TOP_REPOS", 10),
+            planner_page=_int(env, "PACKYARD_PLANNER_PAGE", 500),
             flush_method=env.get("PACKYARD_FLUSH_METHOD", "").strip() or "auto",
             flush_each_max_files=_int(env, "PACKYARD_FLUSH_EACH_MAX_FILES", 16),
             flush_each_max_bytes=_int(env, "PACKYARD_FLUSH_EACH_MAX_BYTES", 4 << 20),
@@ -619,6 +627,7 @@ class Settings:
             "PACKYARD_RECORDS_PRUNE_BATCH": str(self.records_prune_batch),
             "PACKYARD_RECORDS_PRUNE_MAX_BATCHES": str(self.records_prune_max_batches),
             "PACKYARD_METRICS_TOP_REPOS": str(self.metrics_top_repos),
+            "PACKYARD_PLANNER_PAGE": str(self.planner_page),
             # durable flush of loose batches (issue 22)
             "PACKYARD_FLUSH_METHOD": self.flush_method,
             "PACKYARD_FLUSH_EACH_MAX_FILES": str(self.flush_each_max_files),

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from packyard.store.errors import StoreError
-from packyard.store.maintenance.stats import RepoStats, gather_stats
+from packyard.store.maintenance.stats import RepackHistory, RepoStats, gather_stats
 from packyard.store.maintenance.strategy import Action, MaintenancePlan, plan_maintenance
 from packyard.workers.records import registry
 from packyard.workers.settings import Settings
@@ -78,10 +78,15 @@ class Planned:
                 "loose_estimate": s.get("loose_estimate"), "in_flight": self.in_flight}
 
 
-def assess(settings: Settings, repo: str | Path, now: float | None = None) -> tuple[RepoStats, MaintenancePlan]:
-    """The repository's statistics now and the plan the strategy makes of them (no side effect)."""
+def assess(settings: Settings, repo: str | Path, now: float | None = None,
+           history: RepackHistory | None = None) -> tuple[RepoStats, MaintenancePlan]:
+    """The repository's statistics now and the plan the strategy makes of them (no side effect).
+
+    ``history``: what the records say of its repacks (read from the registry when not given)."""
     now = time.time() if now is None else now
-    stats = gather_stats(repo, history=registry.history(registry.get(settings, repo)), now=now)
+    if history is None:
+        history = registry.history(registry.get(settings, repo))
+    stats = gather_stats(repo, history=history, now=now)
     return stats, plan_maintenance(stats, settings.maintenance_policy, now)
 
 
@@ -108,7 +113,7 @@ def plan_repository(repo: str | Path, *, settings: Settings, send: Send, slots: 
     if row is not None and not row["enabled"] and trigger != "manual":
         return Planned(path, Outcome.DISABLED, None, None)
     try:
-        stats, plan = assess(settings, path, now)
+        stats, plan = assess(settings, path, now, history=registry.history(row))
     except (StoreError, OSError) as err:
         planned = Planned(path, Outcome.UNREADABLE, None, None, error=f"{type(err).__name__}: {err}")
         _finish(settings, planned, trigger, now, window_start, row)
@@ -207,36 +212,130 @@ def prune_finished_slots(settings: Settings, slots: FleetSlots) -> int:
 def sweep(*, settings: Settings, send: Send, slots: FleetSlots, window_start: float, window_end: float,
           now: Callable[[], float] = time.time, rng: random.Random | None = None,
           progress: Progress | None = None) -> dict[str, Any]:
-    """One round of the window over the enabled repositories not yet planned in it."""
+    """One round of the window over the enabled repositories not yet planned in it.
+
+    A page (PACKYARD_PLANNER_PAGE repositories) at a time, each in a few transactions whatever its size: the
+    page read by keyset, one in-flight query for the page, the repositories assessed and their slots taken
+    in order (what :func:`plan_repository` decides for each, from the page's rows), one claim of the page,
+    the jobs queued, and the plans (and the queued jobs' ``params.plan``) written in one transaction.
+    """
     for path in settings.nightly_repos:  # PACKYARD_NIGHTLY_REPOS: registered (as they were), enabled if new
         if registry.get(settings, path) is None:
             registry.register(settings, path)
     pruned = prune_finished_slots(settings, slots)
-    due = registry.due_for_planning(settings, window_start)
+    due = registry.count_due(settings, window_start)
+    page_size = settings.planner_page
     counts = {o.value: 0 for o in Outcome}
     waiting = not_reached = 0
     repos: list[dict[str, Any]] = []
-    for i, row in enumerate(due):
-        t = now()
-        if t >= window_end:
-            not_reached = len(due) - i
+    done = 0
+    after: registry.DueCursor | None = None
+    for _ in range(due // page_size + 2):  # bound: the pages the due count makes, and one found meanwhile
+        page = registry.due_page(settings, window_start, after, page_size)
+        if not page:
             break
-        planned = plan_repository(row["path"], settings=settings, send=send, slots=slots, trigger="window",
-                                  now=t, window_start=window_start, rng=rng)
-        if planned.outcome is Outcome.NO_SLOT:
-            waiting = len(due) - i
+        after = registry.cursor_after(page[-1])
+        busy = registry.in_flight_of(settings, [int(r["id"]) for r in page])
+        decided: list[tuple[dict[str, Any], Planned, float]] = []
+        stop = False
+        for row in page:
+            t = now()
+            if t >= window_end:
+                not_reached = max(0, due - done - len(decided))
+                stop = True
+                break
+            planned = _decide(row, settings=settings, slots=slots, busy=busy, now=t)
+            if planned.outcome is Outcome.NO_SLOT:
+                waiting = max(0, due - done - len(decided))
+                stop = True
+                break
+            decided.append((row, planned, t))
+        for planned in _act_on_page(decided, settings=settings, send=send, slots=slots,
+                                    window_start=window_start, rng=rng):
+            done += 1
+            counts[planned.outcome.value] += 1
+            repos.append({"repo": planned.repo, "outcome": planned.outcome.value,
+                          "action": planned.plan.action.value if planned.plan else None, "job": planned.job_id})
+            if progress:
+                progress("planning", done, due)
+        if stop:
             break
-        counts[planned.outcome.value] += 1
-        repos.append({"repo": planned.repo, "outcome": planned.outcome.value,
-                      "action": planned.plan.action.value if planned.plan else None, "job": planned.job_id})
-        if progress:
-            progress("planning", i + 1, len(due))
     return {
         "window_start": window_start, "window_end": window_end, "repos": repos,
-        "counters": {"due": len(due), **{k: v for k, v in counts.items() if k != Outcome.NO_SLOT.value},
+        "counters": {"due": due, **{k: v for k, v in counts.items() if k != Outcome.NO_SLOT.value},
                      "waiting": waiting, "not_reached": not_reached, "slots_pruned": pruned,
                      "in_flight": slots.in_flight()},
     }
+
+
+def _decide(row: dict[str, Any], *, settings: Settings, slots: FleetSlots, busy: set[int], now: float) -> Planned:
+    """What :func:`plan_repository` decides for a due repository, from its page row and the page's in-flight
+    set, before anything is claimed or written: a slot is taken for a job (QUEUED), or none is free (NO_SLOT)."""
+    path = registry.normalize(row["path"])
+    try:
+        stats, plan = assess(settings, path, now, history=registry.history(row))
+    except (StoreError, OSError) as err:
+        return Planned(path, Outcome.UNREADABLE, None, None, error=f"{type(err).__name__}: {err}")
+    if not plan.needs_job:
+        return Planned(path, Outcome.NOTHING, stats, plan)
+    if int(row["id"]) in busy:
+        return Planned(path, Outcome.BUSY, stats, plan)
+    job_id = str(uuid.uuid4())
+    in_flight = slots.try_acquire(job_id, now)
+    if in_flight is None:
+        return Planned(path, Outcome.NO_SLOT, stats, plan)
+    return Planned(path, Outcome.QUEUED, stats, plan, job_id=job_id, in_flight=in_flight)
+
+
+def _act_on_page(decided: list[tuple[dict[str, Any], Planned, float]], *, settings: Settings, send: Send,
+                 slots: FleetSlots, window_start: float, rng: random.Random | None) -> list[Planned]:
+    """Claim the page's decided repositories (one statement), queue the claimed ones' jobs, record every claimed
+    plan (one transaction); a repository another planner claimed first is TAKEN (its slot given back).
+
+    A send that fails gives its slot back and raises, as :func:`plan_repository` does, after the plans
+    before it are recorded and the claims after it given back (those repositories are planned again)."""
+    if not decided:
+        return []
+    claim_at = decided[0][2]
+    claimed = registry.claim_page(settings, [int(row["id"]) for row, _p, _t in decided], window_start, claim_at)
+    out: list[Planned] = []
+    plans: list[tuple[int, dict[str, Any], float]] = []
+    annotations: list[tuple[str, dict[str, Any]]] = []
+    unsent = 0   # decided[unsent:] is not yet claimed-and-acted-on
+    try:
+        for k, (row, planned, t) in enumerate(decided):
+            unsent = k
+            rid = int(row["id"])
+            if rid not in claimed:
+                if planned.job_id is not None:
+                    slots.release(planned.job_id)
+                out.append(Planned(planned.repo, Outcome.TAKEN, planned.stats, planned.plan))
+                continue
+            record = planned.record("window", t)
+            if planned.outcome is Outcome.QUEUED:
+                assert planned.plan is not None and planned.job_id is not None
+                name, kwargs = job_for(planned.plan, planned.repo)
+                countdown = (rng or random).uniform(0.0, max(0.0, settings.maintenance_jitter))
+                try:
+                    send(name, kwargs, planned.job_id, countdown)
+                except Exception:
+                    slots.release(planned.job_id)
+                    raise
+                annotations.append((planned.job_id, {"plan": record}))
+            plans.append((rid, record, t))
+            out.append(planned)
+        unsent = len(decided)
+    finally:
+        registry.record_plans(settings, plans, annotations)
+        # A send raised at decided[unsent]: that one stays claimed (as plan_repository leaves it); the ones
+        # after it were claimed for nothing: their slots and claims are given back.
+        rest = decided[unsent + 1:]
+        for _row, planned, _t in rest:
+            if planned.job_id is not None:
+                slots.release(planned.job_id)
+        registry.unclaim(settings, [(int(row["id"]), row["last_planned_at"]) for row, _p, _t in rest
+                                    if int(row["id"]) in claimed], claim_at)
+    return out
 
 
 def _row_id(row: dict[str, Any] | None) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime, UTC
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, BigInteger, Boolean, Column, Date, DateTime, Enum, ForeignKey, Index, Integer, MetaData,
@@ -53,12 +54,24 @@ class JobState(str, enum.Enum):
     @property
     def finished(self) -> bool:
         """The job has its outcome: a later delivery of it is acknowledged without running."""
-        return self in (JobState.SUCCESS, JobState.FAILURE)
+        return self in FINISHED_STATES
 
     @property
     def pending(self) -> bool:
         """Queued, running or waiting for a retry: the reconciler looks for its message."""
-        return self in (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
+        return self in PENDING_STATES
+
+
+#: The states that are a job's outcome (the first one recorded stands) and the live ones (queued, running,
+#: waiting for a retry): the one definition the recorder, the registry, the planner and the reconciler use.
+FINISHED_STATES = (JobState.SUCCESS, JobState.FAILURE)
+PENDING_STATES = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
+
+
+def normalize_repo_path(path: str | Path) -> str:
+    """The spelling of ``repositories.path``: expanded and resolved (the one definition; the registry calls it
+    ``normalize``)."""
+    return str(Path(path).expanduser().resolve())
 
 
 class LockEventKind(str, enum.Enum):
@@ -117,7 +130,8 @@ class Repository(Base):
 
     # Each led by ``enabled``: the exporter's top N of the enabled repositories is one index walk, LIMIT rows long.
     __table_args__ = (
-        Index("ix_repositories_enabled_last_planned_at", "enabled", "last_planned_at"),
+        # the planner's due list, a page at a time by keyset (migration 0006 added ``path``)
+        Index("ix_repositories_enabled_last_planned_at_path", "enabled", "last_planned_at", "path"),
         Index("ix_repositories_enabled_stat_packs", "enabled", "stat_packs"),
         Index("ix_repositories_enabled_stat_loose_objects", "enabled", "stat_loose_objects"),
         Index("ix_repositories_enabled_last_full_repack_at", "enabled", "last_full_repack_at"),

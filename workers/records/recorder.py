@@ -11,19 +11,15 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any, Callable
 
-from sqlalchemy import func, select, update
+from sqlalchemy import DateTime, Double, Integer, Table, case, cast, extract, func, literal, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from packyard.workers.records import aggregates, registry
 from packyard.workers.records.db import session_scope
-from packyard.workers.records.models import (Job, JobState, LeaseOutcome, LockEvent, LockEventKind, RaceEvent,
-                                             Family, Repository, utcnow)
+from packyard.workers.records.models import (FINISHED_STATES, PENDING_STATES, Job, JobState, LeaseOutcome, LockEvent,
+                                             LockEventKind, RaceEvent, Family, Repository, normalize_repo_path, utcnow)
 from packyard.workers.settings import Settings
-
-
-def normalize_repo_path(path: str | Path) -> str:
-    return str(Path(path).expanduser().resolve())
 
 
 def repository_id(session: Session, path: str | Path | None, *, create: bool = True) -> int | None:
@@ -69,10 +65,6 @@ def _job(session: Session, task_id: str, kind: str, repo: str | None) -> Job:
                   state=JobState.QUEUED, retries=0)
         session.add(job)
     return job
-
-
-FINISHED_STATES = (JobState.SUCCESS, JobState.FAILURE)
-PENDING_STATES = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
 
 
 def record_queued(settings: Settings | str, *, task_id: str, kind: str, repo: str | None,
@@ -180,50 +172,89 @@ def record_retry(settings: Settings | str, *, task_id: str, kind: str, repo: str
 def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, state: JobState,
                     counters: dict[str, Any] | None, error: str | None, error_type: str | None,
                     on_ingest_counted: Callable[[int], None] | None = None) -> Job:
-    """The job's outcome, and the repository registry's counters moved (registry.count_landed).
+    """The job's outcome, and the repository registry's counters moved (registry.landed).
 
     The first outcome recorded stands: a later one (a duplicate run that slipped past the checks)
     is not written, the recorded row is returned, and nothing is counted twice.
     ``on_ingest_counted(n)`` is called after the commit when the job was a successful ingest
     and the repository has now seen ``n`` ingests since its last repack.
+
+    One transaction of three statements on PostgreSQL (the job row's ``UPDATE ... RETURNING`` with
+    its duration computed by the server, the repository's one ``UPDATE``, the counters' one upsert
+    statement); on SQLite the started time is read first (its duration would be SQLite's float
+    day arithmetic otherwise) and the counters are two upserts, in the same one transaction.
     """
     now = utcnow()
     ingests: int | None = None
     with session_scope(settings) as s:
-        job = _job(s, task_id, kind, repo)
-        if job.state in FINISHED_STATES:
-            s.flush()
-            s.expunge(job)
-            return job
-        job.unseen_since = None
-        job.state = state
-        job.finished_at = now
-        started = job.started_at
-        if started is not None:
-            if started.tzinfo is None:  # SQLite hands back naive datetimes
-                started = started.replace(tzinfo=now.tzinfo)
-            job.duration_ms = int((now - started).total_seconds() * 1000)
-        job.counters = counters
-        job.error = error
-        job.error_type = error_type
+        row = _finish_row(s, task_id, state, now, counters, error, error_type)
+        if row is None:
+            recorded = s.scalar(select(Job).where(Job.task_id == task_id))
+            if recorded is not None and recorded.state in FINISHED_STATES:
+                s.expunge(recorded)
+                return recorded
+            if recorded is None:   # finished before any start was recorded: the row is created here
+                s.add(Job(task_id=task_id, kind=kind, repo_id=repository_id(s, repo, create=False),
+                          state=JobState.QUEUED, retries=0))
+                s.flush()
+            s.expunge_all()
+            row = _finish_row(s, task_id, state, now, counters, error, error_type)
+            assert row is not None, "the job row exists and has no outcome in this transaction"
+        job = Job(**row._mapping)
         if job.repo_id is not None:
-            # One UPDATE, not a load of the row (its last plan's JSON) and a flush of it.
             seen: dict[str, Any] = {"last_job_at": now}
             if state is JobState.SUCCESS and kind == "packyard.verify_repo":
                 seen["last_verified_at"] = now
-            s.flush()
-            found = s.execute(update(Repository).where(Repository.id == job.repo_id).values(**seen)
-                              .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
-            if found and not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
-                ingests = registry.count_landed(s, job.repo_id, kind=kind, state=state, params=job.params,
-                                                now=now, counters=counters)
+            counting = False
+            if not (counters or {}).get("skipped"):   # a skipped repack did not repack anything
+                moved, counting = registry.landed(kind=kind, state=state, params=job.params, now=now,
+                                                  counters=counters)
+                seen.update(moved)
+            repos = registry.REPOSITORIES
+            stmt = update(repos).where(repos.c.id == job.repo_id).values(**seen)   # Core: no ORM bookkeeping
+            if counting:
+                ingests = s.execute(stmt.returning(repos.c.ingests_since_repack)).scalar_one_or_none()
+            else:
+                s.execute(stmt)
         # Last, so the shared counter rows stay locked (PostgreSQL) only until the commit that follows.
         aggregates.add(s, Family.JOB, job.kind, state.value, now, duration_ms=job.duration_ms)
-        s.flush()
-        s.expunge(job)
     if ingests is not None and on_ingest_counted is not None:
         on_ingest_counted(ingests)
     return job
+
+
+_JOB_TABLE: Table = Job.__table__  # type: ignore[assignment]  # a declarative class's Table
+
+
+def _pg_duration_ms(now: datetime) -> Any:
+    """``int((now - started_at).total_seconds() * 1000)`` computed by PostgreSQL the way Python computes it:
+    EXTRACT gives the exact seconds, the cast rounds them to the same double, trunc drops the fraction."""
+    seconds = extract("epoch", literal(now, DateTime(timezone=True)) - _JOB_TABLE.c.started_at)
+    return cast(func.trunc(cast(seconds, Double()) * 1000), Integer)
+
+
+def _finish_row(s: Session, task_id: str, state: JobState, now: datetime, counters: dict[str, Any] | None,
+                error: str | None, error_type: str | None) -> Any:
+    """Write the outcome on the job's row if it has none yet; the row as written (None: no row, or an outcome
+    was already recorded). One ``UPDATE ... RETURNING`` on PostgreSQL; a read of the start time first on SQLite."""
+    values: dict[str, Any] = {"state": state, "finished_at": now, "counters": counters, "error": error,
+                              "error_type": error_type, "unseen_since": None}
+    open_row = (_JOB_TABLE.c.task_id == task_id) & _JOB_TABLE.c.state.not_in(FINISHED_STATES)
+    if s.get_bind().dialect.name == "postgresql":
+        values["duration_ms"] = case((_JOB_TABLE.c.started_at.is_(None), _JOB_TABLE.c.duration_ms),
+                                     else_=_pg_duration_ms(now))
+        return s.execute(update(_JOB_TABLE).where(open_row).values(**values).returning(*_JOB_TABLE.c)).first()
+    found = s.execute(select(_JOB_TABLE.c.id, _JOB_TABLE.c.started_at).where(open_row)).first()
+    if found is None:
+        return None
+    if found.started_at is not None:
+        started = found.started_at
+        if started.tzinfo is None:  # SQLite hands back naive datetimes
+            started = started.replace(tzinfo=now.tzinfo)
+        values["duration_ms"] = int((now - started).total_seconds() * 1000)
+    return s.execute(update(_JOB_TABLE).where(_JOB_TABLE.c.id == found.id,
+                                              _JOB_TABLE.c.state.not_in(FINISHED_STATES))
+                     .values(**values).returning(*_JOB_TABLE.c)).first()
 
 
 def mark_unseen(settings: Settings | str, job_id: int, now: datetime) -> bool:

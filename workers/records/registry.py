@@ -2,7 +2,7 @@
 
 Every repository a job touches has a ``repositories`` row (``recorder.repository_id``), enabled
 by default; ``packyard repos`` adds, removes, enables and disables them. As job rows are
-finished (:func:`count_landed`, called by ``recorder.record_finished``, the one place jobs finish):
+finished (:func:`landed`, written by ``recorder.record_finished``, the one place jobs finish):
 
 * a successful ingest (index_pack, unpack_objects, import_tree, write_objects) adds one to
   ``ingests_since_repack``;
@@ -15,16 +15,17 @@ planners never plan it twice) and leaves the plan on the row (:func:`record_plan
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Table, bindparam, delete, func, or_, select, update
 
 from packyard.store.maintenance.stats import RepackHistory
 from packyard.workers.records.db import session_scope
-from packyard.workers.records.models import Job, JobState, Repository
+from packyard.workers.records.models import PENDING_STATES, Job, JobState, Repository
+from packyard.workers.records.models import normalize_repo_path as normalize
 from packyard.workers.settings import Settings
 
 INGEST_KINDS = frozenset({"packyard.index_pack", "packyard.unpack_objects", "packyard.import_tree",
@@ -34,7 +35,10 @@ GC_KIND = "packyard.gc"
 PLAN_KIND = "packyard.plan_maintenance"
 #: Jobs that take the maintenance lease and a fleet slot when the planner queues them.
 MAINTENANCE_KINDS = frozenset({REPACK_KIND, GC_KIND})
-LIVE_STATES = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
+#: Queued, started or retrying (models.PENDING_STATES, under the name the exporter reads).
+LIVE_STATES = PENDING_STATES
+#: The repositories table, for Core statements (no ORM bookkeeping on the hot paths).
+REPOSITORIES: Table = Repository.__table__  # type: ignore[assignment]  # a declarative class's Table
 
 
 def epoch(t: datetime | None) -> float | None:
@@ -50,35 +54,30 @@ def from_epoch(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
 
 
-def normalize(path: str | Path) -> str:
-    return str(Path(path).expanduser().resolve())
+# -- counting as jobs land (in record_finished's UPDATE of the repository) ---------------------------
 
+def landed(*, kind: str, state: JobState, params: dict[str, Any] | None, now: datetime,
+           counters: dict[str, Any] | None = None) -> tuple[dict[str, Any], bool]:
+    """How a finished job moves the registry's counters: (the repository row's new values, whether the
+    ingest count moved), for the one ``UPDATE`` that ``recorder.record_finished`` writes with its own.
 
-# -- counting as jobs land (inside record_finished's transaction) -------------------------------------
-
-def count_landed(session: Session, repo_id: int, *, kind: str, state: JobState, params: dict[str, Any] | None,
-                 now: datetime, counters: dict[str, Any] | None = None) -> int | None:
-    """Move the registry's counters for a finished job; the new ingest count after an ingest, else None.
-
-    The increment is one ``UPDATE ... RETURNING`` so two ingests landing at once both count
-    and each sees its own number (the planning trigger fires exactly once per multiple of M).
+    The increment is an expression (``ingests_since_repack + 1``) returned by that ``UPDATE ...
+    RETURNING``, so two ingests landing at once both count and each sees its own number (the
+    planning trigger fires exactly once per multiple of M).
     """
     if state is not JobState.SUCCESS:
-        return None
+        return {}, False
     if kind in INGEST_KINDS:
-        return session.execute(
-            update(Repository).where(Repository.id == repo_id)
-            .values(ingests_since_repack=Repository.ingests_since_repack + 1)
-            .returning(Repository.ingests_since_repack)).scalar_one_or_none()
+        return {"ingests_since_repack": Repository.ingests_since_repack + 1}, True
     if kind == REPACK_KIND:
         values: dict[str, Any] = {"ingests_since_repack": 0, "last_repack_at": now, "due_action": None,
                                   **_after_repack(counters or {})}
         if (params or {}).get("mode") == "full":
             values["last_full_repack_at"] = now
-        session.execute(update(Repository).where(Repository.id == repo_id).values(**values))
-    elif kind == GC_KIND:   # the plan's gc is done: not due until a plan says so again
-        session.execute(update(Repository).where(Repository.id == repo_id).values(due_action=None))
-    return None
+        return values, False
+    if kind == GC_KIND:   # the plan's gc is done: not due until a plan says so again
+        return {"due_action": None}, False
+    return {}, False
 
 
 def _after_repack(counters: dict[str, Any]) -> dict[str, Any]:
@@ -176,13 +175,121 @@ def due_for_planning(settings: Settings | str, window_start: float) -> list[dict
     """
     start = from_epoch(window_start)
     with session_scope(settings) as s:
-        # Two index searches (ix_repositories_enabled_last_planned_at), not one OR over the whole table:
+        # Two index searches (ix_repositories_enabled_last_planned_at_path), not one OR over the whole table:
         # a round that finds nothing left to plan costs nothing, however many repositories are registered.
         enabled = Repository.enabled.is_(True)
         never = select(Repository).where(enabled, Repository.last_planned_at.is_(None)).order_by(Repository.path)
         before = (select(Repository).where(enabled, Repository.last_planned_at < start)
                   .order_by(Repository.last_planned_at, Repository.path))
         return [_row(r) for q in (never, before) for r in s.scalars(q)]
+
+
+# -- the window's pass, a page at a time (commands/plan_maintenance.sweep) -------------------------------
+
+@dataclass(frozen=True)
+class DueCursor:
+    """Where a page of the due list ended: the never-planned part is in path order, then the planned part in
+    (last_planned_at, path) order (the order of :func:`due_for_planning`)."""
+
+    planned_at: datetime | None   # None: still in the never-planned part
+    path: str
+
+
+def count_due(settings: Settings | str, window_start: float) -> int:
+    """How many enabled repositories are not yet planned in the window (two index counts)."""
+    start = from_epoch(window_start)
+    enabled = Repository.enabled.is_(True)
+    with session_scope(settings) as s:
+        never = s.scalar(select(func.count()).select_from(Repository)
+                         .where(enabled, Repository.last_planned_at.is_(None))) or 0
+        before = s.scalar(select(func.count()).select_from(Repository)
+                          .where(enabled, Repository.last_planned_at < start)) or 0
+    return int(never) + int(before)
+
+
+def due_page(settings: Settings | str, window_start: float, after: DueCursor | None,
+             limit: int) -> list[dict[str, Any]]:
+    """The next ``limit`` rows of :func:`due_for_planning`'s list after ``after`` (keyset: each page is an index
+    walk from where the last one ended, ``ix_repositories_enabled_last_planned_at_path``)."""
+    start = from_epoch(window_start)
+    enabled = Repository.enabled.is_(True)
+    rows: list[Repository] = []
+    with session_scope(settings) as s:
+        if after is None or after.planned_at is None:
+            never = select(Repository).where(enabled, Repository.last_planned_at.is_(None))
+            if after is not None:
+                never = never.where(Repository.path > after.path)
+            rows = list(s.scalars(never.order_by(Repository.path).limit(limit)))
+            after = None
+        if len(rows) < limit:
+            before = select(Repository).where(enabled, Repository.last_planned_at < start)
+            if after is not None and after.planned_at is not None:
+                at = after.planned_at
+                before = before.where(Repository.last_planned_at >= at,
+                                      or_(Repository.last_planned_at > at, Repository.path > after.path))
+            rows += list(s.scalars(before.order_by(Repository.last_planned_at, Repository.path)
+                                   .limit(limit - len(rows))))
+        return [_row(r) for r in rows]
+
+
+def cursor_after(row: dict[str, Any]) -> DueCursor:
+    return DueCursor(row["last_planned_at"], row["path"])
+
+
+def in_flight_of(settings: Settings | str, repo_ids: list[int]) -> set[int]:
+    """Which of these repositories have a maintenance job (repack, gc) queued, started or retrying: one query."""
+    if not repo_ids:
+        return set()
+    with session_scope(settings) as s:
+        return {rid for rid in s.scalars(
+            select(Job.repo_id).distinct().where(Job.repo_id.in_(repo_ids), Job.kind.in_(sorted(MAINTENANCE_KINDS)),
+                                                 Job.state.in_(LIVE_STATES))) if rid is not None}
+
+
+def claim_page(settings: Settings | str, repo_ids: list[int], window_start: float, now: float) -> set[int]:
+    """:func:`claim_for_planning` for many repositories in one statement: the ids this planner claimed."""
+    if not repo_ids:
+        return set()
+    start = from_epoch(window_start)
+    table = REPOSITORIES
+    with session_scope(settings) as s:
+        return set(s.scalars(
+            update(table).where(table.c.id.in_(repo_ids))
+            .where(or_(table.c.last_planned_at.is_(None), table.c.last_planned_at < start))
+            .values(last_planned_at=from_epoch(now)).returning(table.c.id)))
+
+
+def unclaim(settings: Settings | str, claims: list[tuple[int, datetime | None]], claimed_at: float) -> None:
+    """Give back claims :func:`claim_page` made that no plan followed (a send failed): each repository's
+    ``last_planned_at`` as it was, unless something wrote it since."""
+    if not claims:
+        return
+    at = from_epoch(claimed_at)
+    with session_scope(settings) as s:
+        for rid, before in claims:
+            s.execute(update(Repository).where(Repository.id == rid, Repository.last_planned_at == at)
+                      .values(last_planned_at=before).execution_options(synchronize_session=False))
+
+
+def record_plans(settings: Settings | str, plans: list[tuple[int, dict[str, Any], float]],
+                 annotations: list[tuple[str, dict[str, Any]]] | None = None) -> None:
+    """:func:`record_plan` (planned) for a page of repositories, by id, and :func:`annotate_job` for the jobs
+    queued, in one transaction; rows that set the same columns go in one executemany."""
+    if not plans and not annotations:
+        return
+    table = REPOSITORIES
+    groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for rid, plan, now in plans:
+        values = {"last_plan": plan, **plan_columns(plan, now), "last_planned_at": from_epoch(now)}
+        groups.setdefault(tuple(sorted(values)), []).append({"rid": rid, **{f"v_{c}": v for c, v in values.items()}})
+    with session_scope(settings) as s:
+        for columns, rows in groups.items():
+            s.execute(update(table).where(table.c.id == bindparam("rid"))
+                      .values({c: bindparam(f"v_{c}", type_=table.c[c].type) for c in columns}), rows)
+        for task_id, extra in annotations or ():
+            job = s.scalar(select(Job).where(Job.task_id == task_id))
+            if job is not None:
+                job.params = {**(job.params or {}), **extra}
 
 
 def claim_for_planning(settings: Settings | str, repo_id: int, window_start: float, now: float) -> bool:

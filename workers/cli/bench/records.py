@@ -57,6 +57,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--sample", type=int, default=200, help="jobs recorded / repositories planned (default 200)")
     p.add_argument("--steady-days", type=int, default=0, metavar="D",
                    help="then D more days of load, each followed by a prune (the size stays bounded)")
+    p.add_argument("--compare-jobs", type=int, default=0, metavar="N",
+                   help="also fill a second database with N job rows (the same repositories) and time the scrape "
+                        "on both in alternating rounds: the same load for both sizes")
     p.add_argument("--seed", type=int, default=21)
     p.add_argument("--json", action="store_true", help="one JSON object instead of a table")
     p.set_defaults(func=run, logs=False)
@@ -272,7 +275,8 @@ def run(args: argparse.Namespace) -> int:
     if args.postgres:
         return _with_postgres(args)
     with tempfile.TemporaryDirectory(prefix="packyard-bench-records-") as tmp:
-        return measure(args, f"sqlite:///{Path(tmp) / 'records.db'}")
+        return measure(args, f"sqlite:///{Path(tmp) / 'records.db'}",
+                       f"sqlite:///{Path(tmp) / 'compare.db'}" if args.compare_jobs else None, Path(tmp))
 
 
 def _with_postgres(args: argparse.Namespace) -> int:
@@ -282,22 +286,106 @@ def _with_postgres(args: argparse.Namespace) -> int:
     url = make_url(args.postgres)
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
-    name = f"packyard_bench_{uuid.uuid4().hex[:10]}"
+    names = [f"packyard_bench_{uuid.uuid4().hex[:10]}" for _ in range(2 if args.compare_jobs else 1)]
     admin = create_engine(url, isolation_level="AUTOCOMMIT")
     with admin.connect() as c:
-        c.execute(text(f'CREATE DATABASE "{name}"'))
+        for name in names:
+            c.execute(text(f'CREATE DATABASE "{name}"'))
+    urls = [url.set(database=name).render_as_string(hide_password=False) for name in names]
     try:
-        return measure(args, url.set(database=name).render_as_string(hide_password=False))
+        with tempfile.TemporaryDirectory(prefix="packyard-bench-records-") as tmp:
+            return measure(args, urls[0], urls[1] if len(urls) > 1 else None, Path(tmp))
     finally:
         from packyard.workers.records.db import dispose_all
 
         dispose_all()
         with admin.connect() as c:
-            c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+            for name in names:
+                c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
-def measure(args: argparse.Namespace, url: str) -> int:
+def _load() -> str:
+    """The machine's load average (1, 5, 15 min), as ``uptime`` prints it."""
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def planner_pass(settings: Any, state: Path, window_start: float) -> dict[str, Any]:
+    """The window's real pass (commands/plan_maintenance.sweep, paged) over every registered repository. The
+    bench's repositories are not on disk: each one's statistics fail (UNREADABLE, a stat of a missing path),
+    and is claimed and recorded like any other, so the time is the pass's database work and its round trips."""
+    from sqlalchemy import event
+
+    from packyard.workers.commands.plan_maintenance import sweep
+    from packyard.workers.embedded import EmbeddedRedis
+    from packyard.workers.records import get_engine
+    from packyard.workers.slots import FleetSlots
+
+    statements = commits = 0
+
+    def on_statement(*_a: Any) -> None:
+        nonlocal statements
+        statements += 1
+
+    def on_commit(*_a: Any) -> None:
+        nonlocal commits
+        commits += 1
+
+    engine = get_engine(settings.database_url)
+    redis = EmbeddedRedis(state / "redis").start()
+    try:
+        slots = FleetSlots(redis.client(), settings.maintenance_concurrency, 3600.0, key="packyard:bench:slots")
+        event.listen(engine, "before_cursor_execute", on_statement)
+        event.listen(engine, "commit", on_commit)
+        t0, c0 = time.perf_counter(), time.process_time()
+        result = sweep(settings=settings, send=lambda *job: None, slots=slots, window_start=window_start,
+                       window_end=time.time() + 86400)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        event.remove(engine, "before_cursor_execute", on_statement)
+        event.remove(engine, "commit", on_commit)
+        redis.stop()
+    c = result["counters"]
+    return {"s": round(wall, 2), "cpu_s": round(cpu, 2), "due": c["due"], "planned": c["unreadable"],
+            "statements": statements, "transactions": commits, "page": settings.planner_page}
+
+
+def compare_scrapes(args: argparse.Namespace, settings: Any, url: str, fill: Fill, runs: int) -> dict[str, Any]:
+    """A second database of ``--compare-jobs`` rows (the same repositories and span), and the scrape timed on
+    both in alternating rounds, so both sizes are measured at the same load."""
+    from dataclasses import replace as _replace
+
+    from prometheus_client import generate_latest
+
+    from packyard.workers.metrics import make_registry
+    from packyard.workers.records import get_engine, upgrade_database
+
+    upgrade_database(url)
+    engine = get_engine(url)
+    small = Fill(args.compare_jobs, args.repos, args.days, fill.now, args.seed)
+    t0 = time.perf_counter()
+    bulk_insert(engine, "repositories", Fill.REPO_COLUMNS, small.repositories())
+    _insert_history(engine, small, args.compare_jobs, small.start, small.now - small.start, pending_tail=True)
+    _write_aggregates(engine, small)
+    fix_sequences(engine)
+    filled = round(time.perf_counter() - t0, 1)
+    regs = {"big": make_registry(settings), "small": make_registry(_replace(settings, database_url=url))}
+    times: dict[str, list[float]] = {"big": [], "small": []}
+    series = {k: sum(1 for line in generate_latest(r).decode().splitlines() if line and not line.startswith("#"))
+              for k, r in regs.items()}
+    load_before = _load()
+    for _ in range(max(3, runs * 2)):
+        for k in ("small", "big"):
+            t1 = time.perf_counter()
+            generate_latest(regs[k])
+            times[k].append(time.perf_counter() - t1)
+    return {"jobs": {"big": fill.jobs, "small": args.compare_jobs}, "filled_s": filled,
+            "scrape_ms": {k: {"best": round(min(v) * 1000, 1), "median": round(statistics.median(v) * 1000, 1)}
+                          for k, v in times.items()},
+            "series": series, "rounds": len(times["big"]), "load": f"{load_before} -> {_load()}"}
+
+
+def measure(args: argparse.Namespace, url: str, compare_url: str | None = None, state: Path | None = None) -> int:
     from prometheus_client import generate_latest
     from sqlalchemy import select, text
 
@@ -311,7 +399,7 @@ def measure(args: argparse.Namespace, url: str) -> int:
     from packyard.workers.settings import Settings
 
     out: dict[str, Any] = {"database": "postgresql" if url.startswith("postgresql") else "sqlite",
-                           "jobs": args.jobs, "repos": args.repos, "days": args.days}
+                           "jobs": args.jobs, "repos": args.repos, "days": args.days, "load at start": _load()}
     settings = replace(Settings.from_env(), database_url=url)
     upgrade_database(url)
     engine = get_engine(url)
@@ -393,6 +481,11 @@ def measure(args: argparse.Namespace, url: str) -> int:
     out["timings s"] = {k: round(v, 4) for k, v in t.items()}
     out["goals met"] = {k: t[k] <= v for k, v in GOALS.items() if k in t}
     out["goals met"]["series <= 2000"] = out["scrape series"] <= 2000
+    out["load after the queries"] = _load()
+    if compare_url is not None:
+        out["same-load scrape"] = compare_scrapes(args, settings, compare_url, fill, runs)
+    if state is not None:   # after the scrapes: it claims and records a plan on every repository
+        out["planner pass (paged sweep)"] = planner_pass(settings, state, now.timestamp() + 3)
 
     before = db_size(engine, url)
     t0 = time.perf_counter()
@@ -455,7 +548,8 @@ def _vacuum(engine: Any) -> None:
 def render(out: dict[str, Any]) -> str:
     buf = io.StringIO()
     buf.write(f"records bench: {out['database']}, {out['jobs']:,} jobs over {out['days']:g} days, "
-              f"{out['repos']:,} repositories; filled in {out['fill_s']} s, {out['size_mb']} MB\n")
+              f"{out['repos']:,} repositories; filled in {out['fill_s']} s, {out['size_mb']} MB; load "
+              f"{out['load at start']} at start, {out['load after the queries']} after the queries\n")
     for k, v in out["timings s"].items():
         goal = GOALS.get(k)
         buf.write(f"  {k:40} {v * 1000:10.2f} ms" + (f"   (goal {goal * 1000:g} ms)" if goal else "") + "\n")
@@ -465,7 +559,19 @@ def render(out: dict[str, Any]) -> str:
                   f"{out[k]['cpu']})\n")
     buf.write(f"  {'planner pass over every repository':40} {out['planner pass over every repository s (DB)']} s "
               "(database part)\n")
+    pp = out.get("planner pass (paged sweep)")
+    if pp:
+        buf.write(f"  {'planner pass, paged sweep (all unreadable)':40} {pp['s']} s wall, {pp['cpu_s']} s CPU, "
+                  f"{pp['planned']:,} of {pp['due']:,} planned in {pp['transactions']:,} transactions / "
+                  f"{pp['statements']:,} statements (page {pp['page']})\n")
     buf.write(f"  scrape: {out['scrape series']} series; counters equal rows: {out['counters equal rows']}\n")
+    cmp_ = out.get("same-load scrape")
+    if cmp_:
+        ms = cmp_["scrape_ms"]
+        buf.write(f"  same-load scrape, {cmp_['rounds']} alternating rounds (load {cmp_['load']}): "
+                  f"{cmp_['jobs']['small']:,} jobs best {ms['small']['best']} / median {ms['small']['median']} ms, "
+                  f"{cmp_['jobs']['big']:,} jobs best {ms['big']['best']} / median {ms['big']['median']} ms; "
+                  f"series {cmp_['series']['small']} / {cmp_['series']['big']}\n")
     p = out["prune"]
     buf.write(f"  prune: {p['jobs_removed']:,} jobs, {p['lock_events_removed']:,} lock events, "
               f"{p['race_events_removed']:,} race events in {p['s']} s ({p['batches']} batches); size "
