@@ -1,4 +1,4 @@
-"""Writing job, lock and race rows. Called from one place per event (workers/recording.py, workers/locks.py).
+"""Writing job, lock and race rows. Called from one place per event (workers/records/task_runs.py, workers/locks.py).
 
 Every function opens its own short transaction, so a worker never holds a
 database transaction open while it works on a repository.
