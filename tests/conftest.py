@@ -38,7 +38,7 @@ _OVERRIDES = {
     # Test-only task kinds with short limits (workers_testtasks.py); the real kinds keep their defaults.
     "PACKYARD_TIME_LIMITS": "test_stuck=2:60,test_unstoppable=1:3",
     # The session's workers run the race harness's --unsafe-delete control and gc with preserve_for=0
-    # (tests/test_unsafe_maintenance.py checks the refusal without it).
+    # (tests/workers/test_unsafe_maintenance.py checks the refusal without it).
     "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1",
 }
 os.environ.update(_OVERRIDES)

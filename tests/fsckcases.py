@@ -1,6 +1,6 @@
 """fsck parity cases: hand-written objects made by real git (``hash-object --literally``), packed by
 ``git pack-objects``, and the verdicts of ``git index-pack --strict`` / ``git unpack-objects --strict``
-next to packyard's. Shared by tests/test_fsck_parity.py and tests/test_fsck_rules.py."""
+next to packyard's. Shared by tests/store/test_fsck_parity.py and tests/workers/test_fsck_rules.py."""
 from __future__ import annotations
 
 import re

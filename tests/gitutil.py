@@ -6,8 +6,32 @@ import shutil
 import subprocess
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = Path(os.environ.get("PACKYARD_CORPUS", ROOT.parent / "shared" / "corpus"))
+
+
+def _checkout_root() -> Path:
+    """The checkout these tests belong to: the nearest folder above this file with pyproject.toml and store/
+    (so a test locates it the same from tests/, tests/store/ or any deeper folder, in any checkout path)."""
+    here = Path(__file__).resolve().parent
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file() and (folder / "store").is_dir():
+            return folder
+    raise RuntimeError(f"no checkout (pyproject.toml + store/) above {here}")
+
+
+def _corpus() -> Path:
+    """PACKYARD_CORPUS, else the nearest shared/corpus beside the checkout or above it (/work/main and the
+    worktrees under /work/wt/ find /work/shared/corpus alike); a missing corpus is ROOT/../shared/corpus,
+    and the tests that need it skip."""
+    if os.environ.get("PACKYARD_CORPUS"):
+        return Path(os.environ["PACKYARD_CORPUS"])
+    for folder in ROOT.parents:
+        if (folder / "shared" / "corpus").is_dir():
+            return folder / "shared" / "corpus"
+    return ROOT.parent / "shared" / "corpus"
+
+
+ROOT = _checkout_root()
+CORPUS = _corpus()
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "author@example.com",

@@ -268,7 +268,7 @@ def test_big_write_objects_payload_refused_then_accepted_as_a_file(celery_worker
     objects, tip = commit_payload(repo, blob)
     updates = [{"ref": "refs/heads/main", "old": main, "new": tip}]
     # 40 MiB in a message: over the broker's PACKYARD_MAX_MESSAGE_BYTES (16 MiB), so Redis refuses it while it
-    # arrives (issue 16; tests/test_message_size.py) and no job exists.
+    # arrives (issue 16; tests/workers/test_message_size.py) and no job exists.
     with pytest.raises(kombu.exceptions.OperationalError):
         celery_app.send_task("packyard.write_objects", kwargs={"repo": str(repo), "objects": objects,
                                                                "ref_updates": updates})

@@ -55,7 +55,7 @@ class Fleet:
             "PACKYARD_PLAN_AFTER_INGESTS": "3", "PACKYARD_NIGHTLY_REPOS": "",
             # the fleet's repositories live under ``base``: its only storage root
             "PACKYARD_STORAGE_ROOTS": f"fleet={base}", "PACKYARD_INCOMING_DIR": str(self.state / "incoming"),
-            # the pack rules only: the commit-graph and pack-refs reasons (issue 19, tests/test_serving.py)
+            # the pack rules only: the commit-graph and pack-refs reasons (issue 19, tests/workers/test_serving.py)
             # would plan a loose repack for every repository git built without a graph
             "PACKYARD_MAINTENANCE_SKIP_COMMIT_GRAPH": "1", "PACKYARD_MAINTENANCE_SKIP_PACK_REFS": "1",
         }

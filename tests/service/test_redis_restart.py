@@ -16,7 +16,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from gitutil import git
+from gitutil import ROOT, git
 
 
 def proc_state(pid: int) -> str | None:
@@ -97,7 +97,7 @@ def start_worker(settings: Any, name: str, log_path: Path, concurrency: int = 1)
     """A real prefork worker (test tasks included) against ``settings``' broker."""
     from packyard.workers.cli import common
 
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     argv = common.worker_argv(settings, name=name, concurrency=concurrency, loglevel="INFO",
                               include=("workers_testtasks",))
     env = common.child_env(settings)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from dulwich.pack import apply_delta
-from gitutil import CORPUS, git, repo_from_corpus
+from gitutil import CORPUS, ROOT, git, repo_from_corpus
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from packbuild import entry_header, ofs_bytes, varint
@@ -33,7 +33,6 @@ from packbuild import entry_header, ofs_bytes, varint
 from packyard.store.errors import LimitExceededError
 from packyard.store.pack import _delta_py, delta
 
-ROOT = Path(__file__).resolve().parent.parent
 IMPLS = ["c", "python"]
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import make_worktree_repo
+from gitutil import ROOT, make_worktree_repo
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_compose_redis_has_the_size_directives_of_the_default_settings(small_sta
     from packyard.workers.embedded import size_directives
     from packyard.workers.settings import Settings
 
-    command = yaml.safe_load((Path(__file__).resolve().parent.parent / "docker-compose.yml").read_text())[
+    command = yaml.safe_load((ROOT / "docker-compose.yml").read_text())[
         "services"]["redis"]["command"]
     limit = Settings.from_env({"PACKYARD_STATE_DIR": str(small_state)}).message_limit
     for directive in size_directives(limit):

@@ -6,7 +6,8 @@ import re
 import tomllib
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from gitutil import ROOT
+
 TOP = {"store", "workers", "migrations"}
 BARE_IMPORT = re.compile(r"(?m)^\s*(?:from|import)\s+(store|workers|migrations)\b|\\n(?:from|import) (store|workers)\b")
 
@@ -28,7 +29,7 @@ def test_every_package_directory_is_declared_under_the_packyard_namespace():
 def test_no_module_is_imported_by_its_bare_name():
     offenders = []
     for path in [*ROOT.glob("store/**/*.py"), *ROOT.glob("workers/**/*.py"), *ROOT.glob("migrations/**/*.py"),
-                 *ROOT.glob("tests/*.py")]:
+                 *ROOT.glob("tests/**/*.py")]:
         for m in BARE_IMPORT.finditer(path.read_text()):
             offenders.append(f"{path.relative_to(ROOT)}: {m.group(0).strip()}")
     assert not offenders, "import these through the packyard namespace:\n" + "\n".join(offenders)

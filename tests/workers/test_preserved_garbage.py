@@ -10,9 +10,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from gitutil import git
+from gitutil import ROOT, git
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = ROOT / "README.md"
 
 
 def _history(tmp_path: Path) -> Path:

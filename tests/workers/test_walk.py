@@ -467,7 +467,7 @@ def test_garbage_entries_raise_typed_errors():
 
 MALLOC_DEBUG_SCRIPT = r"""
 import sys
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/.."]  # test_walk's folder, then tests/ (its helpers)
 import test_walk as t
 outcomes = {t.walk_synthetic(*case) for case in t.fuzz_cases(2, 400)}
 assert outcomes <= {"ok", "WalkError", "ObjectMissingError"}, outcomes
