@@ -3,6 +3,7 @@
 
     python3 dev.py demo    # create .venv, install, start embedded Redis + workers, run jobs, print status
     python3 dev.py test    # create .venv, install with test extras, run the test suite
+    python3 dev.py test --fast   # the same without the tests marked slow (pytest -m "not slow")
     python3 dev.py lint    # ruff and mypy over store/ and workers/ (what .ci/run checks too)
 
 Everything else (Redis, SQLite) comes from Python packages; PostgreSQL tests run
@@ -84,7 +85,15 @@ def main(argv: list[str]) -> int:
         return subprocess.call([str(BIN / "packyard"), "demo", *rest], cwd=ROOT, env=env)
     if cmd == "lint":
         return lint(rest)
-    return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
+    return subprocess.call([str(PY), "-m", "pytest", *test_args(rest)], cwd=ROOT, env=env)
+
+
+def test_args(rest: list[str]) -> list[str]:
+    """pytest's arguments for `dev.py test [--fast] [pytest args...]`: --fast deselects the tests marked
+    slow (the large corpus pack, many subprocesses, real worker fleets); CI runs the whole suite."""
+    if "--fast" not in rest:
+        return rest
+    return ["-m", "not slow", *(a for a in rest if a != "--fast")]
 
 
 if __name__ == "__main__":
