@@ -3,6 +3,7 @@
 next to packyard's. Shared by tests/store/test_fsck_parity.py and tests/workers/test_fsck_rules.py."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -10,8 +11,6 @@ from pathlib import Path
 from typing import Callable
 
 from gitutil import GIT_ENV, git
-
-import os
 
 ZERO = "0" * 40
 AUTHOR = b"author A U Thor <a@example.com> 1700000000 +0000\n"

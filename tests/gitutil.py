@@ -5,7 +5,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-
+from typing import Callable
 
 
 def _checkout_root() -> Path:
@@ -47,8 +47,7 @@ def git(*args: str, cwd: str | Path | None = None, input: bytes | None = None,
     cmd = ["git"]
     if git_dir is not None:
         cmd += ["--git-dir", str(git_dir)]
-    proc = subprocess.run(cmd + list(args), cwd=cwd, input=input, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(cmd + list(args), cwd=cwd, input=input, env=env, capture_output=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.decode()}")
     return proc.stdout
@@ -179,3 +178,25 @@ def commit_objects(base: Path, text: str, parent: str | None = None) -> tuple[li
     objects = [{"type": kind, "data": base64.b64encode(git("cat-file", kind, oid, git_dir=scratch)).decode()}
                for kind, oid in (("blob", blob), ("tree", tree), ("commit", commit))]
     return objects, commit
+
+
+def fsck(bare: Path) -> None:
+    """git's verdict on a whole repository: ``git fsck --full --no-dangling`` must pass."""
+    git("fsck", "--full", "--no-dangling", git_dir=bare)
+
+
+def fsck_strict(bare: Path) -> None:
+    """The same with ``--strict`` (git's receive-side rules: modes, names, .gitmodules...)."""
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
+
+
+def write_source(base: Path, n: int, dirs: int, content: Callable[[int], str], dir_name: str = "d{}",
+                 file_name: str = "f{}.txt") -> Path:
+    """A source tree to import: ``base/src/<dir_name % i mod dirs>/<file_name % i>`` holding ``content(i)``
+    for each of ``n`` files."""
+    src = base / "src"
+    for i in range(n):
+        d = src / dir_name.format(i % dirs)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / file_name.format(i)).write_text(content(i))
+    return src

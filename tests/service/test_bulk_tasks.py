@@ -8,33 +8,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from gitutil import ROOT, batch_check_all, git, make_worktree_repo, snapshot_tree
+from gitutil import ROOT, batch_check_all, fsck, git, make_worktree_repo, snapshot_tree, write_source
 from packyard.store.objects import ObjectType, hash_object
+from procutil import run_task
 
 BATCH_COUNTERS = ("objects_written", "objects_skipped", "bytes_in", "bytes_written", "writeouts", "flushes",
                   "renames", "dir_fsyncs", "elapsed_us_barrier_flush", "elapsed_us_publish_renames",
                   "elapsed_us_collect", "elapsed_us_update_refs")
 
 
-def fsck(bare: Path) -> None:
-    git("fsck", "--full", "--no-dangling", git_dir=bare)
-
-
 def make_source(base: Path, n: int = 40) -> Path:
-    src = base / "src"
-    for i in range(n):
-        d = src / f"dir{i % 4}"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"file{i}.txt").write_text(f"content {i}\n" * (i + 1))
-    return src
-
-
-def run_task(celery_app, pk, name: str, **kwargs):
-    res = celery_app.send_task(name, kwargs=kwargs)
-    value = res.get(timeout=120, propagate=False)
-    return res, value, pk.job_row(res.id)
+    return write_source(base, n, 4, lambda i: f"content {i}\n" * (i + 1), dir_name="dir{}", file_name="file{}.txt")
 
 
 def test_import_tree_task(store_root, incoming, celery_worker, celery_app, pk):

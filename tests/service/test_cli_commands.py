@@ -133,10 +133,10 @@ def test_beat_schedule_is_what_is_configured(pk, tmp_path):
     out = run(pk, "beat", "--show-schedule", PACKYARD_LOST_AFTER="120")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    (line,) = [l for l in lines if l.startswith("maintenance-window")]
+    (line,) = [ln for ln in lines if ln.startswith("maintenance-window")]
     assert line.startswith("maintenance-window: packyard.plan_maintenance {'trigger': 'window'} at cron '0 2 * * *'")
     assert "open for 14400 s, at most 2 maintenance job(s) in flight" in line
-    assert any("reconcile-jobs: packyard.reconcile_jobs every 60s" in l for l in lines), lines
+    assert any("reconcile-jobs: packyard.reconcile_jobs every 60s" in ln for ln in lines), lines
     out = run(pk, "beat", "--show-schedule", PACKYARD_MAINTENANCE_CRON="30 1 * * 6", PACKYARD_MAINTENANCE_WINDOW="600",
               PACKYARD_MAINTENANCE_CONCURRENCY="5")
     assert "at cron '30 1 * * 6' (UTC), open for 600 s, at most 5 maintenance job(s)" in out.stdout

@@ -13,6 +13,7 @@ import pytest
 
 from gitutil import git, make_worktree_repo
 from packyard.store.objects import ObjectType, hash_object
+from procutil import run_task as queued
 
 
 def outside_state(path: Path) -> dict[str, tuple[bytes, int]]:
@@ -22,9 +23,7 @@ def outside_state(path: Path) -> dict[str, tuple[bytes, int]]:
 
 
 def run_task(celery_app, pk, name: str, timeout: float = 120, **kwargs):
-    res = celery_app.send_task(name, kwargs=kwargs)
-    value = res.get(timeout=timeout, propagate=False)
-    return value, pk.job_row(res.id)
+    return queued(celery_app, pk, name, timeout, **kwargs)[1:]
 
 
 def refused(job, *fragments: str, error_type: str = "InvalidInputError") -> None:
@@ -71,7 +70,7 @@ def test_repository_outside_the_roots_is_refused_and_untouched(celery_worker, ce
         _, job = run_task(celery_app, pk, "packyard.write_objects", repo=spelling, objects=objects,
                           ref_updates=updates)
         refused(job, "is outside the storage roots", "PACKYARD_STORAGE_ROOTS")
-    for name, fragments in (("packyard.verify_repo", ()), ("packyard.import_tree", ())):
+    for name, _fragments in (("packyard.verify_repo", ()), ("packyard.import_tree", ())):
         kwargs = {"ref": "refs/heads/x", "source": "nothing"} if name == "packyard.import_tree" else {}
         _, job = run_task(celery_app, pk, name, repo=str(repo), **kwargs)
         refused(job, "is outside the storage roots")

@@ -12,7 +12,6 @@ import pytest
 
 from gitutil import make_worktree_repo
 
-
 CREDENTIALS = "operator:a-long-test-password"
 
 
@@ -96,8 +95,10 @@ def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, 
     (["--basic-auth", "admin:change-me"], {}, "well-known default"),
     ([], {"FLOWER_BASIC_AUTH": "admin:change-me"}, "well-known default"),
     ([], {"FLOWER_BASIC_AUTH": "admin:"}, "both parts non-empty"),
-    ([], {"FLOWER_BASIC_AUTH": "ops:short"}, "'ops' is 5 characters: use at least 16, or a passphrase of 4 or more words"),
-    ([], {"FLOWER_BASIC_AUTH": "admin:password1234"}, "'admin' is a well-known default with digits or punctuation appended"),
+    ([], {"FLOWER_BASIC_AUTH": "ops:short"},
+     "'ops' is 5 characters: use at least 16, or a passphrase of 4 or more words"),
+    ([], {"FLOWER_BASIC_AUTH": "admin:password1234"},
+     "'admin' is a well-known default with digits or punctuation appended"),
     ([], {"FLOWER_BASIC_AUTH": "ops:Xk7#pQ2!mZ9vRt4"}, "is 15 characters: use at least 16"),
     ([], {"FLOWER_BASIC_AUTH": f"{CREDENTIALS},metrics:abababababababababab"}, "fewer than 6 different characters"),
     (["--unauthenticated-api"], {"FLOWER_BASIC_AUTH": CREDENTIALS}, "needs --insecure-local"),

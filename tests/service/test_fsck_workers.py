@@ -9,6 +9,7 @@ import subprocess
 
 from fsckcases import CASES, Source, git_verdict
 from gitutil import batch_check_all, git, snapshot_tree
+from procutil import run_task
 
 
 def _bad_push(tmp_path, incoming, name: str):
@@ -18,12 +19,6 @@ def _bad_push(tmp_path, incoming, name: str):
     pack = incoming / f"{name}.pack"
     pack.write_bytes(src.pack(case.push + [commit]))
     return src, case, commit, pack
-
-
-def run_task(celery_app, pk, name: str, **kwargs):
-    res = celery_app.send_task(name, kwargs=kwargs)
-    value = res.get(timeout=120, propagate=False)
-    return res, value, pk.job_row(res.id)
 
 
 def _status(pk, repo):

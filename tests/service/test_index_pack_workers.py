@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import CORPUS, corpus_tip, needs_corpus, ROOT, batch_check_all, git, snapshot_tree
+from gitutil import CORPUS, ROOT, batch_check_all, corpus_tip, git, needs_corpus, snapshot_tree
 from packyard.store.errors import LockLostError
 from packyard.store.owner import split_owner
 from packyard.workers.commands.index_pack import index_pack
+from procutil import run_task as queued
 
 V1 = CORPUS / "git-v1.0.0.pack"
 
@@ -85,9 +86,7 @@ def test_command_lease_lost_before_publish_installs_nothing(tmp_path, redis_clie
 
 
 def run_task(celery_app, pk, **kwargs):
-    res = celery_app.send_task("packyard.index_pack", kwargs=kwargs)
-    value = res.get(timeout=180, propagate=False)
-    return value, pk.job_row(res.id)
+    return queued(celery_app, pk, "packyard.index_pack", 180, **kwargs)[1:]
 
 
 def pushed(incoming_dir: Path, pack: Path = V1) -> Path:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import uuid
 from dataclasses import replace
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -217,10 +218,10 @@ def test_the_beat_task_runs_the_janitor_on_a_worker(celery_worker, celery_app, p
     from packyard.workers.records.recorder import record_run
 
     job_id = f"finished-{uuid.uuid4().hex[:8]}"
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     record_run(settings, task_id=job_id, kind="packyard.write_objects", repo=str(repo),
-               params=None, started=datetime.now(timezone.utc), state=JobState.SUCCESS, counters=None)
+               params=None, started=datetime.now(UTC), state=JobState.SUCCESS, counters=None)
     lock = repo / "refs" / "heads" / "main.lock"
     with store_owner.bind_job(job_id):
         lock.write_bytes(store_owner.current_owner().encode())

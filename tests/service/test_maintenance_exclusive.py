@@ -27,16 +27,6 @@ from packyard.workers.records import LockEvent, session_scope
 from packyard.workers.records.models import LeaseOutcome, LockEventKind
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return ru.build(tmp_path_factory.mktemp("exclusive-shapes"))
-
-
-@pytest.fixture
-def shapes(template, store_root):
-    return ru.copy(template, store_root / "repo.git")
-
-
 def events_of(settings, job_id: str) -> list[LockEvent]:
     with session_scope(settings) as s:
         rows = list(s.scalars(select(LockEvent).where(LockEvent.job_id == job_id).order_by(LockEvent.id)))

@@ -141,7 +141,7 @@ def bare(base: Path, name: str) -> Path:
 
 def small_pushes(repo: Path, scratch: Path, count: int, tip: str) -> str:
     """``count`` pushes of one commit each, every one its own pack (git repack without -a)."""
-    for n in range(count):
+    for _ in range(count):
         tip = commit_blobs(repo, scratch, "main", 1, parent=tip)
         git("repack", "-q", "-d", git_dir=repo)
     return tip

@@ -15,10 +15,8 @@ import pytest
 from sqlalchemy import select
 
 from gitutil import commit_blobs, git
-
 from packyard.workers.records import JobState, registry
 from packyard.workers.records.recorder import record_admitted, record_finished, record_queued, record_started
-
 
 # -- slots ----------------------------------------------------------------------------------------------
 
@@ -51,7 +49,7 @@ def test_a_lost_release_expires(redis_client):
     slots = FleetSlots(redis_client, limit=1, ttl=1.0, key=f"test:slots:{uuid.uuid4().hex}")
     assert slots.try_acquire("crashed-job") == 1
     assert slots.try_acquire("next") is None
-    from conftest import wait_until
+    from procutil import wait_until
     wait_until(lambda: slots.try_acquire("next") == 1, 10, interval=0.2, what="the claim to expire")
     assert slots.holders() == ["next"]
 

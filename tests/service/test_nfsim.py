@@ -33,10 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import commit_blobs, git, make_worktree_repo, write_blobs
-
-from packyard.workers import nfsim
 import packyard.workers.nfsim.fs  # noqa: F401  (METADATA_KINDS)
+from gitutil import commit_blobs, git, make_worktree_repo, write_blobs
+from packyard.workers import nfsim
 
 REASON = nfsim.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"nfsim cannot mount here: {REASON}")
@@ -302,7 +301,8 @@ def _commit_packs(scratch: Path, tag: str, count: int) -> tuple[Path, Path, str]
 @pytest.mark.slow
 def test_metadata_calls_per_operation_do_not_grow_with_the_object_count(hosts, tmp_path, pk):
     """The syscall budget: index-pack and a full repack make as many metadata round trips for 2,000
-    objects as for 100 (the repack merges two packs; seed 000: a re-listing per missed lookup made a clone 7x slower on NFS)."""
+    objects as for 100 (the repack merges two packs; seed 000: a re-listing per missed lookup made a clone 7x
+    slower on NFS)."""
     a = hosts("a", ac_attr=3.0, ac_dir=3.0)
     env = pk.cli_env()
     calls: dict[tuple[str, int], dict[str, int]] = {}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from gitutil import ROOT, batch_check_all, git, make_worktree_repo
+from gitutil import fsck_strict as fsck
 from packyard.store import Repository
 from packyard.store.bulk import WriteResult, write_objects
 from packyard.store.errors import InvalidInputError
@@ -21,10 +22,6 @@ from packyard.store.pack.search import SearchOptions
 from packyard.store.packbatch import PackBatch, should_write_pack
 
 WHEN = Identity(name="Imp Orter", email="imp@example.com", when=1700000000)
-
-
-def fsck(bare: Path) -> None:
-    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
 
 
 def make_tree(src: Path, files: int, version: int = 0, changed_every: int = 10) -> Path:
@@ -51,7 +48,7 @@ def packs(bare: Path) -> list[Path]:
 
 
 def loose(bare: Path) -> list[Path]:
-    return [p for p in (bare / "objects").glob("??/*")]
+    return list((bare / "objects").glob("??/*"))
 
 
 def verify(pack: Path) -> str:
@@ -193,8 +190,8 @@ def test_an_unknown_type_code_is_refused_and_nothing_is_written(tmp_path, bare, 
 def test_import_job_on_a_worker_takes_the_pack_path(store_root, incoming, celery_worker, celery_app, pk):
     repo = make_worktree_repo(store_root / "r")
     src = make_tree(incoming / "src", 1200)            # the default PACKYARD_PACK_THRESHOLD is 1000
-    res = celery_app.send_task("packyard.import_tree", kwargs=dict(repo=str(repo), ref="refs/heads/main",
-                                                                  source=str(src), message="a big import"))
+    res = celery_app.send_task("packyard.import_tree", kwargs={"repo": str(repo), "ref": "refs/heads/main",
+                                                               "source": str(src), "message": "a big import"})
     value = res.get(timeout=120, propagate=False)
     job = pk.job_row(res.id)
     assert job.state.value == "SUCCESS", job.error

@@ -28,8 +28,14 @@ def url(request):
 def test_prune_deletes_only_what_retention_allows_and_the_counters_stay(url):
     from packyard.workers.records import Job, JobState, LockEvent, RaceEvent, session_scope, utcnow
     from packyard.workers.records.models import LockEventKind
-    from packyard.workers.records.recorder import (record_lock_event, record_lost, record_queued, record_race_event,
-                                                   mark_unseen, record_run)
+    from packyard.workers.records.recorder import (
+        mark_unseen,
+        record_lock_event,
+        record_lost,
+        record_queued,
+        record_race_event,
+        record_run,
+    )
     from packyard.workers.records.retention import prune
 
     a, b = "/srv/prune/a.git", "/srv/prune/b.git"

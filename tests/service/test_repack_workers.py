@@ -18,16 +18,6 @@ from packyard.workers.commands.repack import parse_expire, repack
 PACKYARD = [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main(sys.argv[1:]))"]
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return ru.build(tmp_path_factory.mktemp("worker-shapes"))
-
-
-@pytest.fixture
-def shapes(template, store_root):
-    return ru.copy(template, store_root / "repo.git")   # queued jobs address repositories in a storage root
-
-
 def test_parse_expire_reads_gits_spellings():
     assert parse_expire("2.weeks.ago") == 14 * 86400
     assert parse_expire("1.hour.ago") == 3600 and parse_expire("3.days.ago") == 3 * 86400

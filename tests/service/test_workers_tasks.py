@@ -85,8 +85,8 @@ def test_race_event_recorded_by_worker(celery_worker, celery_app, pk, store_root
 
 # -- exactly-once outcomes: a delivery of a finished job is acknowledged without running -------------
 
-def test_forced_redelivery_of_a_finished_job_leaves_its_row_untouched(celery_worker, celery_app, pk, tmp_path, store_root,
-                                                                     redis_client):
+def test_forced_redelivery_of_a_finished_job_leaves_its_row_untouched(celery_worker, celery_app, pk, tmp_path,
+                                                                     store_root, redis_client):
     key = f"test:runs:{uuid.uuid4().hex}"
     res = celery_app.send_task("packyard.test_slow", kwargs={"repo": str(store_root), "steps": 2, "key": key})
     assert res.get(timeout=60) == {"counters": {"steps": 2}}
@@ -114,8 +114,8 @@ def _unacked_task_ids(redis_client) -> list[str]:
     return list(snapshot(redis_client).deliveries.values())
 
 
-def test_a_second_delivery_waiting_on_the_lease_does_not_run_the_job_again(celery_worker, celery_app, pk, tmp_path, store_root,
-                                                                         redis_client):
+def test_a_second_delivery_waiting_on_the_lease_does_not_run_the_job_again(celery_worker, celery_app, pk, tmp_path,
+                                                                         store_root, redis_client):
     """Two deliveries of one job at once (a redelivery while the first still runs): the second waits
     for the repository lease, then finds the outcome recorded and stops. One run, one outcome."""
     from packyard.workers.records import LockEvent, LockEventKind, session_scope

@@ -55,13 +55,14 @@ def test_verify_repo_success_recorded_by_worker(store_root, celery_worker, celer
         assert row.last_verified_at is not None
 
     # One summary event per job, with the job's context bound, in the worker's JSON log.
-    lines = pk.wait_until(lambda: [l for l in celery_worker.log_lines()
-                                   if l.get("job_id") == res.id and l.get("event") == "job.finished"],
+    lines = pk.wait_until(lambda: [ln for ln in celery_worker.log_lines()
+                                   if ln.get("job_id") == res.id and ln.get("event") == "job.finished"],
                           10, what="job.finished log line")
     assert len(lines) == 1
     assert lines[0]["task"] == "packyard.verify_repo" and lines[0]["repo"] == str(repo.resolve())
     assert lines[0]["counters"] == value["counters"] and lines[0]["state"] == "SUCCESS"
-    started = [l for l in celery_worker.log_lines() if l.get("job_id") == res.id and l.get("event") == "job.started"]
+    started = [ln for ln in celery_worker.log_lines()
+               if ln.get("job_id") == res.id and ln.get("event") == "job.started"]
     assert started and started[0]["repo"] == str(repo.resolve())
 
 

@@ -9,18 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
-from packyard.store import RefUpdate, RefUpdateError, Repository
-from packyard.store import bulk
-from packyard.store.bulk import (BatchCounters, DirSync, FlushMethod, WriteResult, begin_batch, cleanup_stale_tmp_if_needed,
-                        gc_stale_tmp, should_remove_tmp, write_objects)
+from gitutil import ROOT, batch_check_all, fsck, git, make_worktree_repo, snapshot_tree
+from packyard.store import RefUpdate, RefUpdateError, Repository, bulk
+from packyard.store.bulk import (
+    BatchCounters,
+    DirSync,
+    FlushMethod,
+    WriteResult,
+    begin_batch,
+    cleanup_stale_tmp_if_needed,
+    gc_stale_tmp,
+    should_remove_tmp,
+    write_objects,
+)
 from packyard.store.errors import InvalidInputError, ObjectMissingError, StoreError
 from packyard.store.faults import InjectedFault, arm, disarm
 from packyard.store.objects import ObjectType, hash_object
-
-
-def fsck(bare: Path) -> None:
-    git("fsck", "--full", "--no-dangling", git_dir=bare)
+from procutil import dead_pid as _dead_pid
 
 
 def tmp_files(bare: Path) -> list[Path]:
@@ -318,19 +323,14 @@ def test_write_objects_validates_then_writes(tmp_path):
     assert snapshot_tree(bare) == before
 
 
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
-
-
 def test_stale_tmp_of_dead_batch_removed_by_next_batch_never_live_ones(empty_repo):
     repo = Repository.open(empty_repo)
     # A live batch in another process: holds tmp files, waits for us.
     child = subprocess.Popen(
         [sys.executable, "-c", (
             "import sys; sys.path.insert(0, %r)\n"
-            "from packyard.store import Repository\nfrom packyard.store.bulk import begin_batch\nfrom packyard.store.objects import ObjectType\n"
+            "from packyard.store import Repository\nfrom packyard.store.bulk import begin_batch\n"
+            "from packyard.store.objects import ObjectType\n"
             "b = begin_batch(Repository.open(%r))\n"
             "for i in range(30): b.add(ObjectType.BLOB, b'live %%d' %% i)\n"
             "print('ready', flush=True); sys.stdin.readline(); b.commit(); print('done', flush=True)\n")
@@ -441,6 +441,7 @@ def test_fence_checked_before_publishing(empty_repo):
 
 def test_gc_paused_restores_the_collector_even_on_error():
     import gc
+
     from packyard.store.tuning import gc_paused
     assert gc.isenabled()
     with pytest.raises(ValueError):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gitutil import GIT_ENV, git, make_worktree_repo, snapshot_tree
+from gitutil import fsck_strict as fsck
 from packyard.store import Repository
 from packyard.store.bulk import STREAM_CHUNK, WriteResult, begin_batch
 from packyard.store.errors import InvalidInputError, LimitExceededError
@@ -21,10 +22,6 @@ from packyard.store.objects import ObjectType
 WHEN = Identity(name="Imp Orter", email="imp@example.com", when=1700000000)
 MiB = 1 << 20
 BIG = 64 * MiB + 12345          # not a multiple of the chunk size: the last chunk is short
-
-
-def fsck(bare: Path) -> None:
-    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
 
 
 def tmp_files(bare: Path) -> list[Path]:

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import ROOT, git
+from gitutil import ROOT, fsck, git, write_source
 from packyard.store import Repository
-from packyard.store.owner import read_owner
 from packyard.store.importtree import Identity, import_tree
+from packyard.store.owner import read_owner
 
 pytestmark = pytest.mark.slow
 
@@ -55,12 +55,7 @@ print(f"done {time.monotonic() - t0:.6f}", flush=True)
 
 
 def make_source(base: Path) -> Path:
-    src = base / "src"
-    for i in range(N_FILES):
-        d = src / f"d{i % 3}"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"f{i}.txt").write_bytes(f"file {i}\n".encode() * (i + 1))
-    return src
+    return write_source(base, N_FILES, 3, lambda i: f"file {i}\n" * (i + 1))
 
 
 def loose_objects(bare: Path) -> dict[str, Path]:
@@ -105,10 +100,6 @@ def check_repo(bare: Path, old: str, expected_tree: str) -> str:
                 pos = nul + 21
         walk(tree)
     return ref
-
-
-def fsck(bare: Path) -> None:
-    git("fsck", "--full", "--no-dangling", git_dir=bare)
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import ROOT, git
+from gitutil import ROOT, git, write_source
 from packyard.store import Repository
 from packyard.store.importtree import Identity, import_tree
 
@@ -51,13 +51,8 @@ print("done", flush=True)
 
 
 def make_source(base: Path) -> Path:
-    src = base / "src"
-    for i in range(N_FILES):
-        d = src / f"d{i % 4}"
-        d.mkdir(parents=True, exist_ok=True)
-        body = "".join(f"line {k} shared by every file of this import\n" for k in range(30))
-        (d / f"f{i}.txt").write_text(body + f"file {i}\n" * (i % 5 + 1))
-    return src
+    body = "".join(f"line {k} shared by every file of this import\n" for k in range(30))
+    return write_source(base, N_FILES, 4, lambda i: body + f"file {i}\n" * (i % 5 + 1))
 
 
 def ls_objects(bare: Path, ref: str) -> list[str]:

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 from dulwich.pack import apply_delta
-from gitutil import CORPUS, ROOT, git, repo_from_corpus
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
-from packbuild import entry_header, ofs_bytes, varint
 
+from gitutil import CORPUS, git, repo_from_corpus
+from packbuild import entry_header, ofs_bytes, varint
 from packyard.store.errors import LimitExceededError
 from packyard.store.pack import _delta_py, delta
 
@@ -552,8 +552,8 @@ def idx_offsets(idx: bytes) -> dict[int, str]:
     n = int.from_bytes(idx[8 + 255 * 4:8 + 256 * 4], "big")
     ids_at = 8 + 256 * 4
     offs_at = ids_at + 24 * n
-    return {int.from_bytes(idx[offs_at + 4 * i:offs_at + 4 * i + 4], "big"): idx[ids_at + 20 * i:ids_at + 20 * i + 20].hex()
-            for i in range(n)}
+    return {int.from_bytes(idx[offs_at + 4 * i:offs_at + 4 * i + 4], "big"):
+            idx[ids_at + 20 * i:ids_at + 20 * i + 20].hex() for i in range(n)}
 
 
 def test_git_applies_the_deltas(impl, tmp_path):

@@ -23,16 +23,6 @@ from packyard.store.repo import Repository
 FULL, LOOSE = RepackMode.FULL, RepackMode.LOOSE
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return ru.build(tmp_path_factory.mktemp("shapes"))
-
-
-@pytest.fixture
-def shapes(template, tmp_path):
-    return ru.copy(template, tmp_path / "repo.git")
-
-
 def history(dest: Path, versions: int, files: int = 3, depth: int = 250) -> Path:
     """A linear history from git fast-import: ``files`` files, each changed a little by every one of ``versions``
     commits, then packed by git with ``--depth`` (its deltas are long chains) and nothing loose."""
@@ -40,7 +30,8 @@ def history(dest: Path, versions: int, files: int = 3, depth: int = 250) -> Path
     body = [f"line {i} of a text file that a source tree might hold, long enough to delta\n" for i in range(120)]
     stream = bytearray()
     for v in range(versions):
-        stream += f"commit refs/heads/main\ncommitter T <t@example.com> {1_700_000_000 + v} +0000\ndata 4\nv{v:02}\n".encode()
+        stream += (f"commit refs/heads/main\ncommitter T <t@example.com> {1_700_000_000 + v} +0000\n"
+                   f"data 4\nv{v:02}\n").encode()
         for f in range(files):
             lines = list(body)
             for k in range(v + 1):
@@ -178,7 +169,7 @@ def test_pure_python_encoder_writes_the_same_pack(shapes, tmp_path):
         seen[impl] = (name, int(deltas))
         verify_pack(copy.bare / "objects" / "pack" / f"{name}.pack")
     assert set(seen) <= {"c", "python"} and "python" in seen
-    assert len({v for v in seen.values()}) == 1, seen
+    assert len(set(seen.values())) == 1, seen
 
 
 # -- depth -----------------------------------------------------------------------------------------------------

@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fsckcases import CASES, CONFIGS, LOWERED, Case, Source, Verdict, git_verdict
+from gitutil import git, snapshot_tree
 from packyard.store.errors import StoreError
 from packyard.store.fsck import FsckOptions
 from packyard.store.pack.indexpack import index_pack
 from packyard.store.pack.unpack import unpack_objects
 from packyard.store.repo import Repository
-from fsckcases import CASES, CONFIGS, LOWERED, Case, Source, Verdict, git_verdict
-from gitutil import git, snapshot_tree
 
 TOOLS = ("index-pack", "unpack-objects")
 
@@ -77,7 +77,8 @@ def test_gitlink_named_gitmodules_index_pack_accepts_unpack_refuses(tmp_path):
     for tool in TOOLS:
         where = tmp_path / tool
         where.mkdir()
-        verdicts[tool] = (git_verdict(src, case, tool, where).accepted, packyard_verdict(src, case, tool, where).accepted)
+        verdicts[tool] = (git_verdict(src, case, tool, where).accepted,
+                          packyard_verdict(src, case, tool, where).accepted)
     assert verdicts == {"index-pack": (True, True), "unpack-objects": (False, False)}
 
 

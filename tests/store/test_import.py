@@ -10,16 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import ROOT, batch_check_all, git, make_worktree_repo, snapshot_tree
+from gitutil import ROOT, git, make_worktree_repo, snapshot_tree
+from gitutil import fsck_strict as fsck
 from packyard.store import RefUpdateError, Repository
 from packyard.store.errors import InvalidInputError, WriteFailedError
 from packyard.store.importtree import Identity, import_tree
 
 WHEN = Identity(name="Imp Orter", email="imp@example.com", when=1700000000)
-
-
-def fsck(bare: Path) -> None:
-    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
 
 
 def make_source(base: Path) -> Path:
@@ -138,7 +135,7 @@ def test_symlink_inside_root_accepted(tmp_path, repo_dir):
     (src / "sub").mkdir(parents=True)
     (src / "ok.txt").write_text("ok\n")
     (src / "sub" / "up").symlink_to("../ok.txt")
-    res = import_tree(Repository.open(repo_dir), "refs/heads/main", src, author=WHEN)
+    import_tree(Repository.open(repo_dir), "refs/heads/main", src, author=WHEN)
     assert git("cat-file", "blob", "main:sub/up", git_dir=repo_dir) == b"../ok.txt"
     fsck(repo_dir)
 

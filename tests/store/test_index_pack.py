@@ -15,15 +15,33 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packyard.store.errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
-                          ObjectMissingError, PackFormatError, RefUpdateError, StoreError)
-from packyard.store.pack.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
+from gitutil import (
+    CORPUS,
+    ROOT,
+    batch_check_all,
+    corpus_tip,
+    git,
+    make_worktree_repo,
+    needs_corpus,
+    repo_from_corpus,
+    snapshot_tree,
+)
+from packbuild import entry_header, ofs_bytes, varint
+from packyard.store.errors import (
+    CollisionError,
+    CorruptObjectError,
+    InvalidInputError,
+    LimitExceededError,
+    ObjectMissingError,
+    PackFormatError,
+    RefUpdateError,
+    StoreError,
+)
 from packyard.store.objects import ObjectType, encode_loose, hash_object
 from packyard.store.owner import split_owner
+from packyard.store.pack.indexpack import InstallOutcome, index_pack, release_keep, remove_stale_quarantines
 from packyard.store.refs import RefUpdate
 from packyard.store.repo import Repository
-from packbuild import entry_header, ofs_bytes, varint
-from gitutil import CORPUS, corpus_tip, needs_corpus, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
 
 V1 = CORPUS / "git-v1.0.0.pack"
 V2 = CORPUS / "git-v2.0.0.pack"
@@ -574,7 +592,8 @@ def _run_ingest_subprocess(repo: Path, pack: Path, env_extra: dict[str, str] | N
                            strace_log: Path | None = None, processes: int = 2,
                            ref: tuple[str, str] | None = None, keep: str | None = None) -> subprocess.CompletedProcess:
     refs = f"[RefUpdate({ref[0]!r}, None, bytes.fromhex({ref[1]!r}))]" if ref else "()"
-    code = ("import sys; from packyard.store.repo import Repository; from packyard.store.pack.indexpack import index_pack; "
+    code = ("import sys; from packyard.store.repo import Repository; "
+            "from packyard.store.pack.indexpack import index_pack; "
             "from packyard.store.refs import RefUpdate; "
             f"r = index_pack(Repository.open({str(repo)!r}), {str(pack)!r}, processes={processes}, "
             f"ref_updates={refs}, keep_message={keep!r}); print(r.pack_name)")

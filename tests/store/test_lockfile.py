@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -11,12 +9,7 @@ import pytest
 from packyard.store import fence, lockfile
 from packyard.store.errors import LockContendedError, LockLostError
 from packyard.store.owner import Owner, current_owner, read_owner
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+from procutil import dead_pid as _dead_pid
 
 
 def _claim_of(path, owner: Owner, age: float = 0.0) -> None:

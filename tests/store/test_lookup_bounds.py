@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gitutil import git, make_worktree_repo
 from packyard.store import ObjectMissingError, PackFormatError, Repository, StoreError

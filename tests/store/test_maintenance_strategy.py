@@ -11,8 +11,7 @@ import math
 import pytest
 
 from packyard.store.maintenance.stats import PackInfo, RepackHistory, RepoStats, geometric_split
-from packyard.store.maintenance.strategy import (DAY, Action, MaintenancePolicy, allowed_outside,
-                                                 plan_maintenance)
+from packyard.store.maintenance.strategy import DAY, Action, MaintenancePolicy, allowed_outside, plan_maintenance
 
 NOW = 1_800_000_000.0
 MIB = 1 << 20
@@ -21,7 +20,7 @@ RECENT_FULL = RepackHistory(last_full_repack_at=NOW - DAY, last_repack_at=NOW - 
 
 
 def pack(objects: int, size: int | None = None, *, keep: bool = False, cruft: bool = False,
-         cruft_oldest: float | None = None, bitmap: str | None = None, n: list[int] = [0]) -> PackInfo:
+         cruft_oldest: float | None = None, bitmap: str | None = None, n: list[int] = [0]) -> PackInfo:  # noqa: B006 (n: the names' counter)
     n[0] += 1
     return PackInfo(name=f"pack-{n[0]:040x}", pack_bytes=size if size is not None else objects * 100,
                     objects=objects, mtime=NOW - 3600, keep=keep, cruft=cruft, cruft_oldest=cruft_oldest,
@@ -230,7 +229,6 @@ def test_midx_missing_or_stale_is_a_reason(name, s, action, why):
 
 def test_gathered_stats_see_the_midx(tmp_path):
     from gitutil import git
-
     from packyard.store.maintenance.stats import gather_stats
     from packyard.store.pack.midx import installed_stems, write_midx
 

@@ -10,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gitutil import git
 from packyard.store.errors import InvalidInputError, PackFormatError
 from packyard.store.pack.idxread import read_idx_tables
-from packyard.store.pack.midx import (LOCK_NAME, MIDX_NAME, MidxPack, build_midx, parse_midx, read_midx,
-                                      write_midx)
-
-from gitutil import git
+from packyard.store.pack.midx import LOCK_NAME, MIDX_NAME, MidxPack, build_midx, parse_midx, read_midx, write_midx
 
 T0 = 1_700_000_000
 
@@ -77,7 +75,7 @@ def test_bytes_identical_to_git_without_reverse_index(repo):
     assert m.chunk_ids == (b"PNAM", b"OIDF", b"OIDL", b"OOFF")
     # Duplicates went to the newest pack (no preferred pack without a reverse index).
     t2, t3 = (read_idx_tables(bare / "objects" / "pack" / f"{s}.idx") for s in stems[1:3])
-    dup = set(t2.oid(i) for i in range(t2.count)) & set(t3.oid(i) for i in range(t3.count))
+    dup = {t2.oid(i) for i in range(t2.count)} & {t3.oid(i) for i in range(t3.count)}
     assert dup, "the fixture must share objects between packs 2 and 3"
     assert all(m.find(oid)[0] == stems[2] for oid in dup)
 
@@ -257,7 +255,7 @@ def test_midx_bitmap_bytes_identical_to_gits(repo, tmp_path, preferred):
     args = ["--bitmap"] + ([f"--preferred-pack={stems[preferred]}.pack"] if preferred is not None else [])
     git("-c", "pack.writeBitmapLookupTable=true", "multi-pack-index", "write", "--no-progress", *args, git_dir=bare)
     theirs_midx = (pack_dir / MIDX_NAME).read_bytes()
-    (theirs_bitmap,) = [p for p in pack_dir.glob(f"{MIDX_NAME}-*.bitmap")]
+    (theirs_bitmap,) = list(pack_dir.glob(f"{MIDX_NAME}-*.bitmap"))
     theirs = theirs_bitmap.read_bytes()
     for p in pack_dir.glob(MIDX_NAME + "*"):
         p.unlink()

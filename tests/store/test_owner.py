@@ -6,12 +6,7 @@ import subprocess
 import sys
 
 from packyard.store import owner as ow
-
-
-def _dead_pid() -> int:
-    proc = subprocess.Popen([sys.executable, "-c", "pass"])
-    proc.wait()
-    return proc.pid
+from procutil import dead_pid as _dead_pid
 
 
 def test_record_round_trips_and_names_the_bound_job():

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gitutil import git, make_worktree_repo
+from packbuild import ofs_bytes
 from packyard.store.errors import PackFormatError
 from packyard.store.install import InstallOutcome
 from packyard.store.objects import OFS_DELTA, REF_DELTA, ObjectType, hash_object
@@ -16,7 +17,6 @@ from packyard.store.pack.mtimes import read_mtimes
 from packyard.store.pack.packdir import PackFile
 from packyard.store.pack.write import PackWriter, ofs_encoding
 from packyard.store.repo import Repository
-from packbuild import ofs_bytes
 
 
 def test_ofs_encoding_is_gits():
@@ -103,7 +103,7 @@ def test_mtimes_match_the_layout_git_writes(tmp_path):
     for i in range(4):
         git("hash-object", "-w", "--stdin", git_dir=bare, input=b"dangling %d\n" % i)
     git("repack", "--cruft", "-d", "-q", git_dir=bare)
-    (theirs,) = [p for p in (bare / "objects" / "pack").glob("*.mtimes")]
+    (theirs,) = list((bare / "objects" / "pack").glob("*.mtimes"))
     t = read_idx_tables(theirs.with_suffix(".idx"))
     times = read_mtimes(theirs, t.count, t.pack_checksum)
     assert len(times) == t.count >= 4 and all(x > 1_600_000_000 for x in times)

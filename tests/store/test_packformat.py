@@ -12,12 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from packyard.store.errors import PackFormatError
-from packyard.store.pack.format import (decode_delta_header, decode_entry_header, encode_entry_header,
-                              parse_pack_header)
 from gitutil import git, make_worktree_repo
 from packbuild import ofs_bytes as ofs
 from packbuild import varint
+from packyard.store.errors import PackFormatError
+from packyard.store.pack.format import decode_delta_header, decode_entry_header, encode_entry_header, parse_pack_header
 
 OID = bytes(range(20))
 
@@ -161,7 +160,7 @@ def test_every_entry_of_a_git_pack(tmp_path, ofs_deltas):
     assert (version, count) == (2, len(rows))
     kinds = set()
     end = len(pack) - 20
-    for oid, typ_label, _size, in_pack, offset, *delta in rows:
+    for _oid, typ_label, _size, in_pack, offset, *delta in rows:
         offset, in_pack = int(offset), int(in_pack)
         typ, size, base, pos = decode_entry_header(pack, offset, end, offset, "p")
         kinds.add(typ)
@@ -201,8 +200,8 @@ def test_unpack_and_index_pack_refuse_alike(tmp_path, bad, message):
     import zlib
 
     from packyard.store.pack.indexpack import index_pack
-    from packyard.store.repo import Repository
     from packyard.store.pack.unpack import parse_pack
+    from packyard.store.repo import Repository
 
     first = encode_entry_header(3, len(BLOB)) + zlib.compress(BLOB)
     pack = build_pack([first, bad + zlib.compress(b"x")])

@@ -24,16 +24,6 @@ from packyard.store.repo import Repository
 FULL, GEOMETRIC, LOOSE = RepackMode.FULL, RepackMode.GEOMETRIC, RepackMode.LOOSE
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return ru.build(tmp_path_factory.mktemp("shapes"))
-
-
-@pytest.fixture
-def shapes(template, tmp_path):
-    return ru.copy(template, tmp_path / "repo.git")
-
-
 def packs(bare: Path) -> list[str]:
     return sorted(p.stem for p in (bare / "objects" / "pack").glob("pack-*.idx"))
 
@@ -245,7 +235,8 @@ def test_push_while_the_repack_is_paused_before_deleting_survives(shapes, tmp_pa
         pushed["pack"] = r.pack_name
         pushed["loose"] = git("hash-object", "-w", "--stdin", git_dir=bare, input=b"written meanwhile\n").strip()
 
-    result = repack(Repository.open(bare), RepackOptions(mode=FULL, expire=0.0), hooks=RepackHooks(before_delete=push_now))
+    result = repack(Repository.open(bare), RepackOptions(mode=FULL, expire=0.0),
+                    hooks=RepackHooks(before_delete=push_now))
     assert pushed["pack"] in packs(bare) and pushed["pack"] not in result.packs_deleted
     assert ru.has_object(bare, tip) and ru.has_object(bare, pushed["loose"].decode())
     for line in objs.splitlines():
@@ -327,8 +318,8 @@ def test_object_with_the_wrong_content_aborts_before_deleting(shapes):
 
 
 def test_missing_delta_base_aborts_before_deleting(shapes, tmp_path):
-    from packyard.store.pack.idxwrite import build_index
     from packbuild import entry_header, varint
+    from packyard.store.pack.idxwrite import build_index
 
     bare = shapes.bare
     content = b"a blob stored only as a delta on a base nobody has\n"

@@ -28,11 +28,6 @@ FULL_POINTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return ru.build(tmp_path_factory.mktemp("crash-shapes"))
-
-
 def _run(bare, mode: str, fault: str | None) -> subprocess.CompletedProcess:
     import os
 
@@ -79,7 +74,8 @@ def test_sigkill_during_a_full_repack(template, tmp_path, point):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, point", [("geometric", "repack.after_pack_rename"), ("geometric", "repack.before_delete"),
+@pytest.mark.parametrize("mode, point", [("geometric", "repack.after_pack_rename"),
+                                         ("geometric", "repack.before_delete"),
                                          ("geometric", "repack.after_pack_preserved"),
                                          ("loose", "repack.after_renames"), ("loose", "repack.after_delete")])
 def test_sigkill_during_geometric_and_loose_repacks(template, tmp_path, mode, point):

@@ -17,7 +17,8 @@ from packyard.store.maintenance import walk as walk_mod
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
 from packyard.store.repo import Repository
 
-needs_c = pytest.mark.skipif(walk_mod.IMPLEMENTATION != "c", reason="the C walk is not built (or PACKYARD_PURE_PYTHON=1)")
+needs_c = pytest.mark.skipif(walk_mod.IMPLEMENTATION != "c",
+                             reason="the C walk is not built (or PACKYARD_PURE_PYTHON=1)")
 
 
 def _commit(work: Path, files: dict[str, str], when: int) -> None:
@@ -208,8 +209,8 @@ def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(tem
     by_size = sorted(pack_dir.glob("pack-*.pack"), key=lambda p: p.stat().st_size)
     largest = [line.split()[1] for line in git("show-index", input=by_size[-1].with_suffix(".idx").read_bytes())
                .decode().splitlines()]
-    bases = sorted({f[6] for f in (line.split() for line in git("verify-pack", "-v", str(by_size[0].with_suffix(".idx")))
-                                   .decode().splitlines()) if len(f) == 7 and f[1] in ("blob", "tree")})
+    smallest = git("verify-pack", "-v", str(by_size[0].with_suffix(".idx"))).decode().splitlines()
+    bases = sorted({f[6] for f in (line.split() for line in smallest) if len(f) == 7 and f[1] in ("blob", "tree")})
     assert bases
     # A .keep pack with the delta bases of the smallest (REF_DELTA) pack; a pack repeating some of the largest's.
     for ids, keep in ((bases, True), (largest[:40], False)):

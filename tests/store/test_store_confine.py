@@ -9,8 +9,8 @@ import pytest
 from gitutil import git, make_worktree_repo
 from packyard.store.bulk import write_objects
 from packyard.store.errors import InvalidInputError, NotARepositoryError, PackFormatError
-from packyard.store.pack.indexpack import index_pack
 from packyard.store.objects import ObjectType, from_hex, hash_object
+from packyard.store.pack.indexpack import index_pack
 from packyard.store.refs import RefUpdate
 from packyard.store.repo import Repository
 

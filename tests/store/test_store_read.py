@@ -4,16 +4,23 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
-from gitutil import (CORPUS, ROOT, batch_check_all, git, make_worktree_repo, repo_from_corpus,
-                     snapshot_tree)
-from packyard.store import (CorruptObjectError, InvalidInputError, Location, NotARepositoryError,
-                   ObjectMissingError, PackFormatError, RefUpdate, RefUpdateError, Repository)
+from gitutil import CORPUS, batch_check_all, git, make_worktree_repo, repo_from_corpus, snapshot_tree
+from packyard.store import (
+    CorruptObjectError,
+    InvalidInputError,
+    Location,
+    NotARepositoryError,
+    ObjectMissingError,
+    PackFormatError,
+    RefUpdate,
+    RefUpdateError,
+    Repository,
+)
 from packyard.store.objects import ObjectType, hash_object
 from packyard.store.verify import verify_repository
 
@@ -410,7 +417,7 @@ def test_unreadable_repository_path():
                     os.write(write_end, b"opened the locked one")
                 except NotARepositoryError as err:
                     os.write(write_end, str(err).encode())
-            except BaseException as err:  # noqa: BLE001 - reported to the parent
+            except BaseException as err:  # reported to the parent
                 os.write(write_end, f"child failed: {err!r}".encode())
             finally:
                 os._exit(0)

@@ -21,8 +21,8 @@ import pytest
 from gitutil import ROOT, git, repo_from_corpus
 from packyard.store.maintenance import ewah
 from packyard.store.maintenance.bitmap import BitmapOptions, bitmap_for, name_hash, read_header
-from packyard.store.maintenance.stats import gather_stats
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.stats import gather_stats
 from packyard.store.repo import Repository
 
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
@@ -59,7 +59,8 @@ def _history(base: Path, commits: int = 160) -> Path:
         if i == 3:
             lines.append("M 160000 1111111111111111111111111111111111111111 sub\n")
         if i % 40 == 39:
-            lines.append(f"tag v{i}\nfrom :{mark}\ntagger T <t@example.com> {date} +0000\ndata {len(str(i)) + 1}\nv{i}\n")
+            lines.append(f"tag v{i}\nfrom :{mark}\ntagger T <t@example.com> {date} +0000\n"
+                         f"data {len(str(i)) + 1}\nv{i}\n")
     bare = base / "repo.git"
     git("init", "-q", "--bare", "-b", "main", str(bare))
     git("fast-import", "--quiet", git_dir=bare, input="".join(lines).encode())

@@ -110,7 +110,8 @@ def test_jobs_are_confined_in_the_deployment():
 
 def test_required_services_present():
     services = load()["services"]
-    assert {"redis", "postgres", "migrate", "worker", "beat", "flower", "metrics", "prometheus", "grafana"} <= set(services)
+    assert {"redis", "postgres", "migrate", "worker", "beat", "flower", "metrics", "prometheus",
+            "grafana"} <= set(services)
     assert services["worker"]["deploy"]["replicas"] >= 2
     # Every worker replica sees the same repositories volume (shared storage).
     assert any(str(v).startswith("repos:") for v in services["worker"]["volumes"])

@@ -7,6 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from fsckcases import CASES, Source, git_verdict
+from gitutil import git, snapshot_tree
 from packyard.store.bulk import write_objects
 from packyard.store.errors import FsckError, StoreError
 from packyard.store.fsck import FsckConfigError, FsckOptions, Severity, parse_severities
@@ -15,8 +17,6 @@ from packyard.store.importtree import import_tree
 from packyard.store.objects import ObjectType
 from packyard.store.repo import Repository
 from packyard.workers.settings import Settings, SettingsError
-from fsckcases import CASES, Source, git_verdict
-from gitutil import git, snapshot_tree
 
 WRITE_CASES = ["ok-history", "ok-gitmodules", "hasDotgit-trailing-dot", "hasDotgit-hfs-zwnj", "gitmodulesUrl-option",
                "gitmodulesName", "gitmodulesSymlink", "gitmodulesBlob", "zeroPaddedFilemode", "link-file-names-tree",
@@ -90,7 +90,8 @@ def _tree(entries):
 @given(st.lists(st.tuples(st.sampled_from([b"100644", b"100755", b"100664", b"120000", b"40000", b"160000",
                                             b"040000", b"100600", b"644"]),
                           st.sampled_from([b"a", b"b", b"a.c", b"a-", b".", b"..", b".git", b"git~1", b"x/y",
-                                           b"zz", b"\xc3\xa9", b".gitmodules", b"GI7EBA~1", b"a\\b", b"\xe2\x80\x8c.git",
+                                           b"zz", b"\xc3\xa9", b".gitmodules", b"GI7EBA~1", b"a\\b",
+                                           b"\xe2\x80\x8c.git",
                                            b"g", b"m", b".gitignore", b".mailmap", b".gitattributes", b"~1",
                                            b"x~y", b".git.", b".gitx", b"gitmod~1", b"\xef\xbb\xbf.git"]),
                           st.sampled_from([b"\x11" * 20, b"\0" * 20, b" .git\0" + b"\1" * 14])),
@@ -200,8 +201,8 @@ def test_settings_carry_fsck(tmp_path):
 
 
 def test_typed_error_fields_survive_a_resolver_process():
-    from packyard.store.fsck import fsck_error
     from packyard.store.forked import error_from_tuple, error_tuple
+    from packyard.store.fsck import fsck_error
 
     err = fsck_error(b"\x01" * 20, "hasDotgit", "contains '.git'", "git~1", path="push.pack", offset=12)
     assert str(err).startswith("01" * 20 + ": hasDotgit: contains '.git' [path git~1]")

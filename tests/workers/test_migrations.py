@@ -1,7 +1,6 @@
 """Alembic migrations: upgrade → downgrade base → upgrade, on SQLite and on PostgreSQL when configured."""
 from __future__ import annotations
 
-import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select, text
@@ -41,9 +40,14 @@ def _revision(url):
 def _roundtrip(url):
     from packyard.workers.records import JobState, downgrade_database, session_scope, upgrade_database
     from packyard.workers.records.models import Job
-    from packyard.workers.records.recorder import record_finished, record_queued, record_started
-
-    from packyard.workers.records.recorder import DeliveryVerdict, mark_unseen, record_lost
+    from packyard.workers.records.recorder import (
+        DeliveryVerdict,
+        mark_unseen,
+        record_finished,
+        record_lost,
+        record_queued,
+        record_started,
+    )
 
     # 0001 -> 0002 keeps the rows: a job that had started counts one delivery.
     upgrade_database(url, "0001")
@@ -133,7 +137,8 @@ def test_registry_migration_keeps_rows_and_links(sqlite_url):
                        "VALUES ('t-old', 'packyard.index_pack', 7, 'SUCCESS', 0)"))
     upgrade_database(sqlite_url)
     with get_engine(sqlite_url).connect() as c:
-        assert c.execute(text("SELECT enabled, ingests_since_repack, last_plan FROM repositories")).one() == (1, 0, None)
+        row = c.execute(text("SELECT enabled, ingests_since_repack, last_plan FROM repositories")).one()
+        assert row == (1, 0, None)
         assert c.execute(text("SELECT repo_id FROM jobs WHERE task_id = 't-old'")).scalar() == 7
     downgrade_database(sqlite_url, "0001")
     with get_engine(sqlite_url).connect() as c:

@@ -126,13 +126,20 @@ def run_the_service(url, cap, redis_client):
     from packyard.workers.commands.janitor import JobOracle, repositories_in_roots
     from packyard.workers.commands.plan_maintenance import prune_finished_slots
     from packyard.workers.metrics import make_registry
+    from packyard.workers.reconcile import reconcile
     from packyard.workers.records import JobState, registry, utcnow
     from packyard.workers.records.models import LeaseOutcome, LockEventKind
-    from packyard.workers.records.recorder import (record_finished, record_lease, record_lock_event, record_queued,
-                                                   record_race_event, record_retry, record_started)
+    from packyard.workers.records.recorder import (
+        record_finished,
+        record_lease,
+        record_lock_event,
+        record_queued,
+        record_race_event,
+        record_retry,
+        record_started,
+    )
     from packyard.workers.records.registry import annotate_job
     from packyard.workers.records.retention import prune
-    from packyard.workers.reconcile import reconcile
     from packyard.workers.settings import Settings
     from packyard.workers.slots import FleetSlots
 

@@ -177,12 +177,11 @@ def test_the_exporter_reads_no_repository_from_disk(url, tmp_path):
 
 def test_every_dashboard_panel_has_series_from_counters_and_recorded_statistics(sqlite_url):
     """With a history and planned repositories, each packyard_* metric a panel queries has samples."""
-    from promql import dashboard_metrics
-
     from sqlalchemy import update
 
     from packyard.workers.records import JobState, Repository, session_scope, upgrade_database, utcnow
     from packyard.workers.records.recorder import record_queued, record_started
+    from promql import dashboard_metrics
 
     upgrade_database(sqlite_url)
     history(sqlite_url, n=12)

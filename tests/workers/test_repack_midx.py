@@ -14,14 +14,16 @@ import pytest
 import repackutil as ru
 from gitutil import ROOT, git
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.pack.midx import (MIDX_NAME, MidxPack, build_midx, installed_stems, midx_status, read_midx,
-                                      write_midx)
+from packyard.store.pack.midx import (
+    MIDX_NAME,
+    MidxPack,
+    build_midx,
+    installed_stems,
+    midx_status,
+    read_midx,
+    write_midx,
+)
 from packyard.store.repo import Repository
-
-
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    return ru.build(tmp_path_factory.mktemp("midx-shapes"))
 
 
 def _verify(bare: Path) -> None:

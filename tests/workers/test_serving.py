@@ -17,8 +17,13 @@ from gitutil import ROOT, git
 from packyard.store.maintenance import commitgraph as cg
 from packyard.store.maintenance import graphwrite as gw
 from packyard.store.maintenance.leftovers import remove_serving_leftovers
-from packyard.store.maintenance.servingstats import (GraphLayerInfo, ServingStats, gather_serving_stats,
-                                                     loose_refs_threshold, serving_reasons)
+from packyard.store.maintenance.servingstats import (
+    GraphLayerInfo,
+    ServingStats,
+    gather_serving_stats,
+    loose_refs_threshold,
+    serving_reasons,
+)
 from packyard.store.maintenance.stats import RepoStats
 from packyard.store.maintenance.strategy import Action, MaintenancePolicy, plan_maintenance
 from packyard.store.packrefs import HEADER, pack_refs

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from gitutil import git, make_worktree_repo
 from packyard.store.errors import InvalidInputError
 from packyard.workers.app import app
 from packyard.workers.settings import Settings
 from packyard.workers.tasks.boundary import check_safety
-
-from gitutil import git, make_worktree_repo
 
 
 def _settings(tmp_path: Path, **env: str) -> Settings:

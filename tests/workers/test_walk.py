@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import CORPUS, corpus_available, git, needs_corpus, repo_from_corpus
+from gitutil import corpus_available, git, needs_corpus, repo_from_corpus
 from packbuild import entry_header, ofs_bytes, varint
 from packyard.store.errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
 from packyard.store.maintenance import walk as walk_mod
@@ -29,7 +29,8 @@ from packyard.store.objects import ObjectType, hash_object
 from packyard.store.repo import Repository
 
 TESTS = Path(__file__).resolve().parent
-needs_c = pytest.mark.skipif(walk_mod.IMPLEMENTATION != "c", reason="the C walk is not built (or PACKYARD_PURE_PYTHON=1)")
+needs_c = pytest.mark.skipif(walk_mod.IMPLEMENTATION != "c",
+                             reason="the C walk is not built (or PACKYARD_PURE_PYTHON=1)")
 
 
 def _sources(bare: Path) -> tuple[Repository, SourceIndex]:
@@ -177,7 +178,8 @@ def test_steal_roots_takes_the_second_half_of_what_is_left_and_nothing_twice(tmp
 def _implementation_in(env_extra: dict[str, str]) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PACKYARD_PURE_PYTHON"}
     env.update(env_extra)
-    out = subprocess.run([sys.executable, "-c", "from packyard.store.maintenance import walk; print(walk.IMPLEMENTATION)"],
+    script = "from packyard.store.maintenance import walk; print(walk.IMPLEMENTATION)"
+    out = subprocess.run([sys.executable, "-c", script],
                          env=env, check=True, capture_output=True, text=True).stdout
     return out.strip()
 
@@ -609,7 +611,8 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
         for p in py.packs:
             for i in range(p.count):
                 off = p.offsets[i]
-                assert c_sources.oid_at(c_sources.packs[p.number], off) == py.oid_at(p, off) == p.oids[20 * i:20 * i + 20]
+                assert (c_sources.oid_at(c_sources.packs[p.number], off) == py.oid_at(p, off)
+                        == p.oids[20 * i:20 * i + 20])
                 assert c_sources.oid_at(c_sources.packs[p.number], off + 1) is None
         py.release()
     finally:

@@ -7,8 +7,15 @@ import time
 import pytest
 
 from packyard.store.errors import LockLostError
-from packyard.workers.locks import (FENCE_PREFIX, KEY_PREFIX, LockTimeout, acquire, db_event_recorder, repo_lock,
-                           try_acquire)
+from packyard.workers.locks import (
+    FENCE_PREFIX,
+    KEY_PREFIX,
+    LockTimeout,
+    acquire,
+    db_event_recorder,
+    repo_lock,
+    try_acquire,
+)
 from packyard.workers.records.models import LockEventKind
 
 
