@@ -18,20 +18,9 @@ def _checkout_root() -> Path:
     raise RuntimeError(f"no checkout (pyproject.toml + store/) above {here}")
 
 
-def _corpus() -> Path:
-    """PACKYARD_CORPUS, else the nearest shared/corpus beside the checkout or above it (/work/main and the
-    worktrees under /work/wt/ find /work/shared/corpus alike); a missing corpus is ROOT/../shared/corpus,
-    and the tests that need it skip."""
-    if os.environ.get("PACKYARD_CORPUS"):
-        return Path(os.environ["PACKYARD_CORPUS"])
-    for folder in ROOT.parents:
-        if (folder / "shared" / "corpus").is_dir():
-            return folder / "shared" / "corpus"
-    return ROOT.parent / "shared" / "corpus"
-
-
 ROOT = _checkout_root()
-CORPUS = _corpus()
+# The demo's rule too (workers/cli/demo.py): PACKYARD_CORPUS, else ../shared/corpus beside the checkout.
+CORPUS = Path(os.environ.get("PACKYARD_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test Author", "GIT_AUTHOR_EMAIL": "author@example.com",
