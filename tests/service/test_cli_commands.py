@@ -83,6 +83,7 @@ def test_verify_in_process(pk, tmp_path):
     assert out.returncode == 1 and "NotARepositoryError" in out.stderr
 
 
+@pytest.mark.slow
 def test_submit_wait_then_status_table(pk, store_root, celery_worker):
     repo = make_worktree_repo(store_root)
     out = run(pk, "submit", "verify-repo", "--repo", str(repo), "--wait", "--timeout", "60")

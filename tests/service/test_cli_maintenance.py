@@ -177,6 +177,7 @@ def submit(pk, task: str, repo: Path, **params) -> str:
 
 
 @pytest.mark.usefixtures("celery_worker")
+@pytest.mark.slow
 def test_status_table_shows_key_counters_for_every_job_kind(pk, tmp_path, store_root, incoming):
     src = make_worktree_repo(tmp_path / "src")
     tip = git("rev-parse", "main", git_dir=src).decode().strip()

@@ -35,6 +35,7 @@ def group_alive(pgid: int) -> str:
     return subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.slow
 def test_up_runs_jobs_and_stops_cleanly_on_ctrl_c(embedded_env, tmp_path, pk):
     state, env = embedded_env
     up = subprocess.Popen(["packyard", "up"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
@@ -96,6 +97,7 @@ def run_demo(env: dict[str, str], cwd: Path) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_demo_runs_the_main_job(embedded_env, pk):
     """Twice on one state dir: first without the corpus (git makes the history), then with it."""
     state, env = embedded_env
@@ -130,6 +132,7 @@ def test_demo_runs_the_main_job(embedded_env, pk):
         assert "corrupted.git" in failed["error"] and failed["kind"] == "packyard.verify_repo"
 
 
+@pytest.mark.slow
 def test_down_stops_the_embedded_redis_only_when_nothing_uses_it(embedded_env, tmp_path, pk):
     """`packyard submit` leaves an embedded Redis running (with the job queued in it); `packyard down`
     refuses while a job is queued or a client is connected, --force stops it, and a second down is a no-op."""
@@ -178,6 +181,7 @@ def test_down_stops_the_embedded_redis_only_when_nothing_uses_it(embedded_env, t
         server.stop()
 
 
+@pytest.mark.slow
 def test_up_creates_its_dirs_and_starts_a_dead_redis_again(embedded_env, tmp_path, pk):
     """The first `submit index_pack` finds the incoming dir and the storage root `up` created; an embedded
     Redis killed under `up` is started again on the same socket and AOF, and jobs run again."""

@@ -124,6 +124,7 @@ def leftovers(repo: Path) -> dict[str, list[str]]:
 FAULTS = ("index_pack.after_keep", "bulk.after_writeout", "repack.after_write")
 
 
+@pytest.mark.slow
 def test_leftovers_of_killed_jobs_go_by_owner_and_paused_jobs_keep_theirs(
         celery_app, pk, settings, migrated_db, store_root, incoming, tmp_path, monkeypatch):
     dead = {k: make_worktree_repo(store_root / f"dead-{k}") for k in ("ingest", "bulk", "repack")}

@@ -228,6 +228,7 @@ def scrape(port: int) -> dict[str, Any]:
     return samples
 
 
+@pytest.mark.slow
 def test_window_plans_and_repacks_a_fleet_within_the_cap(fleet, pk):
     from packyard.workers.records import Repository, session_scope
     from packyard.workers.records.registry import from_epoch

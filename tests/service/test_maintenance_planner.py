@@ -237,6 +237,7 @@ def test_gc_job_removes_leftovers_under_the_maintenance_lease(celery_worker, cel
 
 # -- packyard repos, packyard status --repo ----------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_repos_cli_and_status_plan(pk, tmp_path, migrated_db):
     def run(*args):
         return subprocess.run(["packyard", *args], env=pk.cli_env(), capture_output=True, text=True, timeout=60)

@@ -40,6 +40,7 @@ def recorded(settings, run_id: str) -> dict[str, int]:
                               .group_by(RaceEvent.kind)).all())
 
 
+@pytest.mark.slow
 def test_safe_race_loses_nothing_and_really_races(celery_worker, store_root, pk, settings):
     repo = store_root / "race.git"
     code, out = race(pk, repo, "--readers", "4", "--duration", str(SAFE_SECONDS), "--repack-every", "3",

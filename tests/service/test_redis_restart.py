@@ -55,6 +55,7 @@ def ping(app: Any, name: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_killed_embedded_redis_is_reaped_by_the_worker_that_started_it(state_dir, pk):
     """`packyard worker` starts the embedded Redis and exec()s Celery, so the server is the Celery
     worker's child; billiard waits only for its pool processes, so a killed server stayed a zombie
@@ -105,6 +106,7 @@ def start_worker(settings: Any, name: str, log_path: Path, concurrency: int = 1)
     return common.Child(name, argv, env, stdout=open(log_path, "ab"), cwd=str(root))
 
 
+@pytest.mark.slow
 def test_redis_killed_and_restarted_with_jobs_queued_running_and_finished(state_dir, settings, migrated_db, pk,
                                                                           tmp_path):
     """SIGKILL the broker while one job runs, two wait in the queue and one has finished; restart it.

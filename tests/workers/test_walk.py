@@ -107,6 +107,7 @@ class _StealFirst(walk_mod._HelperThread):
 
 @needs_c
 @pytest.mark.parametrize("share", [0.0, 0.3, 0.7])
+@pytest.mark.slow
 def test_roots_stolen_from_the_helper_thread_merge_into_the_lists_of_one_walk(tmp_path, monkeypatch, share):
     """The main thread walks the second half of the roots the helper thread has left (with a copy of its seen
     set); merged after the helper's, the lists are those of one Python walk: objects, order, names."""
