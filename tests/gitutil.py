@@ -189,3 +189,9 @@ def write_source(base: Path, n: int, dirs: int, content: Callable[[int], str], d
         d.mkdir(parents=True, exist_ok=True)
         (d / file_name.format(i)).write_text(content(i))
     return src
+
+
+def copy_repo(src: Path, dst: Path) -> Path:
+    """A private copy of a template repository (symlinks kept as links)."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst

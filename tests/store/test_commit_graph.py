@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -12,6 +11,7 @@ import pytest
 
 import graphutil
 from gitutil import GIT_ENV, git
+from gitutil import copy_repo as _copy
 from packyard.store.maintenance import bloom
 from packyard.store.maintenance import commitgraph as cg
 from packyard.store.maintenance import graphwrite as gw
@@ -25,11 +25,6 @@ PATHS = ["a.txt", "a.txt/inner", "dir", "dir/sub", "dir/sub/deep.c", "caf\u00e9.
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
     return graphutil.build_history(tmp_path_factory.mktemp("graph"))
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst, symlinks=True)
-    return dst
 
 
 def _chain(bare: Path) -> tuple[list[str], dict[str, bytes]]:

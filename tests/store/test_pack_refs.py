@@ -4,7 +4,6 @@ nothing; a SIGKILL at each step leaves every ref with its value."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 import graphutil
 from gitutil import ROOT, git
+from gitutil import copy_repo as _copy
 from packyard.store.packrefs import HEADER, loose_ref_count, pack_refs
 from packyard.store.repo import Repository
 
@@ -36,11 +36,6 @@ def template(tmp_path_factory) -> Path:
     (bare / "refs" / "heads" / "broken").write_text("1" * 40 + "\n")
     git("notes", "--ref", "commits", "add", "-m", "a note", head, git_dir=bare)
     return bare
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst, symlinks=True)
-    return dst
 
 
 def _state(bare: Path) -> tuple[bytes, list[str], bytes]:

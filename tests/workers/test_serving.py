@@ -14,6 +14,7 @@ import pytest
 
 import graphutil
 from gitutil import ROOT, git
+from gitutil import copy_repo as _copy
 from packyard.store.maintenance import commitgraph as cg
 from packyard.store.maintenance import graphwrite as gw
 from packyard.store.maintenance.leftovers import remove_serving_leftovers
@@ -87,11 +88,6 @@ def test_plan_adds_the_reasons_or_plans_a_loose_repack_for_them():
 @pytest.fixture(scope="module")
 def template(tmp_path_factory) -> Path:
     return graphutil.build_history(tmp_path_factory.mktemp("serving"), big=False)
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst, symlinks=True)
-    return dst
 
 
 def test_gathered_reasons_follow_the_repository(template, tmp_path):
