@@ -3,7 +3,8 @@
 
     python3 dev.py demo    # create .venv, install, start embedded Redis + workers, run jobs, print status
     python3 dev.py test    # create .venv, install with test extras, run the test suite
-    python3 dev.py lint    # ruff and mypy over store/ and workers/ (what .ci/run checks too)
+    python3 dev.py test --fast   # the same without the tests marked slow (pytest -m "not slow")
+    python3 dev.py lint    # ruff over store/, workers/, tests/, dev.py; mypy over store/, workers/ (as .ci/run)
 
 Everything else (Redis, SQLite) comes from Python packages; PostgreSQL tests run
 only when PACKYARD_TEST_POSTGRES_URL is set (.ci/run provides one).
@@ -37,7 +38,7 @@ def _requirements_digest() -> str:
 
 
 def ensure_env() -> None:
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 (dev.py runs on the system's python3, which may be older)
         sys.exit(f"packyard needs Python >= 3.11, this is {sys.version.split()[0]}")
     if not PY.exists():
         print(f"[dev] creating virtual environment in {VENV}", flush=True)
@@ -52,13 +53,14 @@ def ensure_env() -> None:
 
 
 def lint(rest: list[str]) -> int:
-    """ruff, then mypy, over the code that ships (store/, workers/); configuration in pyproject.toml.
+    """ruff over the code that ships (store/, workers/), the tests and this file, then mypy over the code
+    that ships; configuration in pyproject.toml.
 
     The checkout's folders install as packyard.store / packyard.workers (a package-dir mapping
     that mypy cannot follow through the editable install), so mypy reads them through a
     throwaway namespace of symlinks: packyard/store -> store, packyard/workers -> workers.
     """
-    ruff = subprocess.call([str(BIN / "ruff"), "check", "store", "workers", *rest], cwd=ROOT)
+    ruff = subprocess.call([str(BIN / "ruff"), "check", "store", "workers", "tests", "dev.py", *rest], cwd=ROOT)
     with tempfile.TemporaryDirectory(prefix="packyard-mypy-") as tmp:
         ns = Path(tmp) / "packyard"
         ns.mkdir()
@@ -84,7 +86,15 @@ def main(argv: list[str]) -> int:
         return subprocess.call([str(BIN / "packyard"), "demo", *rest], cwd=ROOT, env=env)
     if cmd == "lint":
         return lint(rest)
-    return subprocess.call([str(PY), "-m", "pytest", *rest], cwd=ROOT, env=env)
+    return subprocess.call([str(PY), "-m", "pytest", *test_args(rest)], cwd=ROOT, env=env)
+
+
+def test_args(rest: list[str]) -> list[str]:
+    """pytest's arguments for `dev.py test [--fast] [pytest args...]`: --fast deselects the tests marked
+    slow (the large corpus pack, many subprocesses, real worker fleets); CI runs the whole suite."""
+    if "--fast" not in rest:
+        return rest
+    return ["-m", "not slow", *(a for a in rest if a != "--fast")]
 
 
 if __name__ == "__main__":

@@ -17,9 +17,12 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
+
+import repackutil as ru
+from procutil import wait_until
 
 # -- the session's environment: set before workers.* is imported anywhere ------------------------
 # Short path under /tmp: a unix socket path must fit in 107 bytes.
@@ -38,7 +41,7 @@ _OVERRIDES = {
     # Test-only task kinds with short limits (workers_testtasks.py); the real kinds keep their defaults.
     "PACKYARD_TIME_LIMITS": "test_stuck=2:60,test_unstoppable=1:3",
     # The session's workers run the race harness's --unsafe-delete control and gc with preserve_for=0
-    # (tests/test_unsafe_maintenance.py checks the refusal without it).
+    # (tests/workers/test_unsafe_maintenance.py checks the refusal without it).
     "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1",
 }
 os.environ.update(_OVERRIDES)
@@ -56,17 +59,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 # -- where queued jobs may act ----------------------------------------------------------------------
@@ -157,6 +149,19 @@ def postgres_url() -> Iterator[str]:
         with admin.connect() as c:
             c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+# -- the repack tests' repositories (repackutil.build: loose, packed, unreachable, kept, ...) ----------
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> ru.Shapes:
+    """Built once per module with git; tests work on copies (a module may define its own ``template``)."""
+    return ru.build(tmp_path_factory.mktemp("shapes"))
+
+
+@pytest.fixture
+def shapes(template: ru.Shapes, tmp_path: Path) -> ru.Shapes:
+    """A private copy of ``template`` (tests/service/conftest.py puts it under the storage root instead)."""
+    return ru.copy(template, tmp_path / "repo.git")
 
 
 # -- Celery worker processes -----------------------------------------------------------------------

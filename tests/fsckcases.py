@@ -1,8 +1,9 @@
 """fsck parity cases: hand-written objects made by real git (``hash-object --literally``), packed by
 ``git pack-objects``, and the verdicts of ``git index-pack --strict`` / ``git unpack-objects --strict``
-next to packyard's. Shared by tests/test_fsck_parity.py and tests/test_fsck_rules.py."""
+next to packyard's. Shared by tests/store/test_fsck_parity.py and tests/workers/test_fsck_rules.py."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -10,8 +11,6 @@ from pathlib import Path
 from typing import Callable
 
 from gitutil import GIT_ENV, git
-
-import os
 
 ZERO = "0" * 40
 AUTHOR = b"author A U Thor <a@example.com> 1700000000 +0000\n"
@@ -298,9 +297,9 @@ CASES: dict[str, CaseFn] = {
                                                     name=".gitAttributes\u200c"),
     "gitattributesLineLength-in-repo": _gitmodules_case(LONG_ATTRIBUTES, "gitattributesLineLength",
                                                         name=".gitattributes", in_repo=True),
-    "gitattributesBlob": lambda src: Case([src.blob(), src.tree(("100644", "a", src.blob())),
-                                           src.tree(("40000", ".gitattributes", src.tree(("100644", "a", src.blob()))))],
-                                          msg_id="gitattributesBlob"),
+    "gitattributesBlob": lambda src: Case(
+        [src.blob(), src.tree(("100644", "a", src.blob())),
+         src.tree(("40000", ".gitattributes", src.tree(("100644", "a", src.blob()))))], msg_id="gitattributesBlob"),
     "ok-gitattributes-longest-line": _gitmodules_case(b"*.c " + b"x" * 2043 + b"\n", accepted=True,
                                                       name=".gitattributes"),
     "ok-gitattributes-long-after-nul": _gitmodules_case(b"*.c text\n\0" + b"y" * 3000, accepted=True,

@@ -5,8 +5,21 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
+
+def _checkout_root() -> Path:
+    """The checkout these tests belong to: the nearest folder above this file with pyproject.toml and store/
+    (so a test locates it the same from tests/, tests/store/ or any deeper folder, in any checkout path)."""
+    here = Path(__file__).resolve().parent
+    for folder in (here, *here.parents):
+        if (folder / "pyproject.toml").is_file() and (folder / "store").is_dir():
+            return folder
+    raise RuntimeError(f"no checkout (pyproject.toml + store/) above {here}")
+
+
+ROOT = _checkout_root()
+# The demo's rule too (workers/cli/demo.py): PACKYARD_CORPUS, else ../shared/corpus beside the checkout.
 CORPUS = Path(os.environ.get("PACKYARD_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 GIT_ENV = {
@@ -23,8 +36,7 @@ def git(*args: str, cwd: str | Path | None = None, input: bytes | None = None,
     cmd = ["git"]
     if git_dir is not None:
         cmd += ["--git-dir", str(git_dir)]
-    proc = subprocess.run(cmd + list(args), cwd=cwd, input=input, env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(cmd + list(args), cwd=cwd, input=input, env=env, capture_output=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed ({proc.returncode}): {proc.stderr.decode()}")
     return proc.stdout
@@ -155,3 +167,31 @@ def commit_objects(base: Path, text: str, parent: str | None = None) -> tuple[li
     objects = [{"type": kind, "data": base64.b64encode(git("cat-file", kind, oid, git_dir=scratch)).decode()}
                for kind, oid in (("blob", blob), ("tree", tree), ("commit", commit))]
     return objects, commit
+
+
+def fsck(bare: Path) -> None:
+    """git's verdict on a whole repository: ``git fsck --full --no-dangling`` must pass."""
+    git("fsck", "--full", "--no-dangling", git_dir=bare)
+
+
+def fsck_strict(bare: Path) -> None:
+    """The same with ``--strict`` (git's receive-side rules: modes, names, .gitmodules...)."""
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
+
+
+def write_source(base: Path, n: int, dirs: int, content: Callable[[int], str], dir_name: str = "d{}",
+                 file_name: str = "f{}.txt") -> Path:
+    """A source tree to import: ``base/src/<dir_name % i mod dirs>/<file_name % i>`` holding ``content(i)``
+    for each of ``n`` files."""
+    src = base / "src"
+    for i in range(n):
+        d = src / dir_name.format(i % dirs)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / file_name.format(i)).write_text(content(i))
+    return src
+
+
+def copy_repo(src: Path, dst: Path) -> Path:
+    """A private copy of a template repository (symlinks kept as links)."""
+    shutil.copytree(src, dst, symlinks=True)
+    return dst

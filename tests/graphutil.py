@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from gitutil import GIT_ENV, git, CORPUS
+from gitutil import CORPUS, GIT_ENV, git
 
 
 def _git_dated(work: Path, date: int, *args: str) -> bytes:

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitutil import git
+from gitutil import fsck_strict, git
 
 DAY = 86400.0
 OLD_AGE = 30 * DAY     # older than the default grace period (2 weeks)
@@ -122,7 +122,8 @@ def build(base: Path) -> Shapes:
         shapes.old.append(oid)
     for p in shapes.young:
         _age(_loose_path(bare, p), YOUNG_AGE)
-    old_blob = git("hash-object", "-w", "--stdin", git_dir=bare, input=b"old blob under a young commit\n").decode().strip()
+    old_blob = git("hash-object", "-w", "--stdin", git_dir=bare,
+                   input=b"old blob under a young commit\n").decode().strip()
     old_tree = git("mktree", git_dir=bare, input=f"100644 blob {old_blob}\tkept.txt\n".encode()).decode().strip()
     young_commit = _git_env(["--git-dir", str(bare), "commit-tree", old_tree, "-m", "dangling"], cwd=base,
                             env={}).decode().strip()
@@ -161,7 +162,7 @@ def has_object(bare: Path, oid: str) -> bool:
 
 def check_with_git(bare: Path, listing: bytes, new_packs: list[str]) -> None:
     """git's verdict after a repack: fsck --full --strict, the same reachable objects, every new pack verifies."""
-    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
+    fsck_strict(bare)
     assert reachable_listing(bare) == listing, "git rev-list --objects --all changed"
     for name in new_packs:
         out = git("verify-pack", "-v", str(bare / "objects" / "pack" / f"{name}.idx")).decode()

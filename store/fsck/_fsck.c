@@ -1,5 +1,5 @@
 /* The hot part of store/fsck: the fast path for a clean tree (store/fsck/rules.py check_tree_fast is the
- * specification and the fallback; tests/test_fsck_rules.py checks that both give the same answer).
+ * specification and the fallback; tests/workers/test_fsck_rules.py checks that both give the same answer).
  *
  * tree_scan(data, allow_664) -> None | (blob ids, tree ids, special names)
  *   None: the tree is not certainly clean (the exact rules must judge it);
@@ -7,7 +7,7 @@
  *   or hold '~' or '\\'), which the caller judges with git's name rules.
  *
  * The link sets' compact form (store/fsck/linkset.py is the specification and the fallback;
- * tests/test_fsck_linkset.py checks that both give the same bytes): object ids packed 20 bytes each.
+ * tests/store/test_fsck_linkset.py checks that both give the same bytes): object ids packed 20 bytes each.
  * sort_unique20(ids) -> bytes              sorted, each id once
  * difference20(a, b) -> bytes              ids of sorted-unique a not in sorted-unique b
  * select20(ids, types, t) -> bytes         the ids whose byte in types is t (ids[20*i:20*i+20], types[i])

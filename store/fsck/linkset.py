@@ -8,7 +8,7 @@ once sorted: new ids are appended to a pending buffer, which is folded into the 
 at most twice the sorted part plus one buffer.
 
 The folding runs in C (``_fsck.sort_unique20`` / ``difference20`` / ``select20``) when built; the
-``_py`` functions below are its specification and the fallback (tests/test_fsck_linkset.py).
+``_py`` functions below are its specification and the fallback (tests/store/test_fsck_linkset.py).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@
  *
  * walk.py specifies the walk (which objects, in which order) and runs it in pure Python
  * when this extension is absent or PACKYARD_PURE_PYTHON=1; the extension produces the same
- * lists (tests/test_walk.py and tests/test_repack.py compare both on real repositories):
+ * lists (tests/workers/test_walk.py and tests/store/test_repack.py compare both on real repositories):
  *
  *   Packs   the replaceable packs of a repack (their mapped bytes and idx tables, held as
  *           buffer exports) and an id -> entry index over them: the first pack holding an

@@ -27,7 +27,7 @@ Documentation/technical/bitmap-format.txt), and how:
   and writes it, off by default there, on here as Gitaly sets it): (commit position, file offset of the
   bitmap, row of its XOR base) sorted by commit position.
 
-Given the same order, commits, names and options, the bytes are git's (``tests/test_bitmap.py`` compares
+Given the same order, commits, names and options, the bytes are git's (``tests/workers/test_bitmap.py`` compares
 with git's own file for git's own pack).
 """
 from __future__ import annotations

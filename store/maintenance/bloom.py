@@ -11,7 +11,7 @@ sign-extended before they are combined: what git 2.39 on x86 and ARM64 Linux wri
 
 This module is the specification; :func:`filters` runs the same diff and filters in C (the _bloom
 extension, store/maintenance/_bloom.c, reading trees straight from the packs) unless
-``PACKYARD_PURE_PYTHON=1`` or the extension was not built (tests/test_bloom_c.py compares the bytes).
+``PACKYARD_PURE_PYTHON=1`` or the extension was not built (tests/store/test_bloom_c.py compares the bytes).
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ walks from the recent objects with missing links ignored).
     the packs, a young object's type from its entry headers (blobs are never inflated). Missing links
     are skipped as the Python walk skips them (through the fallback reader).
 
-tests/test_walk.py compares the two on histories made with git.
+tests/workers/test_walk.py compares the two on histories made with git.
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ OFS_DELTA's base is found by offset with one bisection in its pack's sorted offs
 With the walk's C extension (:mod:`.walk`), ``loc`` is its ``Packs`` index (``get``, ``in``
 and ``[]`` as a dict; no 500,000-entry dict to build) and the packs' layout, ``oid_at`` and
 ``unreached`` are computed in C; without it, the same answers come from a dict and Python loops
-(tests/test_walk.py compares both).
+(tests/workers/test_walk.py compares both).
 """
 from __future__ import annotations
 

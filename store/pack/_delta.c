@@ -3,7 +3,7 @@
  *
  * The algorithm is specified in _delta_py.py (the pure-Python fallback); this file
  * runs the same algorithm and must return the same bytes for the same input
- * (tests/test_delta.py asserts it). In short: aligned 16-byte blocks of the base go
+ * (tests/store/test_delta.py asserts it). In short: aligned 16-byte blocks of the base go
  * into hash buckets (at most BUCKET_CAP per bucket, evenly spaced); every target
  * position's 16-byte window is looked up, candidates are verified byte-wise and
  * extended forwards, the longest (lowest offset on a tie) wins and is extended

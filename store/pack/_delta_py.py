@@ -1,7 +1,7 @@
 """The delta encoder in pure Python: the fallback of the C extension ``_delta.c``, byte for byte.
 
 Both implementations run ONE algorithm and must return identical bytes for the same
-input (tests/test_delta.py asserts it), so a pack written on a machine without a
+input (tests/store/test_delta.py asserts it), so a pack written on a machine without a
 compiler is the same pack. The algorithm, stated once here for both:
 
 Index of the base

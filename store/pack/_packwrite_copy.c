@@ -1,6 +1,6 @@
 /*
  * _packwrite_copy.c: a repack's write plan over the Packs (the _walk extension's), in C (writeplan.py specifies each step and runs it
- * in Python without this extension; tests/test_repack_write.py compares the packs both write, byte for byte):
+ * in Python without this extension; tests/store/test_repack_write.py compares the packs both write, byte for byte):
  *
  *   find_reuse(packs, ids)     step 1: where each id's copy lies -- loose, a whole entry, a delta entry whose
  *                              base is in ids (its position) or one whose base is not; the global entry number

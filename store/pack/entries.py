@@ -6,7 +6,7 @@ Every consumer of a complete pack's bytes reads entries here: the read path
 the headers of its reused entries; their bytes are copied, not inflated, and its C fast paths decode
 headers in C, ``_walk_packs.c``).
 index-pack's receive loop parses a *stream* arriving in chunks and keeps an inlined
-copy of the header decoder for speed; tests/test_packformat.py feeds both the same
+copy of the header decoder for speed; tests/store/test_packformat.py feeds both the same
 entries so they stay in step.
 
 * :func:`read_header` — an entry's header (type, size, delta base, where its zlib data starts);

@@ -369,7 +369,7 @@ class _Receiver:
             bpos = self.bpos
             start = self.boff + bpos
             # Entry header: an inlined copy of format.decode_entry_header (same bounds, messages
-            # and offsets; tests/test_packformat.py feeds both the same bad entries). Calling it here
+            # and offsets; tests/store/test_packformat.py feeds both the same bad entries). Calling it here
             # cost ~3% of the receive phase's CPU (one call per entry, 164k entries), so it is inlined.
             p = bpos
             c = buf[p]

@@ -11,7 +11,7 @@ recovered by re-listing objects/pack or from ``preserved/``, a quick check answe
 "absent", a lost read), one row per miss (``packyard races``).
 
 The migrations in ``migrations/versions/`` spell the same tables out statically;
-``tests/test_migrations.py`` checks that they agree.
+``tests/workers/test_migrations.py`` checks that they agree.
 """
 from __future__ import annotations
 
@@ -173,7 +173,7 @@ class Job(Base):
 
     repository: Mapped[Repository | None] = relationship(back_populates="jobs")
 
-    # Migration 0005: one index per query the service runs (tests/test_records_indexes.py reads EXPLAIN).
+    # Migration 0005: one index per query the service runs (tests/workers/test_records_indexes.py reads EXPLAIN).
     __table_args__ = (
         Index("ix_jobs_repo_id_id", "repo_id", "id"),                # status --repo: newest first
         Index("ix_jobs_repo_id_kind_id", "repo_id", "kind", "id"),   # prune keeps each (repo, kind)'s newest

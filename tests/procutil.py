@@ -1,0 +1,33 @@
+"""Process helpers shared by the test folders: waiting for a condition, a pid that is surely dead, a queued
+task's outcome (the session's fixtures live in conftest.py; these are plain functions to import)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited and been reaped (until the kernel reuses the number)."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def run_task(celery_app: Any, pk: Any, name: str, timeout: float = 120, **kwargs: Any) -> tuple[Any, Any, Any]:
+    """Send task ``name`` through the broker, wait for its result: (AsyncResult, value, job row)."""
+    res = celery_app.send_task(name, kwargs=kwargs)
+    value = res.get(timeout=timeout, propagate=False)
+    return res, value, pk.job_row(res.id)

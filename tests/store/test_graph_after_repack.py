@@ -1,0 +1,42 @@
+"""The commit-graph write after a repack reads the packs installed now, not the repository's older listing.
+
+Right after ``store.maintenance.repack`` the Repository's pack snapshot still names the packs the repack
+replaced (moved to ``preserved/``); the graph write (``after_repack``) lists ``objects/pack`` afresh, so its
+C loops read the new pack. git verifies the graph.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from gitutil import git
+from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.serving import after_repack
+from packyard.store.repo import Repository
+
+ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@t"}
+
+
+def test_graph_write_after_repack_lists_the_installed_packs(tmp_path):
+    env = {**os.environ, **ENV}
+    work, bare = tmp_path / "w", tmp_path / "r.git"
+    subprocess.run(["git", "init", "-q", str(work)], check=True, env=env)
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True, env=env)
+    for i in range(4):   # four packs, one per push
+        (work / f"f{i}").write_text(f"{i}\n")
+        subprocess.run(["git", "-C", str(work), "add", "."], check=True, env=env)
+        subprocess.run(["git", "-C", str(work), "commit", "-qm", str(i)], check=True, env=env)
+        subprocess.run(["git", "-C", str(work), "push", "-q", str(bare), "HEAD:refs/heads/main"], check=True, env=env)
+        git("repack", "-d", "-q", git_dir=bare)
+    repo = Repository.open(bare)
+    before = {p.name for p in repo.objects.packs.prepare()}
+    assert len(before) == 4
+    repack(repo, RepackOptions(mode=RepackMode.FULL))
+    assert {p.name for p in repo.objects.packs.prepare()} == before   # (the snapshot the repack left)
+    out = after_repack(repo, pack_refs_too=False)
+    assert out["commit_graph_commits"] == 4 and out["commit_graph_filters_computed"] == 4
+    installed = {p.stem for p in (bare / "objects" / "pack").glob("pack-*.pack")}
+    assert len(installed) == 1 and not installed & before
+    assert {p.name for p in repo.objects.packs.prepare()} == installed, "the graph write read the replaced packs"
+    git("commit-graph", "verify", git_dir=bare)
