@@ -158,13 +158,18 @@ def job_state(settings: Settings | str, task_id: str) -> JobState | None:
 
 
 def record_retry(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, reason: str) -> None:
-    """The job will run again (a retry message is published). A job with an outcome keeps it."""
+    """The job will run again (a retry message is published). A job with an outcome keeps it, but its
+    retry is still counted: the retry message is published before this runs, so on a busy worker the
+    next attempt may have run and even finished already. The count is one atomic ``retries + 1``
+    (two retries recorded at once both count; a read-modify-write here lost one under load)."""
     with session_scope(settings) as s:
         job = _job(s, task_id, kind, repo)
+        s.flush()        # a new row gets its id before the update names it
+        s.execute(update(Job).where(Job.id == job.id).values(retries=func.coalesce(Job.retries, 0) + 1)
+                  .execution_options(synchronize_session=False))
         if job.state in FINISHED_STATES:
             return
         job.state = JobState.RETRY
-        job.retries = (job.retries or 0) + 1
         job.error = reason
         job.unseen_since = None
 
