@@ -9,6 +9,8 @@ destination filesystem* and then publishes them with these steps, in this order:
     publish_renames   temp name -> final name; for a pack the .idx LAST (readers find packs by it, and a
                       .bitmap through its pack: git's finish order, pack, rev, bitmap, idx)
     fsync_dirs        the renames are durable only once their directories are flushed
+    advance_listing   a pack directory changed once more, a clock tick later, so that no NFS client keeps a
+                      listing taken in the same tick as the renames (its change token would not move)
     update_refs       refs last: a ref may only name durably installed objects
 
 :func:`install_pack` strings the steps together for a pack (``.pack``, ``.rev``, an optional
@@ -170,6 +172,37 @@ def fsync_dirs(dirs: Iterable[Path | str], counters: durable.DurabilityCounters)
         durable.fsync_dir(d, counters)
 
 
+#: One tick of the server's file-timestamp clock, and then some: Linux stamps mtimes from a coarse clock
+#: (one jiffy, 1-10 ms on ext4/XFS). A server with coarser timestamps (1 s) is not covered by this wait.
+LISTING_TICK = 0.012
+
+
+def advance_listing(pack_dir: Path) -> None:
+    """Change ``pack_dir`` once more, a clock tick after the renames (create and remove an empty temp file).
+
+    Why: an NFS client revalidates a directory listing on ``opendir`` by the directory's change token
+    (mtime, ctime, size, nlink). Renames within one tick of the server's timestamp clock leave mtime and
+    ctime as they were, so a reader on another host that listed ``objects/pack`` during that tick keeps a
+    listing without the new pack, for as long as nothing else changes the directory -- and its one
+    re-listing on a miss (the lookup rule) reads the same stale listing. A repack that then deletes the
+    loose objects it packed, or a push whose ref names the new pack's objects, makes that reader lose a
+    read (nfsim's race across two hosts found it: tests/service/test_nfsim.py). One more change a tick
+    later moves the token, so the next ``opendir`` anywhere reads the directory afresh. The temp file has
+    a pack writer's temp name (the leftovers table's rule removes it if this process dies in between)."""
+    import secrets
+    import time
+
+    from .pack.write import this_host_tag
+
+    time.sleep(LISTING_TICK)
+    tmp = pack_dir / f"tmp_pack_{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
+        os.unlink(tmp)
+    except OSError:    # only a hint to other hosts' caches: the pack is installed and durable already
+        durable.unlink_if_present(tmp)
+
+
 def update_refs(repo, updates: Sequence, counters: durable.DurabilityCounters,
                 fence_token: int | None = None) -> None:
     # Last: a ref may only name objects that are durably installed (all-or-nothing compare-and-swap).
@@ -223,6 +256,8 @@ def install_pack(files: PackFiles, pack_dir: Path, counters: durable.DurabilityC
             fault_point(f"{fault_prefix}.after_renames")
         fsync_dirs([pack_dir], counters)
         fault_point(f"{fault_prefix}.after_fsync_dirs")
+        if outcome is InstallOutcome.INSTALLED:
+            advance_listing(pack_dir)
     except BaseException:
         if keep_path is not None:
             try:
@@ -244,4 +279,4 @@ def _held(path: Path, fds: Sequence[int]) -> bool:
 
 __all__ = ["InstallOutcome", "PackFiles", "install_pack", "writeout_each", "barrier_flush", "barrier_syncfs",
            "create_pack_dir_if_needed", "already_installed", "publish_keep", "publish_renames",
-           "publish_renames_noreplace", "fsync_dirs", "update_refs"]
+           "publish_renames_noreplace", "fsync_dirs", "advance_listing", "update_refs"]

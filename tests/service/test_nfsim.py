@@ -350,7 +350,9 @@ def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk, sett
     repo = store_root / "race2.git"
     code, out, err = _race_two_hosts(pk, repo, "--readers", "2", "--duration", "20", "--repack-every", "3",
                                      "--seed", "7", timeout=300)
-    assert code == 0 and out["ok"], err[-3000:]
+    why = {k: out.get(k) for k in ("lost", "lost_examples", "clones_failed", "failures", "reader_errors",
+                                   "final_missing")}
+    assert code == 0 and out["ok"], f"{why}\n{err[-3000:]}"
     assert out["events"]["lost"] == 0 and out["final_missing"] == 0
     assert out["recovered"] > 0, "no miss was recovered: the readers never raced a repack"
     assert all(n >= 1 for n in out["repacks"].values()), out["repacks"]

