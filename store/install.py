@@ -175,6 +175,9 @@ def fsync_dirs(dirs: Iterable[Path | str], counters: durable.DurabilityCounters)
 #: One tick of the server's file-timestamp clock, and then some: Linux stamps mtimes from a coarse clock
 #: (one jiffy, 1-10 ms on ext4/XFS). A server with coarser timestamps (1 s) is not covered by this wait.
 LISTING_TICK = 0.012
+#: statfs(2) f_type of filesystems other hosts' clients read through their own caches: NFS, SMB/CIFS,
+#: FUSE (nfsim, and network filesystems served through FUSE).
+SHARED_FILESYSTEMS = frozenset({0x6969, 0xFE534D42, 0xFF534D42, 0x65735546})
 
 
 def advance_listing(pack_dir: Path) -> None:
@@ -188,12 +191,24 @@ def advance_listing(pack_dir: Path) -> None:
     loose objects it packed, or a push whose ref names the new pack's objects, makes that reader lose a
     read (nfsim's race across two hosts found it: tests/service/test_nfsim.py). One more change a tick
     later moves the token, so the next ``opendir`` anywhere reads the directory afresh. The temp file has
-    a pack writer's temp name (the leftovers table's rule removes it if this process dies in between)."""
+    a pack writer's temp name (the leftovers table's rule removes it if this process dies in between).
+
+    Only where other hosts' clients cache listings: a network or FUSE mount (or a filesystem fstatfs
+    cannot name). On a local filesystem the kernel's directory cache is coherent, and the wait would
+    only delay every push. (A writer on the NFS server's own disk is not covered: mount the export.)"""
     import secrets
     import time
 
+    from .flush import filesystem_type
     from .pack.write import this_host_tag
 
+    fd = os.open(pack_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fs = filesystem_type(fd)
+    finally:
+        os.close(fd)
+    if fs is not None and fs not in SHARED_FILESYSTEMS:
+        return
     time.sleep(LISTING_TICK)
     tmp = pack_dir / f"tmp_pack_{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"
     try:

@@ -136,19 +136,21 @@ class FsckChecker:
 
     def check_gitmodules(self, oid: bytes, data: bytes, name: str, *, where: object = None,
                          offset: int | None = None) -> None:
-        self.state.gitmodules_done.add(oid)
-        if oid in self.opts.skiplist:
-            return
-        rep = ObjectReport(self.opts, oid)
-        self._raise(rep, where, offset, bool(check_gitmodules_blob(data, rep, name)))
+        self._check_found_blob(self.state.gitmodules_done, check_gitmodules_blob, oid, data, name, where, offset)
 
     def check_gitattributes(self, oid: bytes, data: bytes, name: str, *, where: object = None,
                             offset: int | None = None) -> None:
-        self.state.gitattributes_done.add(oid)
+        self._check_found_blob(self.state.gitattributes_done, check_gitattributes_blob, oid, data, name, where,
+                               offset)
+
+    def _check_found_blob(self, done: set[bytes], check_fn: Callable[[bytes, ObjectReport, str | None], int],
+                          oid: bytes, data: bytes, name: str, where: object, offset: int | None) -> None:
+        """git's fsck_blob for a blob found at a special name: marked done, skip-listed ones dropped."""
+        done.add(oid)
         if oid in self.opts.skiplist:
             return
         rep = ObjectReport(self.opts, oid)
-        self._raise(rep, where, offset, bool(check_gitattributes_blob(data, rep, name)))
+        self._raise(rep, where, offset, bool(check_fn(data, rep, name)))
 
     # -- fsck_finish ----------------------------------------------------------------------------
     def finish(self, incoming_type: Callable[[bytes], int | None], existing_type: Callable[[bytes], int | None],
