@@ -209,6 +209,21 @@ _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodee
 _BY_NAME = operator.attrgetter("name")
 
 
+def _read_for_fsck(path: str, size: int, name: bytes) -> bytes:
+    """A large file at a name fsck reads (.gitmodules, .gitattributes), for the check. A .gitattributes
+    over git's ATTR_MAX_FILE_SIZE is judged by its size alone (gitattributesLarge): only one byte past
+    the limit is read, so a huge file at that name cannot make the import hold all of it in memory."""
+    from .fsck import rules
+
+    if (is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name)) and size > rules.ATTR_MAX_FILE_SIZE:
+        fd = open_source(path)
+        try:
+            return os.read(fd, rules.ATTR_MAX_FILE_SIZE + 1)
+        finally:
+            os.close(fd)
+    return _read_file(path, size)
+
+
 def _read_file(path: str, size: int, limit: int | None = None) -> bytes:
     """open + read + close (3 syscalls; the size is known from the directory scan).
 
@@ -461,7 +476,7 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                             oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress,
                                                     name=full)
                             if gitmodules:
-                                keep(ObjectType.BLOB, _read_file(child.where, child.size), oid)
+                                keep(ObjectType.BLOB, _read_for_fsck(child.where, child.size, name), oid)
                         else:
                             data = _read_file(child.where, child.size, read_limit)
                             oid, _ = batch.add(ObjectType.BLOB, data, full)

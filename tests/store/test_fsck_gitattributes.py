@@ -143,3 +143,37 @@ def test_findings_table():
     assert f(LONG) == [("gitattributesLineLength", ".gitattributes has too long lines to parse")]
     assert f(b"ok\n" + b"z" * 2048) == f(LONG)                 # the last line, without a newline
     assert f(b"ok\0" + b"z" * 5000) == []                        # after a NUL git reads no further
+
+
+@pytest.mark.parametrize("size_over", [1, 50_000])
+def test_import_of_a_huge_gitattributes_reads_one_byte_past_the_limit(tmp_path, monkeypatch, size_over):
+    """import_tree checks a .gitattributes it streams into the batch (a file over large_file_threshold):
+    over ATTR_MAX_FILE_SIZE it is gitattributesLarge, decided on limit + 1 bytes read, never the whole
+    file (the limit lowered here, as above); the repository stays as it was; under it, it imports."""
+    from packyard.store import importtree
+    from packyard.store.importtree import Identity, import_tree
+
+    limit = 4096
+    monkeypatch.setattr(rules, "ATTR_MAX_FILE_SIZE", limit)
+    reads: list[int] = []
+    real_read = importtree.os.read
+
+    def counting_read(fd, n):
+        reads.append(n)
+        return real_read(fd, n)
+
+    monkeypatch.setattr(importtree.os, "read", counting_read)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / ".gitattributes").write_bytes(b"*.c text\n" * ((limit + size_over) // 9 + 1))
+    repo = Repository.init(tmp_path / "r.git")
+    before = snapshot_tree(repo.path)
+    who = Identity(name="A", email="a@example.com", when=1700000000)
+    with pytest.raises(FsckError) as got:
+        import_tree(repo, "refs/heads/main", src, author=who, large_file_threshold=1024)
+    assert got.value.msg_id == "gitattributesLarge"
+    size = (src / ".gitattributes").stat().st_size
+    assert limit + 1 in reads and size + 1 not in reads, reads   # the check's read stops past the limit
+    assert snapshot_tree(repo.path) == before
+    (src / ".gitattributes").write_bytes(b"*.c text\n" * (limit // 9))          # under the limit
+    import_tree(repo, "refs/heads/main", src, author=who, large_file_threshold=100)
