@@ -88,7 +88,9 @@ def reached_from_c(young: set[bytes], unreachable: Container[bytes], read: Read,
         return int(typ), data
 
     del c_packs   # (the copy reads the same packs as the main walk)
-    cw = main_walker.copy(C_CACHE_BYTES, fallback)   # its seen set: everything the tips reach
+    # Its seen set: everything the tips reach. Half the main walk's cache: this walk reads only the unreachable
+    # commits and trees (cruft-expire: the same time, peak RSS 148 -> 137-141 MiB).
+    cw = main_walker.copy(C_CACHE_BYTES // 2, fallback)
     roots0 = cw.counts()[3]
     tags: list[bytes] = []
     pending: list[bytes] = list(order) if order is not None else list(young)

@@ -495,6 +495,10 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     young = _in_source_order(keep, sources)   # (pack order: the walk below reads them as git wrote them)
     rescued: set[bytes] = set()
     if keep and len(keep) < len(ages):   # (all young, or all old: no old object for a young one to save)
+        # The main walk's pages of the packs and its freed caches go back first: otherwise the walk below
+        # adds its own on top of them (cruft-expire: peak 183 -> 148 MiB; git's `repack --cruft -d` 150).
+        sources.drop_pages()
+        release_free_heap()
         rescued, plan.cruft_walked = reached_from(keep, ages, sources.read, reach=reach, c_packs=sources.c_packs,
                                                   order=young)
         keep |= rescued
