@@ -514,18 +514,27 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
 
 
 def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:
-    """``ids`` in the order their copies lie in the sources (packs in snapshot order, then loose by id)."""
+    """``ids`` in the order their copies lie in the sources (packs in snapshot order, then loose by id).
+
+    Each id's copy is the one ``sources.packed`` names (an id in two packs is listed once, where that copy
+    lies); sorted by (pack, offset), which is the order of a pass over every pack in pack order, without
+    the pass (cruft-expire: 39,000 ids of 164,000 entries, 0.33 s -> 0.03 s)."""
     if not ids:
-        return []   # (the common case: no young unreachable object; not a pass over every entry)
-    out = []
-    for p in sources.packs:
-        oids = p.oids
-        for i in p.order:
-            oid = oids[20 * i:20 * i + 20]
-            if oid in ids and sources.packed(oid) == p.base + i:
-                out.append(oid)
-    listed = set(out)
-    out.extend(sorted(oid for oid in ids if oid not in listed))
+        return []   # (the common case: no young unreachable object)
+    placed: list[tuple[int, int, bytes]] = []
+    rest: list[bytes] = []
+    packed, pack_no, packs = sources.packed, sources.pack_no, sources.packs
+    for oid in ids:
+        gid = packed(oid)
+        if gid is None:
+            rest.append(oid)
+            continue
+        k = pack_no[gid]
+        p = packs[k]
+        placed.append((k, p.offsets[gid - p.base], oid))
+    placed.sort()
+    out = [oid for _k, _off, oid in placed]
+    out.extend(sorted(rest))
     return out
 
 
