@@ -29,6 +29,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define OIDLEN 20
 #define T_COMMIT 1
@@ -371,6 +372,7 @@ typedef struct {
     const uint64_t *soffs;   /* pack order */
     const uint32_t *order;   /* idx positions in pack order */
     uint8_t *checked;        /* idx order: CRC32 verified (written by any walker thread) */
+    int droppable;           /* buf is a read-only file map (an mmap): its pages may be given back */
 } Pack;
 
 /* The idx position of the entry starting at off in p, or -1 (a binary search of the sorted offsets). */
@@ -402,6 +404,7 @@ typedef struct {
     uint64_t seed;
     int closed;
     Py_ssize_t users;        /* walks running on these packs (close() refuses meanwhile) */
+    size_t drop_every;       /* a reader gives the maps' pages back after inflating this many bytes (0: never) */
 } PacksObject;
 
 #ifdef WALK_CLIENT
@@ -519,6 +522,7 @@ typedef struct {
     size_t n_resolved;       /* objects asked of the packs */
     size_t n_inflated;       /* entries inflated (whole objects and deltas) */
     size_t n_cache_hits;     /* chains that stopped at a cached object */
+    size_t since_drop;       /* compressed bytes inflated since the maps' pages were last given back */
 } Reader;
 
 WALK_FN(int, reader_init, (Reader *r, PacksObject *packs, size_t cache_bytes));

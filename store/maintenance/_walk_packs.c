@@ -169,23 +169,27 @@ get_table(PyObject *obj, Py_buffer *v, Py_ssize_t itemsize, uint32_t count, cons
     return 0;
 }
 
-/* Packs(packs, kept, seed): packs is a sequence of (buffer, end, oids, offsets 'Q', crcs 'I',
- * ends 'Q', sorted offsets 'Q', order 'I'), the tables of SourceIndex; kept an iterable of ids. */
+/* Packs(packs, kept, seed, drop_every=0): packs is a sequence of (buffer, end, oids, offsets 'Q', crcs 'I',
+ * ends 'Q', sorted offsets 'Q', order 'I'), the tables of SourceIndex; kept an iterable of ids. drop_every:
+ * after inflating that many bytes a reader gives back the pages of the packs' maps (mmap buffers only; see
+ * packs_drop_pages). */
 static PyObject *
 Packs_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"packs", "kept", "seed", NULL};
+    static char *kwlist[] = {"packs", "kept", "seed", "drop_every", NULL};
     PyObject *seq, *kept, *fast = NULL, *it = NULL, *item;
     unsigned long long seed;
     IdSet kept_set = {0};
     PacksObject *self;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOK", kwlist, &seq, &kept, &seed))
+    Py_ssize_t drop_every = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOK|n", kwlist, &seq, &kept, &seed, &drop_every))
         return NULL;
     self = (PacksObject *)type->tp_alloc(type, 0);
     if (!self)
         return NULL;
     self->seed = seed;
+    self->drop_every = drop_every > 0 ? (size_t)drop_every : 0;
     fast = PySequence_Fast(seq, "_walk.Packs: packs must be a sequence");
     if (!fast)
         goto error;
@@ -234,6 +238,8 @@ Packs_new(PyTypeObject *type, PyObject *args, PyObject *kw)
         p->held = 7;
         p->buf = p->v[0].buf;
         p->buflen = (size_t)p->v[0].len;
+        /* Only a file map may be given back (MADV_DONTNEED on heap memory would zero it). */
+        p->droppable = PyObject_HasAttrString(buf, "madvise");
         if (end > p->buflen) {
             PyErr_SetString(PyExc_ValueError, "_walk.Packs: entries end past the pack's bytes");
             goto error;

@@ -263,6 +263,24 @@ entry_header(Reader *w, uint32_t pk, uint32_t i, Link *l, int *type, uint32_t *b
     return 0;
 }
 
+/* Give back the pages of the packs' maps this process touched (no GIL needed). The maps are read-only maps of
+ * files that never change: a later read faults the same bytes in again from the page cache, in any thread,
+ * and pointers into the maps stay valid. Without it a walk's RSS counts every commit and tree it read (a full
+ * repack of git-v2.0.0 in 50 packs: 67 MiB of file pages at the walk's end, on top of its own tables). */
+static void
+packs_drop_pages(PacksObject *ps)
+{
+#ifdef MADV_DONTNEED
+    for (uint32_t k = 0; k < ps->npacks; k++) {
+        Pack *p = &ps->p[k];
+        if (p->droppable && p->buflen)
+            (void)madvise((void *)p->buf, p->buflen, MADV_DONTNEED);
+    }
+#else
+    (void)ps;
+#endif
+}
+
 /* Inflate the entry's zlib data into out[0..size); exactly size bytes must come out. */
 static int
 inflate_entry(Reader *w, const Link *l, uint8_t *out)
@@ -307,6 +325,13 @@ inflate_entry(Reader *w, const Link *l, uint8_t *out)
         return fail(&w->err, E_PACK, oid, (long)l->pack, (long long)l->off,
                     "entry inflates to %llu bytes, header says %llu", (unsigned long long)produced,
                     (unsigned long long)l->size);
+    if (w->packs->drop_every) {
+        w->since_drop += (size_t)(l->stop - l->data_off);
+        if (w->since_drop >= w->packs->drop_every) {
+            w->since_drop = 0;
+            packs_drop_pages(w->packs);
+        }
+    }
     return 0;
 }
 
@@ -553,6 +578,7 @@ int
 reader_init(Reader *r, PacksObject *packs, size_t cache_bytes)
 {
     r->packs = packs;
+    r->since_drop = 0;
     if (cache_init(&r->cache, cache_bytes) < 0) {
         PyErr_NoMemory();
         return -1;

@@ -21,6 +21,7 @@ import pytest
 from gitutil import corpus_available, git, needs_corpus, repo_from_corpus
 from packbuild import entry_header, ofs_bytes, varint
 from packyard.store.errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
+from packyard.store.maintenance import sources as sources_mod
 from packyard.store.maintenance import walk as walk_mod
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
 from packyard.store.maintenance.sources import SourceIndex
@@ -59,14 +60,18 @@ def _both_walks(bare: Path, processes: int = 1):
 
 @needs_c
 @needs_corpus("git-v1.0.0")
-@pytest.mark.parametrize("processes", [1, 2])
-def test_c_walk_equals_python_walk_on_git_split_in_packs_and_loose(tmp_path, monkeypatch, processes):
+@pytest.mark.parametrize("processes,drop_every", [(1, sources_mod.DROP_PAGES_EVERY), (2, sources_mod.DROP_PAGES_EVERY),
+                                                 (2, 1)])
+def test_c_walk_equals_python_walk_on_git_split_in_packs_and_loose(tmp_path, monkeypatch, processes, drop_every):
     """git-v1.0.0 in 8 packs of consecutive history plus its newest commits loose: OFS and REF deltas,
-    bases in other packs, objects only the fallback reads; with a helper thread on half the roots."""
+    bases in other packs, objects only the fallback reads; with a helper thread on half the roots. drop_every=1:
+    the pages of the packs' maps are given back after every entry either thread inflates (the other thread
+    reading on: what it reads faults in again, the same bytes)."""
     from packyard.workers.cli.bench.repack import split_repo
 
     src = repo_from_corpus(tmp_path)
     bare = split_repo(tmp_path / "split.git", src, packs=8, loose_commits=15)
+    monkeypatch.setattr(sources_mod, "DROP_PAGES_EVERY", drop_every)
     monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)
     monkeypatch.setattr(walk_mod, "STEAL_MIN_ROOTS", 2)   # the main thread takes the helper's tail if it can
     python, c = _both_walks(bare, processes)
