@@ -113,6 +113,15 @@ def repo_from_corpus(base: Path, name: str = "git-v1.0.0") -> Path:
     return bare
 
 
+def git_tree_of(src: Path, tmp: Path) -> str:
+    """The tree git itself builds for ``src`` (a copy in ``tmp/gitwork``, ``git add -A``, ``git write-tree``)."""
+    work = tmp / "gitwork"
+    subprocess.run(["cp", "-a", str(src), str(work)], check=True)
+    git("init", "-q", str(work))
+    git("add", "-A", cwd=work)
+    return git("write-tree", cwd=work).strip().decode()
+
+
 def batch_check_all(bare: Path) -> dict[str, tuple[str, int]]:
     """{hex oid: (type, size)} for every object in the repository, per git."""
     out = git("cat-file", "--batch-check", "--batch-all-objects", git_dir=bare)
