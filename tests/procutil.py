@@ -32,6 +32,15 @@ def spawn_python(script: str, *args: str, fault: str | None = None,
                             stdout=subprocess.PIPE, text=True)
 
 
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP: state T in /proc/<pid>/stat); False once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
 def dead_pid() -> int:
     """The pid of a process that has exited and been reaped (until the kernel reuses the number)."""
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
