@@ -110,20 +110,27 @@ def check_repo(bare: Path, old: str, expected_tree: str) -> str:
     return ref
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    base = tmp_path_factory.mktemp("crash")
+def template_and_expected(base: Path, src: Path, **options):
+    """The repository every run copies (``base/template.git``: REF an old tip of one small loose commit) and the
+    expected import of ``src`` on top of it (``import_tree`` with ``options``), computed once in a scratch copy,
+    not from the runs under test: (template, the old tip's result, the scratch copy, the expected result)."""
     bare = base / "template.git"
     git("init", "-q", "--bare", str(bare))
     first = base / "first"
     first.mkdir()
     (first / "README").write_text("old tip\n")
-    res = import_tree(Repository.open(bare), REF, first, author=WHEN)
-    src = make_source(base)
-    # The expected tree, computed once in a scratch copy (not from the runs under test).
+    old = import_tree(Repository.open(bare), REF, first, author=WHEN)
     scratch = base / "scratch.git"
     shutil.copytree(bare, scratch, symlinks=True)
-    expected = import_tree(Repository.open(scratch), REF, src, author=WHEN, message="crash test")
+    expected = import_tree(Repository.open(scratch), REF, src, author=WHEN, message="crash test", **options)
+    return bare, old, scratch, expected
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    base = tmp_path_factory.mktemp("crash")
+    src = make_source(base)
+    bare, res, _scratch, expected = template_and_expected(base, src)
     return {"bare": bare, "src": src, "old": res.commit.hex(), "tree": expected.tree.hex(),
             "commit": expected.commit.hex(), "base": base}
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_crash import CHILD
+from test_crash import CHILD, template_and_expected
 
 from gitutil import ROOT, git, write_source
 from packyard.store import Repository
@@ -48,16 +48,9 @@ def ls_objects(bare: Path, ref: str) -> list[str]:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory):
     base = tmp_path_factory.mktemp("crash-pack")
-    bare = base / "template.git"
-    git("init", "-q", "--bare", str(bare))
-    first = base / "first"
-    first.mkdir()
-    (first / "README").write_text("old tip\n")
-    old = import_tree(Repository.open(bare), REF, first, author=WHEN, pack_threshold=None)
     src = make_source(base)
-    scratch = base / "scratch.git"
-    shutil.copytree(bare, scratch)
-    expected = import_tree(Repository.open(scratch), REF, src, author=WHEN, message="crash test", pack_threshold=1)
+    # (the old tip is 3 objects, loose under any threshold; the import on top of it is a pack)
+    bare, old, scratch, expected = template_and_expected(base, src, pack_threshold=1)
     assert expected.counters["write_path"] == "pack" and expected.counters["deltas_computed"] > 0
     return {"bare": bare, "src": src, "old": old.commit.hex(), "commit": expected.commit.hex(), "base": base,
             "objects": sorted(ls_objects(scratch, REF))}
