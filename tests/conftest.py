@@ -119,6 +119,16 @@ def migrated_db(settings: Any) -> str:
 
 
 @pytest.fixture
+def bare(tmp_path: Path) -> Path:
+    """An empty bare repository made by git (``tmp_path/r.git``)."""
+    from gitutil import git
+
+    b = tmp_path / "r.git"
+    git("init", "-q", "--bare", str(b))
+    return b
+
+
+@pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     """A fresh, empty SQLite database for one test."""
     return f"sqlite:///{tmp_path / 'records.db'}"

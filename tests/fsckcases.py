@@ -3,6 +3,7 @@
 next to packyard's. Shared by tests/store/test_fsck_parity.py and tests/workers/test_fsck_rules.py."""
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from gitutil import GIT_ENV, git
+from packyard.store.errors import StoreError
 
 ZERO = "0" * 40
 AUTHOR = b"author A U Thor <a@example.com> 1700000000 +0000\n"
@@ -80,6 +82,40 @@ def git_verdict(src: Source, case: Case, tool: str, where: Path, config: str | N
     proc = subprocess.run(cmd, input=src.pack(case.push), capture_output=True, env={**os.environ, **GIT_ENV})
     m = _ERR.search(proc.stderr)
     return Verdict(proc.returncode == 0, m.group(1).decode() if m else None, proc.stderr.decode("utf-8", "replace"))
+
+
+def packyard_refusal(src: Source, case: Case, tool: str, dest: Path, config: str | None = None) -> StoreError | None:
+    """packyard's ``index_pack`` / ``unpack_objects`` with ``strict=True`` (and the severities of ``config``) of
+    ``case.push`` into a new repository at ``dest`` holding ``case.have``: the error it refused the push with (a
+    refusal must leave the repository byte-for-byte unchanged: asserted), or None when it took the push."""
+    from gitutil import snapshot_tree
+    from packyard.store.fsck import FsckOptions
+    from packyard.store.pack.indexpack import index_pack
+    from packyard.store.pack.unpack import unpack_objects
+    from packyard.store.repo import Repository
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    repo = Repository.init(dest)
+    if case.have:
+        index_pack(repo, io.BytesIO(src.pack(case.have)))
+    opts = FsckOptions.from_config(config) if config else None
+    pack = src.pack(case.push)
+    before = snapshot_tree(repo.path)
+    try:
+        if tool == "index-pack":
+            index_pack(repo, io.BytesIO(pack), strict=True, fsck=opts)
+        else:
+            unpack_objects(repo, pack, strict=True, fsck=opts)
+    except StoreError as err:
+        assert snapshot_tree(repo.path) == before, "a refused push left something behind"
+        return err
+    return None
+
+
+def packyard_verdict(src: Source, case: Case, tool: str, where: Path, config: str | None = None) -> Verdict:
+    """``packyard_refusal`` in ``where/py-<tool>.git`` as a Verdict beside ``git_verdict``'s."""
+    err = packyard_refusal(src, case, tool, where / f"py-{tool}.git", config)
+    return Verdict(True, None) if err is None else Verdict(False, getattr(err, "msg_id", None), str(err))
 
 
 CaseFn = Callable[[Source], Case]

@@ -1,6 +1,7 @@
 """Real git as the oracle: helpers to build repositories with git and read them back with git."""
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -111,6 +112,27 @@ def repo_from_corpus(base: Path, name: str = "git-v1.0.0") -> Path:
     git("update-ref", "refs/heads/main", corpus_tip(name), git_dir=bare)
     git("symbolic-ref", "HEAD", "refs/heads/main", git_dir=bare)
     return bare
+
+
+def git_tree_of(src: Path, tmp: Path) -> str:
+    """The tree git itself builds for ``src`` (a copy in ``tmp/gitwork``, ``git add -A``, ``git write-tree``)."""
+    work = tmp / "gitwork"
+    subprocess.run(["cp", "-a", str(src), str(work)], check=True)
+    git("init", "-q", str(work))
+    git("add", "-A", cwd=work)
+    return git("write-tree", cwd=work).strip().decode()
+
+
+def edit_commit(parent: str, name: str, blob: bytes, who: str, message: str) -> tuple[bytes, bytes, bytes]:
+    """A commit made outside git (a web UI's edit), raw: the tree whose one file ``name`` holds ``blob`` and the
+    commit of it on ``parent`` (hex) by ``who`` (``Name <email>``) at 1700000000: (tree, commit, commit id)."""
+    def oid(kind: str, data: bytes) -> bytes:
+        return hashlib.sha1(f"{kind} {len(data)}".encode() + b"\0" + data).digest()
+
+    tree = f"100644 {name}".encode() + b"\0" + oid("blob", blob)
+    commit = (f"tree {oid('tree', tree).hex()}\nparent {parent}\nauthor {who} 1700000000 +0000\n"
+              f"committer {who} 1700000000 +0000\n\n{message}\n").encode()
+    return tree, commit, oid("commit", commit)
 
 
 def batch_check_all(bare: Path) -> dict[str, tuple[str, int]]:

@@ -2,6 +2,7 @@
 task's outcome (the session's fixtures live in conftest.py; these are plain functions to import)."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -17,6 +18,27 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+
+
+def spawn_python(script: str, *args: str, fault: str | None = None,
+                 env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``python -c script args...`` with text pipes to its stdin and stdout, PACKYARD_FAULT set to ``fault`` (else
+    unset, whatever this process has) and ``env`` on top of this process's environment."""
+    child_env = {k: v for k, v in os.environ.items() if k != "PACKYARD_FAULT"}
+    if fault:
+        child_env["PACKYARD_FAULT"] = fault
+    child_env.update(env or {})
+    return subprocess.Popen([sys.executable, "-c", script, *args], env=child_env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP: state T in /proc/<pid>/stat); False once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
 
 
 def dead_pid() -> int:

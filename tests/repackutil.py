@@ -11,11 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitutil import fsck_strict, git
+from gitutil import ROOT, fsck_strict, git
 
 DAY = 86400.0
 OLD_AGE = 30 * DAY     # older than the default grace period (2 weeks)
@@ -235,3 +236,22 @@ def build_cruft(base: Path) -> dict:
     return {"bare": bare, "commits": c, "tag": tag, "side": side, "broken": broken, "lone": lone}
 
 
+
+
+_REPACK_CHILD = """
+import sys
+from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.repo import Repository
+repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode(sys.argv[2])))
+"""
+
+
+def repack_in_child(bare: Path, mode: str, fault: str | None) -> subprocess.CompletedProcess:
+    """``repack`` of ``bare`` in ``mode`` in a child process, killed at ``fault`` (``point`` or ``point@N``: its
+    Nth hit; None: runs to the end)."""
+    env = {k: v for k, v in os.environ.items() if k != "PACKYARD_FAULT"}
+    if fault:
+        name, _, at = fault.partition("@")
+        env["PACKYARD_FAULT"] = f"{name}:kill@{at}" if at else name
+    return subprocess.run([sys.executable, "-c", _REPACK_CHILD, str(bare), mode], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta, UTC
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -178,30 +178,29 @@ class RecordsCollector(Collector):
         out += [without, packs, loose, age]
 
         top = self.top
-        fam_packs = GaugeMetricFamily("packyard_repository_packs", f"Installed packs (the top {top} repositories, "
-                                      "last plan)", labels=["repo"])
-        for path, v in s.execute(select(R.path, R.stat_packs).where(enabled, R.stat_packs.is_not(None))
-                                 .order_by(R.stat_packs.desc()).limit(top)):
-            fam_packs.add_metric([path], v)
-        fam_loose = GaugeMetricFamily("packyard_repository_loose_objects_estimate",
-                                      f"Loose objects, estimated (the top {top} repositories, last plan)",
-                                      labels=["repo"])
-        for path, v in s.execute(select(R.path, R.stat_loose_objects).where(enabled, R.stat_loose_objects.is_not(None))
-                                 .order_by(R.stat_loose_objects.desc()).limit(top)):
-            fam_loose.add_metric([path], v)
-        fam_age = GaugeMetricFamily("packyard_repository_last_full_repack_age_seconds",
-                                    f"Seconds since the last full repack (the {top} oldest; never: absent)",
-                                    labels=["repo"])
-        for path, at in s.execute(select(R.path, R.last_full_repack_at)
-                                  .where(enabled, R.last_full_repack_at.is_not(None))
-                                  .order_by(R.last_full_repack_at).limit(top)):
-            fam_age.add_metric([path], max(0.0, now - (epoch(at) or now)))
-        fam_ingests = GaugeMetricFamily("packyard_repository_ingests_since_repack",
-                                        f"Ingests since the last repack (the top {top} repositories)", labels=["repo"])
-        for path, v in s.execute(select(R.path, R.ingests_since_repack).where(enabled, R.ingests_since_repack > 0)
-                                 .order_by(R.ingests_since_repack.desc()).limit(top)):
-            fam_ingests.add_metric([path], v)
-        return out + [fam_packs, fam_loose, fam_age, fam_ingests]
+
+        def per_repo(name: str, doc: str, column: Any, where: Any, order: Any,
+                     value: Callable[[Any], float] = lambda v: v) -> GaugeMetricFamily:
+            """One gauge labelled ``repo``: the ``top`` enabled repositories by ``order`` (never all of them)."""
+            fam = GaugeMetricFamily(name, doc, labels=["repo"])
+            for path, v in s.execute(select(R.path, column).where(enabled, where).order_by(order).limit(top)):
+                fam.add_metric([path], value(v))
+            return fam
+
+        return out + [
+            per_repo("packyard_repository_packs", f"Installed packs (the top {top} repositories, last plan)",
+                     R.stat_packs, R.stat_packs.is_not(None), R.stat_packs.desc()),
+            per_repo("packyard_repository_loose_objects_estimate",
+                     f"Loose objects, estimated (the top {top} repositories, last plan)",
+                     R.stat_loose_objects, R.stat_loose_objects.is_not(None), R.stat_loose_objects.desc()),
+            per_repo("packyard_repository_last_full_repack_age_seconds",
+                     f"Seconds since the last full repack (the {top} oldest; never: absent)",
+                     R.last_full_repack_at, R.last_full_repack_at.is_not(None), R.last_full_repack_at,
+                     lambda at: max(0.0, now - (epoch(at) or now))),
+            per_repo("packyard_repository_ingests_since_repack",
+                     f"Ingests since the last repack (the top {top} repositories)",
+                     R.ingests_since_repack, R.ingests_since_repack > 0, R.ingests_since_repack.desc()),
+        ]
 
 
 def _cumulate(per_bucket: dict[int, int], buckets: int) -> list[int]:

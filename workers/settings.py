@@ -150,7 +150,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, TypeVar
 
 if TYPE_CHECKING:
     from packyard.store.flush import FlushPolicy
@@ -189,39 +189,40 @@ DEFAULT_TIME_LIMITS: dict[str, tuple[float, float]] = {
 }
 
 _ROOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+_N = TypeVar("_N", int, float)
 
 
 class SettingsError(ValueError):
     """A PACKYARD_* variable holds a value packyard cannot run with; the message names the variable."""
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
+def _flag(env: Mapping[str, str], name: str, default: bool = False) -> bool:
     raw = env.get(name, "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
+    if not raw:
+        return default
+    if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
         return True
     raise SettingsError(f"{name} must be 1 or 0, got {raw!r}")
 
 
-def _int(env: Mapping[str, str], name: str, default: int) -> int:
+def _number(env: Mapping[str, str], name: str, default: _N, parse: Callable[[str], _N], what: str) -> _N:
     raw = env.get(name, "").strip()
     if not raw:
         return default
     try:
-        return int(raw)
+        return parse(raw)
     except ValueError:
-        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+        raise SettingsError(f"{name} must be {what}, got {raw!r}") from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    return _number(env, name, default, int, "an integer")
 
 
 def _float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a number, got {raw!r}") from None
+    return _number(env, name, default, float, "a number")
 
 
 def _storage_roots(env: Mapping[str, str], state_dir: Path) -> tuple[tuple[str, Path], ...]:
@@ -264,6 +265,12 @@ def _time_limits(env: Mapping[str, str]) -> tuple[tuple[str, float, float], ...]
                                 "0 < SOFT < HARD, e.g. index_pack=3600:3900)")
         limits[kind] = (soft, hard)
     return tuple(sorted((kind, soft, hard) for kind, (soft, hard) in limits.items()))
+
+
+def _require_positive(values: Iterable[tuple[str, int]]) -> None:
+    for name, value in values:
+        if value <= 0:
+            raise SettingsError(f"{name} must be positive, got {value}")
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -376,12 +383,10 @@ class Settings:
                 raise SettingsError(
                     f"PACKYARD_INCOMING_DIR ({incoming}) and storage root {name} ({root}) overlap: input files "
                     "and repositories must live apart, or a job could read a repository's files as input")
-        for name, value in (("PACKYARD_IMPORT_MAX_BYTES", self.import_max_bytes),
-                            ("PACKYARD_IMPORT_MAX_FILES", self.import_max_files),
-                            ("PACKYARD_WRITE_OBJECTS_MAX_BYTES", self.write_objects_max_bytes),
-                            ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)):
-            if value <= 0:
-                raise SettingsError(f"{name} must be positive, got {value}")
+        _require_positive((("PACKYARD_IMPORT_MAX_BYTES", self.import_max_bytes),
+                           ("PACKYARD_IMPORT_MAX_FILES", self.import_max_files),
+                           ("PACKYARD_WRITE_OBJECTS_MAX_BYTES", self.write_objects_max_bytes),
+                           ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)))
         needed = max(MIN_MESSAGE_BYTES, message_bytes_needed(self.write_objects_max_bytes))
         if self.message_limit < needed:
             raise SettingsError(
@@ -441,12 +446,10 @@ class Settings:
                 f"PACKYARD_RECORDS_KEEP_JOBS_DAYS ({self.records_keep_jobs_days:g} days) must keep job rows longer "
                 f"than PACKYARD_VISIBILITY_TIMEOUT ({self.visibility_timeout} s): a redelivered message of a "
                 "finished job whose row was pruned would run the job again")
-        for name, n in (("PACKYARD_RECORDS_PRUNE_BATCH", self.records_prune_batch),
-                        ("PACKYARD_RECORDS_PRUNE_MAX_BATCHES", self.records_prune_max_batches),
-                        ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos),
-                        ("PACKYARD_PLANNER_PAGE", self.planner_page)):
-            if n <= 0:
-                raise SettingsError(f"{name} must be positive, got {n}")
+        _require_positive((("PACKYARD_RECORDS_PRUNE_BATCH", self.records_prune_batch),
+                           ("PACKYARD_RECORDS_PRUNE_MAX_BATCHES", self.records_prune_max_batches),
+                           ("PACKYARD_METRICS_TOP_REPOS", self.metrics_top_repos),
+                           ("PACKYARD_PLANNER_PAGE", self.planner_page)))
         if self.planner_page > 10_000:
             raise SettingsError(f"PACKYARD_PLANNER_PAGE must be at most 10000 (one transaction's worth), got "
                                 f"{self.planner_page}")
@@ -524,13 +527,12 @@ class Settings:
             allow_unsafe_maintenance=_flag(env, "PACKYARD_ALLOW_UNSAFE_MAINTENANCE"),
             max_message_bytes=(_int(env, "PACKYARD_MAX_MESSAGE_BYTES", 0)
                                if env.get("PACKYARD_MAX_MESSAGE_BYTES", "").strip() else None),
-            receive_fsck=_flag(env, "PACKYARD_RECEIVE_FSCK") if env.get("PACKYARD_RECEIVE_FSCK", "").strip() else True,
+            receive_fsck=_flag(env, "PACKYARD_RECEIVE_FSCK", default=True),
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
             # reachability bitmaps
-            bitmap_lookup_table=_flag(env, "PACKYARD_BITMAP_LOOKUP_TABLE")
-            if env.get("PACKYARD_BITMAP_LOOKUP_TABLE", "").strip() else True,
+            bitmap_lookup_table=_flag(env, "PACKYARD_BITMAP_LOOKUP_TABLE", default=True),
             bitmap_prefer_tips=tuple(p.strip() for p in env.get("PACKYARD_BITMAP_PREFER_TIPS", "").split(",")
                                      if p.strip()),
             # commit-graph and packed refs (issue 19)

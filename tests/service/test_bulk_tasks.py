@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitutil import ROOT, batch_check_all, fsck, git, make_worktree_repo, snapshot_tree, write_source
+from gitutil import ROOT, batch_check_all, edit_commit, fsck, git, make_worktree_repo, snapshot_tree, write_source
 from packyard.store.objects import ObjectType, hash_object
 from procutil import run_task
 
@@ -74,12 +74,8 @@ def test_write_objects_task_base64(store_root, celery_worker, celery_app, pk):
     repo = make_worktree_repo(store_root / "r")
     main = git("rev-parse", "main", git_dir=repo).strip().decode()
     blob = b"edited in the web UI\n"
-    blob_id = hash_object(ObjectType.BLOB, blob)
-    tree = b"100644 edit.txt\0" + blob_id
-    tree_id = hash_object(ObjectType.TREE, tree)
-    commit = (f"tree {tree_id.hex()}\nparent {main}\nauthor W <w@x> 1700000000 +0000\n"
-              f"committer W <w@x> 1700000000 +0000\n\nweb edit\n").encode()
-    commit_id = hash_object(ObjectType.COMMIT, commit).hex()
+    tree, commit, raw_id = edit_commit(main, "edit.txt", blob, "W <w@x>", "web edit")
+    commit_id = raw_id.hex()
     objects = [{"type": t, "data": base64.b64encode(d).decode()} for t, d in
                (("blob", blob), ("tree", tree), ("commit", commit), ("blob", blob))]
     res, value, job = run_task(celery_app, pk, "packyard.write_objects", repo=str(repo), objects=objects,

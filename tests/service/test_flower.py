@@ -3,10 +3,13 @@ basic auth; `packyard flower` refuses to start open to others."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import subprocess
 import urllib.error
 import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -36,14 +39,16 @@ def _get(url: str, auth: str | None = CREDENTIALS):
         return None, None
 
 
-def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, celery_app, pk):
+@contextlib.contextmanager
+def _running_flower(pk, tmp_path: Path, *args: str) -> Iterator[tuple[Any, str]]:
+    """``packyard flower --port <free> args...`` with the credentials in FLOWER_BASIC_AUTH (not visible in ps, as
+    docker-compose passes them), once its HTTP API answers: (the Child, its base URL); stopped on the way out."""
     from packyard.workers.cli.children import Child
 
     port = pk.free_port()
     log = open(tmp_path / "flower.log", "wb")
-    # Credentials through the environment (not visible in ps), as docker-compose passes them.
-    flower = Child("flower", ["packyard", "flower", "--port", str(port)], pk.cli_env(FLOWER_BASIC_AUTH=CREDENTIALS),
-                   stdout=log)
+    flower = Child("flower", ["packyard", "flower", "--port", str(port), *args],
+                   pk.cli_env(FLOWER_BASIC_AUTH=CREDENTIALS), stdout=log)
     base = f"http://127.0.0.1:{port}"
     try:
         def ready():
@@ -51,7 +56,14 @@ def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, 
                 raise AssertionError(f"flower exited: {(tmp_path / 'flower.log').read_text()[-2000:]}")
             return _get(f"{base}/api/tasks")[0] == 200
         pk.wait_until(ready, 60, interval=0.3, what="flower's HTTP API")
+        yield flower, base
+    finally:
+        flower.stop(timeout=10)
+        log.close()
 
+
+def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, celery_app, pk):
+    with _running_flower(pk, tmp_path) as (flower, base):
         assert _get(f"{base}/api/tasks", auth=None)[0] == 401            # no credentials, no API
         assert _get(f"{base}/api/tasks", auth="operator:wrong-password-here")[0] == 401
         repo = make_worktree_repo(store_root)
@@ -82,9 +94,6 @@ def test_flower_lists_finished_verify_repo(tmp_path, store_root, celery_worker, 
             families = {f.name: f.type for f in text_string_to_metric_families(r.read().decode())}
         wanted = dashboard_metrics("flower_")
         assert wanted and all(served(n, families) for n in wanted), (wanted, sorted(families))
-    finally:
-        flower.stop(timeout=10)
-        log.close()
     assert flower.poll() is not None
     out = subprocess.run(["pgrep", "-g", str(flower.pid)], capture_output=True, text=True)
     assert out.stdout.strip() == "", f"processes left in flower's group: {out.stdout}"
@@ -137,22 +146,7 @@ def test_password_strength_rule(password, ok):
 
 
 def test_flower_metrics_public_serves_metrics_without_credentials(tmp_path, celery_worker, pk):
-    from packyard.workers.cli.children import Child
-
-    port = pk.free_port()
-    log = open(tmp_path / "flower.log", "wb")
-    flower = Child("flower", ["packyard", "flower", "--port", str(port), "--metrics-public"],
-                   pk.cli_env(FLOWER_BASIC_AUTH=CREDENTIALS), stdout=log)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        def ready():
-            if flower.poll() is not None:
-                raise AssertionError(f"flower exited: {(tmp_path / 'flower.log').read_text()[-2000:]}")
-            return _get(f"{base}/api/tasks")[0] == 200
-        pk.wait_until(ready, 60, interval=0.3, what="flower's HTTP API")
+    with _running_flower(pk, tmp_path, "--metrics-public") as (_flower, base):
         status, body = _get(f"{base}/metrics", auth=None)
         assert status == 200 and "flower_" in body
         assert _get(f"{base}/api/tasks", auth=None)[0] == 401   # only /metrics is opened
-    finally:
-        flower.stop(timeout=10)
-        log.close()

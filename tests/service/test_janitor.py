@@ -25,6 +25,7 @@ from gitutil import commit_objects, git, make_worktree_repo
 from packyard.store import owner as store_owner
 from packyard.store.leftovers import Kind, Leftover, Verdict
 from packyard.workers.commands.janitor import Decision, JobOracle, judge
+from procutil import stopped
 
 
 def dead_owner(job: str | None) -> store_owner.Owner:
@@ -77,14 +78,6 @@ def test_judgement_by_owner_process_and_job(sqlite_url, redis_client):
     assert decide(replace(me, job=None))[0] is Decision.KEEP
     assert decide(replace(elsewhere, job=None))[0] is Decision.AGE_RULES
     assert decide(None)[0] is Decision.AGE_RULES
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "T"
-    except OSError:
-        return False
 
 
 def _zombie(pid: int) -> bool:
@@ -149,7 +142,7 @@ def test_leftovers_of_killed_jobs_go_by_owner_and_paused_jobs_keep_theirs(
         pk.wait_until(lambda: all((tmp_path / "once-dead" / f).exists() for f in FAULTS), 90,
                       what="the three jobs to reach their fault points")
         caught = [pk.job_row(r.id).worker_pid for r in dead_jobs.values()]
-        pk.wait_until(lambda: all(_stopped(p) for p in caught), 30, what="the three processes to stop")
+        pk.wait_until(lambda: all(stopped(p) for p in caught), 30, what="the three processes to stop")
         os.killpg(killer.child.pid, signal.SIGKILL)
         pk.wait_until(lambda: not any(os.path.exists(f"/proc/{p}") and not _zombie(p) for p in caught), 30,
                       what="the killed processes to be gone")
@@ -166,7 +159,7 @@ def test_leftovers_of_killed_jobs_go_by_owner_and_paused_jobs_keep_theirs(
         live_jobs = _jobs(celery_app, q_live, live, incoming, tmp_path / "l")
         pk.wait_until(lambda: all((once / f).exists() for f in FAULTS), 90, what="the three jobs to pause")
         paused = [pk.job_row(r.id).worker_pid for r in live_jobs.values()]
-        pk.wait_until(lambda: all(_stopped(p) for p in paused), 30, what="the paused processes to stop")
+        pk.wait_until(lambda: all(stopped(p) for p in paused), 30, what="the paused processes to stop")
         before_live = {k: leftovers(r) for k, r in live.items()}
         before_dead = {k: leftovers(r) for k, r in dead.items()}
 

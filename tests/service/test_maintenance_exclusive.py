@@ -25,6 +25,7 @@ from packyard.store.fence import FenceKind, recorded_token
 from packyard.workers.locks import LeaseKind, acquire, db_event_recorder
 from packyard.workers.records import LockEvent, session_scope
 from packyard.workers.records.models import LeaseOutcome, LockEventKind
+from procutil import stopped
 
 
 def events_of(settings, job_id: str) -> list[LockEvent]:
@@ -146,14 +147,6 @@ def test_a_repack_killed_holding_the_lease_is_taken_over_by_its_redelivery(shape
     assert ru.reachable_listing(bare) == listing
 
 
-def _stopped(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "T"
-    except OSError:
-        return False
-
-
 def test_a_holder_stalled_past_its_lease_deletes_nothing_after_it_resumes(shapes, pk, settings, celery_app,
                                                                           migrated_db, tmp_path, monkeypatch):
     bare = shapes.bare
@@ -166,7 +159,7 @@ def test_a_holder_stalled_past_its_lease_deletes_nothing_after_it_resumes(shapes
         stalled = celery_app.send_task("packyard.repack", queue=queue, kwargs={"repo": str(bare), "mode": "full"})
         pk.wait_until(lambda: (once / "repack.after_lease_check").exists(), 90, what="the repack to stall")
         stalled_pid = pk.job_row(stalled.id).worker_pid
-        pk.wait_until(lambda: _stopped(stalled_pid), 30, what="the stalled process to be stopped")
+        pk.wait_until(lambda: stopped(stalled_pid), 30, what="the stalled process to be stopped")
         # Past its lease: the next repack (the worker's other process) takes over and finishes.
         successor = celery_app.send_task("packyard.repack", queue=queue, kwargs={"repo": str(bare),
                                                                                  "mode": "full", "wait": 60})

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import ROOT, batch_check_all, git, make_worktree_repo
+from gitutil import ROOT, batch_check_all, git, git_tree_of, make_worktree_repo
 from gitutil import fsck_strict as fsck
 from packyard.store import Repository
 from packyard.store.batch.api import should_write_pack, write_objects
@@ -36,14 +36,6 @@ def make_tree(src: Path, files: int, version: int = 0, changed_every: int = 10) 
     return src
 
 
-def git_tree_of(src: Path, tmp: Path) -> str:
-    work = tmp / "gitwork"
-    subprocess.run(["cp", "-a", str(src), str(work)], check=True)
-    git("init", "-q", str(work))
-    git("add", "-A", cwd=work)
-    return git("write-tree", cwd=work).strip().decode()
-
-
 def packs(bare: Path) -> list[Path]:
     return sorted((bare / "objects" / "pack").glob("pack-*.pack"))
 
@@ -56,13 +48,6 @@ def verify(pack: Path) -> str:
     out = git("verify-pack", "-v", str(pack.with_suffix(".idx"))).decode()
     assert out.rstrip().endswith(": ok"), out[-300:]
     return out
-
-
-@pytest.fixture
-def bare(tmp_path):
-    b = tmp_path / "r.git"
-    git("init", "-q", "--bare", str(b))
-    return b
 
 
 def test_threshold_is_a_pure_question():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import ROOT, batch_check_all, fsck, git, make_worktree_repo, snapshot_tree
+from gitutil import ROOT, batch_check_all, edit_commit, fsck, git, make_worktree_repo, snapshot_tree
 from packyard.store import RefUpdate, RefUpdateError, Repository, leftovers
 from packyard.store.batch import loose as bulk
 from packyard.store.batch.api import begin, write_objects
@@ -296,12 +296,7 @@ def test_write_objects_validates_then_writes(tmp_path):
     repo = Repository.open(bare)
     main = repo.refs.read("refs/heads/main")
     blob = b"from the frontend\n"
-    blob_id = hash_object(ObjectType.BLOB, blob)
-    tree = b"100644 file.txt\0" + blob_id
-    tree_id = hash_object(ObjectType.TREE, tree)
-    commit = (f"tree {tree_id.hex()}\nparent {main.hex()}\nauthor A <a@x> 1700000000 +0000\n"
-              f"committer A <a@x> 1700000000 +0000\n\nweb edit\n").encode()
-    commit_id = hash_object(ObjectType.COMMIT, commit)
+    tree, commit, commit_id = edit_commit(main.hex(), "file.txt", blob, "A <a@x>", "web edit")
     results, res = write_objects(repo, [("blob", blob), ("tree", tree), (ObjectType.COMMIT, commit)],
                                  ref_updates=[RefUpdate("refs/heads/main", main, commit_id)])
     assert [r for _, r in results] == [WriteResult.QUEUED] * 3

@@ -16,7 +16,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import zlib
 from pathlib import Path
@@ -27,6 +26,7 @@ from gitutil import ROOT, fsck, git, write_source
 from packyard.store import Repository
 from packyard.store.importtree import Identity, import_tree
 from packyard.store.owner import read_owner
+from procutil import spawn_python
 
 pytestmark = pytest.mark.slow
 
@@ -46,6 +46,8 @@ options = {}
 if os.environ.get("PACKYARD_TEST_FLUSH_METHOD"):   # tests/test_crash_flush.py: each flush method forced
     from packyard.store.flush import FlushMethod, FlushPolicy
     options["flush_policy"] = FlushPolicy(FlushMethod(os.environ["PACKYARD_TEST_FLUSH_METHOD"]))
+if os.environ.get("PACKYARD_TEST_PACK_THRESHOLD"):   # tests/test_crash_pack.py: the import written as a pack
+    options["pack_threshold"] = int(os.environ["PACKYARD_TEST_PACK_THRESHOLD"])
 ident = Identity(name="Crash Test", email="crash@example.com", when=1700000000)
 repo = Repository.open(sys.argv[2])
 print("ready", flush=True)
@@ -54,7 +56,7 @@ if sys.argv[4] == "wait":
 import time
 t0 = time.monotonic()
 res = import_tree(repo, "refs/heads/main", sys.argv[3], message="crash test", author=ident, **options)
-if options:
+if "flush_policy" in options:
     print("flush", ",".join(sorted(k for k in res.counters if k.startswith("flush_"))), flush=True)
 print(f"done {time.monotonic() - t0:.6f}", flush=True)
 """
@@ -108,20 +110,27 @@ def check_repo(bare: Path, old: str, expected_tree: str) -> str:
     return ref
 
 
-@pytest.fixture(scope="module")
-def template(tmp_path_factory):
-    base = tmp_path_factory.mktemp("crash")
+def template_and_expected(base: Path, src: Path, **options):
+    """The repository every run copies (``base/template.git``: REF an old tip of one small loose commit) and the
+    expected import of ``src`` on top of it (``import_tree`` with ``options``), computed once in a scratch copy,
+    not from the runs under test: (template, the old tip's result, the scratch copy, the expected result)."""
     bare = base / "template.git"
     git("init", "-q", "--bare", str(bare))
     first = base / "first"
     first.mkdir()
     (first / "README").write_text("old tip\n")
-    res = import_tree(Repository.open(bare), REF, first, author=WHEN)
-    src = make_source(base)
-    # The expected tree, computed once in a scratch copy (not from the runs under test).
+    old = import_tree(Repository.open(bare), REF, first, author=WHEN)
     scratch = base / "scratch.git"
     shutil.copytree(bare, scratch, symlinks=True)
-    expected = import_tree(Repository.open(scratch), REF, src, author=WHEN, message="crash test")
+    expected = import_tree(Repository.open(scratch), REF, src, author=WHEN, message="crash test", **options)
+    return bare, old, scratch, expected
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory):
+    base = tmp_path_factory.mktemp("crash")
+    src = make_source(base)
+    bare, res, _scratch, expected = template_and_expected(base, src)
     return {"bare": bare, "src": src, "old": res.commit.hex(), "tree": expected.tree.hex(),
             "commit": expected.commit.hex(), "base": base}
 
@@ -141,14 +150,8 @@ class Runner:
         return dest
 
     def spawn(self, bare: Path, fault: str | None, wait: bool, early_every: int | None = None) -> subprocess.Popen:
-        env = {k: v for k, v in os.environ.items() if k != "PACKYARD_FAULT"}
-        if fault:
-            env["PACKYARD_FAULT"] = fault
-        if early_every:
-            env["PACKYARD_TEST_EARLY_FLUSH_EVERY"] = str(early_every)
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(ROOT), str(bare), str(self.t["src"]),
-                                 "wait" if wait else "go"], env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+        proc = spawn_python(CHILD, str(ROOT), str(bare), str(self.t["src"]), "wait" if wait else "go", fault=fault,
+                            env={"PACKYARD_TEST_EARLY_FLUSH_EVERY": str(early_every)} if early_every else None)
         self.last_pid = proc.pid
         return proc
 

@@ -32,6 +32,7 @@ from gitutil import CORPUS, git, repo_from_corpus
 from packbuild import entry_header, ofs_bytes, varint
 from packyard.store.errors import LimitExceededError
 from packyard.store.pack import _delta_py, delta
+from packyard.workers.cli.bench.delta import read_blobs, version_pairs
 
 IMPLS = ["c", "python"]
 
@@ -592,28 +593,9 @@ def corpus_pairs(tmp_path_factory) -> list[tuple[bytes, bytes]]:
     if not (CORPUS / "git-v1.0.0.pack").exists():
         pytest.skip(f"corpus pack {CORPUS / 'git-v1.0.0.pack'} absent")
     repo = repo_from_corpus(tmp_path_factory.mktemp("delta-corpus"))
-    names = git("log", "--format=", "--name-only", "main", git_dir=repo).decode().split()
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
-    paths = sorted(counts, key=lambda p: (-counts[p], p))[:8]
-    raw = git("log", "--raw", "--no-abbrev", "--format=", "main", "--", *paths, git_dir=repo).decode()
-    ids: list[tuple[str, str]] = []
-    for line in raw.splitlines():
-        meta, _, _path = line.partition("\t")
-        f = meta.split()
-        if len(f) == 5 and f[0] in (":100644", ":100755") and f[1] == f[0][1:] and f[4] == "M":
-            ids.append((f[2], f[3]))
-    ids = ids[:240]
-    wanted = sorted({i for pair in ids for i in pair})
-    out = git("cat-file", "--batch", git_dir=repo, input="".join(i + "\n" for i in wanted).encode())
-    blobs: dict[str, bytes] = {}
-    pos = 0
-    while pos < len(out):
-        nl = out.index(b"\n", pos)
-        oid, _typ, size = out[pos:nl].split()
-        blobs[oid.decode()] = out[nl + 1:nl + 1 + int(size)]
-        pos = nl + 1 + int(size) + 1
+    # The bench's own selection and reader (packyard bench delta), every modification of each path.
+    ids = version_pairs(repo, 8, per_file=1 << 30)[:240]
+    blobs = read_blobs(repo, sorted({i for pair in ids for i in pair}))
     return [(blobs[a], blobs[b]) for a, b in ids]
 
 

@@ -6,17 +6,13 @@ show (a missing blob beside a missing link, a 100 MiB blob) through the batch ch
 parity cases are in tests/fsckcases.py (test_fsck_parity.py runs them)."""
 from __future__ import annotations
 
-import io
-
 import pytest
 
-from fsckcases import Case, Source, git_verdict
+from fsckcases import Case, Source, git_verdict, packyard_refusal
 from gitutil import snapshot_tree
 from packyard.store.errors import FsckError
 from packyard.store.fsck import FsckOptions, checker, rules
 from packyard.store.objects import ObjectType
-from packyard.store.pack.indexpack import index_pack
-from packyard.store.pack.unpack import unpack_objects
 from packyard.store.repo import Repository
 
 LOWERED = ("gitattributesLineLength=ignore,gitattributesLarge=ignore,gitattributesBlob=ignore,"
@@ -36,20 +32,9 @@ def _case(src: Source, name: str, data: bytes | None, *, mode: str = "100644") -
 
 
 def _ours(tmp_path, src: Source, case: Case, tool: str, config: str | None):
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    repo = Repository.init(tmp_path / f"py-{tool}-{config is not None}.git")
-    before = snapshot_tree(repo.path)
-    opts = FsckOptions.from_config(config) if config else None
-    pack = src.pack(case.push)
-    try:
-        if tool == "index-pack":
-            index_pack(repo, io.BytesIO(pack), strict=True, fsck=opts)
-        else:
-            unpack_objects(repo, pack, strict=True, fsck=opts)
-    except FsckError as err:
-        assert snapshot_tree(repo.path) == before, "a refused push left something behind"
-        return err
-    return None
+    err = packyard_refusal(src, case, tool, tmp_path / f"py-{tool}-{config is not None}.git", config)
+    assert err is None or isinstance(err, FsckError), err
+    return err
 
 
 @pytest.fixture(params=["c", "python"])

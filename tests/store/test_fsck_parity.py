@@ -12,33 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fsckcases import CASES, CONFIGS, LOWERED, Case, Source, Verdict, git_verdict
+from fsckcases import CASES, CONFIGS, LOWERED, Case, Source, git_verdict, packyard_verdict
 from gitutil import git, snapshot_tree
 from packyard.store.errors import StoreError
-from packyard.store.fsck import FsckOptions
 from packyard.store.pack.indexpack import index_pack
-from packyard.store.pack.unpack import unpack_objects
 from packyard.store.repo import Repository
 
 TOOLS = ("index-pack", "unpack-objects")
-
-
-def packyard_verdict(src: Source, case: Case, tool: str, where: Path, config: str | None = None) -> Verdict:
-    repo = Repository.init(where / f"py-{tool}.git")
-    if case.have:
-        index_pack(repo, io.BytesIO(src.pack(case.have)))
-    opts = FsckOptions.from_config(config) if config else None
-    pack = src.pack(case.push)
-    before = snapshot_tree(repo.path)
-    try:
-        if tool == "index-pack":
-            index_pack(repo, io.BytesIO(pack), strict=True, fsck=opts)
-        else:
-            unpack_objects(repo, pack, strict=True, fsck=opts)
-    except StoreError as err:
-        assert snapshot_tree(repo.path) == before, "a refused push left something behind"
-        return Verdict(False, getattr(err, "msg_id", None), str(err))
-    return Verdict(True, None)
 
 
 def _compare(tmp_path: Path, name: str, config: str | None, *, check_declared: bool) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gitutil import ROOT, git, make_worktree_repo, snapshot_tree
+from gitutil import ROOT, git, git_tree_of, make_worktree_repo, snapshot_tree
 from gitutil import fsck_strict as fsck
 from packyard.store import RefUpdateError, Repository
 from packyard.store.errors import InvalidInputError, WriteFailedError
@@ -35,15 +35,6 @@ def make_source(base: Path) -> Path:
     (src / "emptydir").mkdir()                     # git cannot store it; omitted like git add
     (src / "ünï cödé").write_text("utf-8 name\n")
     return src
-
-
-def git_tree_of(src: Path, tmp: Path) -> str:
-    """The tree git itself builds for ``src``."""
-    work = tmp / "gitwork"
-    subprocess.run(["cp", "-a", str(src), str(work)], check=True)
-    git("init", "-q", str(work))
-    git("add", "-A", cwd=work)
-    return git("write-tree", cwd=work).strip().decode()
 
 
 @pytest.fixture

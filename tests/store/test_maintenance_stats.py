@@ -38,13 +38,6 @@ def commit_on(bare: Path, tmp: Path, name: str, files: int = 3, parent: str | No
     return commit
 
 
-@pytest.fixture
-def bare(tmp_path):
-    b = tmp_path / "r.git"
-    git("init", "-q", "--bare", str(b))
-    return b
-
-
 def idx_counts_by_git(bare: Path) -> dict[str, int]:
     out = {}
     for idx in (bare / "objects" / "pack").glob("pack-*.idx"):

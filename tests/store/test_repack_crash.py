@@ -3,20 +3,11 @@ git fsck passes; a rerun completes and removes what the dead run left (temp file
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 
 import pytest
 
 import repackutil as ru
-from gitutil import ROOT, git
-
-CHILD = """
-import sys
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.repo import Repository
-repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode(sys.argv[2])))
-"""
+from gitutil import git
 
 FULL_POINTS = [
     "repack.after_plan", "repack.after_write",
@@ -26,17 +17,6 @@ FULL_POINTS = [
     "repack.before_delete", "repack.after_idx_preserved", "repack.after_pack_preserved@3",
     "repack.after_loose_deleted", "repack.after_delete",
 ]
-
-
-def _run(bare, mode: str, fault: str | None) -> subprocess.CompletedProcess:
-    import os
-
-    env = {k: v for k, v in os.environ.items() if k != "PACKYARD_FAULT"}
-    if fault:
-        name, _, at = fault.partition("@")
-        env["PACKYARD_FAULT"] = f"{name}:kill@{at}" if at else name
-    return subprocess.run([sys.executable, "-c", CHILD, str(bare), mode], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
 
 
 def _leftovers(bare) -> list[str]:
@@ -54,7 +34,7 @@ def test_sigkill_during_a_full_repack(template, tmp_path, point):
     shapes = ru.copy(template, tmp_path / "repo.git")
     bare = shapes.bare
     listing = ru.reachable_listing(bare)
-    proc = _run(bare, "full", point)
+    proc = ru.repack_in_child(bare, "full", point)
     assert proc.returncode == -signal.SIGKILL, f"{point}: not killed there (rc {proc.returncode}): {proc.stderr}"
     # Readable: git sees every reachable object, and the young unreachable ones.
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
@@ -62,7 +42,7 @@ def test_sigkill_during_a_full_repack(template, tmp_path, point):
     for oid in shapes.young + shapes.rescued:
         assert ru.has_object(bare, oid), (point, oid)
     # A rerun completes and removes what the dead run left behind.
-    proc = _run(bare, "full", None)
+    proc = ru.repack_in_child(bare, "full", None)
     assert proc.returncode == 0, proc.stderr
     assert _leftovers(bare) == [], point
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
@@ -82,10 +62,10 @@ def test_sigkill_during_geometric_and_loose_repacks(template, tmp_path, mode, po
     shapes = ru.copy(template, tmp_path / "repo.git")
     bare = shapes.bare
     listing = ru.reachable_listing(bare)
-    proc = _run(bare, mode, point)
+    proc = ru.repack_in_child(bare, mode, point)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
-    assert _run(bare, mode, None).returncode == 0
+    assert ru.repack_in_child(bare, mode, None).returncode == 0
     assert _leftovers(bare) == []
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert ru.reachable_listing(bare) == listing
@@ -135,12 +115,12 @@ def test_sigkill_during_a_full_repack_with_old_and_young_unreachable_objects(cru
     bare = tmp_path / "repo.git"
     shutil.copytree(cruft_template["bare"], bare, copy_function=shutil.copy2)
     kept = cruft_template["kept"]
-    proc = _run(bare, "full", point)
+    proc = ru.repack_in_child(bare, "full", point)
     assert proc.returncode == -signal.SIGKILL, f"{point}: not killed there (rc {proc.returncode}): {proc.stderr}"
     # Nothing git keeps is gone (the reachable objects, the young ones and the old ones they reach).
     assert kept <= _all_ids(bare), point
     git("fsck", "--connectivity-only", "--no-dangling", git_dir=bare)
-    proc = _run(bare, "full", None)
+    proc = ru.repack_in_child(bare, "full", None)
     assert proc.returncode == 0, proc.stderr
     assert _leftovers(bare) == [], point
     assert _all_ids(bare) == kept, point

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -101,6 +102,18 @@ def _refs(bare: Path) -> dict[str, bytes]:
     return {name: bytes.fromhex(oid) for name, oid in (line.split() for line in out.splitlines())}
 
 
+def _ours_beside_gits(bare: Path, options: BitmapOptions, config: Sequence[str] = (),
+                      tips: dict[str, bytes] | None = None) -> tuple[bytes, bytes, list[bytes]]:
+    """``git repack -adb`` (with ``config``), then ``bitmap_for`` over git's own pack and every commit: (our
+    bitmap's bytes, git's, the commits)."""
+    git(*config, "repack", "-adbq", git_dir=bare)
+    order, types, checksum, objs, theirs = _git_pack(bare)
+    commits = [bytes.fromhex(h) for h in git("rev-list", "--all", git_dir=bare).decode().split()]
+    mine = bitmap_for(order, types, checksum, commits, objs.__getitem__, names=_names(bare), tips=tips,
+                      options=options)
+    return mine, theirs.read_bytes(), commits
+
+
 @pytest.mark.parametrize("config,options", [
     ([], BitmapOptions(lookup_table=False)),
     (["-c", "pack.writeBitmapLookupTable=true"], BitmapOptions(lookup_table=True)),
@@ -112,35 +125,23 @@ def test_same_bytes_as_gits_bitmap_for_gits_pack(tmp_path, config, options):
     bare = _history(tmp_path)
     for n in (57, 131):   # (commits no window would choose on its own)
         git("update-ref", f"refs/prefer/p{n}", f"main~{n}", git_dir=bare)
-    git(*config, "repack", "-adbq", git_dir=bare)
-    order, types, checksum, objs, theirs = _git_pack(bare)
-    commits = [bytes.fromhex(h) for h in git("rev-list", "--all", git_dir=bare).decode().split()]
+    mine, theirs, commits = _ours_beside_gits(bare, options, config, tips=_refs(bare))
     assert len(commits) > 100   # (past the "every commit" case: the windows and merges choose)
-    mine = bitmap_for(order, types, checksum, commits, objs.__getitem__, names=_names(bare), tips=_refs(bare),
-                      options=options)
-    assert mine == theirs.read_bytes()
+    assert mine == theirs
 
 
 def test_same_bytes_for_a_few_commits(tmp_path):
     bare = _history(tmp_path, commits=30)
-    git("repack", "-adbq", git_dir=bare)
-    order, types, checksum, objs, theirs = _git_pack(bare)
-    commits = [bytes.fromhex(h) for h in git("rev-list", "--all", git_dir=bare).decode().split()]
-    mine = bitmap_for(order, types, checksum, commits, objs.__getitem__, names=_names(bare),
-                      options=BitmapOptions(lookup_table=False))
-    assert mine == theirs.read_bytes()
+    mine, theirs, commits = _ours_beside_gits(bare, BitmapOptions(lookup_table=False))
+    assert mine == theirs
     assert read_header(mine).entries == len(commits)
 
 
 @pytest.mark.slow
 def test_same_bytes_for_git_v1(tmp_path):
     bare = repo_from_corpus(tmp_path)
-    git("repack", "-adbq", git_dir=bare)
-    order, types, checksum, objs, theirs = _git_pack(bare)
-    commits = [bytes.fromhex(h) for h in git("rev-list", "--all", git_dir=bare).decode().split()]
-    mine = bitmap_for(order, types, checksum, commits, objs.__getitem__, names=_names(bare),
-                      options=BitmapOptions(lookup_table=False))
-    assert mine == theirs.read_bytes()
+    mine, theirs, commits = _ours_beside_gits(bare, BitmapOptions(lookup_table=False))
+    assert mine == theirs
 
 
 def test_ewah_bits_survive_every_construction():

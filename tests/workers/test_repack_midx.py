@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import repackutil as ru
-from gitutil import ROOT, git
+from gitutil import git
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
 from packyard.store.pack.midx import (
     MIDX_NAME,
@@ -144,26 +144,10 @@ def test_a_repack_with_nothing_to_roll_up_still_repairs_a_stale_midx(template, t
     _verify(bare)
 
 
-CHILD = """
-import sys
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.repo import Repository
-repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode(sys.argv[2])))
-"""
-
 POINTS = ["repack.after_fsync_dirs", "repack.midx.after_flush", "repack.midx.after_rename",
           "repack.midx.after_bitmap_rename",
           "repack.midx.after_fsync_dirs", "repack.after_idx_preserved", "repack.after_pack_preserved@2",
           "repack.after_delete"]
-
-
-def _run(bare: Path, mode: str, fault: str | None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "PACKYARD_FAULT"}
-    if fault:
-        name, _, at = fault.partition("@")
-        env["PACKYARD_FAULT"] = f"{name}:kill@{at}" if at else name
-    return subprocess.run([sys.executable, "-c", CHILD, str(bare), mode], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.slow
@@ -176,7 +160,7 @@ def test_sigkill_between_midx_and_deletions(template, tmp_path, point):
     listing = ru.reachable_listing(bare)
     old = write_midx(pack_dir, installed_stems(pack_dir))
     old_bytes = (pack_dir / MIDX_NAME).read_bytes()
-    proc = _run(bare, "geometric", point)
+    proc = ru.repack_in_child(bare, "geometric", point)
     assert proc.returncode == -signal.SIGKILL, f"{point}: not killed there (rc {proc.returncode}): {proc.stderr}"
     _verify(bare)
     assert ru.reachable_listing(bare) == listing
@@ -189,7 +173,7 @@ def test_sigkill_between_midx_and_deletions(template, tmp_path, point):
                              capture_output=True)
         assert bad.returncode != 0, "git must refuse a MIDX naming a preserved pack"
         (pack_dir / "midx.new").replace(pack_dir / MIDX_NAME)
-    proc = _run(bare, "geometric", None)
+    proc = ru.repack_in_child(bare, "geometric", None)
     assert proc.returncode == 0, proc.stderr
     assert not [n.name for n in pack_dir.iterdir() if n.name.startswith("tmp_") or n.name.endswith(".lock")]
     _verify(bare)

@@ -230,6 +230,13 @@ def _commit(tree: str, parents: list[str] = (), when: int = 1_700_000_000) -> by
     return "\n".join(lines).encode()
 
 
+def _one_file_commit(bare: Path, data: bytes, mode: str = "100644", name: str = "f") -> tuple[str, str, str]:
+    """A blob of ``data`` as the one entry (``mode name``) of a tree, and a commit of it: (blob, tree, commit)."""
+    blob = _write(bare, "blob", data)
+    tree = _write(bare, "tree", _tree([(mode, name, blob)]))
+    return blob, tree, _write(bare, "commit", _commit(tree))
+
+
 def _pack_everything(bare: Path) -> Path:
     """Every loose object into one pack (git pack-objects), loose files removed; the pack's path."""
     ids = b"".join(p.parent.name.encode() + p.name.encode() + b"\n" for p in (bare / "objects").glob("??/*"))
@@ -264,9 +271,7 @@ def _walk_errors(bare: Path) -> tuple[BaseException, BaseException]:
 @needs_c
 def test_packed_tree_whose_bytes_differ_from_its_crc_stops_the_walk(tmp_path):
     bare = _repo(tmp_path)
-    blob = _write(bare, "blob", b"content\n")
-    tree = _write(bare, "tree", _tree([("100644", "f", blob)]))
-    commit = _write(bare, "commit", _commit(tree))
+    _blob, tree, commit = _one_file_commit(bare, b"content\n")
     git("update-ref", "refs/heads/main", commit, git_dir=bare)
     pack = _pack_everything(bare)
     offset = _entry_offset(pack, tree)
@@ -288,9 +293,7 @@ def test_packed_tree_whose_bytes_differ_from_its_crc_stops_the_walk(tmp_path):
 @needs_c
 def test_tree_entry_naming_a_blob_as_a_directory_is_refused(tmp_path):
     bare = _repo(tmp_path)
-    blob = _write(bare, "blob", b"not a tree\n")
-    tree = _write(bare, "tree", _tree([("40000", "dir", blob)]))
-    commit = _write(bare, "commit", _commit(tree))
+    blob, tree, commit = _one_file_commit(bare, b"not a tree\n", "40000", "dir")
     git("update-ref", "refs/heads/main", commit, git_dir=bare)
     pack = _pack_everything(bare)
     python_err, c_err = _walk_errors(bare)
@@ -347,9 +350,7 @@ def test_object_missing_below_a_packed_tree_names_the_tree(tmp_path):
 def test_loose_object_with_wrong_content_is_refused_by_the_fallback(tmp_path):
     """Objects outside the packs reach the C walk through the Python read, which checks their SHA-1."""
     bare = _repo(tmp_path)
-    blob = _write(bare, "blob", b"x\n")
-    tree = _write(bare, "tree", _tree([("100644", "f", blob)]))
-    commit = _write(bare, "commit", _commit(tree))
+    blob, _tree_id, commit = _one_file_commit(bare, b"x\n")
     _pack_everything(bare)
     other = _write(bare, "tree", _tree([("100644", "g", blob)]))
     loose = bare / "objects" / other[:2] / other[2:]

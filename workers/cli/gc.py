@@ -18,7 +18,7 @@ import argparse
 import json
 
 from packyard.workers.cli.args import add_repo_arg
-from packyard.workers.cli.lease import maintenance_lock_if
+from packyard.workers.cli.lease import add_lease_args, maintenance_lock_if
 from packyard.workers.settings import get_settings
 from packyard.workers.commands.gc import QUARANTINE_AFTER
 
@@ -43,11 +43,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--preserve-for", type=float, default=None, metavar="SECONDS",
                    help="remove preserved packs (objects/pack/preserved/) older than this "
                         "(default: PACKYARD_MAINTENANCE_PRESERVE_FOR, 3600)")
-    p.add_argument("--lock", action="store_true",
-                   help="hold the repository's maintenance lease (never beside a repack); each deletion checks it")
-    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
-                   help="with --lock: wait this long for another maintenance job (default: "
-                        "PACKYARD_MAINTENANCE_WAIT, 600); then give up with exit status 75")
+    add_lease_args(p, "hold the repository's maintenance lease (never beside a repack); each deletion checks it")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
 
 

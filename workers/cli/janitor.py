@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import uuid
-from datetime import datetime, UTC
+from typing import Any
 
-from packyard.workers.cli.prepare import prepare_embedded
-from packyard.workers.settings import get_settings
+from packyard.workers.cli.prepare import run_as_job
+from packyard.workers.settings import Settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -42,22 +39,17 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> int:
     from packyard.workers.commands.janitor import run_janitor
     from packyard.workers.locks import redis_client
-    from packyard.workers.records.models import JobState
-    from packyard.workers.records.recorder import record_run
 
-    s = get_settings()
-    prepare_embedded(s, migrate=True)
-    run_id = str(uuid.uuid4())
-    started = datetime.now(UTC)
-    client = redis_client(s)
-    try:
-        result = run_janitor(s, repos=args.repo, redis_client=client, safety_age=args.safety_age, job_id=run_id)
-    finally:
-        client.close()
-    record_run(s, task_id=run_id, kind="packyard.janitor", repo=args.repo[0] if args.repo and len(args.repo) == 1
-               else None, params={"repos": args.repo, "safety_age": args.safety_age}, started=started,
-               state=JobState.SUCCESS, counters=result["counters"], hostname=f"cli@{socket.gethostname()}",
-               pid=os.getpid())
+    def work(s: Settings, run_id: str) -> dict[str, Any]:
+        client = redis_client(s)
+        try:
+            return run_janitor(s, repos=args.repo, redis_client=client, safety_age=args.safety_age, job_id=run_id)
+        finally:
+            client.close()
+
+    run_id, result = run_as_job("packyard.janitor", work,
+                                repo=args.repo[0] if args.repo and len(args.repo) == 1 else None,
+                                params={"repos": args.repo, "safety_age": args.safety_age})
     result["job"] = run_id
     if args.json:
         print(json.dumps(result, default=str))

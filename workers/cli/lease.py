@@ -16,6 +16,15 @@ class LeaseBusy(CommandFailed):
     """The maintenance lease stayed taken for the whole ``--wait``; the command exits with EXIT_BUSY."""
 
 
+def add_lease_args(parser: argparse.ArgumentParser, lock_help: str) -> None:
+    """``--lock`` (its help says what the lease fences in this command) and ``--wait SECONDS``, read by
+    ``maintenance_lock_if``."""
+    parser.add_argument("--lock", action="store_true", help=lock_help)
+    parser.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                        help="with --lock: wait this long for another maintenance job of the repository to finish "
+                             f"(default: PACKYARD_MAINTENANCE_WAIT, 600); then give up with exit status {EXIT_BUSY}")
+
+
 def maintenance_lock_if(args: argparse.Namespace, command: str):  # type: ignore[no-untyped-def]
     """``--lock``: the repository's maintenance lease for this in-process command (waits ``--wait``);
     otherwise a context yielding None. A lease that stays taken is one line on stderr and LeaseBusy."""

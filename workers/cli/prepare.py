@@ -1,9 +1,11 @@
-"""Before a command uses the services: start or reuse the embedded Redis, migrate the embedded SQLite."""
+"""Before a command uses the services: start or reuse the embedded Redis, migrate the embedded SQLite; and a
+command that runs a job's work in this process, recorded as that job's row (``run_as_job``)."""
 from __future__ import annotations
 
 import os
+from typing import Any, Callable
 
-from packyard.workers.settings import Settings
+from packyard.workers.settings import Settings, get_settings
 
 def is_default_sqlite(s: Settings) -> bool:
     return s.database_url == f"sqlite:///{s.state_dir / 'packyard.db'}"
@@ -23,3 +25,24 @@ def prepare_embedded(s: Settings, migrate: bool = True):  # type: ignore[no-unty
     if migrate and is_default_sqlite(s):
         upgrade_database(s)
     return server
+
+
+def run_as_job(kind: str, work: Callable[[Settings, str], dict[str, Any]], *, repo: str | None,
+               params: dict[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """Run ``work(settings, job_id)`` here (embedded services prepared, the database migrated) and record it as a
+    finished ``kind`` job row (worker ``cli@<host>``) with the ``counters`` of the result; returns (job id, result)."""
+    import socket
+    import uuid
+    from datetime import datetime, UTC
+
+    from packyard.workers.records.models import JobState
+    from packyard.workers.records.recorder import record_run
+
+    s = get_settings()
+    prepare_embedded(s, migrate=True)
+    run_id = str(uuid.uuid4())
+    started = datetime.now(UTC)
+    result = work(s, run_id)
+    record_run(s, task_id=run_id, kind=kind, repo=repo, params=params, started=started, state=JobState.SUCCESS,
+               counters=result["counters"], hostname=f"cli@{socket.gethostname()}", pid=os.getpid())
+    return run_id, result

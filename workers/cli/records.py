@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 from datetime import datetime, timedelta, UTC
 
-from packyard.workers.cli.prepare import is_default_sqlite, prepare_embedded
+from packyard.workers.cli.prepare import is_default_sqlite, run_as_job
 from packyard.workers.settings import get_settings
 
 
@@ -45,25 +43,17 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run_prune(args: argparse.Namespace) -> int:
-    import uuid
-
     from packyard.workers.commands.prune_records import prune_records
-    from packyard.workers.records.models import JobState
-    from packyard.workers.records.recorder import record_run
 
-    s = get_settings()
-    prepare_embedded(s, migrate=True)
-    run_id = str(uuid.uuid4())
-    started = datetime.now(UTC)
-    result = prune_records(s, jobs_days=args.jobs_days, lock_events_days=args.lock_events_days,
-                           race_events_days=args.race_events_days, batch=args.batch)
+    run_id, result = run_as_job(
+        "packyard.prune_records",
+        lambda s, _run_id: prune_records(s, jobs_days=args.jobs_days, lock_events_days=args.lock_events_days,
+                                         race_events_days=args.race_events_days, batch=args.batch),
+        repo=None,
+        params={k: v for k, v in (("jobs_days", args.jobs_days), ("lock_events_days", args.lock_events_days),
+                                  ("race_events_days", args.race_events_days), ("batch", args.batch))
+                if v is not None})
     c = result["counters"]
-    record_run(s, task_id=run_id, kind="packyard.prune_records", repo=None,
-               params={k: v for k, v in (("jobs_days", args.jobs_days), ("lock_events_days", args.lock_events_days),
-                                         ("race_events_days", args.race_events_days), ("batch", args.batch))
-                       if v is not None},
-               started=started, state=JobState.SUCCESS, counters=c, hostname=f"cli@{socket.gethostname()}",
-               pid=os.getpid())
     if args.json:
         print(json.dumps({"job": run_id, **c}))
         return 0

@@ -8,7 +8,7 @@ import time
 
 from packyard.workers.cli.args import add_repo_arg
 from packyard.workers.cli.failures import call_store
-from packyard.workers.cli.lease import maintenance_lock_if
+from packyard.workers.cli.lease import add_lease_args, maintenance_lock_if
 from packyard.workers.cli.progress import make_progress
 
 LABELS = {"counting commits": "Counting commits", "counting objects": "Counting objects",
@@ -53,11 +53,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                         "whole when unreachable objects were deleted)")
     p.add_argument("--no-pack-refs", action="store_true",
                    help="do not fold the loose refs into packed-refs afterwards (git pack-refs --all)")
-    p.add_argument("--lock", action="store_true",
-                   help="hold the repository's maintenance lease (Redis) and fence the deletions with its token")
-    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
-                   help="with --lock: wait this long for another maintenance job of the repository to finish "
-                        "(default: PACKYARD_MAINTENANCE_WAIT, 600); then give up with exit status 75")
+    add_lease_args(p, "hold the repository's maintenance lease (Redis) and fence the deletions with its token")
     p.add_argument("--json", action="store_true", help="print the result with counters as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars even on a terminal")
     p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines

@@ -35,6 +35,25 @@ def repo_from_pack(dest: Path, pack: Path, refs: Path | None) -> Path:
     return dest
 
 
+def bench_repo(bench: str, repo_arg: str | None, corpus_name: str, dest: Path, announce: bool = False
+               ) -> Path | None:
+    """The repository a bench reads: ``--repo`` when given, else a bare one at ``dest`` built from the corpus pack
+    ``corpus_name`` (``--corpus``; with its refs file; ``announce``: say so first); None after saying on stderr
+    that the pack is missing (the bench exits 2)."""
+    import sys
+
+    if repo_arg:
+        return Path(repo_arg)
+    corpus = corpus_dir()
+    pack = corpus / f"{corpus_name}.pack"
+    if not pack.exists():
+        print(f"packyard bench {bench}: no corpus pack {pack}; pass --repo", file=sys.stderr)
+        return None
+    if announce:
+        print(f"indexing {pack.name} with git ...", flush=True)
+    return repo_from_pack(dest, pack, corpus / f"{corpus_name}.refs")
+
+
 def packyard_entry() -> list[str]:
     """The command a user runs: the installed ``packyard`` script next to this Python, else the same main()."""
     import sys

@@ -106,16 +106,9 @@ def run(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="packyard-bench-delta-") as tmpname:
         tmp = Path(tmpname)
-        if args.repo:
-            repo = Path(args.repo)
-        else:
-            corpus = common.corpus_dir()
-            pack = corpus / f"{args.corpus}.pack"
-            if not pack.exists():
-                print(f"packyard bench delta: no corpus pack {pack}; pass --repo", file=sys.stderr)
-                return 2
-            print(f"indexing {pack.name} with git ...", flush=True)
-            repo = common.repo_from_pack(tmp / "r.git", pack, corpus / f"{args.corpus}.refs")
+        repo = common.bench_repo("delta", args.repo, args.corpus, tmp / "r.git", announce=True)
+        if repo is None:
+            return 2
         ids = version_pairs(repo, args.files, args.pairs)
         if not ids:
             print("packyard bench delta: no modified regular files in the history", file=sys.stderr)

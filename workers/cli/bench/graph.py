@@ -71,15 +71,9 @@ def run(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory(prefix="packyard-bench-graph-") as tmp:
         work = Path(tmp)
-        if args.repo:
-            src = Path(args.repo)
-        else:
-            corpus = common.corpus_dir()
-            pack = corpus / f"{args.corpus}.pack"
-            if not pack.exists():
-                print(f"packyard bench graph: no corpus pack {pack}; pass --repo")
-                return 2
-            src = common.repo_from_pack(work / "src.git", pack, corpus / f"{args.corpus}.refs")
+        src = common.bench_repo("graph", args.repo, args.corpus, work / "src.git")
+        if src is None:
+            return 2
         base = _prepare(src, args.refs, work)
         print(f"repository {src} ({common.describe_filesystem(work)}); "
               f"{'pure Python' if native.pure_python() else 'C where built'}; {args.rounds} rounds")

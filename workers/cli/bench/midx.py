@@ -26,8 +26,8 @@ import sys
 from pathlib import Path
 
 from packyard.workers.cli.bench import common
-from packyard.workers.cli.bench.repack import (TIME, base_repo, child_env, geometric_repo, measured,
-                                               pack_sizes)
+from packyard.workers.cli.bench.repack import (TIME, alternating, base_repo, child_env, fresh_copies,
+                                               geometric_repo, measured, pack_sizes)
 
 WRITE_CHILD = ("import sys; from packyard.store.pack.midx import write_midx, installed_stems; "
                "d = sys.argv[1]; write_midx(d, installed_stems(d))")
@@ -47,30 +47,23 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 def _row(name: str, template: Path, commands: dict[str, list[str]], runs: int, work: Path) -> dict[str, list]:
     env = child_env()
-    copies = {}
-    for rnd in range(runs):
-        for side in ("git", "packyard"):
-            dest = work / f"{name}-{side}-{rnd}.git"
-            shutil.copytree(template, dest, copy_function=shutil.copy2)
-            copies[side, rnd] = dest
-    subprocess.run(["sync"], check=False)
+    copies = fresh_copies(template, work, name, runs)
     rows: dict[str, list] = {"git": [], "packyard": []}
-    for rnd in range(runs):
-        for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
-            repo = copies[side, rnd]
-            cmd = [a.replace("{repo}", str(repo)).replace("{pack_dir}", str(repo / "objects" / "pack"))
-                   for a in commands[side]]
-            wall, rss, _out = measured(cmd, env, work / "rss.txt")
-            common.git("multi-pack-index", "verify", "--no-progress", git_dir=repo)
-            midx = repo / "objects" / "pack" / "multi-pack-index"
-            bitmaps = list((repo / "objects" / "pack").glob("multi-pack-index-*.bitmap"))
-            if bitmaps:
-                subprocess.run(["git", "--git-dir", str(repo), "rev-list", "--test-bitmap", "main"], check=True,
-                               capture_output=True)
-            rows[side].append({"wall": wall, "rss": rss, "packs": len(pack_sizes(repo)),
-                               "midx": midx.stat().st_size, "bitmap": sum(b.stat().st_size for b in bitmaps)})
-            print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  peak RSS {rss / 2**20:7.1f} MiB  "
-                  f"packs {len(pack_sizes(repo)):3}  MIDX {midx.stat().st_size / 1e6:6.2f} MB", flush=True)
+    for rnd, side in alternating(runs):
+        repo = copies[side, rnd]
+        cmd = [a.replace("{repo}", str(repo)).replace("{pack_dir}", str(repo / "objects" / "pack"))
+               for a in commands[side]]
+        wall, rss, _out = measured(cmd, env, work / "rss.txt")
+        common.git("multi-pack-index", "verify", "--no-progress", git_dir=repo)
+        midx = repo / "objects" / "pack" / "multi-pack-index"
+        bitmaps = list((repo / "objects" / "pack").glob("multi-pack-index-*.bitmap"))
+        if bitmaps:
+            subprocess.run(["git", "--git-dir", str(repo), "rev-list", "--test-bitmap", "main"], check=True,
+                           capture_output=True)
+        rows[side].append({"wall": wall, "rss": rss, "packs": len(pack_sizes(repo)),
+                           "midx": midx.stat().st_size, "bitmap": sum(b.stat().st_size for b in bitmaps)})
+        print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  peak RSS {rss / 2**20:7.1f} MiB  "
+              f"packs {len(pack_sizes(repo)):3}  MIDX {midx.stat().st_size / 1e6:6.2f} MB", flush=True)
     common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["packyard", runs - 1])
     for repo in copies.values():
         shutil.rmtree(repo)

@@ -36,6 +36,8 @@ from datetime import datetime, timedelta, UTC
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from packyard.workers.cli.bench.common import best_of as best
+
 KINDS = (("packyard.index_pack", 40), ("packyard.write_objects", 25), ("packyard.unpack_objects", 10),
          ("packyard.import_tree", 5), ("packyard.plan_maintenance", 10), ("packyard.repack", 5),
          ("packyard.gc", 2), ("packyard.verify_repo", 3))
@@ -248,15 +250,6 @@ def db_size(engine: Any, url: str) -> int:
 
 
 # -- timing ---------------------------------------------------------------------------------------------
-
-def best(fn: Callable[[], object], runs: int) -> float:
-    t = float("inf")
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        t = min(t, time.perf_counter() - t0)
-    return t
-
 
 def per_call(fn: Callable[[int], object], n: int) -> tuple[float, float, float]:
     """(median, p95, median CPU of this process) seconds of ``fn(i)`` over ``n`` calls (the CPU time is the

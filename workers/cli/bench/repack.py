@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from packyard.workers.cli.bench import common, nfsim_side
 from packyard.workers.cli.bench import repack_hosting as hosting
@@ -146,12 +146,17 @@ def _pack_ranges(dest: Path, src: Path, tips: list[str]) -> str:
     return prev
 
 
+def _new_repo_for_history(dest: Path, src: Path) -> list[str]:
+    """``dest`` made an empty bare repository; the commits of ``src``'s main, oldest first (topological order)."""
+    _git("init", "-q", "--bare", str(dest))
+    return _git("rev-list", "--reverse", "--topo-order", "main", git_dir=src).decode().split()
+
+
 def split_repo(dest: Path, src: Path, packs: int = 50, loose_commits: int = 20) -> Path:
     """``src``'s history in ``packs`` packs of consecutive ranges, the newest ``loose_commits`` commits loose."""
     if dest.exists():
         return dest
-    _git("init", "-q", "--bare", str(dest))
-    commits = _git("rev-list", "--reverse", "--topo-order", "main", git_dir=src).decode().split()
+    commits = _new_repo_for_history(dest, src)
     body = len(commits) - loose_commits
     prev = _pack_ranges(dest, src, [commits[body * k // packs - 1] for k in range(1, packs + 1)])
     tail = _git("pack-objects", "-q", "--revs", "--stdout", git_dir=src, input=f"{commits[-1]}\n^{prev}\n".encode())
@@ -164,8 +169,7 @@ def geometric_repo(dest: Path, src: Path, small: int = 30, per_push: int = 3) ->
     """One large pack (all but the newest ``small * per_push`` commits) plus ``small`` push packs."""
     if dest.exists():
         return dest
-    _git("init", "-q", "--bare", str(dest))
-    commits = _git("rev-list", "--reverse", "--topo-order", "main", git_dir=src).decode().split()
+    commits = _new_repo_for_history(dest, src)
     cut = len(commits) - small * per_push
     _pack_ranges(dest, src, [commits[cut - 1]] + [commits[cut + (k + 1) * per_push - 1] for k in range(small)])
     _git("update-ref", "refs/heads/main", commits[-1], git_dir=dest)
@@ -292,47 +296,59 @@ def child_env() -> dict[str, str]:
     return env
 
 
+def fresh_copies(template: Path, dest_dir: Path, name: str, runs: int) -> dict[tuple[str, int], Path]:
+    """A copy of ``template`` for each side (git, packyard) and round, all made (and synced) before any timed run:
+    every run starts from its own fresh directory. Keyed (side, round)."""
+    copies = {}
+    for rnd in range(runs):
+        for side in ("git", "packyard"):
+            dest = dest_dir / f"{name}-{side}-{rnd}.git"
+            shutil.copytree(template, dest, copy_function=shutil.copy2)
+            copies[side, rnd] = dest
+    subprocess.run(["sync"], check=False)
+    return copies
+
+
+def alternating(runs: int) -> Iterator[tuple[int, str]]:
+    """(round, side) in the order the timed runs go: git first in even rounds, packyard first in odd ones."""
+    for rnd in range(runs):
+        for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
+            yield rnd, side
+
+
 def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path,
                  mount: Any = None) -> dict:
     """Copies first (every round, both sides), then the timed runs alternating; returns per-side figures.
     With ``mount`` (an nfsim Mount) the copies go to its backing directory and both sides run through the
     mount; each row then has the run's metadata calls by kind (``calls``)."""
     env = child_env()
-    copies = {}
-    for rnd in range(runs):
-        for side in ("git", "packyard"):
-            dest = (mount.backing if mount is not None else work) / f"{name}-{side}-{rnd}.git"
-            shutil.copytree(template, dest, copy_function=shutil.copy2)
-            copies[side, rnd] = dest
-    subprocess.run(["sync"], check=False)
+    copies = fresh_copies(template, mount.backing if mount is not None else work, name, runs)
     rows: dict[str, list[dict]] = {"git": [], "packyard": []}
-    for rnd in range(runs):
-        order = ("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")
-        for side in order:
-            repo = copies[side, rnd]
-            path = mount.mountpoint / repo.name if mount is not None else repo
-            cmd = ([a.replace("{repo}", str(path)) for a in theirs] if theirs[:1] == ["sh"] else
-                   ["git", "--git-dir", str(path)] + theirs) if side == "git" else \
-                (common.packyard_entry() + ["repack", "--repo", str(path), "--json", "--no-progress"] + ours)
-            before = mount.counters() if mount is not None else None
-            wall, rss, out = measured(cmd, env, work / "rss.txt")
-            sizes = pack_sizes(repo)
-            row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
-                                   "largest": sizes[0] if sizes else 0, "total": sum(sizes),
-                                   "cruft": cruft_size(repo), "bitmap": bitmap_size(repo),
-                                   "graph": graph_size(repo)}
-            if mount is not None and before is not None:
-                row["calls"] = nfsim_side.calls_between(mount.counters(), before)
-            if side == "packyard":
-                res = json.loads(out)
-                row["phases"] = {k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
-                                 if k.startswith("elapsed_us_")}
-                row["counters"] = res["counters"]
-            rows[side].append(row)
-            where = " (nfsim)" if mount is not None else ""
-            print(f"  {name}{where} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
-                  f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB  cruft {row['cruft'] / 1e6:6.2f} MB",
-                  flush=True)
+    for rnd, side in alternating(runs):
+        repo = copies[side, rnd]
+        path = mount.mountpoint / repo.name if mount is not None else repo
+        cmd = ([a.replace("{repo}", str(path)) for a in theirs] if theirs[:1] == ["sh"] else
+               ["git", "--git-dir", str(path)] + theirs) if side == "git" else \
+            (common.packyard_entry() + ["repack", "--repo", str(path), "--json", "--no-progress"] + ours)
+        before = mount.counters() if mount is not None else None
+        wall, rss, out = measured(cmd, env, work / "rss.txt")
+        sizes = pack_sizes(repo)
+        row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
+                               "largest": sizes[0] if sizes else 0, "total": sum(sizes),
+                               "cruft": cruft_size(repo), "bitmap": bitmap_size(repo),
+                               "graph": graph_size(repo)}
+        if mount is not None and before is not None:
+            row["calls"] = nfsim_side.calls_between(mount.counters(), before)
+        if side == "packyard":
+            res = json.loads(out)
+            row["phases"] = {k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
+                             if k.startswith("elapsed_us_")}
+            row["counters"] = res["counters"]
+        rows[side].append(row)
+        where = " (nfsim)" if mount is not None else ""
+        print(f"  {name}{where} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
+              f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB  cruft {row['cruft'] / 1e6:6.2f} MB",
+              flush=True)
     common.git("fsck", "--full", "--no-dangling", git_dir=copies["packyard", runs - 1])
     for repo in copies.values():
         shutil.rmtree(repo)

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from packyard.workers.cli.bench import common
-from packyard.workers.cli.bench.repack import TIME, base_repo, child_env, measured, pack_sizes, split_repo
+from packyard.workers.cli.bench.repack import (TIME, alternating, base_repo, child_env, fresh_copies, measured,
+                                               pack_sizes, split_repo)
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -42,29 +43,22 @@ def _bitmap_bytes(repo: Path) -> int:
 
 def _maintenance(template: Path, runs: int, work: Path) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Path]]:
     env = child_env()
-    copies = {}
-    for rnd in range(runs):
-        for side in ("git", "packyard"):
-            dest = work / f"serve-{side}-{rnd}.git"
-            shutil.copytree(template, dest, copy_function=shutil.copy2)
-            copies[side, rnd] = dest
-    subprocess.run(["sync"], check=False)
+    copies = fresh_copies(template, work, "serve", runs)
     rows: dict[str, list[dict[str, Any]]] = {"git": [], "packyard": []}
-    for rnd in range(runs):
-        for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
-            repo = copies[side, rnd]
-            cmd = (["git", "--git-dir", str(repo), "repack", "-a", "-d", "-b", "-q"] if side == "git" else
-                   common.packyard_entry() + ["repack", "--repo", str(repo), "--json", "--no-progress"])
-            wall, rss, out = measured(cmd, env, work / "rss.txt")
-            row: dict[str, Any] = {"wall": wall, "rss": rss, "bitmap": _bitmap_bytes(repo),
-                                   "pack": sum(pack_sizes(repo))}
-            if side == "packyard":
-                c = json.loads(out)["counters"]
-                row["bitmap_s"] = c.get("elapsed_us_bitmap", 0) / 1e6
-                row["bitmap_commits"] = c.get("bitmap_commits", 0)
-            rows[side].append(row)
-            print(f"  maintenance round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
-                  f".bitmap {row['bitmap'] / 1e6:6.3f} MB", flush=True)
+    for rnd, side in alternating(runs):
+        repo = copies[side, rnd]
+        cmd = (["git", "--git-dir", str(repo), "repack", "-a", "-d", "-b", "-q"] if side == "git" else
+               common.packyard_entry() + ["repack", "--repo", str(repo), "--json", "--no-progress"])
+        wall, rss, out = measured(cmd, env, work / "rss.txt")
+        row: dict[str, Any] = {"wall": wall, "rss": rss, "bitmap": _bitmap_bytes(repo),
+                               "pack": sum(pack_sizes(repo))}
+        if side == "packyard":
+            c = json.loads(out)["counters"]
+            row["bitmap_s"] = c.get("elapsed_us_bitmap", 0) / 1e6
+            row["bitmap_commits"] = c.get("bitmap_commits", 0)
+        rows[side].append(row)
+        print(f"  maintenance round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
+              f".bitmap {row['bitmap'] / 1e6:6.3f} MB", flush=True)
     last = {side: copies[side, runs - 1] for side in ("git", "packyard")}
     for (_side, rnd), repo in copies.items():
         if rnd != runs - 1:

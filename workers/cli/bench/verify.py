@@ -23,15 +23,9 @@ def run(args: argparse.Namespace) -> int:
     from packyard.store.verify import verify_repository
 
     with tempfile.TemporaryDirectory(prefix="packyard-bench-") as tmp:
-        if args.repo:
-            repo = Path(args.repo)
-        else:
-            corpus = common.corpus_dir()
-            pack = corpus / f"{args.corpus}.pack"
-            if not pack.exists():
-                print(f"packyard bench verify: no corpus pack {pack}; pass --repo")
-                return 2
-            repo = common.repo_from_pack(Path(tmp) / "r.git", pack, corpus / f"{args.corpus}.refs")
+        repo = common.bench_repo("verify", args.repo, args.corpus, Path(tmp) / "r.git")
+        if repo is None:
+            return 2
         ours = common.best_of(lambda: verify_repository(repo), args.runs)
         theirs = common.best_of(lambda: subprocess.run(["git", "--git-dir", str(repo), "fsck", "--full",
                                                         "--no-dangling"], check=True, capture_output=True),
