@@ -39,8 +39,14 @@ def maintenance_lock_if(args: argparse.Namespace, command: str):  # type: ignore
 
         from packyard.workers.locks import LockTimeout, maintenance_lease
 
+        from packyard.workers import logs as plog
+
         s = settings()
-        prepare_embedded(s, migrate=False)
+        # The lease records its events (workers/locks.py): the embedded database must have its tables (a fresh
+        # state dir has none), and what the lease logs goes to stderr, not into a --json result on stdout (the
+        # in-process commands skip the log setup).
+        prepare_embedded(s, migrate=True)
+        plog.configure_from_settings(s)
         stack = ExitStack()
         try:
             lease = stack.enter_context(maintenance_lease(s, args.repo, wait=getattr(args, "wait", None)))
