@@ -43,6 +43,17 @@
 
 static PyTypeObject WalkerType;
 
+/* -1 with RuntimeError while another thread walks with w: its sets are not to be touched then. */
+static int
+not_busy(WalkerObject *w)
+{
+    if (w->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
+        return -1;
+    }
+    return 0;
+}
+
 /* -1 with RuntimeError when the seen set was released (release_seen): nothing may touch it then. */
 static int
 seen_usable(WalkerObject *w)
@@ -113,10 +124,8 @@ Walker_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|Onn", kwlist, &PacksType, &packs, &fallback, &progress,
                                      &cache_bytes, &expect))
         return NULL;
-    if (((PacksObject *)packs)->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(((PacksObject *)packs)) < 0)
         return NULL;
-    }
     w = (WalkerObject *)type->tp_alloc(type, 0);
     if (!w)
         return NULL;
@@ -135,14 +144,10 @@ Walker_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static int
 walker_begin(WalkerObject *w)
 {
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is already walking in another thread");
+    if (not_busy(w) < 0)
         return -1;
-    }
-    if (w->packs->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(w->packs) < 0)
         return -1;
-    }
     if (w->released) {
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its reader was released (the walk is over)");
         return -1;
@@ -189,10 +194,8 @@ Walker_mark_seen(WalkerObject *w, PyObject *arg)
     const uint8_t *id;
     if (oid_arg(arg, &id) < 0)
         return NULL;
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
+    if (not_busy(w) < 0)
         return NULL;
-    }
     if (seen_usable(w) < 0)
         return NULL;
     int r = idset_add(&w->seen, id);
@@ -244,10 +247,8 @@ Walker_add_blob(WalkerObject *w, PyObject *const *args, Py_ssize_t nargs)
     }
     if (oid_arg(args[0], &id) < 0 || PyBytes_AsStringAndSize(args[1], &name, &name_len) < 0)
         return NULL;
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
+    if (not_busy(w) < 0)
         return NULL;
-    }
     if (out_add(&w->blobs, &w->names, id, (const uint8_t *)name, (size_t)name_len, 1,
                 name_hash_fold(0, (const uint8_t *)name, (size_t)name_len)) < 0)
         return PyErr_NoMemory();
@@ -363,10 +364,8 @@ Walker_claim_roots(WalkerObject *w, PyObject *args)
         PyErr_SetString(PyExc_OverflowError, "claim_roots: too many roots");
         return NULL;
     }
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is already walking in another thread");
+    if (not_busy(w) < 0)
         return NULL;
-    }
     claim_set(w, (uint64_t)start, (uint64_t)stop);
     Py_RETURN_NONE;
 }
@@ -526,10 +525,8 @@ Walker_copy(WalkerObject *w, PyObject *args)
     PyObject *fallback = NULL;
     if (!PyArg_ParseTuple(args, "n|O", &cache_bytes, &fallback))
         return NULL;
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
+    if (not_busy(w) < 0)
         return NULL;
-    }
     if (seen_usable(w) < 0)
         return NULL;
     WalkerObject *c = (WalkerObject *)WalkerType.tp_alloc(&WalkerType, 0);
@@ -558,10 +555,8 @@ Walker_merge(WalkerObject *w, PyObject *arg)
         return NULL;
     }
     WalkerObject *o = (WalkerObject *)arg;
-    if (w->busy || o->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
+    if (not_busy(w) < 0 || not_busy(o) < 0)
         return NULL;
-    }
     if (seen_usable(w) < 0)
         return NULL;
     Buf *src[2] = {&o->trees, &o->blobs}, *dst[2] = {&w->trees, &w->blobs};
@@ -610,16 +605,6 @@ id_list(const uint8_t *ids, size_t n, size_t stride)
         PyList_SET_ITEM(list, (Py_ssize_t)k, b);
     }
     return list;
-}
-
-static int
-not_busy(WalkerObject *w)
-{
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return -1;
-    }
-    return 0;
 }
 
 /* result() -> (commits, trees, blobs): lists of ids. */
