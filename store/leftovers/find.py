@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -91,15 +92,25 @@ def _claims(paths: Iterable[Path], kind: Kind, rule: Rule, now: float) -> list[L
     return out
 
 
-def _aged_files(d: Path, prefix: str, kind: Kind, rule: Rule, now: float) -> list[Leftover]:
-    """Files named ``prefix*`` in ``d`` with no owner to judge: the unjudged age alone."""
+def _aged_files(dirs: Iterable[Path], prefix: str, kind: Kind, rule: Rule, now: float, *,
+                owner_re: re.Pattern[str] | None = None, pid_group: int = 1) -> list[Leftover]:
+    """Files named ``prefix*`` in ``dirs``, no owner record among them: judged by the pid and host tag in the
+    name where ``owner_re`` matches it (groups ``pid_group`` and the next), else by the unjudged age alone."""
     out = []
-    for e in sorted(_scan(d), key=lambda e: e.name):
-        if e.name.startswith(prefix):
+    for d in dirs:
+        for e in sorted((e for e in _scan(d) if e.name.startswith(prefix)), key=lambda e: e.name):
             mtime = _mtime(e.path)
             if mtime is not None:
-                out.append(Leftover(Path(e.path), kind, None, now - mtime, rule.verdict(None, now - mtime)))
+                alive = _named_liveness(owner_re, e.name, pid_group) if owner_re is not None else None
+                out.append(Leftover(Path(e.path), kind, None, now - mtime, rule.verdict(alive, now - mtime),
+                                    alive=alive))
     return out
+
+
+def _named_liveness(owner_re: re.Pattern[str], name: str, pid_group: int) -> Liveness | None:
+    """The liveness of the writer whose pid and host tag ``name`` carries (None: not such a name)."""
+    m = owner_re.match(name)
+    return _alive(None, int(m.group(pid_group)), m.group(pid_group + 1)) if m else None
 
 
 # -- loose objects -------------------------------------------------------------------------------
@@ -108,9 +119,7 @@ def loose_tmp_verdict(name: str, age: float, *, rule: Rule | None = None) -> Ver
     """The table's verdict for the file ``name`` in a fan-out directory, ``age`` old (None: not a temp file)."""
     if not name.startswith(LOOSE_TMP_PREFIX):
         return None
-    rule = rule or RULES[Kind.LOOSE_TMP]
-    m = LOOSE_TMP_RE.match(name)
-    return rule.verdict(_alive(None, int(m.group(1)), m.group(2)) if m else None, age)
+    return (rule or RULES[Kind.LOOSE_TMP]).verdict(_named_liveness(LOOSE_TMP_RE, name, 1), age)
 
 
 def _fanouts(objects: Path) -> list[str]:
@@ -123,19 +132,8 @@ def find_loose_tmp(repo: object, *, now: float | None = None, rule: Rule | None 
     now, rule = _now(now), rule or RULES[Kind.LOOSE_TMP]
     objects = _git_dir(repo) / "objects"
     dirs = _fanouts(objects) if fanouts is None else [str(objects / f) for f in fanouts]
-    out = []
-    for d in dirs:
-        for e in _scan(Path(d)):
-            if not e.name.startswith(LOOSE_TMP_PREFIX):
-                continue
-            mtime = _mtime(e.path)
-            if mtime is None:
-                continue
-            m = LOOSE_TMP_RE.match(e.name)
-            alive = _alive(None, int(m.group(1)), m.group(2)) if m else None
-            out.append(Leftover(Path(e.path), Kind.LOOSE_TMP, None, now - mtime, rule.verdict(alive, now - mtime),
-                                alive=alive))
-    return out
+    return _aged_files([Path(d) for d in dirs], LOOSE_TMP_PREFIX, Kind.LOOSE_TMP, rule, now,
+                       owner_re=LOOSE_TMP_RE, pid_group=1)
 
 
 def create_batch_marker(repo: object, pid: int, batch_id: str) -> Path:
@@ -351,19 +349,8 @@ def find_serving_locks(repo: object, *, now: float | None = None, rule: Rule | N
 
 def find_graph_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``objects/info/commit-graphs/tmp_*`` (ours by the pid in the name, git's by age)."""
-    now, rule = _now(now), rule or RULES[Kind.GRAPH_TMP]
-    out = []
-    for e in sorted(_scan(_git_dir(repo) / "objects" / "info" / "commit-graphs"), key=lambda e: e.name):
-        if not e.name.startswith("tmp_"):
-            continue
-        mtime = _mtime(e.path)
-        if mtime is None:
-            continue
-        m = GRAPH_TMP_RE.match(e.name)
-        alive = _alive(None, int(m.group(2)), m.group(3)) if m else None
-        out.append(Leftover(Path(e.path), Kind.GRAPH_TMP, None, now - mtime, rule.verdict(alive, now - mtime),
-                            alive=alive))
-    return out
+    return _aged_files([_git_dir(repo) / "objects" / "info" / "commit-graphs"], "tmp_", Kind.GRAPH_TMP,
+                       rule or RULES[Kind.GRAPH_TMP], _now(now), owner_re=GRAPH_TMP_RE, pid_group=2)
 
 
 def find_packed_refs_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
@@ -371,13 +358,13 @@ def find_packed_refs_temps(repo: object, *, now: float | None = None, rule: Rule
     from ..packrefs import TMP_PREFIX
     from ..refs import REF_TMP_DIR
 
-    return _aged_files(_git_dir(repo) / REF_TMP_DIR, TMP_PREFIX, Kind.PACKED_REFS_TMP,
+    return _aged_files([_git_dir(repo) / REF_TMP_DIR], TMP_PREFIX, Kind.PACKED_REFS_TMP,
                        rule or RULES[Kind.PACKED_REFS_TMP], _now(now))
 
 
 def find_packed_refs_new(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``packed-refs.new`` (git's)."""
-    return _aged_files(_git_dir(repo), "packed-refs.new", Kind.PACKED_REFS_NEW, rule or RULES[Kind.PACKED_REFS_NEW],
+    return _aged_files([_git_dir(repo)], "packed-refs.new", Kind.PACKED_REFS_NEW, rule or RULES[Kind.PACKED_REFS_NEW],
                        _now(now))
 
 
@@ -397,7 +384,7 @@ def find_ref_temps(repo: object, *, now: float | None = None, rule: Rule | None 
     """``packyard/tmp/ref-*``."""
     from ..refs import REF_TMP_DIR, REF_TMP_PREFIX
 
-    return _aged_files(_git_dir(repo) / REF_TMP_DIR, REF_TMP_PREFIX, Kind.REF_TMP, rule or RULES[Kind.REF_TMP],
+    return _aged_files([_git_dir(repo) / REF_TMP_DIR], REF_TMP_PREFIX, Kind.REF_TMP, rule or RULES[Kind.REF_TMP],
                        _now(now))
 
 
