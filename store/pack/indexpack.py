@@ -1180,15 +1180,9 @@ class IncomingPack:
 
     def _existing_type(self, existing: _ExistingIds) -> Callable[[bytes], int | None]:
         snap = self.snapshot
-        repo = self.repo
 
         def existing_type(oid: bytes) -> int | None:
-            if oid not in existing:
-                return None
-            found = snap.packs.find(oid)
-            if found is not None:
-                return int(found[0].header_at(found[1])[0])
-            return int(repo.objects.read_header(oid)[0])
+            return int(snap.read_header(oid)[0]) if oid in existing else None
         return existing_type
 
     def _finish_fsck(self, checker: FsckChecker, *, tmp_pack: Path, tmp_idx: Path) -> None:
