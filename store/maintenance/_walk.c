@@ -43,23 +43,15 @@
 
 static PyTypeObject WalkerType;
 
-/* -1 with RuntimeError while another thread walks with w: its sets are not to be touched then. */
+/* -1 with RuntimeError while another thread walks with w (its sets are not to be touched then), or, when
+ * the call needs the seen set (seen), once release_seen freed it. */
 static int
-not_busy(WalkerObject *w)
+walker_usable(WalkerObject *w, int seen)
 {
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return -1;
-    }
-    return 0;
-}
-
-/* -1 with RuntimeError when the seen set was released (release_seen): nothing may touch it then. */
-static int
-seen_usable(WalkerObject *w)
-{
-    if (w->seen_released) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its seen set was released");
+    const char *why = w->busy ? "_walk.Walker is walking in another thread"
+                      : seen && w->seen_released ? "_walk.Walker: its seen set was released" : NULL;
+    if (why) {
+        PyErr_SetString(PyExc_RuntimeError, why);
         return -1;
     }
     return 0;
@@ -144,7 +136,7 @@ Walker_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static int
 walker_begin(WalkerObject *w)
 {
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return -1;
     if (packs_check_open(w->packs) < 0)
         return -1;
@@ -194,9 +186,7 @@ Walker_mark_seen(WalkerObject *w, PyObject *arg)
     const uint8_t *id;
     if (oid_arg(arg, &id) < 0)
         return NULL;
-    if (not_busy(w) < 0)
-        return NULL;
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0)
         return NULL;
     int r = idset_add(&w->seen, id);
     if (r < 0)
@@ -247,7 +237,7 @@ Walker_add_blob(WalkerObject *w, PyObject *const *args, Py_ssize_t nargs)
     }
     if (oid_arg(args[0], &id) < 0 || PyBytes_AsStringAndSize(args[1], &name, &name_len) < 0)
         return NULL;
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     if (out_add(&w->blobs, &w->names, id, (const uint8_t *)name, (size_t)name_len, 1,
                 name_hash_fold(0, (const uint8_t *)name, (size_t)name_len)) < 0)
@@ -364,7 +354,7 @@ Walker_claim_roots(WalkerObject *w, PyObject *args)
         PyErr_SetString(PyExc_OverflowError, "claim_roots: too many roots");
         return NULL;
     }
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     claim_set(w, (uint64_t)start, (uint64_t)stop);
     Py_RETURN_NONE;
@@ -456,7 +446,7 @@ Walker_start_young(WalkerObject *w, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "start_young(ids): 20-byte ids end to end");
         return NULL;
     }
-    if (seen_usable(w) < 0 || walker_begin(w) < 0) {
+    if (walker_usable(w, 1) < 0 || walker_begin(w) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -525,9 +515,7 @@ Walker_copy(WalkerObject *w, PyObject *args)
     PyObject *fallback = NULL;
     if (!PyArg_ParseTuple(args, "n|O", &cache_bytes, &fallback))
         return NULL;
-    if (not_busy(w) < 0)
-        return NULL;
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0)
         return NULL;
     WalkerObject *c = (WalkerObject *)WalkerType.tp_alloc(&WalkerType, 0);
     if (!c)
@@ -555,9 +543,7 @@ Walker_merge(WalkerObject *w, PyObject *arg)
         return NULL;
     }
     WalkerObject *o = (WalkerObject *)arg;
-    if (not_busy(w) < 0 || not_busy(o) < 0)
-        return NULL;
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0 || walker_usable(o, 0) < 0)
         return NULL;
     Buf *src[2] = {&o->trees, &o->blobs}, *dst[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++) {
@@ -611,7 +597,7 @@ id_list(const uint8_t *ids, size_t n, size_t stride)
 static PyObject *
 Walker_result(WalkerObject *w, PyObject *unused)
 {
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     PyObject *commits = id_list(w->commits.p, w->commits.len / OIDLEN, OIDLEN);
     PyObject *trees = id_list(w->trees.p, w->trees.len / sizeof(OutEnt), sizeof(OutEnt));
@@ -650,7 +636,7 @@ ent_dict(WalkerObject *w, PyObject *args, const char *what, EntValue value)
     PyObject *lists[2];
     if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1]))
         return NULL;
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     Buf *bufs[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++)
@@ -705,7 +691,7 @@ Walker_name_hashes(WalkerObject *w, PyObject *args)
 static PyObject *
 Walker_release_reader(WalkerObject *w, PyObject *unused)
 {
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     w->released = 1;
     reader_clear(&w->rd);
@@ -716,7 +702,7 @@ Walker_release_reader(WalkerObject *w, PyObject *unused)
 static PyObject *
 Walker_release_seen(WalkerObject *w, PyObject *unused)
 {
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     if (!w->released) {
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker.release_seen: release_reader() first");
@@ -733,9 +719,7 @@ Walker_release_seen(WalkerObject *w, PyObject *unused)
 static int
 Walker_contains(WalkerObject *w, PyObject *key)
 {
-    if (not_busy(w) < 0)
-        return -1;
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0)
         return -1;
     if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != OIDLEN)
         return 0;
