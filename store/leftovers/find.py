@@ -8,7 +8,7 @@ import os
 import re
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .. import durable, lockfile
 from ..errors import WriteFailedError
@@ -234,19 +234,26 @@ def _pack_names(pack_dir: Path) -> dict[str, os.DirEntry[str]]:
     return {e.name: e for e in _scan(pack_dir)}
 
 
-def find_orphan_packs(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
-    """``pack-*.{pack,rev,mtimes,bitmap}`` without their ``.idx`` (none in preserved/ either)."""
+def _sides_without_idx(pack_dir: Path, names: dict[str, os.DirEntry[str]]
+                       ) -> Iterator[tuple[str, os.DirEntry[str], bool]]:
+    """``pack-*.{pack,rev,mtimes,bitmap}`` whose ``.idx`` is not beside them, in name order: (stem, entry,
+    whether that ``.idx`` is in preserved/)."""
     from ..objdir import PRESERVED_DIR
 
-    now, rule = _now(now), rule or RULES[Kind.ORPHAN_PACK]
-    pack_dir = _git_dir(repo) / "objects" / "pack"
-    names = _pack_names(pack_dir)
-    out = []
     for name, e in sorted(names.items()):
         stem, _, ext = name.rpartition(".")
-        if not name.startswith("pack-") or ext not in _PACK_SIDE or f"{stem}.idx" in names \
-                or (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists():
-            continue
+        if name.startswith("pack-") and ext in _PACK_SIDE and f"{stem}.idx" not in names:
+            yield stem, e, (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists()
+
+
+def find_orphan_packs(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``pack-*.{pack,rev,mtimes,bitmap}`` without their ``.idx`` (none in preserved/ either)."""
+    now, rule = _now(now), rule or RULES[Kind.ORPHAN_PACK]
+    pack_dir = _git_dir(repo) / "objects" / "pack"
+    out = []
+    for _stem, e, preserved in _sides_without_idx(pack_dir, _pack_names(pack_dir)):
+        if preserved:
+            continue                 # a half-finished move to preserved/: find_half_preserved's
         mtime = _mtime(e.path)
         if mtime is not None:
             out.append(Leftover(Path(e.path), Kind.ORPHAN_PACK, None, now - mtime, rule.verdict(None, now - mtime)))
@@ -255,16 +262,11 @@ def find_orphan_packs(repo: object, *, now: float | None = None, rule: Rule | No
 
 def find_half_preserved(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """Packs whose ``.idx`` is already in preserved/ but whose other files are not: one per pack."""
-    from ..objdir import PRESERVED_DIR
-
     now, rule = _now(now), rule or RULES[Kind.HALF_PRESERVED]
     pack_dir = _git_dir(repo) / "objects" / "pack"
-    names = _pack_names(pack_dir)
     stems: dict[str, Path] = {}
-    for name, e in sorted(names.items()):
-        stem, _, ext = name.rpartition(".")
-        if name.startswith("pack-") and ext in _PACK_SIDE and f"{stem}.idx" not in names \
-                and (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists():
+    for stem, e, preserved in _sides_without_idx(pack_dir, _pack_names(pack_dir)):
+        if preserved:
             stems.setdefault(stem, Path(e.path))
     out = []
     for path in stems.values():
