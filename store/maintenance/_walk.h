@@ -394,12 +394,27 @@ release_tables(Py_buffer *v, int count)
         PyBuffer_Release(&v[--count]);
 }
 
-/* get_table for each of t[0..count) into v[0..count), count entries each: all held, or none (-1). */
+/* get_table for each of t[0..count) into v[0..count), *entries entries each; with *entries < 0 the first
+ * table's own length decides them (*entries is set). All held, or none (-1). */
 static inline int
-get_tables(const Table *t, int count, Py_buffer *v, Py_ssize_t entries)
+get_tables(const Table *t, int count, Py_buffer *v, Py_ssize_t *entries)
 {
     for (int k = 0; k < count; k++) {
-        if (get_table(t[k].o, &v[k], t[k].itemsize, entries, t[k].writable, t[k].what) < 0) {
+        int rc;
+        if (k == 0 && *entries < 0) {
+            rc = PyObject_GetBuffer(t[0].o, &v[0], t[0].writable ? PyBUF_WRITABLE : PyBUF_SIMPLE);
+            if (rc == 0 && v[0].len % t[0].itemsize) {
+                PyErr_Format(PyExc_ValueError, "%s has %zd bytes, not whole entries of %zd", t[0].what, v[0].len,
+                             t[0].itemsize);
+                PyBuffer_Release(&v[0]);
+                rc = -1;
+            }
+            if (rc == 0)
+                *entries = v[0].len / t[0].itemsize;
+        } else {
+            rc = get_table(t[k].o, &v[k], t[k].itemsize, *entries, t[k].writable, t[k].what);
+        }
+        if (rc < 0) {
             release_tables(v, k);
             return -1;
         }

@@ -206,7 +206,8 @@ Packs_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             {offs, 8, 0, "_walk.Packs: offsets"}, {crcs, 4, 0, "_walk.Packs: crcs"}, {ends, 8, 0, "_walk.Packs: ends"},
             {soffs, 8, 0, "_walk.Packs: sorted offsets"}, {order, 4, 0, "_walk.Packs: order"},
         };
-        if (get_tables(tables, 5, &p->v[2], p->count) < 0)
+        Py_ssize_t entries = p->count;
+        if (get_tables(tables, 5, &p->v[2], &entries) < 0)
             goto error;
         p->held = 7;
         p->buf = p->v[0].buf;

@@ -276,25 +276,22 @@ PyObject *
 write_order(PyObject *module, PyObject *args)
 {
     PyObject *ko, *ro, *rbo, *cbo, *order_b = NULL, *result = NULL;
-    Py_buffer kv = {0}, v[3];
+    Py_buffer v[4];
     uint8_t *state = NULL;
     int32_t *stack = NULL;
     Buf py = {0};
     long long cycle = -1;
     if (!PyArg_ParseTuple(args, "OOOO", &ko, &ro, &rbo, &cbo))
         return NULL;
-    if (PyObject_GetBuffer(ko, &kv, PyBUF_SIMPLE) < 0)
-        return NULL;
-    Py_ssize_t n = kv.len;
     const Table tables[] = {
-        {ro, 1, 0, "write_order: reused"}, {rbo, 4, 0, "write_order: rbase"}, {cbo, 4, 0, "write_order: cbase"},
+        {ko, 1, 0, "write_order: kind"}, {ro, 1, 0, "write_order: reused"}, {rbo, 4, 0, "write_order: rbase"},
+        {cbo, 4, 0, "write_order: cbase"},
     };
-    if (get_tables(tables, 3, v, n) < 0) {
-        PyBuffer_Release(&kv);
+    Py_ssize_t n = -1;             /* as many as kind has */
+    if (get_tables(tables, 4, v, &n) < 0)
         return NULL;
-    }
-    const uint8_t *kind = kv.buf, *reused = v[0].buf;
-    const int32_t *rbase = v[1].buf, *cbase = v[2].buf;
+    const uint8_t *kind = v[0].buf, *reused = v[1].buf;
+    const int32_t *rbase = v[2].buf, *cbase = v[3].buf;
     for (Py_ssize_t k = 0; k < n; k++) {
         if (rbase[k] >= n || cbase[k] >= n) {
             PyErr_SetString(PyExc_ValueError, "write_order: a base outside the plan");
@@ -352,8 +349,7 @@ done:
     PyMem_RawFree(state);
     PyMem_RawFree(stack);
     Py_XDECREF(order_b);
-    release_tables(v, 3);
-    PyBuffer_Release(&kv);
+    release_tables(v, 4);
     return result;
 }
 
@@ -426,7 +422,7 @@ copy_entries(PyObject *module, PyObject *args)
     PyObject *go, *oo, *ro, *rbo, *offo, *result = NULL;
     Py_ssize_t start, stop;
     unsigned long long pos0, limit;
-    Py_buffer rv = {0}, v[4];
+    Py_buffer v[5];
     int stuck = 0;
     Buf out = {0}, offs = {0}, crcs = {0}, oids = {0};
     long long deltas = 0, copied = 0;
@@ -436,25 +432,21 @@ copy_entries(PyObject *module, PyObject *args)
         return NULL;
     if (packs_check_open(self) < 0)
         return NULL;
-    if (PyObject_GetBuffer(ro, &rv, PyBUF_SIMPLE) < 0)
-        return NULL;
-    Py_ssize_t n = rv.len;
     const Table tables[] = {
-        {go, 8, 0, "copy_entries: gids"}, {oo, 4, 0, "copy_entries: order"}, {rbo, 4, 0, "copy_entries: rbase"},
-        {offo, 8, 1, "copy_entries: offsets"},
+        {ro, 1, 0, "copy_entries: reused"}, {go, 8, 0, "copy_entries: gids"}, {oo, 4, 0, "copy_entries: order"},
+        {rbo, 4, 0, "copy_entries: rbase"}, {offo, 8, 1, "copy_entries: offsets"},
     };
-    if (get_tables(tables, 4, v, n) < 0) {
-        PyBuffer_Release(&rv);
+    Py_ssize_t n = -1;             /* as many as reused has */
+    if (get_tables(tables, 5, v, &n) < 0)
         return NULL;
-    }
     if (start < 0 || stop > n || start > stop) {
         PyErr_SetString(PyExc_IndexError, "copy_entries: start/stop outside the order");
         goto done;
     }
-    const int64_t *gids = v[0].buf;
-    const int32_t *order = v[1].buf, *rbase = v[2].buf;
-    const uint8_t *reused = rv.buf;
-    uint64_t *newoff = v[3].buf;
+    const uint8_t *reused = v[0].buf;
+    const int64_t *gids = v[1].buf;
+    const int32_t *order = v[2].buf, *rbase = v[3].buf;
+    uint64_t *newoff = v[4].buf;
     uint64_t pos = pos0;
     Py_ssize_t j = start;
     for (; j < stop; j++) {
@@ -534,8 +526,7 @@ done:
     buf_free(&offs);
     buf_free(&crcs);
     buf_free(&oids);
-    release_tables(v, 4);
-    PyBuffer_Release(&rv);
+    release_tables(v, 5);
     return result;
 }
 
@@ -548,21 +539,18 @@ check_chains(PyObject *module, PyObject *args)
 {
     PyObject *ro, *bo, *height_b = NULL, *result = NULL;
     long limit;
-    Py_buffer rv = {0}, bv = {0};
+    Py_buffer v[2];
     int32_t *depth = NULL, *root = NULL, *path = NULL;
     uint8_t *state = NULL;
     long long dropped = 0;
     if (!PyArg_ParseTuple(args, "OOl", &ro, &bo, &limit))
         return NULL;
-    if (PyObject_GetBuffer(ro, &rv, PyBUF_WRITABLE) < 0)
+    const Table tables[] = {{ro, 1, 1, "check_chains: reused"}, {bo, 4, 0, "check_chains: base"}};
+    Py_ssize_t n = -1;             /* as many as reused has */
+    if (get_tables(tables, 2, v, &n) < 0)
         return NULL;
-    Py_ssize_t n = rv.len;
-    if (get_table(bo, &bv, 4, n, 0, "check_chains: base") < 0) {
-        PyBuffer_Release(&rv);
-        return NULL;
-    }
-    uint8_t *reused = rv.buf;
-    const int32_t *base = bv.buf;
+    uint8_t *reused = v[0].buf;
+    const int32_t *base = v[1].buf;
     for (Py_ssize_t k = 0; k < n; k++) {
         if (reused[k] && (base[k] < 0 || base[k] >= n)) {
             PyErr_SetString(PyExc_ValueError, "check_chains: a reused delta's base outside the plan");
@@ -629,7 +617,6 @@ done:
     PyMem_RawFree(root);
     PyMem_RawFree(path);
     PyMem_RawFree(state);
-    PyBuffer_Release(&bv);
-    PyBuffer_Release(&rv);
+    release_tables(v, 2);
     return result;
 }
