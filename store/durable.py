@@ -13,6 +13,9 @@ import ctypes
 import errno
 import os
 from dataclasses import dataclass, field
+from typing import Callable
+
+from .errors import WriteFailedError
 
 # sync_file_range(2) flags (linux/fs.h)
 _SYNC_FILE_RANGE_WRITE = 2
@@ -128,12 +131,13 @@ def rename(src: str | os.PathLike[str], dst: str | os.PathLike[str],
         counters.renames += 1
 
 
-def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o444,
-                       counters: DurabilityCounters | None = None) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory: write, fsync, rename, fsync dir."""
-    path = os.fspath(path)
-    directory = os.path.dirname(path) or "."
-    tmp = os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(path)}")
+def publish_file(tmp: str | os.PathLike[str], dst: str | os.PathLike[str], data: bytes, *, mode: int = 0o444,
+                 counters: DurabilityCounters | None = None, between: Callable[[], object] | None = None,
+                 what: str | None = None) -> None:
+    """Create ``tmp`` (O_EXCL: never another writer's), write ``data``, fsync it, call ``between`` (the
+    caller's fault point between the flush and the rename), rename it onto ``dst``. On any failure ``tmp``
+    is removed; an OSError is raised as WriteFailedError("writing <what> failed") naming ``tmp`` when
+    ``what`` is given, as it is otherwise. The caller fsyncs the directory."""
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         try:
@@ -141,13 +145,24 @@ def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o
             flush_file(fd, counters)
         finally:
             os.close(fd)
-        rename(tmp, path, counters)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        if between is not None:
+            between()
+        rename(tmp, dst, counters)
+    except BaseException as err:
+        unlink_if_present(tmp)
+        if what is not None and isinstance(err, OSError):
+            raise WriteFailedError(f"writing {what} failed: {err.strerror}", errno=err.errno,
+                                   path=tmp) from err
         raise
+
+
+def write_file_durably(path: str | os.PathLike[str], data: bytes, mode: int = 0o444,
+                       counters: DurabilityCounters | None = None) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory: write, fsync, rename, fsync dir."""
+    path = os.fspath(path)
+    directory = os.path.dirname(path) or "."
+    publish_file(os.path.join(directory, f".tmp-{os.getpid()}-{os.path.basename(path)}"), path, data,
+                 mode=mode, counters=counters)
     fsync_dir(directory, counters)
 
 

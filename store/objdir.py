@@ -91,6 +91,16 @@ class ObjectSnapshot:
         self.objects.counters.snapshot_fallbacks += 1
         return self.objects.read(oid)
 
+    def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
+        """Type and size: the entry header in the pack the snapshot lists it in, else the object directory's
+        lookup rules (a loose object, or one not in this snapshot's packs)."""
+        found = self.packs.find(oid)
+        if found is not None:
+            return found[0].header_at(found[1])
+        if self.objects is None:
+            return self.loose.read_header(oid)
+        return self.objects.read_header(oid)
+
 
 @dataclass
 class LookupCounters:

@@ -28,11 +28,12 @@ import os
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 from . import durable, lockfile
-from .errors import InvalidInputError, ObjectMissingError, RefUpdateError, WriteFailedError
+from .errors import InvalidInputError, ObjectMissingError, RefUpdateError
 from .faults import fault_point
 from .fence import FenceKind, fenced
 from .objects import HEX_RE, ObjectType
@@ -212,21 +213,8 @@ def _install(git_dir: Path, data: bytes, counters: durable.DurabilityCounters) -
     tmp_dir = git_dir / REF_TMP_DIR
     tmp_dir.mkdir(parents=True, exist_ok=True)
     tmp = tmp_dir / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        try:
-            durable.write_all(fd, data)
-            durable.flush_file(fd, counters)
-        finally:
-            os.close(fd)
-        fault_point("packrefs.after_flush")
-        durable.rename(tmp, git_dir / PACKED, counters)
-    except OSError as err:
-        _unlink(tmp)
-        raise WriteFailedError(f"writing packed-refs failed: {err.strerror}", errno=err.errno, path=tmp) from err
-    except BaseException:
-        _unlink(tmp)
-        raise
+    durable.publish_file(tmp, git_dir / PACKED, data, mode=0o644, counters=counters,
+                         between=partial(fault_point, "packrefs.after_flush"), what="packed-refs")
     fault_point("packrefs.after_rename")
     durable.fsync_dir(git_dir, counters)
     fault_point("packrefs.after_fsync")
@@ -264,13 +252,6 @@ def _remove_empty_parents(git_dir: Path, d: Path) -> None:
         except OSError:
             return
         d = d.parent
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def loose_ref_count(git_dir: Path) -> int:

@@ -1,17 +1,13 @@
-"""Hand-built pack entries for tests: written independently of store/ so they check it, not mirror it."""
+"""Hand-built pack entries for tests: the entry header is store's own encoder (format.encode_entry_header;
+the tests that build packs with it have git read them); the OFS_DELTA distance and the delta-header
+varint are spelled here, independently of store/ (test_pack_write checks write.ofs_encoding against
+ofs_bytes).
+"""
 from __future__ import annotations
 
+from packyard.store.pack.format import encode_entry_header as entry_header
 
-def entry_header(typ: int, size: int) -> bytes:
-    c = (typ << 4) | (size & 15)
-    size >>= 4
-    out = bytearray()
-    while size:
-        out.append(c | 0x80)
-        c = size & 0x7F
-        size >>= 7
-    out.append(c)
-    return bytes(out)
+__all__ = ["entry_header", "ofs_bytes", "varint"]
 
 
 def ofs_bytes(rel: int) -> bytes:

@@ -78,12 +78,7 @@ def fsck_objects(repo, typed: Sequence[tuple[ObjectType, bytes]], opts: FsckOpti
         opts = replace(opts, missing_gitmodules_is_error=False)
 
     def existing_type(oid: bytes) -> int | None:
-        if oid not in snap:
-            return None
-        found = snap.packs.find(oid)
-        if found is not None:
-            return int(found[0].header_at(found[1])[0])
-        return int(repo.objects.read_header(oid)[0])
+        return int(snap.read_header(oid)[0]) if oid in snap else None
 
     def read_existing(oid: bytes) -> tuple[int, bytes] | None:
         if oid not in snap:

@@ -65,7 +65,7 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NoReturn, Sequence
 
 from .. import durable, install, leftovers
 from ..errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
@@ -339,13 +339,8 @@ class LooseBatch:
                 started = self._start_writeout_if_needed(out, written)
             finally:
                 os.close(out)
-        except OSError as err:
-            _unlink_quiet(pending.tmp)
-            raise WriteFailedError(f"writing temp file failed: {err.strerror}", errno=err.errno,
-                                   path=pending.tmp, oid=oid) from err
-        except BaseException:
-            _unlink_quiet(pending.tmp)
-            raise
+        except BaseException as err:
+            _tmp_write_failed(err, pending.tmp, oid)
         pending.writeout_started = started
         # Queued only now: a file that changed mid-pass leaves no pending entry (and no tmp file).
         self._queue(pending, written)
@@ -394,13 +389,8 @@ class LooseBatch:
                 p.writeout_started = self._start_writeout_if_needed(fd, len(payload))
             finally:
                 os.close(fd)
-        except OSError as err:
-            _unlink_quiet(p.tmp)
-            raise WriteFailedError(f"writing temp file failed: {err.strerror}", errno=err.errno,
-                                   path=p.tmp, oid=oid) from err
-        except BaseException:
-            _unlink_quiet(p.tmp)
-            raise
+        except BaseException as err:
+            _tmp_write_failed(err, p.tmp, oid)
         self._queue(p, len(payload))
 
     def _create_tmp(self, oid: bytes) -> tuple[_Pending, int]:
@@ -660,6 +650,16 @@ def _write_all(fd: int, data: bytes | memoryview) -> int:
 
 
 # -- stale tmp files --------------------------------------------------------------
+
+def _tmp_write_failed(err: BaseException, tmp: str, oid: bytes) -> NoReturn:
+    """Writing a tmp object failed with ``err``: the file goes; an OSError is raised as WriteFailedError
+    naming it, anything else as it is."""
+    _unlink_quiet(tmp)
+    if isinstance(err, OSError):
+        raise WriteFailedError(f"writing temp file failed: {err.strerror}", errno=err.errno, path=tmp,
+                               oid=oid) from err
+    raise err
+
 
 def _unlink_quiet(path: str) -> None:
     try:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import re
 import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 from .. import durable, lockfile
 from ..errors import WriteFailedError
@@ -91,15 +92,25 @@ def _claims(paths: Iterable[Path], kind: Kind, rule: Rule, now: float) -> list[L
     return out
 
 
-def _aged_files(d: Path, prefix: str, kind: Kind, rule: Rule, now: float) -> list[Leftover]:
-    """Files named ``prefix*`` in ``d`` with no owner to judge: the unjudged age alone."""
+def _aged_files(dirs: Iterable[Path], prefix: str, kind: Kind, rule: Rule, now: float, *,
+                owner_re: re.Pattern[str] | None = None, pid_group: int = 1) -> list[Leftover]:
+    """Files named ``prefix*`` in ``dirs``, no owner record among them: judged by the pid and host tag in the
+    name where ``owner_re`` matches it (groups ``pid_group`` and the next), else by the unjudged age alone."""
     out = []
-    for e in sorted(_scan(d), key=lambda e: e.name):
-        if e.name.startswith(prefix):
+    for d in dirs:
+        for e in sorted((e for e in _scan(d) if e.name.startswith(prefix)), key=lambda e: e.name):
             mtime = _mtime(e.path)
             if mtime is not None:
-                out.append(Leftover(Path(e.path), kind, None, now - mtime, rule.verdict(None, now - mtime)))
+                alive = _named_liveness(owner_re, e.name, pid_group) if owner_re is not None else None
+                out.append(Leftover(Path(e.path), kind, None, now - mtime, rule.verdict(alive, now - mtime),
+                                    alive=alive))
     return out
+
+
+def _named_liveness(owner_re: re.Pattern[str], name: str, pid_group: int) -> Liveness | None:
+    """The liveness of the writer whose pid and host tag ``name`` carries (None: not such a name)."""
+    m = owner_re.match(name)
+    return _alive(None, int(m.group(pid_group)), m.group(pid_group + 1)) if m else None
 
 
 # -- loose objects -------------------------------------------------------------------------------
@@ -108,9 +119,7 @@ def loose_tmp_verdict(name: str, age: float, *, rule: Rule | None = None) -> Ver
     """The table's verdict for the file ``name`` in a fan-out directory, ``age`` old (None: not a temp file)."""
     if not name.startswith(LOOSE_TMP_PREFIX):
         return None
-    rule = rule or RULES[Kind.LOOSE_TMP]
-    m = LOOSE_TMP_RE.match(name)
-    return rule.verdict(_alive(None, int(m.group(1)), m.group(2)) if m else None, age)
+    return (rule or RULES[Kind.LOOSE_TMP]).verdict(_named_liveness(LOOSE_TMP_RE, name, 1), age)
 
 
 def _fanouts(objects: Path) -> list[str]:
@@ -123,19 +132,8 @@ def find_loose_tmp(repo: object, *, now: float | None = None, rule: Rule | None 
     now, rule = _now(now), rule or RULES[Kind.LOOSE_TMP]
     objects = _git_dir(repo) / "objects"
     dirs = _fanouts(objects) if fanouts is None else [str(objects / f) for f in fanouts]
-    out = []
-    for d in dirs:
-        for e in _scan(Path(d)):
-            if not e.name.startswith(LOOSE_TMP_PREFIX):
-                continue
-            mtime = _mtime(e.path)
-            if mtime is None:
-                continue
-            m = LOOSE_TMP_RE.match(e.name)
-            alive = _alive(None, int(m.group(1)), m.group(2)) if m else None
-            out.append(Leftover(Path(e.path), Kind.LOOSE_TMP, None, now - mtime, rule.verdict(alive, now - mtime),
-                                alive=alive))
-    return out
+    return _aged_files([Path(d) for d in dirs], LOOSE_TMP_PREFIX, Kind.LOOSE_TMP, rule, now,
+                       owner_re=LOOSE_TMP_RE, pid_group=1)
 
 
 def create_batch_marker(repo: object, pid: int, batch_id: str) -> Path:
@@ -236,19 +234,26 @@ def _pack_names(pack_dir: Path) -> dict[str, os.DirEntry[str]]:
     return {e.name: e for e in _scan(pack_dir)}
 
 
-def find_orphan_packs(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
-    """``pack-*.{pack,rev,mtimes,bitmap}`` without their ``.idx`` (none in preserved/ either)."""
+def _sides_without_idx(pack_dir: Path, names: dict[str, os.DirEntry[str]]
+                       ) -> Iterator[tuple[str, os.DirEntry[str], bool]]:
+    """``pack-*.{pack,rev,mtimes,bitmap}`` whose ``.idx`` is not beside them, in name order: (stem, entry,
+    whether that ``.idx`` is in preserved/)."""
     from ..objdir import PRESERVED_DIR
 
-    now, rule = _now(now), rule or RULES[Kind.ORPHAN_PACK]
-    pack_dir = _git_dir(repo) / "objects" / "pack"
-    names = _pack_names(pack_dir)
-    out = []
     for name, e in sorted(names.items()):
         stem, _, ext = name.rpartition(".")
-        if not name.startswith("pack-") or ext not in _PACK_SIDE or f"{stem}.idx" in names \
-                or (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists():
-            continue
+        if name.startswith("pack-") and ext in _PACK_SIDE and f"{stem}.idx" not in names:
+            yield stem, e, (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists()
+
+
+def find_orphan_packs(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``pack-*.{pack,rev,mtimes,bitmap}`` without their ``.idx`` (none in preserved/ either)."""
+    now, rule = _now(now), rule or RULES[Kind.ORPHAN_PACK]
+    pack_dir = _git_dir(repo) / "objects" / "pack"
+    out = []
+    for _stem, e, preserved in _sides_without_idx(pack_dir, _pack_names(pack_dir)):
+        if preserved:
+            continue                 # a half-finished move to preserved/: find_half_preserved's
         mtime = _mtime(e.path)
         if mtime is not None:
             out.append(Leftover(Path(e.path), Kind.ORPHAN_PACK, None, now - mtime, rule.verdict(None, now - mtime)))
@@ -257,16 +262,11 @@ def find_orphan_packs(repo: object, *, now: float | None = None, rule: Rule | No
 
 def find_half_preserved(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """Packs whose ``.idx`` is already in preserved/ but whose other files are not: one per pack."""
-    from ..objdir import PRESERVED_DIR
-
     now, rule = _now(now), rule or RULES[Kind.HALF_PRESERVED]
     pack_dir = _git_dir(repo) / "objects" / "pack"
-    names = _pack_names(pack_dir)
     stems: dict[str, Path] = {}
-    for name, e in sorted(names.items()):
-        stem, _, ext = name.rpartition(".")
-        if name.startswith("pack-") and ext in _PACK_SIDE and f"{stem}.idx" not in names \
-                and (pack_dir / PRESERVED_DIR / f"{stem}.idx").exists():
+    for stem, e, preserved in _sides_without_idx(pack_dir, _pack_names(pack_dir)):
+        if preserved:
             stems.setdefault(stem, Path(e.path))
     out = []
     for path in stems.values():
@@ -351,19 +351,8 @@ def find_serving_locks(repo: object, *, now: float | None = None, rule: Rule | N
 
 def find_graph_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``objects/info/commit-graphs/tmp_*`` (ours by the pid in the name, git's by age)."""
-    now, rule = _now(now), rule or RULES[Kind.GRAPH_TMP]
-    out = []
-    for e in sorted(_scan(_git_dir(repo) / "objects" / "info" / "commit-graphs"), key=lambda e: e.name):
-        if not e.name.startswith("tmp_"):
-            continue
-        mtime = _mtime(e.path)
-        if mtime is None:
-            continue
-        m = GRAPH_TMP_RE.match(e.name)
-        alive = _alive(None, int(m.group(2)), m.group(3)) if m else None
-        out.append(Leftover(Path(e.path), Kind.GRAPH_TMP, None, now - mtime, rule.verdict(alive, now - mtime),
-                            alive=alive))
-    return out
+    return _aged_files([_git_dir(repo) / "objects" / "info" / "commit-graphs"], "tmp_", Kind.GRAPH_TMP,
+                       rule or RULES[Kind.GRAPH_TMP], _now(now), owner_re=GRAPH_TMP_RE, pid_group=2)
 
 
 def find_packed_refs_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
@@ -371,13 +360,13 @@ def find_packed_refs_temps(repo: object, *, now: float | None = None, rule: Rule
     from ..packrefs import TMP_PREFIX
     from ..refs import REF_TMP_DIR
 
-    return _aged_files(_git_dir(repo) / REF_TMP_DIR, TMP_PREFIX, Kind.PACKED_REFS_TMP,
+    return _aged_files([_git_dir(repo) / REF_TMP_DIR], TMP_PREFIX, Kind.PACKED_REFS_TMP,
                        rule or RULES[Kind.PACKED_REFS_TMP], _now(now))
 
 
 def find_packed_refs_new(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``packed-refs.new`` (git's)."""
-    return _aged_files(_git_dir(repo), "packed-refs.new", Kind.PACKED_REFS_NEW, rule or RULES[Kind.PACKED_REFS_NEW],
+    return _aged_files([_git_dir(repo)], "packed-refs.new", Kind.PACKED_REFS_NEW, rule or RULES[Kind.PACKED_REFS_NEW],
                        _now(now))
 
 
@@ -397,7 +386,7 @@ def find_ref_temps(repo: object, *, now: float | None = None, rule: Rule | None 
     """``packyard/tmp/ref-*``."""
     from ..refs import REF_TMP_DIR, REF_TMP_PREFIX
 
-    return _aged_files(_git_dir(repo) / REF_TMP_DIR, REF_TMP_PREFIX, Kind.REF_TMP, rule or RULES[Kind.REF_TMP],
+    return _aged_files([_git_dir(repo) / REF_TMP_DIR], REF_TMP_PREFIX, Kind.REF_TMP, rule or RULES[Kind.REF_TMP],
                        _now(now))
 
 

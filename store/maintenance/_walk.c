@@ -43,12 +43,15 @@
 
 static PyTypeObject WalkerType;
 
-/* -1 with RuntimeError when the seen set was released (release_seen): nothing may touch it then. */
+/* -1 with RuntimeError while another thread walks with w (its sets are not to be touched then), or, when
+ * the call needs the seen set (seen), once release_seen freed it. */
 static int
-seen_usable(WalkerObject *w)
+walker_usable(WalkerObject *w, int seen)
 {
-    if (w->seen_released) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its seen set was released");
+    const char *why = w->busy ? "_walk.Walker is walking in another thread"
+                      : seen && w->seen_released ? "_walk.Walker: its seen set was released" : NULL;
+    if (why) {
+        PyErr_SetString(PyExc_RuntimeError, why);
         return -1;
     }
     return 0;
@@ -113,10 +116,8 @@ Walker_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|Onn", kwlist, &PacksType, &packs, &fallback, &progress,
                                      &cache_bytes, &expect))
         return NULL;
-    if (((PacksObject *)packs)->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(((PacksObject *)packs)) < 0)
         return NULL;
-    }
     w = (WalkerObject *)type->tp_alloc(type, 0);
     if (!w)
         return NULL;
@@ -135,14 +136,10 @@ Walker_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 static int
 walker_begin(WalkerObject *w)
 {
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is already walking in another thread");
+    if (walker_usable(w, 0) < 0)
         return -1;
-    }
-    if (w->packs->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(w->packs) < 0)
         return -1;
-    }
     if (w->released) {
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker: its reader was released (the walk is over)");
         return -1;
@@ -189,11 +186,7 @@ Walker_mark_seen(WalkerObject *w, PyObject *arg)
     const uint8_t *id;
     if (oid_arg(arg, &id) < 0)
         return NULL;
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return NULL;
-    }
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0)
         return NULL;
     int r = idset_add(&w->seen, id);
     if (r < 0)
@@ -244,10 +237,8 @@ Walker_add_blob(WalkerObject *w, PyObject *const *args, Py_ssize_t nargs)
     }
     if (oid_arg(args[0], &id) < 0 || PyBytes_AsStringAndSize(args[1], &name, &name_len) < 0)
         return NULL;
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
+    if (walker_usable(w, 0) < 0)
         return NULL;
-    }
     if (out_add(&w->blobs, &w->names, id, (const uint8_t *)name, (size_t)name_len, 1,
                 name_hash_fold(0, (const uint8_t *)name, (size_t)name_len)) < 0)
         return PyErr_NoMemory();
@@ -363,10 +354,8 @@ Walker_claim_roots(WalkerObject *w, PyObject *args)
         PyErr_SetString(PyExc_OverflowError, "claim_roots: too many roots");
         return NULL;
     }
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is already walking in another thread");
+    if (walker_usable(w, 0) < 0)
         return NULL;
-    }
     claim_set(w, (uint64_t)start, (uint64_t)stop);
     Py_RETURN_NONE;
 }
@@ -457,7 +446,7 @@ Walker_start_young(WalkerObject *w, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "start_young(ids): 20-byte ids end to end");
         return NULL;
     }
-    if (seen_usable(w) < 0 || walker_begin(w) < 0) {
+    if (walker_usable(w, 1) < 0 || walker_begin(w) < 0) {
         PyBuffer_Release(&view);
         return NULL;
     }
@@ -526,11 +515,7 @@ Walker_copy(WalkerObject *w, PyObject *args)
     PyObject *fallback = NULL;
     if (!PyArg_ParseTuple(args, "n|O", &cache_bytes, &fallback))
         return NULL;
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return NULL;
-    }
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0)
         return NULL;
     WalkerObject *c = (WalkerObject *)WalkerType.tp_alloc(&WalkerType, 0);
     if (!c)
@@ -558,11 +543,7 @@ Walker_merge(WalkerObject *w, PyObject *arg)
         return NULL;
     }
     WalkerObject *o = (WalkerObject *)arg;
-    if (w->busy || o->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return NULL;
-    }
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0 || walker_usable(o, 0) < 0)
         return NULL;
     Buf *src[2] = {&o->trees, &o->blobs}, *dst[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++) {
@@ -612,21 +593,11 @@ id_list(const uint8_t *ids, size_t n, size_t stride)
     return list;
 }
 
-static int
-not_busy(WalkerObject *w)
-{
-    if (w->busy) {
-        PyErr_SetString(PyExc_RuntimeError, "_walk.Walker is walking in another thread");
-        return -1;
-    }
-    return 0;
-}
-
 /* result() -> (commits, trees, blobs): lists of ids. */
 static PyObject *
 Walker_result(WalkerObject *w, PyObject *unused)
 {
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     PyObject *commits = id_list(w->commits.p, w->commits.len / OIDLEN, OIDLEN);
     PyObject *trees = id_list(w->trees.p, w->trees.len / sizeof(OutEnt), sizeof(OutEnt));
@@ -665,7 +636,7 @@ ent_dict(WalkerObject *w, PyObject *args, const char *what, EntValue value)
     PyObject *lists[2];
     if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &lists[0], &PyList_Type, &lists[1]))
         return NULL;
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     Buf *bufs[2] = {&w->trees, &w->blobs};
     for (int k = 0; k < 2; k++)
@@ -720,7 +691,7 @@ Walker_name_hashes(WalkerObject *w, PyObject *args)
 static PyObject *
 Walker_release_reader(WalkerObject *w, PyObject *unused)
 {
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     w->released = 1;
     reader_clear(&w->rd);
@@ -731,7 +702,7 @@ Walker_release_reader(WalkerObject *w, PyObject *unused)
 static PyObject *
 Walker_release_seen(WalkerObject *w, PyObject *unused)
 {
-    if (not_busy(w) < 0)
+    if (walker_usable(w, 0) < 0)
         return NULL;
     if (!w->released) {
         PyErr_SetString(PyExc_RuntimeError, "_walk.Walker.release_seen: release_reader() first");
@@ -748,9 +719,7 @@ Walker_release_seen(WalkerObject *w, PyObject *unused)
 static int
 Walker_contains(WalkerObject *w, PyObject *key)
 {
-    if (not_busy(w) < 0)
-        return -1;
-    if (seen_usable(w) < 0)
+    if (walker_usable(w, 1) < 0)
         return -1;
     if (!PyBytes_Check(key) || PyBytes_GET_SIZE(key) != OIDLEN)
         return 0;

@@ -85,18 +85,25 @@ extern unsigned long (*z_crc32)(unsigned long, const unsigned char *, unsigned i
 int walk_load_zlib(void);
 #endif
 
-/* CRC32 of p[0..n) (zlib's, in pieces its 32-bit length takes). */
+/* crc extended over p[0..n) (zlib's CRC32, in pieces its 32-bit length takes). */
 static inline uint32_t
-crc32_of(const uint8_t *p, size_t n)
+crc32_more(uint32_t crc, const uint8_t *p, size_t n)
 {
-    unsigned long crc = z_crc32(0L, NULL, 0);
+    unsigned long c = crc;
     while (n) {
         unsigned int chunk = n > (1u << 30) ? (1u << 30) : (unsigned int)n;
-        crc = z_crc32(crc, p, chunk);
+        c = z_crc32(c, p, chunk);
         p += chunk;
         n -= chunk;
     }
-    return (uint32_t)crc;
+    return (uint32_t)c;
+}
+
+/* CRC32 of p[0..n) (zlib's crc32(0, NULL, 0) is 0). */
+static inline uint32_t
+crc32_of(const uint8_t *p, size_t n)
+{
+    return crc32_more(0, p, n);
 }
 
 /* ---- errors ----------------------------------------------------------------------------- */
@@ -356,6 +363,67 @@ buf_free(Buf *b)
 }
 
 
+/* ---- tables passed as buffers ------------------------------------------------------------- */
+
+/* Exports o's whole buffer into v (writable when asked): count items of itemsize bytes, else ValueError
+ * naming what, and nothing held. */
+static inline int
+get_table(PyObject *o, Py_buffer *v, Py_ssize_t itemsize, Py_ssize_t count, int writable, const char *what)
+{
+    if (PyObject_GetBuffer(o, v, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
+        return -1;
+    if (v->len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s has %zd bytes, %zd entries need %zd", what, v->len, count,
+                     count * itemsize);
+        PyBuffer_Release(v);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    PyObject *o;
+    Py_ssize_t itemsize;
+    int writable;
+    const char *what;
+} Table;
+
+static inline void
+release_tables(Py_buffer *v, int count)
+{
+    while (count > 0)
+        PyBuffer_Release(&v[--count]);
+}
+
+/* get_table for each of t[0..count) into v[0..count), *entries entries each; with *entries < 0 the first
+ * table's own length decides them (*entries is set). All held, or none (-1). */
+static inline int
+get_tables(const Table *t, int count, Py_buffer *v, Py_ssize_t *entries)
+{
+    for (int k = 0; k < count; k++) {
+        int rc;
+        if (k == 0 && *entries < 0) {
+            rc = PyObject_GetBuffer(t[0].o, &v[0], t[0].writable ? PyBUF_WRITABLE : PyBUF_SIMPLE);
+            if (rc == 0 && v[0].len % t[0].itemsize) {
+                PyErr_Format(PyExc_ValueError, "%s has %zd bytes, not whole entries of %zd", t[0].what, v[0].len,
+                             t[0].itemsize);
+                PyBuffer_Release(&v[0]);
+                rc = -1;
+            }
+            if (rc == 0)
+                *entries = v[0].len / t[0].itemsize;
+        } else {
+            rc = get_table(t[k].o, &v[k], t[k].itemsize, *entries, t[k].writable, t[k].what);
+        }
+        if (rc < 0) {
+            release_tables(v, k);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+
 /* ---- Packs ------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -406,6 +474,17 @@ typedef struct {
     Py_ssize_t users;        /* walks running on these packs (close() refuses meanwhile) */
     size_t drop_every;       /* a reader gives the maps' pages back after inflating this many bytes (0: never) */
 } PacksObject;
+
+/* -1 with ValueError once close() released the packs' buffers. */
+static inline int
+packs_check_open(const PacksObject *ps)
+{
+    if (ps->closed) {
+        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+        return -1;
+    }
+    return 0;
+}
 
 #ifdef WALK_CLIENT
 extern PyTypeObject *walk_packs_type;

@@ -130,8 +130,7 @@ packs_release(PacksObject *self)
     if (self->p) {
         for (uint32_t k = 0; k < self->npacks; k++) {
             Pack *p = &self->p[k];
-            for (int j = 0; j < p->held; j++)
-                PyBuffer_Release(&p->v[j]);
+            release_tables(p->v, p->held);
             p->held = 0;
             PyMem_RawFree(p->checked);
             p->checked = NULL;
@@ -153,20 +152,6 @@ Packs_dealloc(PacksObject *self)
 {
     packs_release(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static int
-get_table(PyObject *obj, Py_buffer *v, Py_ssize_t itemsize, uint32_t count, const char *what)
-{
-    if (PyObject_GetBuffer(obj, v, PyBUF_SIMPLE) < 0)
-        return -1;
-    if (v->len != (Py_ssize_t)count * itemsize) {
-        PyErr_Format(PyExc_ValueError, "_walk.Packs: %s has %zd bytes, %u entries need %zd", what, v->len,
-                     count, (Py_ssize_t)count * itemsize);
-        PyBuffer_Release(v);
-        return -1;
-    }
-    return 0;
 }
 
 /* Packs(packs, kept, seed, drop_every=0): packs is a sequence of (buffer, end, oids, offsets 'Q', crcs 'I',
@@ -221,19 +206,12 @@ Packs_new(PyTypeObject *type, PyObject *args, PyObject *kw)
             goto error;
         }
         p->count = (uint32_t)(p->v[1].len / OIDLEN);
-        if (get_table(offs, &p->v[2], 8, p->count, "offsets") < 0)
-            goto error;
-        p->held = 3;
-        if (get_table(crcs, &p->v[3], 4, p->count, "crcs") < 0)
-            goto error;
-        p->held = 4;
-        if (get_table(ends, &p->v[4], 8, p->count, "ends") < 0)
-            goto error;
-        p->held = 5;
-        if (get_table(soffs, &p->v[5], 8, p->count, "sorted offsets") < 0)
-            goto error;
-        p->held = 6;
-        if (get_table(order, &p->v[6], 4, p->count, "order") < 0)
+        const Table tables[] = {
+            {offs, 8, 0, "_walk.Packs: offsets"}, {crcs, 4, 0, "_walk.Packs: crcs"}, {ends, 8, 0, "_walk.Packs: ends"},
+            {soffs, 8, 0, "_walk.Packs: sorted offsets"}, {order, 4, 0, "_walk.Packs: order"},
+        };
+        Py_ssize_t entries = p->count;
+        if (get_tables(tables, 5, &p->v[2], &entries) < 0)
             goto error;
         p->held = 7;
         p->buf = p->v[0].buf;
@@ -366,10 +344,8 @@ Packs_get(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "get(oid, default=None)");
         return NULL;
     }
-    if (self->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(self) < 0)
         return NULL;
-    }
     if (check_oid_arg(args[0], &id)) {
         long long gid = packs_find(self, id);
         if (gid >= 0)
@@ -382,10 +358,8 @@ static int
 Packs_contains(PacksObject *self, PyObject *key)
 {
     const uint8_t *id;
-    if (self->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(self) < 0)
         return -1;
-    }
     return check_oid_arg(key, &id) && packs_find(self, id) >= 0;
 }
 
@@ -399,10 +373,8 @@ static PyObject *
 Packs_subscript(PacksObject *self, PyObject *key)
 {
     const uint8_t *id;
-    if (self->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(self) < 0)
         return NULL;
-    }
     if (check_oid_arg(key, &id)) {
         long long gid = packs_find(self, id);
         if (gid >= 0)
@@ -422,10 +394,8 @@ Packs_oid_at(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "oid_at(pack number, offset)");
         return NULL;
     }
-    if (self->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(self) < 0)
         return NULL;
-    }
     k = PyLong_AsSsize_t(args[0]);
     if (k == -1 && PyErr_Occurred())
         return NULL;
@@ -488,10 +458,8 @@ Packs_unreached(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "unreached(seen, kept)");
         return NULL;
     }
-    if (self->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(self) < 0)
         return NULL;
-    }
     const IdSet *walked = walker_seen(args[0]);
     Py_ssize_t hint = walked ? PyObject_Length(args[1]) : PyObject_Length(args[0]);
     if (hint < 0) {
@@ -545,10 +513,8 @@ Packs_present(PacksObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "present(ids: list, loose, kept)");
         return NULL;
     }
-    if (self->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
+    if (packs_check_open(self) < 0)
         return NULL;
-    }
     PyObject *ids = args[0];
     Py_ssize_t n = PyList_GET_SIZE(ids), kept_n = 0;
     PyObject *out = PyList_New(n);

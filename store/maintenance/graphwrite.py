@@ -15,11 +15,12 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from .. import durable, leftovers, lockfile
 from . import bloom
-from ..errors import ObjectMissingError, WriteFailedError
+from ..errors import ObjectMissingError
 from ..faults import fault_point
 from .commitgraph import (CHAIN, DEFAULT_EXPIRE_AFTER, MONOLITHIC, SIZE_MULTIPLE, GraphResult, Layer,
                           LayerInput, chain_commits, compute_filters, corrected_dates, graphs_dir, layer_bytes,
@@ -154,39 +155,15 @@ def _tmp_name(kind: str) -> str:
     return f"tmp_{kind}_{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"
 
 
-def _write_flushed(path: Path, data: bytes, counters: durable.DurabilityCounters) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
-    try:
-        durable.write_all(fd, data)
-        durable.flush_file(fd, counters)
-    except OSError as err:
-        os.close(fd)
-        _unlink(path)
-        raise WriteFailedError(f"writing the commit-graph failed: {err.strerror}", errno=err.errno,
-                               path=path) from err
-    os.close(fd)
-
-
 def _install(d: Path, data: bytes, checksum: str, base: list[str], counters: durable.DurabilityCounters) -> None:
     # The layer first, then the chain that names it: a chain never names a file that is not in place.
-    tmp = d / _tmp_name("graph")
-    _write_flushed(tmp, data, counters)
-    fault_point("commitgraph.after_flush")
-    try:
-        durable.rename(tmp, d / f"graph-{checksum}.graph", counters)
-    except BaseException:
-        _unlink(tmp)
-        raise
+    durable.publish_file(d / _tmp_name("graph"), d / f"graph-{checksum}.graph", data, counters=counters,
+                         between=partial(fault_point, "commitgraph.after_flush"), what="the commit-graph")
     fault_point("commitgraph.after_graph_rename")
     durable.fsync_dir(d, counters)   # the layer's name is durable before a chain names it
-    tmp_chain = d / _tmp_name("chain")
-    _write_flushed(tmp_chain, "".join(f"{h}\n" for h in base + [checksum]).encode(), counters)
-    fault_point("commitgraph.after_chain_flush")
-    try:
-        durable.rename(tmp_chain, d / CHAIN, counters)
-    except BaseException:
-        _unlink(tmp_chain)
-        raise
+    durable.publish_file(d / _tmp_name("chain"), d / CHAIN, "".join(f"{h}\n" for h in base + [checksum]).encode(),
+                         counters=counters, between=partial(fault_point, "commitgraph.after_chain_flush"),
+                         what="the commit-graph")
     fault_point("commitgraph.after_chain_rename")
     durable.fsync_dir(d, counters)
     fault_point("commitgraph.after_fsync_dirs")
@@ -227,13 +204,6 @@ def expire_graphs(objects_dir: Path, expire_after: float, *, now: float | None =
         except FileNotFoundError:
             continue
     return removed
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
 
 
 __all__ = ["write_commit_graph", "GraphOptions", "expire_graphs"]

@@ -120,16 +120,6 @@ posmap_get(const PosMap *m, const uint8_t *id)
     return -1;
 }
 
-static int
-check_open(PacksObject *self)
-{
-    if (self->closed) {
-        PyErr_SetString(PyExc_ValueError, "_walk.Packs is closed");
-        return -1;
-    }
-    return 0;
-}
-
 /* The position in ids of the base a delta entry names (-1: not in ids), the last position as a dict built in
  * order would give. pos_of[g]: the last position of global entry g in ids (-1: none); g: the base's entry when
  * the delta names it by offset (-1 when by id). Ids of these packs are found through pos_of (no hashing of
@@ -164,7 +154,7 @@ packs_find_reuse(PacksObject *self, PyObject *ids)
     const uint8_t **idp = NULL;
     int32_t *pos_of = NULL;
     PosMap map = {0};
-    if (check_open(self) < 0)
+    if (packs_check_open(self) < 0)
         return NULL;
     if (!PyList_Check(ids)) {
         PyErr_SetString(PyExc_TypeError, "find_reuse(ids): ids must be a list");
@@ -277,19 +267,6 @@ find_reuse(PyObject *module, PyObject *args)
     return packs_find_reuse((PacksObject *)packs, ids);
 }
 
-static int
-get_buf(PyObject *o, Py_buffer *v, Py_ssize_t items, Py_ssize_t itemsize, int writable, const char *what)
-{
-    if (PyObject_GetBuffer(o, v, writable ? PyBUF_WRITABLE : PyBUF_SIMPLE) < 0)
-        return -1;
-    if (v->len != items * itemsize) {
-        PyErr_Format(PyExc_ValueError, "%s: %zd bytes, %zd expected", what, v->len, items * itemsize);
-        PyBuffer_Release(v);
-        return -1;
-    }
-    return 0;
-}
-
 /* write_order(kind, reused, rbase, cbase) -> (order bytes of 'i', python bytes of 'i', cycle): the positions
  * in writing order (writeplan._write's: ids' order, a delta's base written just before it when it comes
  * later), the indexes into that order of the objects Python writes (all but whole entries and reused deltas
@@ -299,29 +276,22 @@ PyObject *
 write_order(PyObject *module, PyObject *args)
 {
     PyObject *ko, *ro, *rbo, *cbo, *order_b = NULL, *result = NULL;
-    Py_buffer kv = {0}, rv = {0}, rbv = {0}, cbv = {0};
-    int held = 0;
+    Py_buffer v[4];
     uint8_t *state = NULL;
     int32_t *stack = NULL;
     Buf py = {0};
     long long cycle = -1;
     if (!PyArg_ParseTuple(args, "OOOO", &ko, &ro, &rbo, &cbo))
         return NULL;
-    if (PyObject_GetBuffer(ko, &kv, PyBUF_SIMPLE) < 0)
+    const Table tables[] = {
+        {ko, 1, 0, "write_order: kind"}, {ro, 1, 0, "write_order: reused"}, {rbo, 4, 0, "write_order: rbase"},
+        {cbo, 4, 0, "write_order: cbase"},
+    };
+    Py_ssize_t n = -1;             /* as many as kind has */
+    if (get_tables(tables, 4, v, &n) < 0)
         return NULL;
-    held = 1;
-    Py_ssize_t n = kv.len;
-    if (get_buf(ro, &rv, n, 1, 0, "write_order: reused") < 0)
-        goto done;
-    held = 2;
-    if (get_buf(rbo, &rbv, n, 4, 0, "write_order: rbase") < 0)
-        goto done;
-    held = 3;
-    if (get_buf(cbo, &cbv, n, 4, 0, "write_order: cbase") < 0)
-        goto done;
-    held = 4;
-    const uint8_t *kind = kv.buf, *reused = rv.buf;
-    const int32_t *rbase = rbv.buf, *cbase = cbv.buf;
+    const uint8_t *kind = v[0].buf, *reused = v[1].buf;
+    const int32_t *rbase = v[2].buf, *cbase = v[3].buf;
     for (Py_ssize_t k = 0; k < n; k++) {
         if (rbase[k] >= n || cbase[k] >= n) {
             PyErr_SetString(PyExc_ValueError, "write_order: a base outside the plan");
@@ -379,30 +349,11 @@ done:
     PyMem_RawFree(state);
     PyMem_RawFree(stack);
     Py_XDECREF(order_b);
-    if (held >= 4)
-        PyBuffer_Release(&cbv);
-    if (held >= 3)
-        PyBuffer_Release(&rbv);
-    if (held >= 2)
-        PyBuffer_Release(&rv);
-    PyBuffer_Release(&kv);
+    release_tables(v, 4);
     return result;
 }
 
 /* ---- the copies ------------------------------------------------------------------------------------ */
-
-static inline uint32_t
-crc32_more(uint32_t crc, const uint8_t *p, size_t n)
-{
-    unsigned long c = crc;
-    while (n) {
-        unsigned int chunk = n > (1u << 30) ? (1u << 30) : (unsigned int)n;
-        c = z_crc32(c, p, chunk);
-        p += chunk;
-        n -= chunk;
-    }
-    return (uint32_t)c;
-}
 
 /* OFS_DELTA's header: type/size varint (format.encode_entry_header), then the distance (write.ofs_encoding). */
 static size_t
@@ -471,40 +422,31 @@ copy_entries(PyObject *module, PyObject *args)
     PyObject *go, *oo, *ro, *rbo, *offo, *result = NULL;
     Py_ssize_t start, stop;
     unsigned long long pos0, limit;
-    Py_buffer gv = {0}, ov = {0}, rv = {0}, rbv = {0}, offv = {0};
-    int held = 0, stuck = 0;
+    Py_buffer v[5];
+    int stuck = 0;
     Buf out = {0}, offs = {0}, crcs = {0}, oids = {0};
     long long deltas = 0, copied = 0;
     if (walk_client_import() < 0
         || !PyArg_ParseTuple(args, "O!OOnnOOOKK", &PacksType, &self, &go, &oo, &start, &stop, &ro, &rbo, &offo,
                              &pos0, &limit))
         return NULL;
-    if (check_open(self) < 0)
+    if (packs_check_open(self) < 0)
         return NULL;
-    if (PyObject_GetBuffer(ro, &rv, PyBUF_SIMPLE) < 0)
+    const Table tables[] = {
+        {ro, 1, 0, "copy_entries: reused"}, {go, 8, 0, "copy_entries: gids"}, {oo, 4, 0, "copy_entries: order"},
+        {rbo, 4, 0, "copy_entries: rbase"}, {offo, 8, 1, "copy_entries: offsets"},
+    };
+    Py_ssize_t n = -1;             /* as many as reused has */
+    if (get_tables(tables, 5, v, &n) < 0)
         return NULL;
-    held = 1;
-    Py_ssize_t n = rv.len;
-    if (get_buf(go, &gv, n, 8, 0, "copy_entries: gids") < 0)
-        goto done;
-    held = 2;
-    if (get_buf(oo, &ov, n, 4, 0, "copy_entries: order") < 0)
-        goto done;
-    held = 3;
-    if (get_buf(rbo, &rbv, n, 4, 0, "copy_entries: rbase") < 0)
-        goto done;
-    held = 4;
-    if (get_buf(offo, &offv, n, 8, 1, "copy_entries: offsets") < 0)
-        goto done;
-    held = 5;
     if (start < 0 || stop > n || start > stop) {
         PyErr_SetString(PyExc_IndexError, "copy_entries: start/stop outside the order");
         goto done;
     }
-    const int64_t *gids = gv.buf;
-    const int32_t *order = ov.buf, *rbase = rbv.buf;
-    const uint8_t *reused = rv.buf;
-    uint64_t *newoff = offv.buf;
+    const uint8_t *reused = v[0].buf;
+    const int64_t *gids = v[1].buf;
+    const int32_t *order = v[2].buf, *rbase = v[3].buf;
+    uint64_t *newoff = v[4].buf;
     uint64_t pos = pos0;
     Py_ssize_t j = start;
     for (; j < stop; j++) {
@@ -584,15 +526,7 @@ done:
     buf_free(&offs);
     buf_free(&crcs);
     buf_free(&oids);
-    if (held >= 5)
-        PyBuffer_Release(&offv);
-    if (held >= 4)
-        PyBuffer_Release(&rbv);
-    if (held >= 3)
-        PyBuffer_Release(&ov);
-    if (held >= 2)
-        PyBuffer_Release(&gv);
-    PyBuffer_Release(&rv);
+    release_tables(v, 5);
     return result;
 }
 
@@ -605,21 +539,18 @@ check_chains(PyObject *module, PyObject *args)
 {
     PyObject *ro, *bo, *height_b = NULL, *result = NULL;
     long limit;
-    Py_buffer rv = {0}, bv = {0};
+    Py_buffer v[2];
     int32_t *depth = NULL, *root = NULL, *path = NULL;
     uint8_t *state = NULL;
     long long dropped = 0;
     if (!PyArg_ParseTuple(args, "OOl", &ro, &bo, &limit))
         return NULL;
-    if (PyObject_GetBuffer(ro, &rv, PyBUF_WRITABLE) < 0)
+    const Table tables[] = {{ro, 1, 1, "check_chains: reused"}, {bo, 4, 0, "check_chains: base"}};
+    Py_ssize_t n = -1;             /* as many as reused has */
+    if (get_tables(tables, 2, v, &n) < 0)
         return NULL;
-    Py_ssize_t n = rv.len;
-    if (get_buf(bo, &bv, n, 4, 0, "check_chains: base") < 0) {
-        PyBuffer_Release(&rv);
-        return NULL;
-    }
-    uint8_t *reused = rv.buf;
-    const int32_t *base = bv.buf;
+    uint8_t *reused = v[0].buf;
+    const int32_t *base = v[1].buf;
     for (Py_ssize_t k = 0; k < n; k++) {
         if (reused[k] && (base[k] < 0 || base[k] >= n)) {
             PyErr_SetString(PyExc_ValueError, "check_chains: a reused delta's base outside the plan");
@@ -686,7 +617,6 @@ done:
     PyMem_RawFree(root);
     PyMem_RawFree(path);
     PyMem_RawFree(state);
-    PyBuffer_Release(&bv);
-    PyBuffer_Release(&rv);
+    release_tables(v, 2);
     return result;
 }

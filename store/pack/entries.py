@@ -5,9 +5,8 @@ Every consumer of a complete pack's bytes reads entries here: the read path
 (:mod:`packyard.store.verify`) and repack's write plan (:mod:`packyard.store.maintenance.writeplan`:
 the headers of its reused entries; their bytes are copied, not inflated, and its C fast paths decode
 headers in C, ``_walk_packs.c``).
-index-pack's receive loop parses a *stream* arriving in chunks and keeps an inlined
-copy of the header decoder for speed; tests/store/test_packformat.py feeds both the same
-entries so they stay in step.
+index-pack's receive loop parses a *stream* arriving in chunks; it decodes each header
+with the same :func:`~.format.decode_entry_header`.
 
 * :func:`read_header` — an entry's header (type, size, delta base, where its zlib data starts);
   :func:`header_fields` the same as a tuple, :func:`entry_type` just the type (from the first byte);

@@ -51,8 +51,8 @@ def decode_entry_header(buf, pos: int, end: int, start: int, path: object) -> tu
     ``buf[pos]`` (they differ when ``buf`` is a window into a stream) and is the offset
     errors name. ``base`` is None for a full object, the absolute pack offset of the
     base for OFS_DELTA (checked to lie after the pack header and before the entry), or
-    the 20-byte base id for REF_DELTA. index-pack's receive loop carries an inlined copy
-    (a call per entry is measurably slower there); keep the two in step.
+    the 20-byte base id for REF_DELTA. The one decoder: entries.py and index-pack's receive
+    loop both call it.
     """
     if pos >= end:
         raise PackFormatError("pack truncated inside an entry header", path=path, offset=start)

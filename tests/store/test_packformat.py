@@ -196,7 +196,8 @@ BLOB = b"hello packformat\n" * 3
     (b"\xb0" + b"\xff" * 12 + b"\x01", "entry size overflows 64 bits"),
 ])
 def test_unpack_and_index_pack_refuse_alike(tmp_path, bad, message):
-    """index-pack's receive loop has an inlined copy of decode_entry_header: this keeps them in step."""
+    """unpack (entries.read_header) and index-pack's receive loop refuse a bad entry with the same message
+    and offset."""
     import zlib
 
     from packyard.store.pack.indexpack import index_pack

@@ -242,3 +242,23 @@ def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(tem
             "a delta whose base id is only in the .keep pack's index"
     finally:
         sources.release()
+
+
+@pytest.mark.skipif(native.packwrite() is None, reason="the C write plan is not built (or PACKYARD_PURE_PYTHON=1)")
+def test_c_write_plan_refuses_tables_of_the_wrong_length_naming_them() -> None:
+    """_walk.h's get_tables: every table of a call holds the first one's entries, else ValueError naming it."""
+    from array import array
+
+    pw = native.packwrite()
+    kind, reused = bytes(3), bytes(3)
+    none = array("i", [-1] * 3).tobytes()
+    assert pw.write_order(kind, reused, none, none)[2] == -1
+    for args, name in [((kind, bytes(2), none, none), "reused"), ((kind, reused, none[:8], none), "rbase"),
+                       ((kind, reused, none, none + b"x"), "cbase")]:
+        with pytest.raises(ValueError, match=f"write_order: {name} has"):
+            pw.write_order(*args)
+    assert pw.check_chains(bytearray(3), none, 10)[1] == 0
+    with pytest.raises(ValueError, match="check_chains: base has 4 bytes, 3 entries need 12"):
+        pw.check_chains(bytearray(3), none[:4], 10)
+    with pytest.raises(BufferError):
+        pw.check_chains(bytes(3), none, 10)      # reused is written to: a read-only buffer is refused

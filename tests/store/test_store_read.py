@@ -213,6 +213,19 @@ def test_snapshot_answers_from_memory(mixed_repo, tmp_path):
         shutil.move(str(moved), mixed_repo / "objects")
 
 
+def test_snapshot_read_header_is_gits_for_packed_and_loose(mixed_repo):
+    """ObjectSnapshot.read_header (fsck's and index-pack's existing-object type): git's type and size."""
+    snap = Repository.open(mixed_repo).objects.snapshot()
+    expected = batch_check_all(mixed_repo)
+    kinds = {snap.locate(bytes.fromhex(oid)) for oid in expected}
+    assert kinds == {Location.PACKED, Location.LOOSE}
+    got = {}
+    for oid in expected:
+        obj_type, size = snap.read_header(bytes.fromhex(oid))
+        got[oid] = (obj_type.label.decode(), size)
+    assert got == expected
+
+
 def test_pack_list_is_replaced_not_edited(loose_repo):
     repo = Repository.open(loose_repo)
     first = repo.objects.packs.prepare()
