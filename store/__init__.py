@@ -5,9 +5,18 @@ No Celery, Redis or SQL here. Format code works on bytes and files; the
 :class:`~packyard.store.objdir.ObjectDirectory` (loose objects + pack directory) and a
 :class:`~packyard.store.refs.RefStore`.
 """
-from .errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
-                     LockLostError, NotARepositoryError, ObjectMissingError, PackFormatError,
-                     RefUpdateError, StoreError)
+from .errors import (
+    CollisionError,
+    CorruptObjectError,
+    InvalidInputError,
+    LimitExceededError,
+    LockLostError,
+    NotARepositoryError,
+    ObjectMissingError,
+    PackFormatError,
+    RefUpdateError,
+    StoreError,
+)
 from .objdir import Location, ObjectDirectory, ObjectSnapshot
 from .objects import ObjectType
 from .refs import RefStore, RefUpdate

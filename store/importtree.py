@@ -45,15 +45,14 @@ from typing import Callable
 
 from .batch.api import PACK_THRESHOLD, begin, fsck_objects
 from .batch.contract import BatchCounters, open_source
+from .batch.pack import PACK_MEMORY, PackBatch
+from .errors import InvalidInputError, LimitExceededError, StoreError
 from .fsck import STRICT, FsckOptions
 from .fsck.paths import is_hfs_dotgitattributes, is_hfs_dotgitmodules, is_ntfs_dotgitattributes, is_ntfs_dotgitmodules
-from .batch.pack import PACK_MEMORY, PackBatch
-from .tuning import gc_paused
-from .errors import InvalidInputError, LimitExceededError, StoreError
 from .objects import ObjectType
-from .refs import RefUpdate, check_ref_name
-
 from .progress import Progress
+from .refs import RefUpdate, check_ref_name
+from .tuning import gc_paused
 
 MODE_FILE = b"100644"
 MODE_EXEC = b"100755"

@@ -24,8 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from . import durable
-from . import fence, lockfile
+from . import durable, fence, lockfile
 from .errors import CorruptObjectError, InvalidInputError, RefUpdateError
 from .faults import fault_point
 from .objects import HEX_RE, ZERO_OID, ObjectType

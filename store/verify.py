@@ -17,9 +17,8 @@ from .pack.entries import read_header
 from .pack.format import PACK_HEADER_SIZE, parse_pack_header
 from .pack.resolve import resolve_all
 from .parse import object_links
-from .repo import Repository
-
 from .progress import Progress
+from .repo import Repository
 
 
 @dataclass

@@ -7,6 +7,7 @@ re-queued if their worker process dies (set on PackyardTask).
 """
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 from celery import Celery
@@ -14,8 +15,6 @@ from celery import Celery
 from packyard.workers import broker, embedded
 from packyard.workers.records import task_runs  # noqa: F401  (connects the queued-job signal and logging set-up)
 from packyard.workers.settings import Settings, get_settings
-from datetime import UTC
-
 
 RECONCILE_TASK = "packyard.reconcile_jobs"
 

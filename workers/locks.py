@@ -56,9 +56,9 @@ from typing import Any, Callable, Iterator
 import redis
 
 from packyard.store import fence as store_fence
-from packyard.store.lease import Lease as StoreLease
 from packyard.store import owner as store_owner
 from packyard.store.errors import LockLostError
+from packyard.store.lease import Lease as StoreLease
 from packyard.workers.records.models import LockEventKind
 from packyard.workers.settings import Settings
 

@@ -41,7 +41,7 @@ packyard_records_up                                    0 when the records databa
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from typing import Any, Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric

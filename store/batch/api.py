@@ -38,8 +38,8 @@ def begin(repo, *, count_hint: int | None = None, pack_threshold: int | None = P
 
 def validate_object(obj_type: ObjectType, data: bytes, index: int) -> None:
     """Structural check of a caller-supplied object, so nothing git fsck would reject is written."""
-    from ..parse import object_links  # local: parse is only needed for caller-supplied objects
     from ..errors import CorruptObjectError
+    from ..parse import object_links  # local: parse is only needed for caller-supplied objects
     try:
         object_links(obj_type, data, hash_object(obj_type, data))
     except CorruptObjectError as err:

@@ -71,14 +71,23 @@ from .. import durable, install, leftovers
 from ..errors import InvalidInputError, ObjectMissingError, StoreError, WriteFailedError
 from ..faults import fault_point
 from ..flush import AUTO, DirSync, FlushMethod, FlushPolicy, choose_flush, dir_sync_for, filesystem_type
+from ..lease import Lease, check, token_of
 from ..objdir import Location
 from ..objects import ObjectType
 from ..owner import host_identity
-from ..lease import Lease, check, token_of
 from ..refs import RefUpdate
 from ..tuning import keep_heap_slack_if_needed
-from .contract import (LABEL_SP, BatchCounters, BatchResult, BatchState, Progress, WriteResult,
-                       open_source, skip_if_exists, stream_exactly)
+from .contract import (
+    LABEL_SP,
+    BatchCounters,
+    BatchResult,
+    BatchState,
+    Progress,
+    WriteResult,
+    open_source,
+    skip_if_exists,
+    stream_exactly,
+)
 
 TMP_PREFIX = "tmp_obj_"
 _HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace

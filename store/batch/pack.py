@@ -44,15 +44,24 @@ from typing import Iterable, Iterator, Sequence
 from .. import install
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
+from ..lease import Lease, check, token_of
 from ..maintenance.leftovers import remove_stale_temp_files
 from ..objects import ObjectType
 from ..pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
 from ..pack.write import PACK_COMPRESSION, PackWriter
-from ..lease import Lease, check, token_of
 from ..refs import RefUpdate
 from ..tuning import keep_heap_slack_if_needed
-from .contract import (LABEL_SP, BatchCounters, BatchResult, BatchState, Progress, WriteResult, open_source,
-                       skip_if_exists, stream_exactly)
+from .contract import (
+    LABEL_SP,
+    BatchCounters,
+    BatchResult,
+    BatchState,
+    Progress,
+    WriteResult,
+    open_source,
+    skip_if_exists,
+    stream_exactly,
+)
 
 #: Bytes of object content a pack batch's caller lets it hold for the delta search (see the docstring).
 PACK_MEMORY = 256 << 20

@@ -12,8 +12,21 @@ from ..errors import FsckError, ObjectMissingError
 from ..objects import ObjectType
 from .linkset import LinkSet
 from .msgs import LINK_TYPE, FsckOptions, Severity
-from .rules import (BLOB, COMMIT, GITATTRIBUTES_IDS, TAG, TREE, ObjectReport, Refused, check_commit,
-                    check_gitattributes_blob, check_gitmodules_blob, check_tag, check_tree, check_tree_fast)
+from .rules import (
+    BLOB,
+    COMMIT,
+    GITATTRIBUTES_IDS,
+    TAG,
+    TREE,
+    ObjectReport,
+    Refused,
+    check_commit,
+    check_gitattributes_blob,
+    check_gitmodules_blob,
+    check_tag,
+    check_tree,
+    check_tree_fast,
+)
 
 _R = TypeVar("_R")
 

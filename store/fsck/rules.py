@@ -15,9 +15,18 @@ from .. import native
 from ..objects import ObjectType
 from .gitmodules import gitmodules_findings
 from .msgs import FsckOptions, Severity
-from .paths import (is_hfs_dotgit, is_hfs_dotgitattributes, is_hfs_dotgitignore, is_hfs_dotgitmodules,
-                    is_hfs_dotmailmap, is_ntfs_dotgit, is_ntfs_dotgitattributes, is_ntfs_dotgitignore,
-                    is_ntfs_dotgitmodules, is_ntfs_dotmailmap)
+from .paths import (
+    is_hfs_dotgit,
+    is_hfs_dotgitattributes,
+    is_hfs_dotgitignore,
+    is_hfs_dotgitmodules,
+    is_hfs_dotmailmap,
+    is_ntfs_dotgit,
+    is_ntfs_dotgitattributes,
+    is_ntfs_dotgitignore,
+    is_ntfs_dotgitmodules,
+    is_ntfs_dotmailmap,
+)
 
 BLOB, TREE, COMMIT, TAG = int(ObjectType.BLOB), int(ObjectType.TREE), int(ObjectType.COMMIT), int(ObjectType.TAG)
 _S_IFMT, _S_IFREG, _S_IFDIR, _S_IFLNK, _S_IFGITLINK = 0o170000, 0o100000, 0o040000, 0o120000, 0o160000

@@ -49,12 +49,42 @@ import shutil
 from typing import Callable, Iterable, Protocol
 
 from .. import durable, lockfile
-from .find import (FINDERS, create_batch_marker, find_batch_markers, find_graph_temps, find_half_preserved,
-                   find_keeps, find_loose_tmp, find_midx_lock, find_orphan_idx, find_orphan_packs, find_pack_temps,
-                   find_packed_refs_new, find_packed_refs_temps, find_quarantines, find_ref_claims, find_ref_temps,
-                   find_serving_locks, loose_tmp_verdict, remove_batch_marker)
-from .table import (CLAIM_EXPIRE, DEAD_WRITER_AFTER, LOOSE_TMP_PREFIX, PRUNE_EXPIRE, QUARANTINE_OWNER,
-                    QUARANTINE_PREFIX, RULES, SERVING_LOCKS, Kind, Leftover, Rule, Verdict, removable)
+from .find import (
+    FINDERS,
+    create_batch_marker,
+    find_batch_markers,
+    find_graph_temps,
+    find_half_preserved,
+    find_keeps,
+    find_loose_tmp,
+    find_midx_lock,
+    find_orphan_idx,
+    find_orphan_packs,
+    find_pack_temps,
+    find_packed_refs_new,
+    find_packed_refs_temps,
+    find_quarantines,
+    find_ref_claims,
+    find_ref_temps,
+    find_serving_locks,
+    loose_tmp_verdict,
+    remove_batch_marker,
+)
+from .table import (
+    CLAIM_EXPIRE,
+    DEAD_WRITER_AFTER,
+    LOOSE_TMP_PREFIX,
+    PRUNE_EXPIRE,
+    QUARANTINE_OWNER,
+    QUARANTINE_PREFIX,
+    RULES,
+    SERVING_LOCKS,
+    Kind,
+    Leftover,
+    Rule,
+    Verdict,
+    removable,
+)
 
 # -- removal -------------------------------------------------------------------------------------
 

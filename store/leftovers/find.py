@@ -13,8 +13,21 @@ from typing import Callable, Iterable, Iterator, Sequence
 from .. import durable, lockfile
 from ..errors import WriteFailedError
 from ..owner import Liveness, Owner, current_owner, liveness, read_owner
-from .table import (BATCH_MARKER_DIR, BATCH_MARKER_RE, GRAPH_TMP_RE, LOOSE_TMP_PREFIX, LOOSE_TMP_RE, QUARANTINE_OWNER,
-                    QUARANTINE_PREFIX, RULES, SERVING_LOCKS, Kind, Leftover, Rule, Verdict)
+from .table import (
+    BATCH_MARKER_DIR,
+    BATCH_MARKER_RE,
+    GRAPH_TMP_RE,
+    LOOSE_TMP_PREFIX,
+    LOOSE_TMP_RE,
+    QUARANTINE_OWNER,
+    QUARANTINE_PREFIX,
+    RULES,
+    SERVING_LOCKS,
+    Kind,
+    Leftover,
+    Rule,
+    Verdict,
+)
 
 _PACK_SIDE = ("pack", "rev", "mtimes", "bitmap")
 _HEX = frozenset("0123456789abcdef")

@@ -41,8 +41,8 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import CorruptObjectError, StoreError
 from .. import native
+from ..errors import CorruptObjectError, StoreError
 from ..objects import ObjectType
 from . import ewah as _ewah
 from .walk import c_loop_errors, name_hash_fold, parse_commit, parse_tree_entries

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .. import native
 from ..errors import CorruptObjectError, ObjectMissingError
 from ..objects import ObjectType
-from .. import native
 from . import bloom
 
 _c_bloom = native.bloom()   # the commit reads in C (store/native.py), or None

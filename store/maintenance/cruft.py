@@ -21,10 +21,10 @@ from __future__ import annotations
 
 from typing import Callable, Container
 
+from .. import native
 from ..errors import CorruptObjectError, ObjectMissingError
 from ..objects import ObjectType
 from ..parse import object_links, tag_links
-from .. import native
 from .walk import C_CACHE_BYTES, Reachable
 
 Read = Callable[[bytes], tuple[int, bytes]]

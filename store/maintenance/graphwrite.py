@@ -19,12 +19,28 @@ from functools import partial
 from pathlib import Path
 
 from .. import durable, leftovers, lockfile
-from . import bloom
 from ..errors import ObjectMissingError
 from ..faults import fault_point
-from .commitgraph import (CHAIN, DEFAULT_EXPIRE_AFTER, MONOLITHIC, SIZE_MULTIPLE, GraphResult, Layer,
-                          LayerInput, chain_commits, compute_filters, corrected_dates, graphs_dir, layer_bytes,
-                          layer_filters, read_chain, reachable_commits, ref_tips, topo_levels)
+from . import bloom
+from .commitgraph import (
+    CHAIN,
+    DEFAULT_EXPIRE_AFTER,
+    MONOLITHIC,
+    SIZE_MULTIPLE,
+    GraphResult,
+    Layer,
+    LayerInput,
+    chain_commits,
+    compute_filters,
+    corrected_dates,
+    graphs_dir,
+    layer_bytes,
+    layer_filters,
+    reachable_commits,
+    read_chain,
+    ref_tips,
+    topo_levels,
+)
 
 _GRAPH_RE = re.compile(r"^graph-([0-9a-f]{40})\.graph$")
 

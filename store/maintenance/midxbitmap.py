@@ -25,8 +25,16 @@ from ..errors import ObjectMissingError
 from ..objects import ObjectType
 from ..pack.midx import Midx
 from ..pack.packdir import PackFile
-from .bitmap import (BitmapClosureError, BitmapOptions, CommitGraph, build_bitmaps, c_selected_and_stored,
-                     encode_bitmap, preferred_tips, select_commits)
+from .bitmap import (
+    BitmapClosureError,
+    BitmapOptions,
+    CommitGraph,
+    build_bitmaps,
+    c_selected_and_stored,
+    encode_bitmap,
+    preferred_tips,
+    select_commits,
+)
 from .sources import SourceIndex
 from .walk import Read, walk
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from .. import native
 from ..errors import StoreError
 from ..objects import ObjectType
-from .. import native
 from .walk import C_CACHE_BYTES, parse_tree_entries
 
 _walk_c = native.walk()   # the C walker (store/native.py), or None

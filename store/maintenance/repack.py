@@ -47,23 +47,22 @@ from ..fence import FenceKind
 from ..lease import Lease, fence_of, token_of
 from ..lease import check as check_lease
 from ..objects import ObjectType
-from .midxbitmap import midx_bitmap_for
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
 from ..pack.packdir import PackFile
+from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
 from ..pack.write import PACK_COMPRESSION, PackWriter
+from ..progress import Progress
 from ..tuning import gc_paused, release_free_heap
 from .bitmap import BitmapOptions, read_header, write_pack_bitmap
 from .cruft import reached_from
 from .leftovers import remove_stale_temp_files
+from .midxbitmap import midx_bitmap_for
 from .names import names_in
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
 from .tips import read_tips
-from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
 from .walk import Reachable, parse_tree_entries, walk
 from .writeplan import DeltaPlan, Names, write_plan
-
-from ..progress import Progress
 
 #: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
 PRELOAD_BYTES = 256 << 20

@@ -19,10 +19,10 @@ import os
 from array import array
 from dataclasses import dataclass
 
+from .. import native
 from ..errors import ObjectMissingError
 from ..objdir import ObjectSnapshot
 from ..pack.packdir import PackFile
-from .. import native
 
 #: The C tables (Packs, pack_layout) of the walk extension, or None (store/native.py).
 _walk_c = native.walk()

@@ -43,9 +43,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Callable, Container, Iterable, Iterator
 
+from .. import native
 from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..forked import ForkedCall
-from .. import native
 from ..objects import ObjectType, hash_object
 from ..parse import tag_links
 from ..progress import Progress

@@ -31,15 +31,14 @@ from array import array
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from .. import native
 from ..errors import CorruptObjectError, ObjectMissingError, StoreError
 from ..objects import hash_object
 from ..pack.entries import entry_type, header_fields
-from ..pack.search import (DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search,
-                           search_order)
+from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search, search_order
 from ..pack.write import WRITE_BUFFER, PackWriter
 from ..tuning import release_free_heap
 from .sources import SourceIndex
-from .. import native
 
 if TYPE_CHECKING:
     from .repack import RepackCounters

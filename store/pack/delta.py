@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from ..errors import LimitExceededError
 from .. import native
+from ..errors import LimitExceededError
 
 MAX_INPUT_SIZE = 512 << 20   # bytes; git's core.bigFileThreshold default: larger objects are stored whole
 

@@ -27,8 +27,8 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Sequence
 
-from ..errors import InvalidInputError
 from .. import native
+from ..errors import InvalidInputError
 
 _c_packwrite = native.packwrite()   # the C tables (store/native.py), or None
 _c_index_tables: Any = _c_packwrite.index_tables if _c_packwrite is not None else None

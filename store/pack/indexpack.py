@@ -54,21 +54,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ContextManager, Sequence
 
 from .. import durable
-from ..errors import (CollisionError, CorruptObjectError, InvalidInputError, LimitExceededError,
-                      ObjectMissingError, PackFormatError, StoreError, WriteFailedError)
+from ..errors import (
+    CollisionError,
+    CorruptObjectError,
+    InvalidInputError,
+    LimitExceededError,
+    ObjectMissingError,
+    PackFormatError,
+    StoreError,
+    WriteFailedError,
+)
 from ..faults import fault_point
+from ..forked import child_main, kill_and_reap, read_outcome
 from ..fsck import STRICT, FsckChecker, FsckOptions, FsckState
 from ..fsck.linkset import select20, sort_unique20
-from ..forked import child_main, kill_and_reap, read_outcome
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..lease import Lease, token_of
 from ..lease import check as check_lease
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
 from ..owner import with_owner
 from ..refs import RefUpdate
-from .quarantine import create_quarantine
 from .format import PACK_HEADER_SIZE, decode_entry_header, encode_entry_header, parse_pack_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
+from .quarantine import create_quarantine
 from .resolve import apply_delta_checked
 
 if TYPE_CHECKING:

@@ -379,7 +379,7 @@ def midx_side_files(pack_dir: Path, keep_checksum: bytes | None = None) -> list[
 
 
 def _tmp_name() -> str:
-    from .write import this_host_tag   # (the pack writer's temp naming: the leftovers rules know it)
+    from .write import this_host_tag  # (the pack writer's temp naming: the leftovers rules know it)
 
     return f"{TMP_PREFIX}{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"
 

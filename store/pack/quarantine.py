@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import WriteFailedError
-from ..leftovers import QUARANTINE_OWNER, QUARANTINE_PREFIX, RULES, Kind, find_quarantines, remove, removable
+from ..leftovers import QUARANTINE_OWNER, QUARANTINE_PREFIX, RULES, Kind, find_quarantines, removable, remove
 from ..owner import current_owner
 
 if TYPE_CHECKING:

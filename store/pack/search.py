@@ -64,11 +64,11 @@ from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..forked import ForkedCall
 from .. import native
+from ..forked import ForkedCall
+from ..progress import Progress
 from .delta import MAX_INPUT_SIZE, DeltaIndex, should_delta
 
-from ..progress import Progress
 Read = Callable[[int], bytes]
 
 #: git's pack.window default: a target is tried against up to ``window - 1`` predecessors.

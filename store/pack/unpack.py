@@ -21,13 +21,12 @@ from ..batch.contract import BatchCounters
 from ..errors import LimitExceededError, PackFormatError, StoreError
 from ..fsck import STRICT, FsckChecker, FsckOptions
 from ..objects import ObjectType, hash_object
+from ..progress import Progress
 from ..refs import RefUpdate
 from ..tuning import gc_paused
 from .entries import EntryHeader, iter_entries
 from .format import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, parse_pack_header
 from .resolve import resolve_all
-
-from ..progress import Progress
 
 #: "small": beyond this many objects a pack should be indexed, not exploded (receive.unpackLimit idea).
 DEFAULT_MAX_OBJECTS = 100_000

@@ -7,6 +7,7 @@ from typing import Any
 
 from packyard.workers.cli.failures import CommandFailed
 
+
 def add_repo_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
     parser.add_argument("--repo", metavar="PATH", required=required,
                         help="repository path (bare repository, or a work tree with .git)")

@@ -12,6 +12,7 @@ from typing import IO, Sequence
 
 from packyard.workers.settings import Settings
 
+
 def child_env(s: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(s.as_env())

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+
 class CommandFailed(Exception):
     """A store error already reported on stderr; the command exits with status 1."""
 

@@ -19,8 +19,8 @@ import json
 
 from packyard.workers.cli.args import add_repo_arg
 from packyard.workers.cli.lease import add_lease_args, maintenance_lock_if
-from packyard.workers.settings import get_settings
 from packyard.workers.commands.gc import QUARANTINE_AFTER
+from packyard.workers.settings import get_settings
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]

@@ -37,9 +37,8 @@ def maintenance_lock_if(args: argparse.Namespace, command: str):  # type: ignore
     def held():  # type: ignore[no-untyped-def]
         from contextlib import ExitStack
 
-        from packyard.workers.locks import LockTimeout, maintenance_lease
-
         from packyard.workers import logs as plog
+        from packyard.workers.locks import LockTimeout, maintenance_lease
 
         s = settings()
         # The lease records its events (workers/locks.py): the embedded database must have its tables (a fresh

@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 from packyard.workers.settings import Settings, get_settings
 
+
 def is_default_sqlite(s: Settings) -> bool:
     return s.database_url == f"sqlite:///{s.state_dir / 'packyard.db'}"
 
@@ -33,7 +34,7 @@ def run_as_job(kind: str, work: Callable[[Settings, str], dict[str, Any]], *, re
     finished ``kind`` job row (worker ``cli@<host>``) with the ``counters`` of the result; returns (job id, result)."""
     import socket
     import uuid
-    from datetime import datetime, UTC
+    from datetime import UTC, datetime
 
     from packyard.workers.records.models import JobState
     from packyard.workers.records.recorder import record_run

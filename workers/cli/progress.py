@@ -6,6 +6,7 @@ import os
 import sys
 from typing import Any, Mapping
 
+
 def terminal_size(stream: Any, fallback: tuple[int, int] = (100, 24)) -> tuple[int, int]:
     """(columns, rows) of the terminal behind ``stream``; a terminal reporting 0 (a fresh pty) gets the fallback.
 

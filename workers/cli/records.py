@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 from packyard.workers.cli.prepare import is_default_sqlite, run_as_job
 from packyard.workers.settings import get_settings

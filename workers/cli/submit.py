@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     s = get_settings()
     from packyard.store.errors import InvalidInputError, LimitExceededError
-    from packyard.workers.broker import check_message_size
     from packyard.workers.app import app
+    from packyard.workers.broker import check_message_size
     from packyard.workers.confine import Confinement
     from packyard.workers.tasks.boundary import check_call
 

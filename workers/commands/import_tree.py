@@ -4,12 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from packyard.store.importtree import Identity, import_tree as store_import_tree
-from packyard.store.repo import Repository
+from packyard.store.importtree import Identity
+from packyard.store.importtree import import_tree as store_import_tree
 from packyard.store.lease import Lease
-from packyard.workers.commands._bulk import flat_counters, flush_options, fsck_options_of, pack_threshold_of
-
 from packyard.store.progress import Progress
+from packyard.store.repo import Repository
+from packyard.workers.commands._bulk import flat_counters, flush_options, fsck_options_of, pack_threshold_of
 
 
 def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str = "Import",

@@ -14,10 +14,10 @@ from typing import Any, BinaryIO, Callable, ContextManager
 
 from packyard.store.fsck import FsckOptions
 from packyard.store.pack.indexpack import IncomingPack, IndexPackResult
+from packyard.store.progress import Progress
 from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import parse_ref_updates
 
-from packyard.store.progress import Progress
 LockFactory = Callable[[], ContextManager[Any]]
 
 

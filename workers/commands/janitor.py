@@ -45,7 +45,6 @@ from typing import Any
 from packyard.store import leftovers as lo
 from packyard.store.leftovers import Kind, Leftover
 from packyard.store.owner import Liveness
-
 from packyard.store.progress import Progress
 
 #: Items listed on the job row at most (the counters count them all).

@@ -21,18 +21,18 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any, Callable
 
 from packyard.store.errors import StoreError
 from packyard.store.maintenance.stats import RepackHistory, RepoStats, gather_stats
 from packyard.store.maintenance.strategy import Action, MaintenancePlan, plan_maintenance
+from packyard.store.progress import Progress
 from packyard.workers.records import registry
 from packyard.workers.settings import Settings
 from packyard.workers.slots import FleetSlots
-from datetime import UTC
 
-from packyard.store.progress import Progress
 #: ``send(task name, kwargs, task id, countdown seconds)`` — queue one job (the task passes app.send_task).
 Send = Callable[[str, dict[str, Any], str, float], None]
 

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from packyard.store.progress import Progress
 from packyard.workers.records.retention import prune
 from packyard.workers.settings import Settings
-
-from packyard.store.progress import Progress
 
 
 def prune_records(settings: Settings, *, jobs_days: float | None = None, lock_events_days: float | None = None,

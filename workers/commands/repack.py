@@ -5,15 +5,15 @@ from pathlib import Path
 from typing import Any
 
 from packyard.store.errors import InvalidInputError
-from packyard.store.maintenance.bitmap import BitmapOptions
 from packyard.store.lease import Lease
+from packyard.store.maintenance.bitmap import BitmapOptions
 from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
 from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.maintenance.serving import after_repack
-from packyard.store.repo import Repository
-
 from packyard.store.progress import Progress
+from packyard.store.repo import Repository
 from packyard.workers.durations import parse_duration
+
 
 def parse_expire(value: str | float | int | None, default: float = DEFAULT_EXPIRE_SECONDS) -> float:
     """An age in seconds from git's spellings: ``2.weeks.ago``, ``1.hour.ago``, ``now``, ``never``, or seconds

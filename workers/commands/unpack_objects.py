@@ -6,12 +6,12 @@ from typing import Any, BinaryIO
 
 from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.fsck import FsckOptions
-from packyard.store.repo import Repository
-from packyard.store.pack.unpack import DEFAULT_MAX_OBJECTS, unpack_objects as store_unpack
 from packyard.store.lease import Lease
-from packyard.workers.commands._bulk import flat_counters, flush_options, parse_ref_updates
-
+from packyard.store.pack.unpack import DEFAULT_MAX_OBJECTS
+from packyard.store.pack.unpack import unpack_objects as store_unpack
 from packyard.store.progress import Progress
+from packyard.store.repo import Repository
+from packyard.workers.commands._bulk import flat_counters, flush_options, parse_ref_updates
 
 
 def read_pack(pack: str | Path | BinaryIO, max_bytes: int | None) -> tuple[bytes, str]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from packyard.store.verify import verify_repository
-
 from packyard.store.progress import Progress
+from packyard.store.verify import verify_repository
 
 
 def verify_repo(repo: str | Path, *, progress: Progress | None = None) -> dict[str, Any]:

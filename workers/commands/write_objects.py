@@ -15,13 +15,17 @@ from typing import Any, BinaryIO
 
 from packyard.store.batch.api import write_objects as store_write_objects
 from packyard.store.errors import InvalidInputError, LimitExceededError
-from packyard.store.objectsfile import read_objects_file
-from packyard.store.repo import Repository
 from packyard.store.lease import Lease
-from packyard.workers.commands._bulk import (flat_counters, flush_options, fsck_options_of, pack_threshold_of,
-                                             parse_ref_updates)
-
+from packyard.store.objectsfile import read_objects_file
 from packyard.store.progress import Progress
+from packyard.store.repo import Repository
+from packyard.workers.commands._bulk import (
+    flat_counters,
+    flush_options,
+    fsck_options_of,
+    pack_threshold_of,
+    parse_ref_updates,
+)
 
 #: What a message's ``"type"`` may say: git's names only. A number (even git's 3 for a blob) is refused, so a
 #: frontend that sends pack type numbers or a null learns it at once instead of writing the wrong type.

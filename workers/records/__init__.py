@@ -6,8 +6,7 @@
     from packyard.workers.records import upgrade_database, session_scope, Job, JobState
 """
 from packyard.workers.records.db import downgrade_database, get_engine, session_scope, upgrade_database
-from packyard.workers.records.models import (Base, Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository,
-                                    utcnow)
+from packyard.workers.records.models import Base, Job, JobState, LockEvent, LockEventKind, RaceEvent, Repository, utcnow
 
 __all__ = ["Base", "Job", "JobState", "LockEvent", "LockEventKind", "RaceEvent", "Repository",
            "downgrade_database", "get_engine", "session_scope", "upgrade_database", "utcnow"]

@@ -17,8 +17,14 @@ from typing import Any, Iterable
 from sqlalchemy import Table, bindparam, select, text
 from sqlalchemy.orm import Session
 
-from packyard.workers.records.models import (BUCKET_COLUMNS, COUNTED_COLUMNS, DURATION_BUCKETS, Family, record_daily,
-                                             record_totals)
+from packyard.workers.records.models import (
+    BUCKET_COLUMNS,
+    COUNTED_COLUMNS,
+    DURATION_BUCKETS,
+    Family,
+    record_daily,
+    record_totals,
+)
 
 _BUCKETS_MS = tuple(int(b * 1000) for b in DURATION_BUCKETS)
 

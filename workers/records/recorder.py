@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,8 +17,20 @@ from sqlalchemy.orm import Session
 
 from packyard.workers.records import aggregates, registry
 from packyard.workers.records.db import session_scope
-from packyard.workers.records.models import (FINISHED_STATES, PENDING_STATES, Job, JobState, LeaseOutcome, LockEvent,
-                                             LockEventKind, RaceEvent, Family, Repository, normalize_repo_path, utcnow)
+from packyard.workers.records.models import (
+    FINISHED_STATES,
+    PENDING_STATES,
+    Family,
+    Job,
+    JobState,
+    LeaseOutcome,
+    LockEvent,
+    LockEventKind,
+    RaceEvent,
+    Repository,
+    normalize_repo_path,
+    utcnow,
+)
 from packyard.workers.settings import Settings
 
 

@@ -16,7 +16,7 @@ planners never plan it twice) and leaves the plan on the row (:func:`record_plan
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 

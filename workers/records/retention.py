@@ -24,11 +24,11 @@ from typing import Any
 from sqlalchemy import and_, delete, exists, not_, or_, select
 from sqlalchemy.orm import aliased
 
+from packyard.store.progress import Progress
 from packyard.workers.records.db import session_scope
 from packyard.workers.records.models import Job, JobState, LockEvent, RaceEvent, utcnow
 from packyard.workers.settings import Settings
 
-from packyard.store.progress import Progress
 PENDING = (JobState.QUEUED, JobState.STARTED, JobState.RETRY)
 
 

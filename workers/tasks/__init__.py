@@ -69,14 +69,20 @@ Layers
 
 Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dashes.
 """
-from packyard.workers.tasks import verify_repo  # noqa: F401
-from packyard.workers.tasks import import_tree, unpack_objects, write_objects  # noqa: F401
-from packyard.workers.tasks import index_pack  # noqa: F401
-from packyard.workers.tasks import gc, plan_maintenance  # noqa: F401
-from packyard.workers.tasks import repack  # noqa: F401
-from packyard.workers.tasks import janitor  # noqa: F401
-from packyard.workers.tasks import prune_records  # noqa: F401
-from packyard.workers.tasks import reconcile_jobs  # noqa: F401  (bookkeeping, not a job: see its module)
+# Importing each task module registers its tasks (reconcile_jobs is bookkeeping, not a job: see its module).
+from packyard.workers.tasks import (  # noqa: F401
+    gc,
+    import_tree,
+    index_pack,
+    janitor,
+    plan_maintenance,
+    prune_records,
+    reconcile_jobs,
+    repack,
+    unpack_objects,
+    verify_repo,
+    write_objects,
+)
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
                 "plan_maintenance", "repack", "janitor", "prune_records")

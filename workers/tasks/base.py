@@ -15,8 +15,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from packyard.store import owner
 from packyard.store.errors import InvalidInputError, LockContendedError, LockLostError, StoreError
 from packyard.workers import logs as plog
-from packyard.workers.records import task_runs as recording
 from packyard.workers.confine import InputKind
+from packyard.workers.records import task_runs as recording
 from packyard.workers.records.recorder import DeliveryVerdict
 from packyard.workers.settings import get_settings
 from packyard.workers.tasks import boundary
@@ -337,8 +337,13 @@ class PackyardTask(Task):
         """
         from contextlib import ExitStack
 
-        from packyard.workers.locks import (LockTimeout, MaintenanceBusy, db_event_recorder, maintenance_lease,
-                                            redis_client)
+        from packyard.workers.locks import (
+            LockTimeout,
+            MaintenanceBusy,
+            db_event_recorder,
+            maintenance_lease,
+            redis_client,
+        )
         from packyard.workers.records.models import LeaseOutcome, LockEventKind
 
         if on_busy not in ON_BUSY:

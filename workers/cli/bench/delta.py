@@ -16,15 +16,13 @@ left out of it.
 """
 from __future__ import annotations
 
-from functools import partial
-
-from typing import Any, Callable
-
 import argparse
 import os
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
+from typing import Any, Callable
 
 from packyard.workers.cli.bench import common
 

@@ -194,8 +194,8 @@ def unpack_50(base: Path, rounds: int, env: dict[str, str]) -> None:
         print(f"  {side:22} median {m * 1000:7.1f} ms  (min {min(ts) * 1000:6.1f}, max {max(ts) * 1000:6.1f})  "
               f"vs git default {m / g:5.2f}x  vs git fsync {m / statistics.median(times['git fsync']):5.2f}x")
     # where packyard's time goes: the checks alone (parse, resolve, fsck; nothing written) vs the durable write
-    from packyard.store.pack.unpack import parse_pack, strict_check
     from packyard.store.fsck import STRICT
+    from packyard.store.pack.unpack import parse_pack, strict_check
     fresh = Repository.open(warm)
     snap = fresh.objects.snapshot()
     checks = []

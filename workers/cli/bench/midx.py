@@ -26,8 +26,16 @@ import sys
 from pathlib import Path
 
 from packyard.workers.cli.bench import common
-from packyard.workers.cli.bench.repack import (TIME, alternating, base_repo, child_env, fresh_copies,
-                                               geometric_repo, measured, pack_sizes)
+from packyard.workers.cli.bench.repack import (
+    TIME,
+    alternating,
+    base_repo,
+    child_env,
+    fresh_copies,
+    geometric_repo,
+    measured,
+    pack_sizes,
+)
 
 WRITE_CHILD = ("import sys; from packyard.store.pack.midx import write_midx, installed_stems; "
                "d = sys.argv[1]; write_midx(d, installed_stems(d))")

@@ -32,7 +32,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import replace
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -386,8 +386,14 @@ def measure(args: argparse.Namespace, url: str, compare_url: str | None = None, 
     from packyard.workers.metrics import make_registry
     from packyard.workers.records import Job, JobState, get_engine, registry, session_scope, upgrade_database, utcnow
     from packyard.workers.records.models import LockEventKind
-    from packyard.workers.records.recorder import (PENDING_STATES, job_state, record_finished, record_lock_event,
-                                                   record_queued, record_started)
+    from packyard.workers.records.recorder import (
+        PENDING_STATES,
+        job_state,
+        record_finished,
+        record_lock_event,
+        record_queued,
+        record_started,
+    )
     from packyard.workers.records.retention import prune
     from packyard.workers.settings import Settings
 

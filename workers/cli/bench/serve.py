@@ -23,8 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from packyard.workers.cli.bench import common
-from packyard.workers.cli.bench.repack import (TIME, alternating, base_repo, child_env, fresh_copies, measured,
-                                               pack_sizes, split_repo)
+from packyard.workers.cli.bench.repack import (
+    TIME,
+    alternating,
+    base_repo,
+    child_env,
+    fresh_copies,
+    measured,
+    pack_sizes,
+    split_repo,
+)
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
