@@ -139,7 +139,8 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
                               unsafe_dir_cache=args.unsafe_dir_cache, unsafe_delete=args.unsafe_delete,
                               expire=args.expire, reader_rate=args.reader_rate, hosts=2,
                               reader_repo=b.mountpoint / repo.name, nfsim_trust_listing=args.nfsim_trust_listing,
-                              cloners=0 if args.cloners is None else args.cloners)
+                              cloners=0 if args.cloners is None else args.cloners,
+                              host_b_queue=f"race-{os.getpid()}-host-b")
         rc = _run(args, options, a.mountpoint / repo.name)
         counts = {"host A": a.counters(), "host B": b.counters()}
     for host, c in counts.items():
@@ -215,9 +216,13 @@ HOST_B_SCRIPT = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"
 
 
 def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
+    from packyard.workers.app import app
+
+    # The default queue (shared with host A's workers) and host B's own (options.host_b_queue).
+    queues = [app.conf.task_default_queue, *([options.host_b_queue] if options.host_b_queue else [])]
     argv = ["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "--kill-child",
             "sh", "-c", HOST_B_SCRIPT, "sh", HOST_B, str(options.reader_repo.parent), str(options.repo.parent),
-            *worker_argv(s, name=f"race-{os.getpid()}-b@%h", concurrency=2)]
+            *worker_argv(s, name=f"race-{os.getpid()}-b@%h", concurrency=2, queues=queues)]
     env = child_env(s, {"PACKYARD_LOG_FORMAT": "json",
                                "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if options.unsafe_delete else "0"})
     return Child("race-worker-b", argv, env, stdout=log)

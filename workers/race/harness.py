@@ -71,6 +71,9 @@ class RaceOptions:
     hosts: int = 1                   # 2: workers and readers on both hosts' nfsim mounts (even readers on B)
     nfsim_trust_listing: bool = False  # NEGATIVE CONTROL (--hosts 2): host B's mount trusts cached listings
     cloners: int = 1                 # clone readers (git clone --no-local + fsck, one after another); 0: none
+    host_b_queue: str | None = None  # --hosts 2: a queue only host B's worker consumes; the first repack and push
+                                     # and every other one after go there, so both hosts repack and ingest
+                                     # whichever worker is idler (on a loaded machine host A's took them all)
     clone_pause: float = 0.2         # seconds between one clone reader's clones
 
     @property
@@ -364,6 +367,12 @@ class _InFlight:
     sent: float = 0.0
 
 
+def _host_queue(options: RaceOptions, n: int) -> str | None:
+    """Where the n-th repack or push goes: host B's own queue for n = 0, 2, 4, ... with --hosts 2, else the
+    default queue (None: both hosts' workers consume it)."""
+    return options.host_b_queue if options.host_b_queue is not None and n % 2 == 0 else None
+
+
 def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary, say: Say,
               progress: Progress | None, sink: _EventSink, repacks: list[tuple[float, float]]) -> None:
     """Queue repacks and pushes on their timers until the duration is over; wait for the last ones.
@@ -371,6 +380,9 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
     preserve_for = max(3600.0, options.duration * 2 + 600.0)   # longer than any reader's view is old
     t0 = time.monotonic()
     end = t0 + options.duration
+    # The run lasts --duration and, if a repack mode has not run by then (slow repacks on a loaded machine),
+    # until each has run once: at most three times as long.
+    hard_end = t0 + 3 * options.duration
     next_repack, next_push = t0 + min(options.repack_every, 1.0), t0
     repack_n = push_n = 0
     repack: _InFlight | None = None
@@ -378,21 +390,21 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
     last_report = t0
     while True:
         now = time.monotonic()
-        running = now < end
+        running = now < end or (now < hard_end and not all(summary.repacks.values()))
         if running and repack is None and now >= next_repack:
             mode = REPACK_MODES[repack_n % len(REPACK_MODES)]
-            repack_n += 1
-            res = app.send_task("packyard.repack", kwargs={
+            res = app.send_task("packyard.repack", queue=_host_queue(options, repack_n), kwargs={
                 "repo": str(fe.served), "mode": mode, "expire": options.expire, "preserve_for": preserve_for,
                 "preserve": not options.unsafe_delete, "wait": options.job_timeout})
+            repack_n += 1
             repack = _InFlight(res, f"repack {mode} {res.id[:8]}", mode=mode, sent=now)
             next_repack = now + options.repack_every
         if running and push is None and now >= next_push:
             p = fe.rewrite_topic() if push_n % max(1, options.rewrite_every) == 0 else None
             if p is None:
                 p = fe.next_push(PUSH_KINDS[push_n % len(PUSH_KINDS)])
+            res = app.send_task(p.task, kwargs=p.kwargs, queue=_host_queue(options, push_n))
             push_n += 1
-            res = app.send_task(p.task, kwargs=p.kwargs)
             push = _InFlight(res, f"{p.kind} {res.id[:8]} ({p.ref})", push=p, sent=now)
             next_push = now + options.ingest_every
         for slot in ("repack", "push"):
