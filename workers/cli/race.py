@@ -216,10 +216,9 @@ HOST_B_SCRIPT = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"
 
 
 def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
-    from packyard.workers.app import app
-
-    # The default queue (shared with host A's workers) and host B's own (options.host_b_queue).
-    queues = [app.conf.task_default_queue, *([options.host_b_queue] if options.host_b_queue else [])]
+    # Only host B's own queue (the harness sends it half the work: workers/race/harness.py:_host_queue); the
+    # default queue is host A's workers'.
+    queues = [options.host_b_queue] if options.host_b_queue else []
     argv = ["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "--kill-child",
             "sh", "-c", HOST_B_SCRIPT, "sh", HOST_B, str(options.reader_repo.parent), str(options.repo.parent),
             *worker_argv(s, name=f"race-{os.getpid()}-b@%h", concurrency=2, queues=queues)]

@@ -71,9 +71,9 @@ class RaceOptions:
     hosts: int = 1                   # 2: workers and readers on both hosts' nfsim mounts (even readers on B)
     nfsim_trust_listing: bool = False  # NEGATIVE CONTROL (--hosts 2): host B's mount trusts cached listings
     cloners: int = 1                 # clone readers (git clone --no-local + fsck, one after another); 0: none
-    host_b_queue: str | None = None  # --hosts 2: a queue only host B's worker consumes; the first repack and push
-                                     # and every other one after go there, so both hosts repack and ingest
-                                     # whichever worker is idler (on a loaded machine host A's took them all)
+    host_b_queue: str | None = None  # --hosts 2: host B's worker's only queue (host A's consume the default one);
+                                     # the first push and every other one after go there, and so do the repacks
+                                     # (but with --nfsim-trust-listing: there every repack is host A's)
     clone_pause: float = 0.2         # seconds between one clone reader's clones
 
     @property
@@ -367,10 +367,15 @@ class _InFlight:
     sent: float = 0.0
 
 
-def _host_queue(options: RaceOptions, n: int) -> str | None:
-    """Where the n-th repack or push goes: host B's own queue for n = 0, 2, 4, ... with --hosts 2, else the
-    default queue (None: both hosts' workers consume it)."""
-    return options.host_b_queue if options.host_b_queue is not None and n % 2 == 0 else None
+def _host_queue(options: RaceOptions, n: int, repack: bool = False) -> str | None:
+    """Where the n-th repack or push goes with --hosts 2: n = 0, 2, 4, ... to host B's queue, the others to the
+    default queue (None), which only host A's workers consume; so both hosts repack and ingest whatever the
+    load (when both took from one queue, on a loaded machine host A's worker once took every repack). The
+    --nfsim-trust-listing control keeps every repack on host A: what it shows is host B's readers, on a mount
+    that trusts its cached listing, missing host A's new packs (host B's own writes update its own cache)."""
+    if options.host_b_queue is None or (repack and options.nfsim_trust_listing):
+        return None
+    return options.host_b_queue if n % 2 == 0 else None
 
 
 def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary, say: Say,
@@ -393,7 +398,7 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
         running = now < end or (now < hard_end and not all(summary.repacks.values()))
         if running and repack is None and now >= next_repack:
             mode = REPACK_MODES[repack_n % len(REPACK_MODES)]
-            res = app.send_task("packyard.repack", queue=_host_queue(options, repack_n), kwargs={
+            res = app.send_task("packyard.repack", queue=_host_queue(options, repack_n, repack=True), kwargs={
                 "repo": str(fe.served), "mode": mode, "expire": options.expire, "preserve_for": preserve_for,
                 "preserve": not options.unsafe_delete, "wait": options.job_timeout})
             repack_n += 1
