@@ -441,6 +441,8 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
     can_hold = tar is None or budget.bytes <= PACK_MEMORY
     count_hint = nfiles + _count_dirs(root) + 1 if can_hold else None   # None: begin picks loose
     built: list[tuple[ObjectType, bytes]] = []      # trees, the commit, blobs fsck reads (.gitmodules, ...)
+    checks = fsck or STRICT
+    large: dict[bytes, int] = {}                     # blobs at those names over checks.big_file_threshold
     built_ids: list[bytes] = []
     blob_ids: dict[bytes, int] = {}
 
@@ -465,21 +467,30 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                     else:
                         gitmodules = (is_hfs_dotgitmodules(name) or is_ntfs_dotgitmodules(name)   # fsck reads it
                                       or is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name))
+                        # A blob at such a name over the threshold is judged by its size alone, never read for
+                        # the check (gitmodulesLarge / gitattributesLarge, as git's index-pack judges it).
+                        large_blob = gitmodules and child.size > checks.big_file_threshold
                         if child.read is not None:          # symlink target, tar member
                             data = child.read()
                             oid, _ = batch.add(ObjectType.BLOB, data, full)
-                            if gitmodules:
+                            if gitmodules and len(data) > checks.big_file_threshold:
+                                large[oid] = len(data)
+                            elif gitmodules:
                                 keep(ObjectType.BLOB, data, oid)
                         elif child.size > large_file_threshold or \
                                 (pack_batch is not None and pack_batch.held_bytes + child.size > PACK_MEMORY):
                             oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress,
                                                     name=full)
-                            if gitmodules:
+                            if large_blob:
+                                large[oid] = child.size
+                            elif gitmodules:
                                 keep(ObjectType.BLOB, _read_for_fsck(child.where, child.size, name), oid)
                         else:
                             data = _read_file(child.where, child.size, read_limit)
                             oid, _ = batch.add(ObjectType.BLOB, data, full)
-                            if gitmodules:
+                            if large_blob:
+                                large[oid] = child.size
+                            elif gitmodules:
                                 keep(ObjectType.BLOB, data, oid)
                         blob_ids[oid] = int(ObjectType.BLOB)
                         entries.append((child.mode, name, oid))
@@ -496,7 +507,7 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                                         (committer or author).line(now), message)
             commit, _ = batch.add(ObjectType.COMMIT, commit_data)
             keep(ObjectType.COMMIT, commit_data, commit)
-            fsck_objects(repo, built, fsck or STRICT, known=blob_ids, oids=built_ids)
+            fsck_objects(repo, built, checks, known=blob_ids, oids=built_ids, large=large)
             if progress is not None:
                 progress("commit", 0, None)
             result = batch.commit([RefUpdate(ref, parent, commit)])

@@ -103,6 +103,9 @@ PACKYARD_FSCK                  severities, git's syntax: ``id=sev,...``     (git
                                error, warn or ignore)
 PACKYARD_FSCK_SKIPLIST         file of object ids whose findings are        (none)
                                ignored (git's fsck.skipList format)
+PACKYARD_FSCK_BIG_FILE_THRESHOLD  bytes: a .gitmodules/.gitattributes blob   536870912
+                               bigger is refused unread (gitmodulesLarge;
+                               git's index-pack with core.bigFileThreshold)
 -- reachability bitmaps (docs/serving.md) --
 PACKYARD_BITMAP_LOOKUP_TABLE   (reachability bitmaps) 1: a full repack's    1
                                .bitmap has git's lookup table
@@ -334,6 +337,7 @@ class Settings:
     receive_fsck: bool = True
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
+    fsck_big_file_threshold: int = 512 << 20   # PACKYARD_FSCK_BIG_FILE_THRESHOLD (git's core.bigFileThreshold)
     # reachability bitmaps (store/maintenance/bitmap.py, docs/serving.md)
     bitmap_lookup_table: bool = True
     bitmap_prefer_tips: tuple[str, ...] = ()
@@ -386,7 +390,8 @@ class Settings:
         _require_positive((("PACKYARD_IMPORT_MAX_BYTES", self.import_max_bytes),
                            ("PACKYARD_IMPORT_MAX_FILES", self.import_max_files),
                            ("PACKYARD_WRITE_OBJECTS_MAX_BYTES", self.write_objects_max_bytes),
-                           ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes)))
+                           ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes),
+                           ("PACKYARD_FSCK_BIG_FILE_THRESHOLD", self.fsck_big_file_threshold)))
         needed = max(MIN_MESSAGE_BYTES, message_bytes_needed(self.write_objects_max_bytes))
         if self.message_limit < needed:
             raise SettingsError(
@@ -423,7 +428,8 @@ class Settings:
         from packyard.store.fsck import FsckConfigError, FsckOptions
 
         try:
-            return FsckOptions.from_config(self.fsck or None, str(self.fsck_skiplist) if self.fsck_skiplist else None)
+            return FsckOptions.from_config(self.fsck or None, str(self.fsck_skiplist) if self.fsck_skiplist else None,
+                                           big_file_threshold=self.fsck_big_file_threshold)
         except FsckConfigError as err:
             raise SettingsError(f"PACKYARD_FSCK / PACKYARD_FSCK_SKIPLIST: {err}") from None
         except OSError as err:
@@ -531,6 +537,7 @@ class Settings:
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
+            fsck_big_file_threshold=_int(env, "PACKYARD_FSCK_BIG_FILE_THRESHOLD", 512 << 20),
             # reachability bitmaps
             bitmap_lookup_table=_flag(env, "PACKYARD_BITMAP_LOOKUP_TABLE", default=True),
             bitmap_prefer_tips=tuple(p.strip() for p in env.get("PACKYARD_BITMAP_PREFER_TIPS", "").split(",")
@@ -616,6 +623,7 @@ class Settings:
             "PACKYARD_RECEIVE_FSCK": "1" if self.receive_fsck else "0",
             "PACKYARD_FSCK": self.fsck,
             "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
+            "PACKYARD_FSCK_BIG_FILE_THRESHOLD": str(self.fsck_big_file_threshold),
             # reachability bitmaps
             "PACKYARD_BITMAP_LOOKUP_TABLE": "1" if self.bitmap_lookup_table else "0",
             "PACKYARD_BITMAP_PREFER_TIPS": ",".join(self.bitmap_prefer_tips),

@@ -67,7 +67,7 @@ def object_type_of(value: object, index: int) -> ObjectType:
 @gc_paused()   # many long-lived acyclic objects: see store/tuning.py
 def fsck_objects(repo, typed: Sequence[tuple[ObjectType, bytes]], opts: FsckOptions, *,
                  require_links: bool = False, known: dict[bytes, int] | None = None,
-                 oids: Sequence[bytes] | None = None) -> None:
+                 oids: Sequence[bytes] | None = None, large: dict[bytes, int] | None = None) -> None:
     """git's fsck over objects about to be written to ``repo`` (FsckError / ObjectMissingError).
     Existence and types of linked objects come from one snapshot of the repository. Without
     ``require_links`` a link to an object nowhere (and a .gitmodules blob nowhere) is not refused."""
@@ -88,7 +88,7 @@ def fsck_objects(repo, typed: Sequence[tuple[ObjectType, bytes]], opts: FsckOpti
 
     ids = oids if oids is not None else [hash_object(t, data) for t, data in typed]
     check_batch(((int(t), data, oid) for (t, data), oid in zip(typed, ids)), opts, existing_type, read_existing,
-                require_links=require_links, known=known)
+                require_links=require_links, known=known, large=large)
 
 
 def write_objects(repo, objects: Sequence[tuple[ObjectType | int | str, bytes]], *,

@@ -156,6 +156,24 @@ class FsckChecker:
         self._check_found_blob(self.state.gitattributes_done, check_gitattributes_blob, oid, data, name, where,
                                offset)
 
+    def check_large_blob(self, oid: bytes, size: int, *, where: object = None, offset: int | None = None) -> None:
+        """git's fsck_blob without a buffer (index-pack holds no blob over core.bigFileThreshold): if this blob was
+        found at a .gitmodules name it is gitmodulesLarge, at a .gitattributes name gitattributesLarge; either
+        way it is done (never read). One not found yet is left to fsck_finish, which reads it, as git's does."""
+        for found, done, msg_id, label in (
+                (self.state.gitmodules, self.state.gitmodules_done, "gitmodulesLarge", ".gitmodules"),
+                (self.state.gitattributes if self._attrs else {}, self.state.gitattributes_done, "gitattributesLarge",
+                 ".gitattributes")):
+            name = found.get(oid)
+            if name is None:
+                continue
+            done.add(oid)
+            if oid in self.opts.skiplist:
+                continue
+            rep = ObjectReport(self.opts, oid)
+            rep(msg_id, f"{label} too large to parse ({size} bytes, over {self.opts.big_file_threshold})", name)
+            self._raise(rep, where, offset, True)
+
     def _check_found_blob(self, done: set[bytes], check_fn: Callable[[bytes, ObjectReport, str | None], int],
                           oid: bytes, data: bytes, name: str, where: object, offset: int | None) -> None:
         """git's fsck_blob for a blob found at a special name: marked done, skip-listed ones dropped."""
@@ -240,15 +258,20 @@ class FsckChecker:
 def check_batch(objects: Iterable[tuple[int, bytes, bytes]], opts: FsckOptions,
                 existing_type: Callable[[bytes], int | None],
                 read_existing: Callable[[bytes], tuple[int, bytes] | None], *, require_links: bool,
-                where: object = None, known: dict[bytes, int] | None = None) -> FsckChecker:
+                where: object = None, known: dict[bytes, int] | None = None,
+                large: dict[bytes, int] | None = None) -> FsckChecker:
     """fsck a batch of (type, data, oid) built or received in memory (write_objects, import_tree): every
     object, every link's type (``require_links``: and presence), the .gitmodules blobs. ``known``: ids
-    of the batch (-> type) that were not passed as objects (import_tree's blobs)."""
+    of the batch (-> type) that were not passed as objects (import_tree's blobs); ``large``: blobs of the batch
+    over ``opts.big_file_threshold`` (id -> size), never read, checked once every tree is (as a pack whose trees
+    come first, the order git's pack-objects writes)."""
     checker = FsckChecker(opts)
     ours: dict[bytes, tuple[int, bytes]] = {}
     for t, data, oid in objects:
         ours[oid] = (int(t), data)
         checker.check(int(t), data, oid, where=where)
+    for oid, size in sorted((large or {}).items()):
+        checker.check_large_blob(oid, size, where=where)
     extra = known or {}
 
     def incoming_type(oid: bytes) -> int | None:

@@ -166,6 +166,11 @@ def read_skiplist(path: str | os.PathLike[str]) -> frozenset[bytes]:
     return frozenset(ids)
 
 
+#: git's core.bigFileThreshold default: a blob over it is not held in memory by index-pack (its fsck gets no
+#: buffer: a .gitmodules or .gitattributes blob that big is gitmodulesLarge / gitattributesLarge).
+BIG_FILE_THRESHOLD = 512 << 20
+
+
 @dataclass(frozen=True)
 class FsckOptions:
     """What a check run reports and refuses. ``strict``: WARN counts as ERROR (index-pack --strict)."""
@@ -178,15 +183,19 @@ class FsckOptions:
     #: fails on one, but only after its link walk already refused the missing object (ours does the same),
     #: and a write without required links (the objects API) may name blobs it writes later.
     missing_gitmodules_is_error: bool = True
+    #: A blob found at .gitmodules / .gitattributes bigger than this is refused unread (git's index-pack with
+    #: core.bigFileThreshold): PACKYARD_FSCK_BIG_FILE_THRESHOLD.
+    big_file_threshold: int = BIG_FILE_THRESHOLD
 
     @classmethod
     def from_config(cls, values: str | Iterable[str] | None = None, skiplist_path: str | None = None, *,
-                    strict: bool = True, missing_gitmodules_is_error: bool = True) -> "FsckOptions":
+                    strict: bool = True, missing_gitmodules_is_error: bool = True,
+                    big_file_threshold: int = BIG_FILE_THRESHOLD) -> "FsckOptions":
         sev, path = parse_severities(values)
         path = path or skiplist_path
         skip = read_skiplist(path) if path else frozenset()
         return cls(strict=strict, severities=sev, skiplist=skip,
-                   missing_gitmodules_is_error=missing_gitmodules_is_error)
+                   missing_gitmodules_is_error=missing_gitmodules_is_error, big_file_threshold=big_file_threshold)
 
     def severity(self, msg_id: str) -> Severity:
         got = self.severities.get(msg_id)

@@ -63,7 +63,8 @@ def fsck_options_of(extra: Iterable[str] = (), skiplist: str | None = None) -> A
     items = [s.fsck] if s.fsck else []
     items += list(extra)
     try:
-        return FsckOptions.from_config(items or None, skiplist or (str(s.fsck_skiplist) if s.fsck_skiplist else None))
+        return FsckOptions.from_config(items or None, skiplist or (str(s.fsck_skiplist) if s.fsck_skiplist else None),
+                                       big_file_threshold=s.fsck_big_file_threshold)
     except FsckConfigError as err:
         raise InvalidInputError(f"fsck configuration: {err}") from None
     except OSError as err:
