@@ -467,30 +467,23 @@ def import_tree(repo, ref: str, source: str | os.PathLike[str], *, message: str 
                     else:
                         gitmodules = (is_hfs_dotgitmodules(name) or is_ntfs_dotgitmodules(name)   # fsck reads it
                                       or is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name))
-                        # A blob at such a name over the threshold is judged by its size alone, never read for
-                        # the check (gitmodulesLarge / gitattributesLarge, as git's index-pack judges it).
-                        large_blob = gitmodules and child.size > checks.big_file_threshold
                         if child.read is not None:          # symlink target, tar member
                             data = child.read()
                             oid, _ = batch.add(ObjectType.BLOB, data, full)
-                            if gitmodules and len(data) > checks.big_file_threshold:
-                                large[oid] = len(data)
-                            elif gitmodules:
+                            if gitmodules:
                                 keep(ObjectType.BLOB, data, oid)
                         elif child.size > large_file_threshold or \
                                 (pack_batch is not None and pack_batch.held_bytes + child.size > PACK_MEMORY):
                             oid, _ = batch.add_file(child.where, child.size, ObjectType.BLOB, progress=progress,
                                                     name=full)
-                            if large_blob:
-                                large[oid] = child.size
+                            if gitmodules and child.size > checks.big_file_threshold:
+                                large[oid] = child.size   # judged by its size, never read (gitmodulesLarge)
                             elif gitmodules:
                                 keep(ObjectType.BLOB, _read_for_fsck(child.where, child.size, name), oid)
                         else:
                             data = _read_file(child.where, child.size, read_limit)
                             oid, _ = batch.add(ObjectType.BLOB, data, full)
-                            if large_blob:
-                                large[oid] = child.size
-                            elif gitmodules:
+                            if gitmodules:
                                 keep(ObjectType.BLOB, data, oid)
                         blob_ids[oid] = int(ObjectType.BLOB)
                         entries.append((child.mode, name, oid))

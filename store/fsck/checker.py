@@ -159,7 +159,9 @@ class FsckChecker:
     def check_large_blob(self, oid: bytes, size: int, *, where: object = None, offset: int | None = None) -> None:
         """git's fsck_blob without a buffer (index-pack holds no blob over core.bigFileThreshold): if this blob was
         found at a .gitmodules name it is gitmodulesLarge, at a .gitattributes name gitattributesLarge; either
-        way it is done (never read). One not found yet is left to fsck_finish, which reads it, as git's does."""
+        way it is done (never read). One not found yet is left to fsck_finish, which reads it, as git's does.
+        index-pack's receive calls it for a blob over ``opts.big_file_threshold`` (check_batch too); unpack-objects
+        never does (git's reads such a blob whole in fsck_finish)."""
         for found, done, msg_id, label in (
                 (self.state.gitmodules, self.state.gitmodules_done, "gitmodulesLarge", ".gitmodules"),
                 (self.state.gitattributes if self._attrs else {}, self.state.gitattributes_done, "gitattributesLarge",
@@ -263,13 +265,22 @@ def check_batch(objects: Iterable[tuple[int, bytes, bytes]], opts: FsckOptions,
     """fsck a batch of (type, data, oid) built or received in memory (write_objects, import_tree): every
     object, every link's type (``require_links``: and presence), the .gitmodules blobs. ``known``: ids
     of the batch (-> type) that were not passed as objects (import_tree's blobs); ``large``: blobs of the batch
-    over ``opts.big_file_threshold`` (id -> size), never read, checked once every tree is (as a pack whose trees
-    come first, the order git's pack-objects writes)."""
+    never held in memory (id -> size; import_tree's streamed files). The blobs are checked after every other
+    object, the order git's pack-objects writes a push in (commits, trees, then blobs), so a blob at a
+    .gitmodules name is known as one when it is checked, whatever order the caller built the batch in: one
+    over ``opts.big_file_threshold`` is then judged as git's index-pack judges it (gitmodulesLarge)."""
     checker = FsckChecker(opts)
     ours: dict[bytes, tuple[int, bytes]] = {}
     for t, data, oid in objects:
         ours[oid] = (int(t), data)
-        checker.check(int(t), data, oid, where=where)
+    for blobs in (False, True):
+        for oid, (t, data) in ours.items():
+            if (t == BLOB) != blobs:
+                continue
+            if blobs and len(data) > opts.big_file_threshold:
+                checker.check_large_blob(oid, len(data), where=where)
+            else:
+                checker.check(t, data, oid, where=where)
     for oid, size in sorted((large or {}).items()):
         checker.check_large_blob(oid, size, where=where)
     extra = known or {}

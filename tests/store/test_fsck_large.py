@@ -93,3 +93,26 @@ def test_import_tree_refuses_a_gitmodules_over_the_threshold_unread(tmp_path, la
     size = git("cat-file", "-s", f"{tree}:.gitmodules", git_dir=repo.path).strip()
     assert int(size) == len(_gitmodules(2 * MiB + 5))
     git("fsck", "--full", "--strict", git_dir=repo.path)
+
+
+def test_write_objects_judges_the_blob_whatever_order_the_batch_lists_it_in(tmp_path):
+    """The objects API: the blob listed before the tree naming it (the order import_tree builds), as the
+    push above would reach git (trees before blobs): gitmodulesLarge over the threshold, nothing written;
+    under it the batch is written."""
+    from packyard.store.batch.api import write_objects
+
+    work, _pack = _source(tmp_path, 2 * MiB + 5)
+    data = (work / ".gitmodules").read_bytes()
+    blob = git("-C", str(work), "rev-parse", "HEAD:.gitmodules").decode().strip()
+    f = git("-C", str(work), "rev-parse", "HEAD:f").decode().strip()
+    tree = git("-C", str(work), "cat-file", "tree", "HEAD^{tree}")
+    objects = [("blob", data), ("blob", b"a file\n"), ("tree", tree)]
+    repo = Repository.init(tmp_path / "ours.git")
+    before = snapshot_tree(repo.path)
+    with pytest.raises(FsckError) as info:
+        write_objects(repo, objects, fsck=FsckOptions(big_file_threshold=THRESHOLD))
+    assert info.value.msg_id == "gitmodulesLarge" and info.value.oid == blob
+    assert snapshot_tree(repo.path) == before
+    write_objects(repo, objects)
+    assert git("cat-file", "-t", f, git_dir=repo.path).strip() == b"blob"
+    git("fsck", "--strict", git_dir=repo.path)
