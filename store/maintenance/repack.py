@@ -517,7 +517,7 @@ def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:
 
     Each id's copy is the one ``sources.packed`` names (an id in two packs is listed once, where that copy
     lies); sorted by (pack, offset), which is the order of a pass over every pack in pack order, without
-    the pass (cruft-expire: 39,000 ids of 164,000 entries, 0.33 s -> 0.03 s)."""
+    the pass (cruft-expire: 39,000 ids of 164,000 entries, 0.33 s -> 0.06 s)."""
     if not ids:
         return []   # (the common case: no young unreachable object)
     placed: list[tuple[int, int, bytes]] = []
