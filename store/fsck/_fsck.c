@@ -1,10 +1,10 @@
 /* The hot part of store/fsck: the fast path for a clean tree (store/fsck/rules.py check_tree_fast is the
  * specification and the fallback; tests/workers/test_fsck_rules.py checks that both give the same answer).
  *
- * tree_scan(data, allow_664) -> None | (blob ids, tree ids, special names)
+ * tree_scan(data, allow_664) -> None | (blob ids, tree ids, specials)
  *   None: the tree is not certainly clean (the exact rules must judge it);
- *   otherwise the ids it links to, and the names that look special (start with '.' or a byte >= 0x80,
- *   or hold '~' or '\\'), which the caller judges with git's name rules.
+ *   otherwise the ids it links to, and (name, id, is a symlink) for each name that looks special (starts
+ *   with '.' or a byte >= 0x80, or holds '~' or '\\'), which the caller judges with git's name rules.
  *
  * The link sets' compact form (store/fsck/linkset.py is the specification and the fallback;
  * tests/store/test_fsck_linkset.py checks that both give the same bytes): object ids packed 20 bytes each.
@@ -95,7 +95,9 @@ static PyObject *tree_scan(PyObject *self, PyObject *args)
         nent++;
         int special = name[0] == '.' || name[0] >= 0x80 || memchr(name, '~', len) || memchr(name, '\\', len);
         if (special) {
-            PyObject *s = PyBytes_FromStringAndSize((const char *)name, len);
+            int is_link = sp - pos == 6 && memcmp(d + pos, "120000", 6) == 0;
+            PyObject *s = Py_BuildValue("(y#y#O)", (const char *)name, len, (const char *)d + ne + 1,
+                                        (Py_ssize_t)20, is_link ? Py_True : Py_False);
             if (!s || PyList_Append(specials, s) < 0) { Py_XDECREF(s); goto error; }
             Py_DECREF(s);
         }
@@ -204,7 +206,7 @@ static PyObject *select20(PyObject *self, PyObject *args)
 }
 
 static PyMethodDef methods[] = {
-    {"tree_scan", tree_scan, METH_VARARGS, "Fast path of fsck_tree for a clean tree: None or (blobs, trees, specials)."},
+    {"tree_scan", tree_scan, METH_VARARGS, "Fast path of fsck_tree for a clean tree: None or (blobs, trees, [(name, id, is_link)] of special names)."},
     {"sort_unique20", sort_unique20, METH_VARARGS, "Packed 20-byte ids sorted, each once."},
     {"difference20", difference20, METH_VARARGS, "Ids of sorted-unique a that are not in sorted-unique b."},
     {"select20", select20, METH_VARARGS, "The ids whose type byte is t."},

@@ -118,6 +118,8 @@ class FsckChecker:
             if got is not None:
                 self._blob_links.update(got[0])
                 self._tree_links.update(got[1])
+                for goid, name in got[2]:
+                    self.state.gitattributes.setdefault(goid, name.decode("utf-8", "backslashreplace"))
                 return
             (ret, blobs, trees, gitmodules, gitattributes), rep = self._run(check_tree, data, oid, where, offset)
             self._blob_links.update(blobs)

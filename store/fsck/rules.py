@@ -252,35 +252,45 @@ def check_tree(data: bytes, rep: ObjectReport) -> TreeResult:
 _TREE_OK = re.compile(rb"(?:(?:100644|100755|120000|40000|160000) [^\0/]+\0.{20})*", re.S)
 _TREE_OK_664 = re.compile(rb"(?:(?:100644|100755|100664|120000|40000|160000) [^\0/]+\0.{20})*", re.S)
 _TREE_ENTRY = re.compile(rb"(\d+) ([^\0]+)\0(.{20})", re.S)
-_SPECIAL = re.compile(rb"(?:^|\0)[.\x80-\xff]|[~\\]")
 
 
 _HIGH_START = re.compile(rb"(?:^|\0)[\x80-\xff]")
 _NULL_ENTRY_ID = b"\0" * 21     # a name's terminator followed by a null id (may also hit inside ids: slow path)
 
 
-def _special_is_clean(data: bytes, name: bytes, attrs: bool = False) -> bool:
-    """A special-looking name that git's fsck_tree has nothing to say about (so the fast path may keep it).
-    ``attrs``: the .gitattributes blob checks are on, so a .gitattributes entry needs the exact walk
-    (which records its blob)."""
+def _special_is_clean(name: bytes, is_link: bool) -> bool:
+    """A special-looking name that git's fsck_tree has nothing to say about (so the fast path may keep it)."""
     if name in (b".", b"..") or b"\\" in name or name[0] >= 0x80:
         return False
     if is_ntfs_dotgit(name) or is_hfs_dotgit(name) or is_ntfs_dotgitmodules(name) or is_hfs_dotgitmodules(name):
         return False
     if (is_hfs_dotgitignore(name) or is_ntfs_dotgitignore(name) or is_hfs_dotgitattributes(name)
             or is_ntfs_dotgitattributes(name) or is_hfs_dotmailmap(name) or is_ntfs_dotmailmap(name)):
-        if attrs and (is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name)):
-            return False
-        # a finding only as a symlink (INFO by default): is it one? (a hit inside an id only costs the slow path)
-        return (b"120000 " + name + b"\0") not in data
+        return not is_link      # a finding only as a symlink (INFO by default, but reported by check_tree)
     return True
 
 
-def check_tree_fast(data: bytes, allow_664: bool = False,
-                    attrs: bool = False) -> tuple[list[bytes], list[bytes]] | None:
-    """(blob links, tree links) when the tree is certainly clean, else None (use check_tree).
+FastTree = tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]]
+
+
+def _judge_specials(specials: list[tuple[bytes, bytes, bool]], attrs: bool) -> list[tuple[bytes, bytes]] | None:
+    """None when a special name needs check_tree, else the [(oid, name)] at a .gitattributes name to record
+    (only with ``attrs``: later git's ``gitattributes_found``, as check_tree records them)."""
+    found: list[tuple[bytes, bytes]] = []
+    for name, oid, is_link in specials:
+        if not _special_is_clean(name, is_link):
+            return None
+        if attrs and (is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name)):
+            found.append((oid, name))
+    return found
+
+
+def check_tree_fast(data: bytes, allow_664: bool = False, attrs: bool = False) -> FastTree | None:
+    """(blob links, tree links, [(oid, name) at a .gitattributes name]) when the tree is certainly clean,
+    else None (use check_tree).
     ``allow_664``: mode 100664 counts as clean (its badFilemode is INFO, reported by nothing here).
-    ``attrs``: a .gitattributes entry is not clean (its blob must be recorded for the checks of later git).
+    ``attrs``: the .gitattributes blob checks are on, so a .gitattributes entry's id is returned to record
+    (a tree of git.git holds one at its root: it stays on the fast path).
     The scan runs in C (store/fsck/_fsck.c) when built; :func:`check_tree_fast_py` is its specification."""
     if _C is None:
         return check_tree_fast_py(data, allow_664, attrs)
@@ -288,28 +298,24 @@ def check_tree_fast(data: bytes, allow_664: bool = False,
     if got is None:
         return None
     blobs, trees, specials = got
-    for name in specials:
-        if not _special_is_clean(data, name, attrs):
-            return None
-    return blobs, trees
+    found = _judge_specials(specials, attrs) if specials else []
+    return None if found is None else (blobs, trees, found)
 
 
-def check_tree_fast_py(data: bytes, allow_664: bool = False,
-                       attrs: bool = False) -> tuple[list[bytes], list[bytes]] | None:
+def check_tree_fast_py(data: bytes, allow_664: bool = False, attrs: bool = False) -> FastTree | None:
     """check_tree_fast in Python: the specification of the C scan, and the fallback without it."""
     if not (_TREE_OK_664 if allow_664 else _TREE_OK).fullmatch(data) or _NULL_ENTRY_ID in data:
         return None
     entries = _TREE_ENTRY.findall(data)
     names = [e[1] for e in entries]
     joined = b"\0".join(names)
+    found: list[tuple[bytes, bytes]] | None = []
     if (joined[:1] == b"." or b"\0." in joined or b"~" in joined or b"\\" in joined
             or (not joined.isascii() and _HIGH_START.search(joined))):
-        for m in _SPECIAL.finditer(joined):
-            i = m.start()
-            start = joined.rfind(b"\0", 0, i + 1) + 1 if joined[i] != 0 else i + 1
-            end = joined.find(b"\0", start)
-            if not _special_is_clean(data, joined[start:end if end >= 0 else len(joined)], attrs):
-                return None
+        found = _judge_specials([(n, o, m == b"120000") for m, n, o in entries
+                                 if n[0] == 0x2E or n[0] >= 0x80 or b"~" in n or b"\\" in n], attrs)
+        if found is None:
+            return None
     if len(set(names)) != len(names):
         return None
     if b"40000 " in data:
@@ -323,7 +329,7 @@ def check_tree_fast_py(data: bytes, allow_664: bool = False,
             return None
         trees = []
         blobs = [o for m, _n, o in entries if m != b"160000"] if b"160000 " in data else [e[2] for e in entries]
-    return blobs, trees
+    return blobs, trees, found
 
 
 # ------------------------------------------------------------------------------------------
