@@ -123,7 +123,62 @@ done:
     return result;
 }
 
-static int cmp20(const void *a, const void *b) { return memcmp(a, b, 20); }
+static void swap20(unsigned char *a, unsigned char *b)
+{
+    unsigned char t[20];
+    memcpy(t, a, 20); memcpy(a, b, 20); memcpy(b, t, 20);
+}
+
+/* Records a[0..n) of 20 bytes, equal in their first `depth` bytes: sorted in place. An in-place MSD radix
+ * sort (American flag sort) on one byte a level, insertion sort for small runs: object ids are uniform, so
+ * each level splits a run 256 ways and 320k ids take about three passes; qsort with a memcmp callback
+ * took ~18 comparisons an id (2.5 s of index-pack --strict's 13 s on git-v2.0.0, profiled). */
+static void flag_sort20(unsigned char *a, Py_ssize_t n, int depth)
+{
+    if (n < 24 || depth >= 20) {
+        unsigned char t[20];
+        for (Py_ssize_t i = 1; i < n; i++) {
+            Py_ssize_t j = i;
+            memcpy(t, a + 20 * i, 20);
+            while (j > 0 && memcmp(a + 20 * (j - 1) + depth, t + depth, 20 - depth) > 0) {
+                memcpy(a + 20 * j, a + 20 * (j - 1), 20);
+                j--;
+            }
+            memcpy(a + 20 * j, t, 20);
+        }
+        return;
+    }
+    Py_ssize_t count[256] = {0}, start[256], next[256];
+    for (Py_ssize_t i = 0; i < n; i++)
+        count[a[20 * i + depth]]++;
+    if (count[a[depth]] == n) {     /* one bucket: the same id many times (a link repeated by every tree)? */
+        Py_ssize_t i = 1;
+        while (i < n && memcmp(a + 20 * i + depth, a + depth, 20 - depth) == 0)
+            i++;
+        if (i == n)
+            return;                 /* all equal: sorted; without this it recursed down all 20 bytes */
+        flag_sort20(a, n, depth + 1);
+        return;
+    }
+    Py_ssize_t at = 0;
+    for (int b = 0; b < 256; b++) {
+        start[b] = next[b] = at;
+        at += count[b];
+    }
+    for (int b = 0; b < 256; b++) {
+        Py_ssize_t end = start[b] + count[b];
+        while (next[b] < end) {                 /* each swap puts one record in its bucket for good */
+            int v = a[20 * next[b] + depth];
+            if (v == b)
+                next[b]++;
+            else
+                swap20(a + 20 * next[b], a + 20 * next[v]++);
+        }
+    }
+    for (int b = 0; b < 256; b++)
+        if (count[b] > 1)
+            flag_sort20(a + 20 * start[b], count[b], depth + 1);
+}
 
 static PyObject *sort_unique20(PyObject *self, PyObject *args)
 {
@@ -142,7 +197,7 @@ static PyObject *sort_unique20(PyObject *self, PyObject *args)
     memcpy(o, buf.buf, buf.len);
     PyBuffer_Release(&buf);
     Py_BEGIN_ALLOW_THREADS
-    qsort(o, n, 20, cmp20);
+    flag_sort20(o, n, 0);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (k > 0 && memcmp(o + 20 * (k - 1), o + 20 * i, 20) == 0)
             continue;

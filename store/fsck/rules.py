@@ -9,6 +9,7 @@ a tree entry by its canonical mode, a commit's tree and parents, a tag's object 
 """
 from __future__ import annotations
 
+import functools
 import re
 
 from .. import native
@@ -258,16 +259,24 @@ _HIGH_START = re.compile(rb"(?:^|\0)[\x80-\xff]")
 _NULL_ENTRY_ID = b"\0" * 21     # a name's terminator followed by a null id (may also hit inside ids: slow path)
 
 
-def _special_is_clean(name: bytes, is_link: bool) -> bool:
-    """A special-looking name that git's fsck_tree has nothing to say about (so the fast path may keep it)."""
+#: _special_kind's verdicts
+_NEVER_CLEAN, _CLEAN_UNLESS_LINK, _CLEAN, _ATTRS_UNLESS_LINK = 0, 1, 2, 3
+
+
+@functools.lru_cache(maxsize=4096)
+def _special_kind(name: bytes) -> int:
+    """What git's fsck_tree could say of a special-looking name, whatever its entry. Cached: a few names
+    (.gitignore, .mailmap, .gitattributes) recur in every root tree, and the HFS+/NTFS rules walk them
+    code point by code point (3.3 s of the 13 s of index-pack --strict on git-v2.0.0 before the cache)."""
     if name in (b".", b"..") or b"\\" in name or name[0] >= 0x80:
-        return False
+        return _NEVER_CLEAN
     if is_ntfs_dotgit(name) or is_hfs_dotgit(name) or is_ntfs_dotgitmodules(name) or is_hfs_dotgitmodules(name):
-        return False
-    if (is_hfs_dotgitignore(name) or is_ntfs_dotgitignore(name) or is_hfs_dotgitattributes(name)
-            or is_ntfs_dotgitattributes(name) or is_hfs_dotmailmap(name) or is_ntfs_dotmailmap(name)):
-        return not is_link      # a finding only as a symlink (INFO by default, but reported by check_tree)
-    return True
+        return _NEVER_CLEAN
+    if is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name):
+        return _ATTRS_UNLESS_LINK
+    if is_hfs_dotgitignore(name) or is_ntfs_dotgitignore(name) or is_hfs_dotmailmap(name) or is_ntfs_dotmailmap(name):
+        return _CLEAN_UNLESS_LINK   # a finding only as a symlink (INFO by default, but reported by check_tree)
+    return _CLEAN
 
 
 FastTree = tuple[list[bytes], list[bytes], list[tuple[bytes, bytes]]]
@@ -278,9 +287,10 @@ def _judge_specials(specials: list[tuple[bytes, bytes, bool]], attrs: bool) -> l
     (only with ``attrs``: later git's ``gitattributes_found``, as check_tree records them)."""
     found: list[tuple[bytes, bytes]] = []
     for name, oid, is_link in specials:
-        if not _special_is_clean(name, is_link):
+        kind = _special_kind(name)
+        if kind == _NEVER_CLEAN or (is_link and kind != _CLEAN):
             return None
-        if attrs and (is_hfs_dotgitattributes(name) or is_ntfs_dotgitattributes(name)):
+        if attrs and kind == _ATTRS_UNLESS_LINK:
             found.append((oid, name))
     return found
 

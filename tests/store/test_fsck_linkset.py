@@ -16,6 +16,9 @@ from packyard.store.fsck.linkset import LinkSet, difference20_py, select20_py, s
 ids = st.lists(st.binary(min_size=20, max_size=20), max_size=300)
 # few distinct values, so repeats and overlaps are common
 small_ids = st.lists(st.sampled_from([bytes([i]) * 20 for i in range(12)]), max_size=60)
+# long shared prefixes, so the C radix sort recurses byte after byte down to the last one
+prefixed_ids = st.lists(st.builds(lambda k, tail: b"\xab" * k + tail[k:], st.integers(0, 20),
+                                  st.binary(min_size=20, max_size=20)), max_size=300)
 
 
 @settings(max_examples=200, deadline=None)
@@ -47,7 +50,8 @@ def test_linkset_answers_as_a_set(a, b, fold_at):
 
 @pytest.mark.skipif(linkset._C is None, reason="the _fsck extension is not built (or PACKYARD_PURE_PYTHON=1)")
 @settings(max_examples=200, deadline=None)
-@given(a=st.one_of(ids, small_ids), b=st.one_of(ids, small_ids), types=st.binary(max_size=300))
+@given(a=st.one_of(ids, small_ids, prefixed_ids), b=st.one_of(ids, small_ids, prefixed_ids),
+       types=st.binary(max_size=300))
 def test_c_folding_gives_the_specifications_bytes(a, b, types):
     c = linkset._C
     pa, pb = b"".join(a), b"".join(b)
@@ -56,6 +60,14 @@ def test_c_folding_gives_the_specifications_bytes(a, b, types):
     assert c.difference20(ua, ub) == difference20_py(ua, ub)
     for t in (1, 2, 3, 4):
         assert c.select20(pa, types, t) == select20_py(pa, types, t)
+
+
+@pytest.mark.skipif(linkset._C is None, reason="the _fsck extension is not built (or PACKYARD_PURE_PYTHON=1)")
+def test_c_sort_of_a_large_run_with_repeats_gives_the_specifications_bytes():
+    rng = random.Random(7)
+    pool = [rng.randbytes(20) for _ in range(50_000)] + [b"\x00" * 19 + bytes([i]) for i in range(256)]
+    packed = b"".join(rng.choice(pool) for _ in range(300_000))
+    assert linkset._C.sort_unique20(packed) == sort_unique20_py(packed)
 
 
 def test_bad_lengths_are_refused():
