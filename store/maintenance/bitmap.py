@@ -32,11 +32,13 @@ with git's own file for git's own pack).
 """
 from __future__ import annotations
 
+import bisect
 import contextlib
 import hashlib
 import heapq
 import os
 import struct
+import sys
 from array import array
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Mapping, Sequence
@@ -247,25 +249,41 @@ def xor_offsets(bitmaps: Sequence[_ewah.Ewah]) -> list[tuple[int, _ewah.Ewah]]:
 
 # -- the file ---------------------------------------------------------------------------------------------
 
+def _type_rows(types: Sequence[int]) -> list[_ewah.Ewah]:
+    """The four type bitmaps (commits, trees, blobs, tags), each as ``Ewah.set`` of its objects' bits in order
+    builds it: the bits as one int per row (a '0'/'1' string in C, reversed: bit i is object i)."""
+    raw = bytes(types)
+    unknown = set(raw) - set(_TYPE_ROW)
+    if unknown:
+        raise ValueError(f"object type numbers {sorted(unknown)} have no type bitmap")
+    rows = []
+    for row in range(4):
+        table = bytes(0x31 if _TYPE_ROW.get(t) == row else 0x30 for t in range(256))
+        rows.append(_ewah.from_int_as_set(int(raw.translate(table)[::-1] or b"0", 2)))
+    return rows
+
+
 def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes, selected: Sequence[bytes],
                   bitmaps: Sequence[int] | None, *, hashes: Sequence[int] | None, options: BitmapOptions,
-                  stored: Sequence[tuple[int, bytes]] | None = None) -> bytes:
+                  stored: Sequence[tuple[int, bytes]] | None = None, index: Sequence[int] | None = None) -> bytes:
     """The ``.bitmap`` file: ``order`` (bit order), ``types`` (each object's type number, same order),
     ``checksum`` (the pack's or MIDX's), the selected commits and their closures, ``hashes`` (name hash of
     each object, bit order; None: zeros). ``stored``: (XOR offset, serialized EWAH) of each bitmap already
-    computed (the C path), instead of ``bitmaps``."""
+    computed (the C path), instead of ``bitmaps``. ``index``: the bit position of each object in id order (a
+    pack's idx order, which its writer has; None: sorted here, 0.05 s for 164k objects)."""
     n = len(order)
     if len(types) != n or (hashes is not None and len(hashes) != n):
         raise ValueError(f"{n} objects but {len(types)} types / {len(hashes or ())} name hashes")
-    rows = [_ewah.Ewah() for _ in range(4)]
-    for i, t in enumerate(types):
-        rows[_TYPE_ROW[t]].set(i)
-    index = sorted(range(n), key=order.__getitem__)   # index position -> bit position
-    rank = [0] * n
-    for k, i in enumerate(index):
-        rank[i] = k
-    pos = {oid: i for i, oid in enumerate(order)} if selected else {}
-    commit_pos = [rank[pos[c]] for c in selected]
+    rows = _type_rows(types)
+    if index is None:
+        index = sorted(range(n), key=order.__getitem__)   # index position -> bit position
+    elif len(index) != n:
+        raise ValueError(f"{n} objects but an index order of {len(index)}")
+    by_id = [order[i] for i in index]
+    commit_pos = [bisect.bisect_left(by_id, c) for c in selected]   # (a selected commit is among the objects)
+    for c, k in zip(selected, commit_pos):
+        if k >= n or by_id[k] != c:
+            raise ValueError(f"selected commit {c.hex()} is not among the objects (or the index order is not by id)")
     if stored is None:
         stored = [(xo, e.serialize()) for xo, e in xor_offsets([_ewah.from_int(b) for b in bitmaps or ()])]
 
@@ -286,8 +304,15 @@ def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes,
             xo = stored[i][0]
             out += struct.pack(">IQI", commit_pos[i], offsets[i], inv[i - xo] if xo else 0xFFFFFFFF)
     if options.hash_cache:
-        cache = [hashes[i] for i in index] if hashes is not None else [0] * n
-        out += struct.pack(f">{n}I", *cache)
+        if hashes is None:
+            out += bytes(4 * n)
+        else:
+            cache = array("I", [hashes[i] for i in index])
+            if cache.itemsize != 4 or sys.byteorder != "little":   # pragma: no cover (not where packyard runs)
+                out += struct.pack(f">{n}I", *cache)
+            else:
+                cache.byteswap()   # (big-endian on disk)
+                out += cache.tobytes()
     out += hashlib.sha1(out).digest()
     return bytes(out)
 
@@ -295,8 +320,9 @@ def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes,
 def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, commits: Sequence[bytes],
                read: Read, *, names: Mapping[bytes, bytes] | None = None, tips: Mapping[str, bytes] | None = None,
                options: BitmapOptions = BitmapOptions(), packs: object = None,
-               path_hashes: Mapping[bytes, int] | None = None) -> bytes:
-    """Everything from the objects: select among ``commits`` (traversal order), build, encode.
+               path_hashes: Mapping[bytes, int] | None = None, index: Sequence[int] | None = None) -> bytes:
+    """Everything from the objects: select among ``commits`` (traversal order), build, encode (``index``: see
+    :func:`encode_bitmap`).
 
     ``names``: object -> the whole path it was first reached by, or ``path_hashes``: object -> git's hash of that
     path (the walk's :attr:`~.walk.Reachable.path_hashes`); tags are named by their ``tag`` header, as git's traversal
@@ -331,16 +357,21 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
         stored = None
     hashes = None
     if options.hash_cache:
-        hashes = [0] * len(order)
-        named = names or {}
-        for i, oid in enumerate(order):
-            t = types[i]
-            if t == int(ObjectType.TAG):
-                _typ, data = read(oid)
-                hashes[i] = name_hash(_tag_name(data))
-            elif t != int(ObjectType.COMMIT):
-                hashes[i] = path_hashes.get(oid, 0) if path_hashes is not None else name_hash(named.get(oid))
-    return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options, stored=stored)
+        commit, tag = int(ObjectType.COMMIT), int(ObjectType.TAG)
+        if path_hashes is not None:
+            get = path_hashes.get
+            hashes = [0 if t == commit else get(oid, 0) for oid, t in zip(order, types)]
+        else:
+            named = names or {}
+            hashes = [0 if t == commit else name_hash(named.get(oid)) for oid, t in zip(order, types)]
+        raw = bytes(types)
+        i = raw.find(tag)
+        while i >= 0:   # tags are named by their tag header, as git's traversal names them
+            _typ, data = read(order[i])
+            hashes[i] = name_hash(_tag_name(data))
+            i = raw.find(tag, i + 1)
+    return encode_bitmap(order, types, checksum, selected, bitmaps, hashes=hashes, options=options, stored=stored,
+                         index=index)
 
 
 def c_selected_and_stored(commits: Sequence[bytes], graph: CommitGraph, preferred: Iterable[bytes],
@@ -422,9 +453,13 @@ def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, opti
     in_pack = set(order)
     commits = [c for c in reach.commits if c in in_pack]
     try:
+        index = None
+        if len(writer.index_order) == 4 * len(order) and array("I").itemsize == 4:
+            index = array("I")
+            index.frombytes(writer.index_order)   # (the idx it wrote: object ids in order, by pack position)
         data = bitmap_for(order, types, writer.checksum, commits, read,
                           path_hashes=reach.path_hashes if options.hash_cache else None, tips=tips,
-                          options=options, packs=packs)
+                          options=options, packs=packs, index=index)
     except BitmapClosureError:
         return None
     writer.attach_bitmap(data)

@@ -246,6 +246,30 @@ def from_int(bits: int) -> Ewah:
     return from_words(int_words(bits))
 
 
+def from_int_as_set(bits: int) -> Ewah:
+    """The EWAH that :meth:`Ewah.set` of each bit of ``bits`` in increasing order builds (git's ``ewah_set``
+    loop: a word filled to all ones becomes a run of ones, ``bit_size`` ends at the last bit set), a word at a
+    time: the type rows of a 164k-object bitmap took 164k ``set`` calls (0.11 s of the bitmap's encoding)."""
+    e = Ewah()
+    words = int_words(bits)
+    filled = 0        # words the bitmap spans so far (ceil(bit_size / 64))
+    for k, w in enumerate(words):
+        if not w:
+            continue
+        if k > filled:
+            e._add_empty_words(0, k - filled)   # (set's dist - 1 empty words before a bit in a new word)
+        e._add_literal(w & -w)                  # set's first bit in the word ...
+        buf = e.buffer
+        buf[-1] = w                             # ... the later ones ORed in
+        if w == MASK64:                         # (set's conversion, at the word's last bit)
+            buf.pop()
+            buf[e.rlw] = _with_literal_words(buf[e.rlw], literal_words(buf[e.rlw]) - 1)
+            e._add_empty_word(1)
+        filled = k + 1
+    e.bit_size = bits.bit_length()
+    return e
+
+
 # -- ewah_rlw.c: the run-length-word iterator ewah_xor walks two bitmaps with ------------------------
 
 class _RlwIter:
@@ -361,4 +385,4 @@ def parse(data: bytes, offset: int = 0) -> tuple[Ewah, int]:
     return e, end
 
 
-__all__ = ["Ewah", "from_words", "from_int", "int_words", "xor", "parse"]
+__all__ = ["Ewah", "from_words", "from_int", "from_int_as_set", "int_words", "xor", "parse"]

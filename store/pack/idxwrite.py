@@ -69,6 +69,8 @@ class IndexWriteInfo:
     idx_checksum: bytes
     rev_checksum: bytes
     large_offsets: int        # entries written to the 64-bit offset table
+    order: bytes = b""        # the idx's order: pack position of each index position, native uint32 each
+                              # (a bitmap's name-hash cache and commit positions are in this order)
 
 
 def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | memoryview,
@@ -135,13 +137,14 @@ def write_index(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | 
     position = array("I", bytes(4 * n))
     for k, i in enumerate(order):
         position[i] = k
+    order_b = order.tobytes()
     del order
     rev = _HashingWriter(rev_out)
     rev.write(RIDX_MAGIC + struct.pack(">II", 1, 1))
     rev.write(_be(position))
     rev.write(bytes(pack_checksum))
     rev_sum = rev.finish()
-    return IndexWriteInfo(idx_checksum=idx_sum, rev_checksum=rev_sum, large_offsets=len(large))
+    return IndexWriteInfo(idx_checksum=idx_sum, rev_checksum=rev_sum, large_offsets=len(large), order=order_b)
 
 
 def _write_index_c(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray | memoryview, offsets: array,
@@ -169,7 +172,8 @@ def _write_index_c(idx_out: BinaryIO, rev_out: BinaryIO, oids: bytes | bytearray
     rev.write(_be(pos))
     rev.write(bytes(pack_checksum))
     rev_sum = rev.finish()
-    return IndexWriteInfo(idx_checksum=idx_sum, rev_checksum=rev_sum, large_offsets=len(large) // 8)
+    return IndexWriteInfo(idx_checksum=idx_sum, rev_checksum=rev_sum, large_offsets=len(large) // 8,
+                          order=bytes(order_b))
 
 
 def write_mtimes(out: BinaryIO, order: Sequence[int], mtimes: Sequence[int], pack_checksum: bytes) -> bytes:

@@ -106,6 +106,7 @@ class PackWriter:
         self.offsets = array("Q")
         self.crcs = array("I")
         self.oids = bytearray()
+        self.index_order = b""      # after finish(): the idx's order (IndexWriteInfo.order)
         self.deltas = 0
         self.bytes_copied = 0
         self.finished: PackFiles | None = None
@@ -328,8 +329,9 @@ class PackWriter:
             current = idx
             with self._open(idx) as f_idx, self._open(rev) as f_rev, \
                     (self._open(mt) if mt is not None else open(os.devnull, "wb")) as f_mt:
-                write_index(f_idx, f_rev, self.oids, self.offsets, self.crcs, checksum,
-                            mtimes_out=f_mt if mt is not None else None, mtimes=mtimes)
+                info = write_index(f_idx, f_rev, self.oids, self.offsets, self.crcs, checksum,
+                                   mtimes_out=f_mt if mt is not None else None, mtimes=mtimes)
+            self.index_order = info.order
             kp = None
             if keep is not None:
                 kp = current = self.pack_dir / f"tmp_keep_{self._tag}"

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Sequence
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gitutil import ROOT, git, repo_from_corpus
 from packyard.store.maintenance import ewah
@@ -161,6 +163,27 @@ def test_ewah_bits_survive_every_construction():
             if a >> i & 1:
                 s.set(i)
         assert s.to_int() == a
+        # the type rows' word-at-a-time construction: the same words, run-length words and bit_size as set's
+        fast = ewah.from_int_as_set(a)
+        assert (fast.buffer, fast.rlw, fast.bit_size) == (s.buffer, s.rlw, s.bit_size)
+        assert fast.serialize() == s.serialize()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1]), st.integers(1, 200)), max_size=40))
+def test_type_rows_word_at_a_time_equal_set_bit_by_bit(runs):
+    """Runs of set and clear bits (a type row: long runs of one type, all-ones words, gaps of many words)."""
+    bits, at = 0, 0
+    for v, length in runs:
+        if v:
+            bits |= ((1 << length) - 1) << at
+        at += length
+    s = ewah.Ewah()
+    for i in range(bits.bit_length()):
+        if bits >> i & 1:
+            s.set(i)
+    fast = ewah.from_int_as_set(bits)
+    assert (fast.buffer, fast.rlw, fast.bit_size) == (s.buffer, s.rlw, s.bit_size)
 
 
 def test_name_hash_is_gits():
@@ -366,6 +389,14 @@ def test_same_bytes_from_packyards_own_walk(tmp_path, source):
     mine = bitmap_for(order, types, checksum, reach.commits, read, path_hashes=reach.path_hashes,
                       tips=read_tips(repo), options=BitmapOptions(lookup_table=True))
     assert mine == theirs.read_bytes()
+    # the idx order handed in (as a repack's writer hands its own) instead of sorted here: the same file
+    position = {oid: k for k, oid in enumerate(order)}
+    by_idx = [position[oid] for oid in sorted(order)]
+    assert bitmap_for(order, types, checksum, reach.commits, read, path_hashes=reach.path_hashes,
+                      tips=read_tips(repo), options=BitmapOptions(lookup_table=True), index=by_idx) == mine
+    with pytest.raises(ValueError, match="not among the objects"):   # an order that is not by id is caught
+        bitmap_for(order, types, checksum, reach.commits, read, path_hashes=reach.path_hashes,
+                   tips=read_tips(repo), options=BitmapOptions(lookup_table=True), index=by_idx[::-1])
 
 
 def test_settings_choose_the_lookup_table_and_preferred_tips(tmp_path):
