@@ -319,13 +319,14 @@ def check_tree_fast_py(data: bytes, allow_664: bool = False, attrs: bool = False
     entries = _TREE_ENTRY.findall(data)
     names = [e[1] for e in entries]
     joined = b"\0".join(names)
-    found: list[tuple[bytes, bytes]] | None = []
+    found: list[tuple[bytes, bytes]] = []
     if (joined[:1] == b"." or b"\0." in joined or b"~" in joined or b"\\" in joined
             or (not joined.isascii() and _HIGH_START.search(joined))):
-        found = _judge_specials([(n, o, m == b"120000") for m, n, o in entries
-                                 if n[0] == 0x2E or n[0] >= 0x80 or b"~" in n or b"\\" in n], attrs)
-        if found is None:
+        judged = _judge_specials([(n, o, m == b"120000") for m, n, o in entries
+                                  if n[0] == 0x2E or n[0] >= 0x80 or b"~" in n or b"\\" in n], attrs)
+        if judged is None:
             return None
+        found = judged
     if len(set(names)) != len(names):
         return None
     if b"40000 " in data:
