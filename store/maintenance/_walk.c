@@ -77,6 +77,7 @@ walker_clear(WalkerObject *w)
     buf_free(&w->roots);
     buf_free(&w->heap);
     buf_free(&w->parents);
+    buf_free(&w->meta);
     if (w->frames.p) {
         Frame *f = (Frame *)w->frames.p;
         for (size_t k = 0; k < w->frames.len / sizeof(Frame); k++)
@@ -611,6 +612,50 @@ Walker_result(WalkerObject *w, PyObject *unused)
     return result;
 }
 
+/* commit_meta() -> (trees, dates, graph_dates, parent counts, graph_ok, parents): what the walk read of each
+ * commit, in result()'s order: tree ids (20 bytes each), the walk's committer dates ('q'), the commit-graph's
+ * dates ('Q'), parent counts ('I'), one byte each (1: the graph may take the commit as read), and every
+ * commit's parent ids one after the other (20 bytes each). walk.CommitMeta reads it. */
+static PyObject *
+Walker_commit_meta(WalkerObject *w, PyObject *unused)
+{
+    if (walker_usable(w, 0) < 0)
+        return NULL;
+    size_t n = w->meta.len / sizeof(CommitMetaEnt), np = 0;
+    const CommitMetaEnt *m = (const CommitMetaEnt *)w->meta.p;
+    for (size_t k = 0; k < n; k++)
+        np += m[k].nparents;
+    PyObject *trees = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * OIDLEN));
+    PyObject *dates = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(int64_t)));
+    PyObject *gdates = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint64_t)));
+    PyObject *counts = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * sizeof(uint32_t)));
+    PyObject *ok = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+    PyObject *parents = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(np * OIDLEN));
+    PyObject *result = NULL;
+    if (trees && dates && gdates && counts && ok && parents) {
+        uint8_t *t = (uint8_t *)PyBytes_AS_STRING(trees), *g = (uint8_t *)PyBytes_AS_STRING(ok);
+        uint8_t *d = (uint8_t *)PyBytes_AS_STRING(dates), *gd = (uint8_t *)PyBytes_AS_STRING(gdates);
+        uint8_t *c = (uint8_t *)PyBytes_AS_STRING(counts), *p = (uint8_t *)PyBytes_AS_STRING(parents);
+        for (size_t k = 0; k < n; k++) {
+            memcpy(t + k * OIDLEN, m[k].tree, OIDLEN);
+            memcpy(d + k * sizeof(int64_t), &m[k].when, sizeof(int64_t));
+            memcpy(gd + k * sizeof(uint64_t), &m[k].graph_date, sizeof(uint64_t));
+            memcpy(c + k * sizeof(uint32_t), &m[k].nparents, sizeof(uint32_t));
+            g[k] = (uint8_t)(m[k].graph_ok != 0);
+            memcpy(p, w->parents.p + m[k].parents, (size_t)m[k].nparents * OIDLEN);
+            p += (size_t)m[k].nparents * OIDLEN;
+        }
+        result = PyTuple_Pack(6, trees, dates, gdates, counts, ok, parents);
+    }
+    Py_XDECREF(trees);
+    Py_XDECREF(dates);
+    Py_XDECREF(gdates);
+    Py_XDECREF(counts);
+    Py_XDECREF(ok);
+    Py_XDECREF(parents);
+    return result;
+}
+
 /* What names() and name_hashes() give for one entry: its name (NULL to leave it out) or its path's hash. */
 typedef PyObject *(*EntValue)(WalkerObject *w, const OutEnt *e);
 
@@ -757,6 +802,8 @@ static PyMethodDef Walker_methods[] = {
     {"mark_seen", (PyCFunction)Walker_mark_seen, METH_O, "mark_seen(oid) -> True if it was not seen yet"},
     {"queue_commit", (PyCFunction)(void (*)(void))Walker_queue_commit, METH_FASTCALL,
      "queue_commit(oid, data): parse a commit (read by the caller) and queue it by date"},
+    {"commit_meta", (PyCFunction)Walker_commit_meta, METH_NOARGS,
+     "commit_meta() -> (trees, dates, graph_dates, parent counts, graph_ok, parents) of the commits taken"},
     {"walk_commits", (PyCFunction)Walker_walk_commits, METH_NOARGS,
      "take the queued commits newest first, reading and queueing their parents"},
     {"add_blob", (PyCFunction)(void (*)(void))Walker_add_blob, METH_FASTCALL, "add_blob(oid, name)"},

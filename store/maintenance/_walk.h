@@ -668,8 +668,20 @@ typedef struct {
     uint8_t oid[OIDLEN];
     uint8_t tree[OIDLEN];
     uint32_t nparents;
+    uint32_t graph_ok;       /* the header as the commit-graph reads it: tree, then every parent line */
     size_t parents;          /* offset in the parents arena */
+    uint64_t graph_date;     /* git's parse_commit_date (commitgraph.py), valid with graph_ok */
 } HeapEnt;
+
+/* What walk_commits records of each commit it takes, in the commits' order (commit_meta()). */
+typedef struct {
+    int64_t when;            /* the walk's committer date */
+    uint64_t graph_date;
+    size_t parents;          /* offset in the parents arena */
+    uint32_t nparents;
+    uint32_t graph_ok;
+    uint8_t tree[OIDLEN];
+} CommitMetaEnt;
 
 typedef struct {             /* a tree/blob in the output: id, then its name in the names arena */
     uint8_t oid[OIDLEN];
@@ -707,6 +719,7 @@ typedef struct {
     Buf roots;               /* (tree id, commit id) per commit, in the order commits were taken */
     Buf heap;                /* HeapEnt, a binary heap */
     Buf parents;             /* ids */
+    Buf meta;                /* CommitMetaEnt per commit taken, in the order of commits */
     uint64_t queued;
     Buf frames;              /* Frame */
     Buf fresh;               /* Fresh */

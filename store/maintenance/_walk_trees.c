@@ -178,6 +178,54 @@ heap_less(const HeapEnt *a, const HeapEnt *b)
     return a->neg_when < b->neg_when || (a->neg_when == b->neg_when && a->order < b->order);
 }
 
+/* The commit-graph's reading of a commit (commitgraph.parse_commit_for_graph and git's parse_commit_date;
+ * walk.graph_fields is the specification): "tree <hex>\n", then "parent <hex>\n" lines, which must be all
+ * of the walk's nparents parent lines; the date from the "committer" line right after the "author" line
+ * that follows them, the digits after its '>' (0 when any of that is missing). Not graph_ok: the graph
+ * write reads the commit itself (and refuses it if it must). */
+static void
+graph_fields(const uint8_t *d, size_t n, uint32_t nparents, uint32_t *ok, uint64_t *date)
+{
+    uint8_t id[OIDLEN];
+    *ok = 0;
+    *date = 0;
+    if (n < 46 || memcmp(d, "tree ", 5) != 0 || d[45] != '\n' || hex_to_oid(d + 5, 40, id) < 0)
+        return;
+    size_t pos = 46;
+    uint32_t k = 0;
+    while (n - pos >= 7 && memcmp(d + pos, "parent ", 7) == 0) {   /* (bounded: pos grows by 48 a line) */
+        if (n - pos < 48 || d[pos + 47] != '\n' || hex_to_oid(d + pos + 7, 40, id) < 0)
+            return;
+        pos += 48;
+        k++;
+    }
+    if (k != nparents)
+        return;
+    *ok = 1;
+    if (n - pos < 6 || memcmp(d + pos, "author", 6) != 0)
+        return;
+    const uint8_t *nl = memchr(d + pos, '\n', n - pos);
+    if (!nl)
+        return;
+    size_t c = (size_t)(nl - d) + 1;
+    if (n - c < 9 || memcmp(d + c, "committer", 9) != 0)
+        return;
+    const uint8_t *gt = memchr(d + c, '>', n - c), *end = memchr(d + c, '\n', n - c);
+    if (!gt || !end || gt > end)
+        return;
+    const uint8_t *q = gt + 1;
+    while (q < end && (*q == ' ' || *q == '\t'))
+        q++;
+    if (q == end || *q < '0' || *q > '9')
+        return;
+    uint64_t v = 0;
+    for (; q < end && *q >= '0' && *q <= '9'; q++) {   /* (saturating, as min(int(digits), 2**64 - 1)) */
+        unsigned digit = (unsigned)(*q - '0');
+        v = v > (UINT64_MAX - digit) / 10 ? UINT64_MAX : v * 10 + digit;
+    }
+    *date = v;
+}
+
 /* Parse a commit (walk.parse_commit's rules) and queue it by date. */
 int
 queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_t size, long pack, long long offset,
@@ -230,6 +278,7 @@ queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_t si
             break;
     }
     e.neg_when = -when;   /* |when| <= INT64_MAX: commit_date clamps (walk.py clamps the same way) */
+    graph_fields(data, size, e.nparents, &e.graph_ok, &e.graph_date);
     e.order = ++w->queued;
     if (buf_reserve(&w->heap, sizeof(HeapEnt)) < 0)
         return nomem(&w->rd.err);
@@ -297,8 +346,10 @@ walk_commits(WalkerObject *w)
     while (w->heap.len) {
         HeapEnt e;
         heap_pop(w, &e);
+        CommitMetaEnt m = {-e.neg_when, e.graph_date, e.parents, e.nparents, e.graph_ok, {0}};
+        memcpy(m.tree, e.tree, OIDLEN);
         if (buf_put(&w->commits, e.oid, OIDLEN) < 0 || buf_put(&w->roots, e.tree, OIDLEN) < 0
-            || buf_put(&w->roots, e.oid, OIDLEN) < 0)
+            || buf_put(&w->roots, e.oid, OIDLEN) < 0 || buf_put(&w->meta, &m, sizeof m) < 0)
             return nomem(&w->rd.err);
         for (uint32_t k = 0; k < e.nparents; k++) {
             uint8_t parent[OIDLEN];

@@ -47,7 +47,7 @@ from .. import native
 from ..errors import CorruptObjectError, StoreError
 from ..objects import ObjectType
 from . import ewah as _ewah
-from .walk import c_loop_errors, name_hash_fold, parse_commit, parse_tree_entries
+from .walk import CommitMeta, c_loop_errors, name_hash_fold, parse_commit, parse_tree_entries
 
 #: The closure loop and EWAH in C (the ``_bitmap`` extension: it reads through the walk's Packs), unless
 #: PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py); :func:`build_bitmaps` is its specification.
@@ -320,9 +320,10 @@ def encode_bitmap(order: Sequence[bytes], types: Sequence[int], checksum: bytes,
 def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, commits: Sequence[bytes],
                read: Read, *, names: Mapping[bytes, bytes] | None = None, tips: Mapping[str, bytes] | None = None,
                options: BitmapOptions = BitmapOptions(), packs: object = None,
-               path_hashes: Mapping[bytes, int] | None = None, index: Sequence[int] | None = None) -> bytes:
+               path_hashes: Mapping[bytes, int] | None = None, index: Sequence[int] | None = None,
+               walked: CommitMeta | None = None) -> bytes:
     """Everything from the objects: select among ``commits`` (traversal order), build, encode (``index``: see
-    :func:`encode_bitmap`).
+    :func:`encode_bitmap`; ``walked``: what the walk read of exactly ``commits``, in that order).
 
     ``names``: object -> the whole path it was first reached by, or ``path_hashes``: object -> git's hash of that
     path (the walk's :attr:`~.walk.Reachable.path_hashes`); tags are named by their ``tag`` header, as git's traversal
@@ -349,7 +350,7 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
 
     preferred = preferred_tips(tips or {}, options.prefer_tips, peel)
     if _c is not None and packs is not None:
-        selected, stored = c_selected_and_stored(commits, graph, preferred, order, pos, read, packs)
+        selected, stored = c_selected_and_stored(commits, graph, preferred, order, pos, read, packs, walked)
         bitmaps = None
     else:
         selected = select_commits(commits, graph, preferred)
@@ -376,12 +377,17 @@ def bitmap_for(order: Sequence[bytes], types: Sequence[int], checksum: bytes, co
 
 def c_selected_and_stored(commits: Sequence[bytes], graph: CommitGraph, preferred: Iterable[bytes],
                           order: Sequence[bytes], pos: Mapping[bytes, int], read: Read,
-                          packs: object) -> tuple[list[bytes], Sequence[tuple[int, bytes]]]:
+                          packs: object, walked: CommitMeta | None = None
+                          ) -> tuple[list[bytes], Sequence[tuple[int, bytes]]]:
     """The selection and the XOR-compressed bitmaps in C (``packs``: the walk extension's view of the packs):
-    the commits' dates and parents read in C, git's selection in Python, the closures and EWAH in C."""
+    the commits' dates and parents read in C (or taken from ``walked``, what the walk read of ``commits``,
+    the same dates and counts), git's selection in Python, the closures and EWAH in C."""
     assert _c is not None
     with _c_errors():
-        dates, nparents = _c.bitmap_commits(packs, b"".join(commits), read)
+        if walked is not None and len(walked.nparents) == 4 * len(commits):
+            dates, nparents = walked.dates, walked.nparents
+        else:
+            dates, nparents = _c.bitmap_commits(packs, b"".join(commits), read)
         graph.info.update(_c_dates(commits, dates, nparents))
         selected = select_commits(commits, graph, preferred)
         stored = _c.ewah_stored(_c_build(selected, order, pos, graph, read, packs), MAX_XOR_OFFSET)
@@ -459,7 +465,8 @@ def write_pack_bitmap(writer, reach, tips: Mapping[str, bytes], read: Read, opti
             index.frombytes(writer.index_order)   # (the idx it wrote: object ids in order, by pack position)
         data = bitmap_for(order, types, writer.checksum, commits, read,
                           path_hashes=reach.path_hashes if options.hash_cache else None, tips=tips,
-                          options=options, packs=packs, index=index)
+                          options=options, packs=packs, index=index,
+                          walked=reach.commit_meta if len(commits) == len(reach.commits) else None)
     except BitmapClosureError:
         return None
     writer.attach_bitmap(data)

@@ -19,14 +19,16 @@ import hashlib
 import re
 import struct
 import time
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping, Sequence
 
 from .. import native
 from ..errors import CorruptObjectError, ObjectMissingError
 from ..objects import ObjectType
 from . import bloom
+from .walk import CommitMeta, graph_commit_date
 
 _c_bloom = native.bloom()   # the commit reads in C (store/native.py), or None
 
@@ -152,23 +154,29 @@ def parse_commit_for_graph(data: bytes, oid: bytes) -> Commit:
             pos += 48
     except (ValueError, UnicodeDecodeError):
         raise CorruptObjectError("commit has a malformed tree or parent line", oid=oid) from None
-    return Commit(tree, parents, _commit_date(data, pos))
+    return Commit(tree, parents, graph_commit_date(data, pos))
 
 
-def _commit_date(data: bytes, pos: int) -> int:
-    if not data.startswith(b"author", pos):
-        return 0
-    nl = data.find(b"\n", pos)
-    if nl < 0 or not data.startswith(b"committer", nl + 1):
-        return 0
-    gt = data.find(b">", nl + 1)
-    end = data.find(b"\n", nl + 1)
-    if gt < 0 or end < 0 or gt > end:
-        return 0
-    m = re.match(rb"[ \t]*(\d+)", data[gt + 1:end])   # strtoumax: leading blanks, then digits
-    if not m:
-        return 0
-    return min(int(m.group(1)), (1 << 64) - 1)
+def commits_from_walk(ids: Sequence[bytes], meta: CommitMeta) -> dict[bytes, Commit]:
+    """The commits a repack's walk read (:class:`.walk.CommitMeta`), as this module parses them: every one
+    the walk saw as the graph reads it (``graph_ok``); the others are left for the graph write to read."""
+    n = len(ids)
+    if len(meta.graph_ok) != n:
+        raise ValueError(f"{n} commits but what the walk kept of {len(meta.graph_ok)}")
+    dates = array("Q")
+    dates.frombytes(meta.graph_dates)
+    counts = array("I")
+    counts.frombytes(meta.nparents)
+    trees, parents, ok = meta.trees, meta.parents, meta.graph_ok
+    out: dict[bytes, Commit] = {}
+    at = 0
+    for k in range(n):
+        np = counts[k]
+        if ok[k]:
+            out[ids[k]] = Commit(trees[20 * k:20 * k + 20], [parents[at + 20 * j:at + 20 * j + 20] for j in range(np)],
+                                 dates[k])
+        at += 20 * np
+    return out
 
 
 def peel_to_commit(read: Read, oid: bytes, limit: int = 64) -> bytes | None:
@@ -187,26 +195,31 @@ def peel_to_commit(read: Read, oid: bytes, limit: int = 64) -> bytes | None:
 
 
 def reachable_commits(read: Read, tips: Iterable[bytes], have: dict[bytes, Commit] | None = None,
-                      stop: set[bytes] | None = None, c_packs: object | None = None) -> dict[bytes, Commit]:
+                      stop: set[bytes] | None = None, c_packs: object | None = None,
+                      known: Mapping[bytes, Commit] | None = None) -> dict[bytes, Commit]:
     """Every commit reachable from ``tips`` (commit ids), parsed; commits in ``stop`` are not walked past.
-    ``c_packs`` (:func:`.bloom.open_packs`): the same walk reading the commits in C."""
+    ``c_packs`` (:func:`.bloom.open_packs`): the same walk reading the commits in C. ``known``: commits
+    already parsed (:func:`commits_from_walk`), taken instead of read; the walk is the same."""
     commits = {} if have is None else have
     stop = stop or set()
-    if c_packs is not None:   # the reads in C (bloom.open_packs), the parse here
+    if c_packs is not None and not known:   # the reads in C (bloom.open_packs), the parse here
         with bloom.c_errors():
             got = _c_bloom.commit_reads(c_packs, b"".join(tips), (commits, stop), read)
         for oid, data in got:
             commits[oid] = parse_commit_for_graph(data, oid)
         return commits
     stack = list(tips)
-    while stack:
+    cached = known or {}
+    while stack:   # (bounded: a commit is parsed once, its parents pushed then)
         oid = stack.pop()
         if oid in commits or oid in stop:
             continue
-        obj_type, data = read(oid)
-        if obj_type != ObjectType.COMMIT:
-            raise CorruptObjectError(f"a commit's parent is a {obj_type.label.decode()}", oid=oid)
-        c = parse_commit_for_graph(data, oid)
+        c = cached.get(oid)
+        if c is None:
+            obj_type, data = read(oid)
+            if obj_type != ObjectType.COMMIT:
+                raise CorruptObjectError(f"a commit's parent is a {obj_type.label.decode()}", oid=oid)
+            c = parse_commit_for_graph(data, oid)
         commits[oid] = c
         stack.extend(p for p in c.parents if p not in commits)
     return commits
@@ -358,6 +371,7 @@ class GraphResult:
     filters_large: int = 0
     filters_empty: int = 0
     expired: int = 0                 # unreferenced layer files removed
+    commits_from_walk: int = 0       # commits taken as the repack's walk read them (not read again)
     written: str | None = None       # the new layer's checksum (None: nothing new to write)
     replaced: bool = False
     seconds_bloom: float = 0.0

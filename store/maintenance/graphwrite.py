@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Mapping
 
 from .. import durable, leftovers, lockfile
 from ..errors import ObjectMissingError
@@ -27,6 +28,7 @@ from .commitgraph import (
     DEFAULT_EXPIRE_AFTER,
     MONOLITHIC,
     SIZE_MULTIPLE,
+    Commit,
     GraphResult,
     Layer,
     LayerInput,
@@ -54,8 +56,10 @@ class GraphOptions:
     now: float | None = None
 
 def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
-                       counters: durable.DurabilityCounters | None = None) -> GraphResult:
-    """Write (or extend) the split commit-graph chain of ``repo``; see the module docstring."""
+                       counters: durable.DurabilityCounters | None = None,
+                       known: Mapping[bytes, Commit] | None = None) -> GraphResult:
+    """Write (or extend) the split commit-graph chain of ``repo``; see the module docstring. ``known``:
+    commits already read (the repack's walk: :func:`.commitgraph.commits_from_walk`), not read again."""
     counters = counters or durable.DurabilityCounters()
     objects_dir = Path(repo.objects.path)
     d = graphs_dir(objects_dir)
@@ -72,13 +76,13 @@ def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
         replace = options.replace or any(not (L.has_generation_data and (L.has_bloom or not options.changed_paths))
                                          for L in layers)
         try:
-            data = _plan_and_build(repo, layers, replace, options, result)
+            data = _plan_and_build(repo, layers, replace, options, result, known)
         except KeyError:
             # A merged layer names a commit whose parent is gone (deleted outside packyard): write the
             # chain whole from the objects instead.
             replace = True
             result = GraphResult(layers_before=len(layers))
-            data = _plan_and_build(repo, layers, replace, options, result)
+            data = _plan_and_build(repo, layers, replace, options, result, known)
         if data is None:
             return result
         kept = [] if replace else layers[:result.layers_after - 1]
@@ -100,25 +104,27 @@ def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
     return result
 
 def _plan_and_build(repo, layers: list[Layer], replace: bool, options: GraphOptions,
-                    result: GraphResult) -> bytes | None:
+                    result: GraphResult, known: Mapping[bytes, Commit] | None = None) -> bytes | None:
     # A fresh listing (None without the C extension): right after a repack the repository's snapshot still
     # names the packs it replaced (moved to preserved/, still mapped), and reading every tree from those 50
     # packs instead of the one that replaced them made the write after `packyard repack` ~3x slower.
     c_packs = bloom.open_packs(repo.objects.packs.reprepare())
     try:
-        return _build(repo, layers, replace, options, result, c_packs)
+        return _build(repo, layers, replace, options, result, c_packs, known)
     finally:
         bloom.close_packs(c_packs)
 
 
 def _build(repo, layers: list[Layer], replace: bool, options: GraphOptions, result: GraphResult,
-           c_packs: object | None) -> bytes | None:
+           c_packs: object | None, walked: Mapping[bytes, Commit] | None = None) -> bytes | None:
     read = repo.objects.read
     tips = ref_tips(repo)
     in_layers: set[bytes] = set()
     for L in layers:
         in_layers.update(L.oids)
-    commits = reachable_commits(read, tips, stop=set() if replace else in_layers, c_packs=c_packs)
+    commits = reachable_commits(read, tips, stop=set() if replace else in_layers, c_packs=c_packs, known=walked)
+    if walked:
+        result.commits_from_walk = sum(1 for oid in commits if oid in walked)
     new = [oid for oid in commits if oid not in in_layers] if not replace else list(commits)
     if not new and not replace:
         result.layers_after = len(layers)

@@ -61,7 +61,7 @@ from .names import names_in
 from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
 from .sources import SourceIndex
 from .tips import read_tips
-from .walk import Reachable, parse_tree_entries, walk
+from .walk import CommitMeta, Reachable, parse_tree_entries, walk
 from .writeplan import DeltaPlan, Names, write_plan
 
 #: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
@@ -151,6 +151,8 @@ class RepackResult:
     fence_token: int | None = None
     durability: dict[str, int] = field(default_factory=dict)
     nothing_to_do: bool = False
+    # (commit ids, what the walk read of them): the commit-graph written next takes them as read
+    walked: tuple[list[bytes], CommitMeta] | None = field(default=None, repr=False, compare=False)
 
     def as_counters(self) -> dict[str, object]:
         """Flat counters for a job record: counts, ``elapsed_us_<phase>``, durability calls."""
@@ -240,6 +242,8 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         plan = _plan_loose(repo, sources, snapshot, progress)
     plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs}
     c.reachable = len(plan.reach) if plan.reach is not None else 0
+    if plan.reach is not None and plan.reach.commit_meta is not None:
+        result.walked = (plan.reach.commits, plan.reach.commit_meta)
     c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
     c.cruft_walked = plan.cruft_walked
     timer.lap("plan")

@@ -9,7 +9,7 @@ the maintenance fence, like the repack's deletions.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from .. import durable
 from ..errors import LockContendedError
@@ -17,15 +17,18 @@ from ..fence import FenceKind
 from ..lease import Lease, fence_of, token_of
 from ..lease import check as check_lease
 from ..packrefs import pack_refs
-from .commitgraph import DEFAULT_EXPIRE_AFTER
+from .commitgraph import DEFAULT_EXPIRE_AFTER, commits_from_walk
 from .graphwrite import GraphOptions, write_commit_graph
+from .walk import CommitMeta
 
 
 def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True, replace_graph: bool = False,
-                 lease: Lease | None = None,
-                 graph_expire_after: float = DEFAULT_EXPIRE_AFTER) -> dict[str, Any]:
+                 lease: Lease | None = None, graph_expire_after: float = DEFAULT_EXPIRE_AFTER,
+                 walked: tuple[Sequence[bytes], CommitMeta] | None = None) -> dict[str, Any]:
     """Write the commit-graph and pack the refs (each optional); returns counters for the job record.
-    ``lease`` (store/lease.py): the repack's maintenance lease, checked before each write, its token fencing it."""
+    ``lease`` (store/lease.py): the repack's maintenance lease, checked before each write, its token fencing it.
+    ``walked``: the repack's :attr:`~.repack.RepackResult.walked` (the commits its walk read: the graph
+    write takes them as read instead of reading every commit again)."""
     out: dict[str, Any] = {}
     dur = durable.DurabilityCounters()
     if commit_graph:
@@ -33,8 +36,9 @@ def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True,
         t0 = time.monotonic()
         try:
             with fence_of(lease, repo.path, "write the commit-graph", dur, FenceKind.MAINTENANCE):
+                known = commits_from_walk(*walked) if walked is not None else None
                 res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after),
-                                         dur)
+                                         dur, known=known)
             out.update(res.as_counters())
         except LockContendedError as err:
             # Another writer (git's commit-graph write, say) holds the chain: the repack stands; next time.

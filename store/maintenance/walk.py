@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import re
+from array import array
 from binascii import Error as HexError
 from binascii import unhexlify
 from dataclasses import dataclass, field
@@ -92,6 +93,83 @@ FORK_SHARE = 0.35
 STEAL_MIN_ROOTS = 200
 
 
+@dataclass(frozen=True)
+class CommitMeta:
+    """What the walk read of each commit it reached, in :attr:`Reachable.commits` order, so that the bitmap
+    and the commit-graph written after the repack need not read the commits again (0.17 s and 0.36 s of
+    the maintenance of git-v2.0.0): tree ids and parent ids (20 bytes each; the parents of every commit one
+    after the other), the walk's committer dates (array 'q', :func:`parse_commit`), the commit-graph's
+    dates (array 'Q', :func:`graph_commit_date`), parent counts (array 'I') and, one byte a commit, whether
+    the commit-graph reads the commit as the walk did (:func:`graph_fields`)."""
+
+    trees: bytes
+    dates: bytes
+    graph_dates: bytes
+    nparents: bytes
+    graph_ok: bytes
+    parents: bytes
+
+
+def graph_commit_date(data: bytes, pos: int) -> int:
+    """git's ``parse_commit_date`` from ``pos`` (just past the parent lines): the digits after '>' on the
+    "committer" line that must follow the "author" line; 0 when any of that is missing."""
+    if not data.startswith(b"author", pos):
+        return 0
+    nl = data.find(b"\n", pos)
+    if nl < 0 or not data.startswith(b"committer", nl + 1):
+        return 0
+    gt = data.find(b">", nl + 1)
+    end = data.find(b"\n", nl + 1)
+    if gt < 0 or end < 0 or gt > end:
+        return 0
+    m = _GRAPH_DATE.match(data, gt + 1, end)   # strtoumax: leading blanks, then digits
+    if not m:
+        return 0
+    return min(int(m.group(1)), (1 << 64) - 1)
+
+
+_GRAPH_DATE = re.compile(rb"[ \t]*(\d+)")
+_HEX40 = re.compile(rb"[0-9a-fA-F]{40}\n")
+
+
+def graph_fields(data: bytes, nparents: int) -> tuple[bool, int]:
+    """(the commit-graph reads the commit as the walk did, its commit-graph date): the header starts with
+    "tree <hex>" and "parent <hex>" lines (commitgraph.parse_commit_for_graph's form) and those are all of the
+    walk's ``nparents`` parent lines. The specification of the C walker's graph_fields."""
+    if len(data) < 46 or not data.startswith(b"tree ") or not _HEX40.match(data, 5):
+        return False, 0
+    pos, k = 46, 0
+    while data.startswith(b"parent ", pos):
+        if not _HEX40.match(data, pos + 7):
+            return False, 0
+        pos += 48
+        k += 1
+    if k != nparents:
+        return False, 0
+    return True, graph_commit_date(data, pos)
+
+
+class _MetaBuilder:
+    """CommitMeta as the Python walk takes its commits (the C walker's commit_meta() is the same bytes)."""
+
+    def __init__(self) -> None:
+        self.trees, self.parents, self.ok = bytearray(), bytearray(), bytearray()
+        self.dates, self.graph_dates, self.nparents = array("q"), array("Q"), array("I")
+
+    def add(self, data: bytes, tree: bytes, parents: list[bytes], when: int) -> None:
+        ok, graph_date = graph_fields(data, len(parents))
+        self.trees += tree
+        self.dates.append(when)
+        self.graph_dates.append(graph_date)
+        self.nparents.append(len(parents))
+        self.ok.append(ok)
+        self.parents += b"".join(parents)
+
+    def done(self) -> CommitMeta:
+        return CommitMeta(bytes(self.trees), self.dates.tobytes(), self.graph_dates.tobytes(),
+                          self.nparents.tobytes(), bytes(self.ok), bytes(self.parents))
+
+
 @dataclass
 class Reachable:
     """What the tips reach, each list in git's order (see the module docstring).
@@ -110,6 +188,7 @@ class Reachable:
     _seen: set[bytes] | None = field(default_factory=set, repr=False)
     _walker: object | None = field(default=None, repr=False)    # the C walk's Walker (its reader released)
     _index_dropped: bool = field(default=False, repr=False)
+    commit_meta: CommitMeta | None = field(default=None, repr=False)   # (None: a walk that kept none)
 
     @property
     def names(self) -> dict[bytes, bytes]:
@@ -298,10 +377,12 @@ class Walker:
         # Commits, newest first.
         n = 0
         roots: list[tuple[bytes, str]] = []
+        meta = _MetaBuilder()
         while heap:
             _, _, oid, data = heapq.heappop(heap)
             res.commits.append(oid)
-            tree, parents, _when = parse_commit(data, oid)
+            tree, parents, when = parse_commit(data, oid)
+            meta.add(data, tree, parents, when)
             roots.append((tree, oid.hex()))
             for parent in parents:
                 if not self._skip(parent):
@@ -311,6 +392,7 @@ class Walker:
             n += 1
             if self.progress is not None and n % 1000 == 0:
                 self.progress("counting commits", n, None)
+        res.commit_meta = meta.done()
         # Trees and blobs: what tips name directly, then every commit's tree. With two processes the
         # older part of the history is walked in a forked child at the same time (see _walk_in_child).
         split = len(roots)
@@ -442,6 +524,7 @@ class Walker:
                 if helper is not None:
                     helper.cancel()
         res.commits, res.trees, res.blobs = cw.result()
+        res.commit_meta = CommitMeta(*cw.commit_meta())
         cw.release_reader()
         res._walker, res._names, res._seen = cw, None, None   # (names and the seen set: built when asked for)
         if self.progress is not None:

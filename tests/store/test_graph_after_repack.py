@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 
-from gitutil import git
+import graphutil
+from gitutil import copy_repo, git
 from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
 from packyard.store.maintenance.serving import after_repack
 from packyard.store.repo import Repository
@@ -40,3 +41,31 @@ def test_graph_write_after_repack_lists_the_installed_packs(tmp_path):
     assert len(installed) == 1 and not installed & before
     assert {p.name for p in repo.objects.packs.prepare()} == installed, "the graph write read the replaced packs"
     git("commit-graph", "verify", git_dir=bare)
+
+
+def test_graph_from_the_repacks_walk_is_the_graph_read_from_the_objects(tmp_path):
+    """The commits the repack's walk read (RepackResult.walked) are taken as read: the same chain, byte for
+    byte, as the graph write that reads every commit itself; git verifies it; a history with odd commits
+    (the walk and the graph read a parent line after the author line differently) is read where it must be."""
+    template = graphutil.build_history(tmp_path / "t")
+    odd = git("hash-object", "-w", "--literally", "-t", "commit", "--stdin", git_dir=template,
+              input=git("cat-file", "commit", "refs/heads/main", git_dir=template).replace(
+                  b"\nauthor ", b"\nauthor x <x@x> 1 +0000\nparent " +
+                  git("rev-parse", "refs/heads/main~1", git_dir=template).strip() + b"\nauthor ", 1)).strip()
+    git("update-ref", "refs/heads/odd", odd.decode(), git_dir=template)
+    chains = []
+    for use_walk in (True, False):
+        bare = copy_repo(template, tmp_path / f"r{use_walk}.git")
+        repo = Repository.open(bare)
+        result = repack(repo, RepackOptions(mode=RepackMode.FULL))
+        assert result.walked is not None and len(result.walked[0]) > 20
+        out = after_repack(repo, pack_refs_too=False, walked=result.walked if use_walk else None)
+        total = out["commit_graph_commits"]
+        if use_walk:   # every commit but the odd one taken as the walk read it
+            assert out["commit_graph_commits_from_walk"] == total - 1
+        else:
+            assert out["commit_graph_commits_from_walk"] == 0
+        git("commit-graph", "verify", git_dir=bare)
+        d = bare / "objects" / "info" / "commit-graphs"
+        chains.append([(d / f"graph-{n}.graph").read_bytes() for n in (d / "commit-graph-chain").read_text().split()])
+    assert chains[0] == chains[1]

@@ -42,7 +42,7 @@ def _sources(bare: Path) -> tuple[Repository, SourceIndex]:
 
 
 def _lists(r):
-    return r.commits, r.tags, r.trees, r.blobs, r.names, r.seen
+    return r.commits, r.tags, r.trees, r.blobs, r.names, r.seen, r.commit_meta
 
 
 def _both_walks(bare: Path, processes: int = 1):
@@ -641,3 +641,57 @@ def test_c_pack_layout_equals_the_python_one(monkeypatch, n):
     c = sources_mod._layout(offsets, 1 << 46)
     monkeypatch.setattr(sources_mod, "_walk_c", None)
     assert c == sources_mod._layout(offsets, 1 << 46)
+
+
+# -- what the walk keeps of each commit for the bitmap and the commit-graph ---------------------------------
+
+def _odd_commits(bare: Path) -> None:
+    """Commits the commit-graph reads differently from the walk, or whose dates are edge cases; main names them."""
+    _blob, tree, base = _one_file_commit(bare, b"x")
+    head = "\n".join(["author A <a@example.com> 1 +0000", "committer A <a@example.com> 2 +0000", "", "m", ""])
+    bodies = [
+        f"tree {tree}\nparent {base}\n" + head,                                              # ordinary
+        f"tree {tree}\nauthor A <a@example.com> 1 +0000\nparent {base}\ncommitter A <a@e> 3 +0000\n\nm\n",  # late
+        f"tree {tree}\nparent {base}\nauthor A <a@example.com> 1 +0000\n\nno committer\n",
+        f"tree {tree}\nparent {base}\nauthor A <a@example.com> 1 +0000\ncommitter no bracket 5 +0000\n\nm\n",
+        f"tree {tree}\nparent {base}\nauthor A <a@e> 1 +0000\ncommitter A <a@e>  \t 77 +0000\n\nm\n",
+        f"tree {tree}\nparent {base}\nauthor A <a@e> 1 +0000\ncommitter A <a@e> 99999999999999999999999 +0000\n\nm\n",
+        f"tree {tree.upper()}\nparent {base.upper()}\n" + head,                               # upper-case hex
+        f"tree {tree}\nparent {base}\ncommitter A <a@e> 4 +0000\nauthor A <a@e> 1 +0000\n\nm\n",   # swapped
+    ]
+    tips = [_write(bare, "commit", b.encode()) for b in bodies]
+    merge = _write(bare, "commit", (f"tree {tree}\n" + "".join(f"parent {t}\n" for t in tips) + head).encode())
+    git("update-ref", "refs/heads/main", merge, git_dir=bare)
+
+
+@needs_c
+@pytest.mark.parametrize("packed", [False, True])
+def test_commit_meta_of_the_c_walk_equals_the_python_one_and_the_graphs_reading(tmp_path, packed):
+    """Both walks keep the same trees, parents, dates and graph flags; where a commit is graph_ok its
+    graph date is what the commit-graph's own parser reads, and a commit the graph reads otherwise (a
+    parent line after the author line) is not graph_ok."""
+    from array import array
+
+    from packyard.store.maintenance.commitgraph import parse_commit_for_graph
+
+    bare = _repo(tmp_path)
+    _odd_commits(bare)
+    if packed:
+        _pack_everything(bare)
+    python, c = _both_walks(bare)
+    assert c.commit_meta == python.commit_meta
+    m = c.commit_meta
+    ok = list(m.graph_ok)
+    graph_dates = array("Q", m.graph_dates)
+    counts = array("I", m.nparents)
+    repo = Repository.open(bare)
+    at = 0
+    for k, oid in enumerate(c.commits):
+        _typ, data = repo.objects.read(oid)
+        parents = [m.parents[at + 20 * j:at + 20 * j + 20] for j in range(counts[k])]
+        at += 20 * counts[k]
+        g = parse_commit_for_graph(data, oid)
+        if ok[k]:
+            assert (g.tree, g.parents, g.date) == (m.trees[20 * k:20 * k + 20], parents, graph_dates[k])
+    assert ok.count(0) == 1            # the late parent line
+    assert set(graph_dates) >= {0, 2, 77, (1 << 64) - 1}
