@@ -17,6 +17,7 @@ the write; packyard writes the MIDX without one).
 """
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
 from typing import Mapping
 
@@ -100,14 +101,23 @@ def midx_bitmap(midx: Midx, pack_dir: Path, refs: Mapping[str, bytes], read: Rea
         if native.bitmap() is not None and c_packs is not None:
             # The same selection and closures as build_bitmaps, in C (bitmap.py's full-repack path): the
             # Python loop is the specification, and too slow for a geometric repack of a large history.
-            selected, stored = c_selected_and_stored(commits, graph, preferred, order, pos, read, c_packs)
+            walked = reach.commit_meta if len(commits) == len(reach.commits) else None
+            selected, stored = c_selected_and_stored(commits, graph, preferred, order, pos, read, c_packs, walked)
             return encode_bitmap(order, types, midx.checksum, selected, None, hashes=None, options=options,
-                                 stored=stored)
+                                 stored=stored, index=_by_id(midx.ridx))
         selected = select_commits(commits, graph, preferred)
         bitmaps = build_bitmaps(selected, pos, len(order), graph, read)
     except BitmapClosureError:
         return None
     return encode_bitmap(order, types, midx.checksum, selected, bitmaps, hashes=None, options=options)
+
+
+def _by_id(ridx) -> array:
+    """The bit position of each MIDX position (object-id order): the inverse of the pseudo-pack order."""
+    index = array("I", bytes(4 * len(ridx)))
+    for i, p in enumerate(ridx):
+        index[p] = i
+    return index
 
 
 def _peel_tag(oid: bytes, read: Read, kind: Mapping[bytes, int]) -> bytes | None:
