@@ -225,14 +225,29 @@ def _check_chains(r: _Reuse, limit: int) -> None:
 
 def _nothing_to_try(reuse: _Reuse, sources: SourceIndex, deltas: DeltaPlan) -> bool:
     """Pure question: would the search provably try no pair? When reusing, every object without a reused
-    delta is a whole entry of the one source pack: the search never tries two whole objects of one pack
-    against each other (that pack's writer found no delta between them), so it would only read and hash
-    them and come back empty; the writer copies them as they are (CRC32 checked) either way."""
-    if not deltas.reuse or len(sources.packs) != 1:
+    delta is a whole entry of one and the same source pack: the search never tries two whole objects of one
+    pack against each other (that pack's writer found no delta between them), so it would only read and hash
+    them and come back empty; the writer copies them as they are (CRC32 checked) either way. (One source
+    pack among several: the reachable pack of a full repack with a cruft pack, whose 124k objects the search
+    otherwise took in as candidates to try 8 pairs, 0.2 s.)"""
+    if not deltas.reuse:
         return False
     kind = reuse.kind
-    return (kind.count(LOOSE) == 0 and kind.count(DELTA_BASE_BEHIND) == 0
-            and kind.count(DELTA) == reuse.reused.count(1))
+    if kind.count(LOOSE) or kind.count(DELTA_BASE_BEHIND) or kind.count(DELTA) != reuse.reused.count(1):
+        return False
+    if len(sources.packs) == 1:
+        return True
+    pack_no, gid = sources.pack_no, reuse.gid
+    first = -1
+    k = kind.find(WHOLE)
+    while k >= 0:   # (bounded: k grows)
+        p = pack_no[gid[k]]
+        if first < 0:
+            first = p
+        elif p != first:
+            return False
+        k = kind.find(WHOLE, k + 1)
+    return True
 
 
 class _Offered(Candidates):

@@ -154,6 +154,33 @@ def test_one_source_pack_of_whole_objects_and_reused_deltas_skips_the_search(tem
                   ).counters.delta_candidates > 0
 
 
+def test_every_planned_object_from_one_of_several_source_packs_skips_the_search(template: Path,
+                                                                                tmp_path: Path) -> None:
+    """Several source packs, but everything the new pack takes is whole or a reusable delta in one of them
+    (the others hold only unreachable objects, expired here): no pair could be tried, the search is skipped,
+    and the pack is the one a repack without any search writes."""
+    base = tmp_path / "base.git"
+    shutil.copytree(template, base)
+    git("repack", "-q", "-a", "-d", git_dir=base)
+    gone = [git("hash-object", "-w", "--stdin", git_dir=base, input=f"unreachable {k}\n".encode() * 50).strip()
+            for k in range(3)]
+    git("pack-objects", "-q", str(base / "objects" / "pack" / "pack"), git_dir=base, input=b"\n".join(gone) + b"\n")
+    git("prune-packed", git_dir=base)
+    assert len(list((base / "objects" / "pack").glob("*.pack"))) == 2
+    results, files = [], []
+    for k, window in enumerate((None, 0)):
+        repo = tmp_path / f"s{k}.git"
+        shutil.copytree(base, repo)
+        opts = RepackOptions(mode=RepackMode.FULL, now=1_800_000_000, expire=0.0,
+                             **({} if window is None else {"window": window}))
+        results.append(repack(Repository.open(repo), opts))
+        files.append(_pack_files(repo, results[-1].packs_written[0]))
+        git("fsck", "--full", "--no-dangling", git_dir=repo)
+    assert files[0] == files[1]
+    assert results[0].counters.cruft_expired == 3 and not results[0].cruft_pack
+    assert (results[0].counters.delta_candidates, results[0].counters.search_processes) == (0, 0)
+
+
 def _entries(idx: Path) -> list[tuple[str, str, int, int, int]]:
     """(id, type, offset, entry size, depth or 0) of each entry of a pack, from git verify-pack -v."""
     out = []
