@@ -40,6 +40,14 @@ def test_whole_objects_git_verifies_and_indexes_alike(tmp_path):
     assert f"pack-{out}" == files.name
     assert (tmp_path / "copy.idx").read_bytes() == idx.read_bytes()
     assert not [p for p in (repo.objects.path / "pack").iterdir() if p.name.startswith("tmp_")]
+    # the idx order it hands on (a bitmap's name-hash cache and commit positions are in it): git's idx order
+    from array import array
+
+    order = array("I")
+    order.frombytes(w.index_order)
+    in_pack = [hash_object(typ, data) for typ, data in objects]
+    listed = [line.split()[1] for line in git("show-index", input=idx.read_bytes()).decode().splitlines()]
+    assert [in_pack[i].hex() for i in order] == listed
 
 
 def _ref_delta_pack(tmp_path) -> Path:
