@@ -189,6 +189,11 @@ def test_a_pack_installed_through_host_a_is_found_by_a_reader_on_host_b(hosts, t
     assert c.counters()["readdir_hits"] >= 1
 
 
+#: Bound of the reader's passes over one round's objects while the repack runs (each pass takes 40 reads of
+#: a 20 ms mount: a repack that took this long would fail the round's timeout first).
+MAX_READ_PASSES = 400
+
+
 def test_loose_objects_repacked_on_host_a_while_open_on_host_b_are_read_despite_estale(hosts, tmp_path, pk):
     """A loose repack on A (``packyard repack --mode loose``: a new pack, then the loose files go) deletes
     loose files a reader on B has open: B's read answers ESTALE; packyard treats that as gone (as ENOENT),
@@ -206,20 +211,32 @@ def test_loose_objects_repacked_on_host_a_while_open_on_host_b_are_read_despite_
         expected = {oid: git("cat-file", "blob", oid, git_dir=bare) for oid in ids}
         reader = Repository(rb)
         reader.objects.packs.prepare()
+        done = threading.Event()
 
-        def read_all(reader=reader, ids=ids, expected=expected) -> None:
+        def read_all(reader=reader, ids=ids, expected=expected, done=done) -> None:
+            # Pass after pass until the repack is over (and one whole pass after it), so that B is reading
+            # when A deletes, however long the repack's process takes to start on a loaded machine (one
+            # pass used to finish first: 30 rounds without a single ESTALE in a loaded CI run).
             nonlocal reads
-            for oid in ids:
-                try:
-                    _, data = reader.objects.read(bytes.fromhex(oid), verify=True)
-                    assert data == expected[oid]
-                    reads += 1
-                except BaseException as err:   # noqa: B036 - reported below, with the object
-                    errors.append(err)
+            for _pass in range(MAX_READ_PASSES):
+                last = done.is_set()
+                for oid in ids:
+                    try:
+                        _, data = reader.objects.read(bytes.fromhex(oid), verify=True)
+                        assert data == expected[oid]
+                        reads += 1
+                    except BaseException as err:   # noqa: B036 - reported below, with the object
+                        errors.append(err)
+                        return
+                if last:
+                    return
         t = threading.Thread(target=read_all)
         t.start()
-        proc = subprocess.run(["packyard", "repack", "--repo", str(ra), "--mode", "loose", "--no-progress"],
-                              env=pk.cli_env(), capture_output=True, text=True, timeout=120)
+        try:
+            proc = subprocess.run(["packyard", "repack", "--repo", str(ra), "--mode", "loose", "--no-progress"],
+                                  env=pk.cli_env(), capture_output=True, text=True, timeout=120)
+        finally:
+            done.set()
         assert proc.returncode == 0, proc.stderr    # through host A: new pack, then the loose files go
         t.join(timeout=120)
         assert not t.is_alive()
