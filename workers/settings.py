@@ -172,6 +172,9 @@ DEFAULT_ROOT_NAME = "default"
 DEFAULT_MAX_MESSAGE_BYTES = 16 << 20
 #: Redis refuses a proto-max-bulk-len under 1 MB.
 MIN_MESSAGE_BYTES = 1 << 20
+#: The default PACKYARD_FSCK_BIG_FILE_THRESHOLD: git's core.bigFileThreshold, store.fsck.msgs.BIG_FILE_THRESHOLD
+#: (not imported here: the settings load without the store; tests/store/test_fsck_large.py checks they agree).
+FSCK_BIG_FILE_THRESHOLD = 512 << 20
 
 
 def message_bytes_needed(write_objects_max_bytes: int) -> int:
@@ -337,7 +340,7 @@ class Settings:
     receive_fsck: bool = True
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
-    fsck_big_file_threshold: int = 512 << 20   # PACKYARD_FSCK_BIG_FILE_THRESHOLD (git's core.bigFileThreshold)
+    fsck_big_file_threshold: int = FSCK_BIG_FILE_THRESHOLD   # PACKYARD_FSCK_BIG_FILE_THRESHOLD
     # reachability bitmaps (store/maintenance/bitmap.py, docs/serving.md)
     bitmap_lookup_table: bool = True
     bitmap_prefer_tips: tuple[str, ...] = ()
@@ -537,7 +540,7 @@ class Settings:
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
-            fsck_big_file_threshold=_int(env, "PACKYARD_FSCK_BIG_FILE_THRESHOLD", 512 << 20),
+            fsck_big_file_threshold=_int(env, "PACKYARD_FSCK_BIG_FILE_THRESHOLD", FSCK_BIG_FILE_THRESHOLD),
             # reachability bitmaps
             bitmap_lookup_table=_flag(env, "PACKYARD_BITMAP_LOOKUP_TABLE", default=True),
             bitmap_prefer_tips=tuple(p.strip() for p in env.get("PACKYARD_BITMAP_PREFER_TIPS", "").split(",")

@@ -158,12 +158,22 @@ class FsckChecker:
         self._check_found_blob(self.state.gitattributes_done, check_gitattributes_blob, oid, data, name, where,
                                offset)
 
+    def check_received(self, obj_type: int, data: bytes | None, oid: bytes, size: int, *, where: object = None,
+                       offset: int | None = None) -> None:
+        """One object as index-pack receives it: a blob over ``opts.big_file_threshold`` judged by its ``size``
+        (:meth:`check_large_blob`: git holds no buffer for it), anything else by its content (:meth:`check`).
+        ``data`` None: not held (a blob inflated in pieces and let go; fsck_finish reads it if it must)."""
+        if obj_type == BLOB and size > self.opts.big_file_threshold:
+            self.check_large_blob(oid, size, where=where, offset=offset)
+        elif data is not None:
+            self.check(obj_type, data, oid, where=where, offset=offset)
+
     def check_large_blob(self, oid: bytes, size: int, *, where: object = None, offset: int | None = None) -> None:
         """git's fsck_blob without a buffer (index-pack holds no blob over core.bigFileThreshold): if this blob was
         found at a .gitmodules name it is gitmodulesLarge, at a .gitattributes name gitattributesLarge; either
         way it is done (never read). One not found yet is left to fsck_finish, which reads it, as git's does.
-        index-pack's receive calls it for a blob over ``opts.big_file_threshold`` (check_batch too); unpack-objects
-        never does (git's reads such a blob whole in fsck_finish)."""
+        :meth:`check_received` calls it for a blob over ``opts.big_file_threshold`` (index-pack's receive,
+        check_batch); unpack-objects never does (git's reads such a blob whole in fsck_finish)."""
         for found, done, msg_id, label in (
                 (self.state.gitmodules, self.state.gitmodules_done, "gitmodulesLarge", ".gitmodules"),
                 (self.state.gitattributes if self._attrs else {}, self.state.gitattributes_done, "gitattributesLarge",
@@ -277,12 +287,8 @@ def check_batch(objects: Iterable[tuple[int, bytes, bytes]], opts: FsckOptions,
         ours[oid] = (int(t), data)
     for blobs in (False, True):
         for oid, (t, data) in ours.items():
-            if (t == BLOB) != blobs:
-                continue
-            if blobs and len(data) > opts.big_file_threshold:
-                checker.check_large_blob(oid, len(data), where=where)
-            else:
-                checker.check(t, data, oid, where=where)
+            if (t == BLOB) == blobs:
+                checker.check_received(t, data, oid, len(data), where=where)
     for oid, size in sorted((large or {}).items()):
         checker.check_large_blob(oid, size, where=where)
     extra = known or {}

@@ -423,10 +423,7 @@ class _Receiver:
                         if check_existing and oid in existing:
                             stats.collisions.append((i, _strong_digest(typ, out)))
                         if fsck is not None:
-                            if typ == 3 and size > fsck.opts.big_file_threshold:   # git holds no buffer for it
-                                fsck.check_large_blob(oid, size, where=where, offset=start)
-                            else:
-                                fsck.check(typ, out, oid, where=where, offset=start)
+                            fsck.check_received(typ, out, oid, size, where=where, offset=start)
                     else:
                         oids += zero_oid
                     self.bpos = end
@@ -442,10 +439,8 @@ class _Receiver:
                     oids += oid
                     if check_existing and oid in existing:
                         stats.collisions.append((i, digest))
-                    if fsck is not None and typ == 3 and size > fsck.opts.big_file_threshold:
-                        fsck.check_large_blob(oid, size, where=where, offset=start)
-                    elif fsck is not None and body is not None:
-                        fsck.check(typ, body, oid, where=where, offset=start)
+                    if fsck is not None:
+                        fsck.check_received(typ, body, oid, size, where=where, offset=start)
                 else:
                     oids += zero_oid
             i += 1

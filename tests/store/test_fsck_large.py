@@ -24,6 +24,14 @@ MiB = 1 << 20
 THRESHOLD = MiB
 
 
+def test_the_settings_default_is_gits_threshold():
+    from packyard.store.fsck.msgs import BIG_FILE_THRESHOLD
+    from packyard.workers.settings import FSCK_BIG_FILE_THRESHOLD, Settings
+
+    assert FSCK_BIG_FILE_THRESHOLD == BIG_FILE_THRESHOLD == FsckOptions().big_file_threshold == 512 * MiB
+    assert Settings.from_env({}).fsck_big_file_threshold == BIG_FILE_THRESHOLD
+
+
 def _gitmodules(size: int) -> bytes:
     """A valid .gitmodules (one submodule) padded with comment lines to ``size`` bytes or a little more."""
     head = b'[submodule "a"]\n\tpath = a\n\turl = https://example.com/a\n'
