@@ -1,5 +1,5 @@
-"""Names for the delta search when no walk from the tips gave them: a geometric repack's rolled-up packs, a full
-repack's cruft pack.
+"""Names for the delta search when no walk from the tips gave them: a geometric repack's rolled-up packs. (A
+cruft pack's objects take their delta bases' names instead: writeplan.ByBase.)
 
 The search sorts its candidates by the hash of the name they were reached by, so that the versions of one file
 are tried against each other first; without names every candidate hashes to 0 and sorts by size alone, and
@@ -25,20 +25,17 @@ from .walk import C_CACHE_BYTES, parse_tree_entries
 _walk_c = native.walk()   # the C walker (store/native.py), or None
 
 
-def names_in(sources, ids: Iterable[bytes], exclude: Iterable[bytes] = ()) -> dict[bytes, bytes]:
+def names_in(sources, ids: Iterable[bytes]) -> dict[bytes, bytes]:
     """{id: entry name} for the entries of every tree among ``ids`` (objects of ``sources``' packs); {} when they
-    cannot be read (a corrupt pack: the write that follows names it). ``exclude``: objects neither named nor
-    walked into (a cruft pack's: the reachable ones, whose trees name no unreachable object)."""
+    cannot be read (a corrupt pack: the write that follows names it)."""
     ids = list(ids)
     if sources.c_packs is None or _walk_c is None:
-        return names_in_py(sources, ids, exclude)
+        return names_in_py(sources, ids)
 
     def outside(oid: bytes, want: int, referrer: str) -> tuple[int, bytes]:
         return want, b""   # (a tree outside the replaceable packs: not read, it names nothing here)
 
     cw = _walk_c.Walker(sources.c_packs, outside, cache_bytes=C_CACHE_BYTES // 2, expect=len(ids))
-    for oid in exclude:
-        cw.mark_seen(oid)
     try:
         cw.start_young(b"".join(ids), True)
     except _walk_c.WalkError:
@@ -48,12 +45,12 @@ def names_in(sources, ids: Iterable[bytes], exclude: Iterable[bytes] = ()) -> di
     return cw.names(trees, blobs)
 
 
-def names_in_py(sources, ids: list[bytes], exclude: Iterable[bytes] = ()) -> dict[bytes, bytes]:
+def names_in_py(sources, ids: list[bytes]) -> dict[bytes, bytes]:
     """The specification of :func:`names_in` (the same names): from each tree among ``ids`` not seen yet, depth
     first as the walk goes (walk.Walker._tree), each entry named when it is first met; a subtree outside the
     packs is not read; gitlinks are skipped."""
     names: dict[bytes, bytes] = {}
-    seen: set[bytes] = set(exclude)
+    seen: set[bytes] = set()
     try:
         for oid in ids:
             if oid in seen or _packed_type(sources, oid) != ObjectType.TREE:

@@ -62,7 +62,7 @@ from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack
 from .sources import SourceIndex
 from .tips import read_tips
 from .walk import CommitMeta, Reachable, parse_tree_entries, walk
-from .writeplan import DeltaPlan, Names, write_plan
+from .writeplan import ByBase, DeltaPlan, Names, write_plan
 
 #: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
 PRELOAD_BYTES = 256 << 20
@@ -510,7 +510,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     release_free_heap()   # (the walkers' seen sets and caches: the search and the writer need their own)
     timer.lap("young")
     plan.cruft = _in_source_order(keep, sources) if rescued else young
-    plan.cruft_names = lambda: names_in(sources, plan.cruft, exclude=plan.main)   # (only if the search runs)
+    plan.cruft_names = ByBase(lambda: reach.names)   # (through their bases: writeplan.ByBase; if the search runs)
     plan.mtimes = {oid: ages[oid] for oid in keep}
     plan.expired = set(ages) - keep
     return plan

@@ -45,8 +45,21 @@ if TYPE_CHECKING:
 
 from ..progress import Progress
 
-#: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs).
-Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]]
+@dataclass(frozen=True)
+class ByBase:
+    """Names for objects no walk named (a cruft pack's): a delta whose base stays behind in the other pack takes
+    the name ``of()`` gives that base (the main walk's names). The versions of one file are deltas of each
+    other, so the base's path is the target's: as good a sort key as a walk of the unreachable trees, for none
+    of its cost (cruft: 34,204 unreachable trees, 442 MB inflated, 0.7 s of a 3.4 s repack; its cruft pack
+    0.98x git's size instead of 0.95x). Whole objects stay unnamed, as every object of git's ``--cruft`` is
+    (its pack-objects adds them without a name when nothing expires)."""
+
+    of: Callable[[], dict[bytes, bytes]]
+
+
+#: id -> the name the walk reached it by, or a function giving that dict (called only if the search runs), or
+#: names through each object's delta base (ByBase).
+Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]] | ByBase
 
 #: The C walk (its Packs, the search's reader) and the C write plan (find_reuse, write_order, copy_entries,
 #: check_chains), or None (store/native.py): the Python steps below are their specification.
@@ -263,7 +276,10 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     cand = _Offered(groups=array("i"), fixed=bytearray()) if deltas.reuse else _Offered()
     cand.ids = cand_ids = array("i")
     hashes: dict[bytes, int] = {}
-    if callable(names):
+    by_base = isinstance(names, ByBase)
+    if isinstance(names, ByBase):
+        names = names.of()
+    elif callable(names):
         names = names()
     names_get = names.get if names is not None else (lambda oid: None)
     kind, reused, gids, pack_no = reuse.kind, reuse.reused, reuse.gid, sources.pack_no
@@ -290,6 +306,8 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
                 except StoreError as err:
                     raise _named(err, oid, sources) from err
         name = names_get(oid)
+        if by_base and not name and kd != WHOLE and kd != LOOSE:
+            name = names_get(_source_base(sources, p, off))
         if name:
             h = hashes.get(name)
             if h is None:
@@ -342,6 +360,12 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     c.search_processes = max(c.search_processes, found.processes)
     c.window_peak_bytes = max(c.window_peak_bytes, found.peak_window_bytes)
     return found, cand
+
+
+def _source_base(sources: SourceIndex, p, off: int) -> bytes | None:
+    """The id of the base of the delta entry at ``off`` of source pack ``p`` (None: not one of its objects)."""
+    _typ, _size, b, _data_off = header_fields(p.buffer, off, end=p.end, path=p.path)
+    return b if isinstance(b, bytes) else sources.oid_at(p, b) if b is not None else None
 
 
 def _without_idle(cand: _Offered, options: SearchOptions) -> tuple[_Offered, int]:
