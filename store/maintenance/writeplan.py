@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 from ..progress import Progress
 
+
 @dataclass(frozen=True)
 class ByBase:
     """Names for objects no walk named (a cruft pack's): a delta whose base stays behind in the other pack takes
@@ -307,7 +308,8 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
                     raise _named(err, oid, sources) from err
         name = names_get(oid)
         if by_base and not name and kd != WHOLE and kd != LOOSE:
-            name = names_get(_source_base(sources, p, off))
+            base = _source_base(sources, p, off)
+            name = names_get(base) if base is not None else None
         if name:
             h = hashes.get(name)
             if h is None:
