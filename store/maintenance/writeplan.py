@@ -71,6 +71,9 @@ _packwrite = native.packwrite()
 DROP_PAGES_EVERY = 8 << 20
 #: ... and the delta search every time it has read this many objects.
 DROP_PAGES_READS = 2048
+#: Loose candidates read whole (and kept for the search and the writer) when their header is read, up to this
+#: many bytes per write; past it, the header alone (the file is opened again when read).
+LOOSE_HELD_BYTES = 64 << 20
 #: The delta-base cache of the C reader that serves the search's reads of packed objects.
 SEARCH_CACHE_BYTES = 32 << 20
 
@@ -287,12 +290,13 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     limit = deltas.depth
     assert deltas.search is not None
     packs = sources.packs
+    room = [LOOSE_HELD_BYTES]
     for k, oid in enumerate(ids):
         if reused[k]:
             continue
         kd = kind[k]
         if kd == LOOSE:
-            typ, size = _loose_header(sources, oid, pre)
+            typ, size = _loose_header(sources, oid, pre, room)
             group = -1
         else:
             gid = gids[k]
@@ -413,10 +417,19 @@ def _without_idle(cand: _Offered, options: SearchOptions) -> tuple[_Offered, int
     return kept, idle
 
 
-def _loose_header(sources: SourceIndex, oid: bytes, pre: dict[bytes, tuple[int, bytes]]) -> tuple[int, int]:
+def _loose_header(sources: SourceIndex, oid: bytes, pre: dict[bytes, tuple[int, bytes]],
+                  room: list[int]) -> tuple[int, int]:
+    """A loose candidate's (type, size). While ``room[0]`` (bytes) lasts, the whole object is read, checked and
+    kept in ``pre``: the search reads every loose candidate next, and the writer may too, so the file is
+    opened once instead of two or three times (on NFS each open is round trips)."""
     known = pre.get(oid)
     if known is not None:
         return known[0], len(known[1])
+    if room[0] > 0:
+        typ, data = _read_checked(sources, oid, pre)
+        pre[oid] = (typ, data)
+        room[0] -= len(data)
+        return typ, len(data)
     try:
         typ, size = sources.snapshot.loose.read_header(oid)
         return int(typ), size

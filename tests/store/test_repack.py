@@ -67,6 +67,35 @@ def test_full_repack(shapes):
     assert cruft.exists() and not (bare / "objects" / "pack" / f"{main}.mtimes").exists()
 
 
+def test_full_repack_opens_each_loose_object_once(shapes, tmp_path, monkeypatch):
+    """The walk's reads of loose objects are kept for the delta search and the writer (repack._keeping_loose),
+    and the search reads a loose blob whole when it wants its header (writeplan._loose_header): each reachable
+    loose file is opened once, not two or three times (on NFS each open is round trips). The opens are logged
+    to a file, so that a forked search process's count too."""
+    from packyard.store import loose as loose_mod
+
+    bare = shapes.bare
+    listing = ru.reachable_listing(bare)
+    reachable_loose = {oid for oid in (line.split()[0].decode() for line in listing.splitlines())
+                       if ru._loose_path(bare, oid).exists()}
+    assert len(reachable_loose) > 3
+    log = tmp_path / "opens.log"
+    real = loose_mod.LooseObjects._read_file
+
+    def logged(self, oid):
+        with open(log, "a") as f:
+            f.write(oid.hex() + "\n")
+        return real(self, oid)
+
+    monkeypatch.setattr(loose_mod.LooseObjects, "_read_file", logged)
+    result = repack(Repository.open(bare), RepackOptions(mode=FULL))
+    ru.check_with_git(bare, listing, result.packs_written + [result.cruft_pack])
+    opens = log.read_text().split()
+    read = [oid for oid in reachable_loose if oid in opens]   # (the rest have a packed copy too, read there)
+    assert len(read) > 3
+    assert {opens.count(oid) for oid in read} == {1}   # (commits and trees by the walk, blobs by the search)
+
+
 def test_geometric_repack_leaves_as_many_packs_as_git(shapes, tmp_path):
     theirs = ru.copy(shapes, tmp_path / "git.git").bare
     bare = shapes.bare
