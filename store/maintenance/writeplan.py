@@ -185,9 +185,8 @@ def _locate(r: _Reuse, k: int, oid: bytes, sources: SourceIndex, index_get: Call
     if entry_type(view, off) < 6:
         r.kind[k] = WHOLE
         return
-    _typ, _size, b, _data_off = header_fields(view, off, end=p.end, path=p.path)
-    base_oid = b if isinstance(b, bytes) else sources.oid_at(p, b) if b is not None else None   # REF / OFS_DELTA
-    bk = index_get(base_oid, -1) if isinstance(base_oid, bytes) else -1
+    base_oid = _source_base(sources, p, off)
+    bk = index_get(base_oid, -1) if base_oid is not None else -1
     r.kind[k] = DELTA if bk >= 0 else DELTA_BASE_BEHIND
     r.base[k] = bk
 
@@ -281,7 +280,7 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     cand.ids = cand_ids = array("i")
     hashes: dict[bytes, int] = {}
     by_base = isinstance(names, ByBase)
-    if isinstance(names, ByBase):
+    if isinstance(names, ByBase):   # (spelled again for the type checker's narrowing)
         names = names.of()
     elif callable(names):
         names = names()
@@ -370,8 +369,9 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
 
 
 def _source_base(sources: SourceIndex, p, off: int) -> bytes | None:
-    """The id of the base of the delta entry at ``off`` of source pack ``p`` (None: not one of its objects)."""
-    _typ, _size, b, _data_off = header_fields(p.buffer, off, end=p.end, path=p.path)
+    """The id of the base of the delta entry at ``off`` of source pack ``p`` (REF_DELTA: the id it names;
+    OFS_DELTA: the entry at its base offset, None when no entry starts there)."""
+    _typ, _size, b, _data_off = header_fields(p.view, off, end=p.end, path=p.path)
     return b if isinstance(b, bytes) else sources.oid_at(p, b) if b is not None else None
 
 
