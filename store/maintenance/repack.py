@@ -130,6 +130,7 @@ class RepackCounters:
     delta_candidates: int = 0     # objects the search considered (no reused delta; tree or blob; sizes in range)
     search_skipped: int = 0       # objects left out of the search: whole in one source pack, as all around them
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
+    whole_settled: int = 0        # whole objects taken from the main source pack instead of another copy
     search_processes: int = 0     # processes the search ran in
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
     midx_packs: int = 0           # packs the multi-pack-index written names (0: none written)

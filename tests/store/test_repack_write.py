@@ -181,6 +181,42 @@ def test_every_planned_object_from_one_of_several_source_packs_skips_the_search(
     assert (results[0].counters.delta_candidates, results[0].counters.search_processes) == (0, 0)
 
 
+def test_a_duplicate_whole_copy_in_another_pack_is_taken_from_the_main_pack(template: Path, tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blob whole in the main pack and again, whole, in a second pack that step 1 lists first (a push's pack
+    repeats what its ``^`` side had): it is taken from the main pack, so the search is skipped as with one
+    source pack, on the C and the Python paths; the pack is the one a repack without search writes."""
+    base = tmp_path / "base.git"
+    shutil.copytree(template, base)
+    git("repack", "-q", "-a", "-d", git_dir=base)
+    main_idx = next((base / "objects" / "pack").glob("*.idx"))
+    whole_blob = next(oid for oid, typ, _off, _size, depth in _entries(main_idx) if typ == "blob" and depth == 0)
+    gone = [git("hash-object", "-w", "--stdin", git_dir=base, input=f"unreachable {k}\n".encode() * 50).strip()
+            for k in range(3)]
+    git("pack-objects", "-q", str(base / "objects" / "pack" / "pack"), git_dir=base,
+        input=b"\n".join([whole_blob.encode(), *gone]) + b"\n")
+    git("prune-packed", git_dir=base)
+    # The second pack is newer: its copy of the blob is the one step 1 finds first.
+    second = next(p for p in (base / "objects" / "pack").glob("*.pack") if p.with_suffix(".idx") != main_idx)
+    os.utime(second, (2_000_000_000, 2_000_000_000))
+    results, files = [], []
+    for k, window in enumerate((None, 0, None)):
+        repo = tmp_path / f"s{k}.git"
+        shutil.copytree(base, repo)
+        opts = RepackOptions(mode=RepackMode.FULL, now=1_800_000_000, expire=0.0,
+                             **({} if window is None else {"window": window}))
+        if k == 2:
+            _python_only(monkeypatch)
+        results.append(repack(Repository.open(repo), opts))
+        monkeypatch.undo()
+        files.append(_pack_files(repo, results[-1].packs_written[0]))
+        git("fsck", "--full", "--no-dangling", "--strict", git_dir=repo)
+    assert files[0] == files[1] == files[2]
+    for r in (results[0], results[2]):
+        assert (r.counters.delta_candidates, r.counters.search_processes) == (0, 0)
+        assert r.counters.whole_settled == 1
+
+
 def _entries(idx: Path) -> list[tuple[str, str, int, int, int]]:
     """(id, type, offset, entry size, depth or 0) of each entry of a pack, from git verify-pack -v."""
     out = []
