@@ -434,9 +434,6 @@ class NfsimOps(mfusepy.Operations):
         (os.fdatasync if datasync else os.fsync)(h.fd)
         return 0
 
-    def flush(self, path: str, fh: int) -> int:
-        return 0
-
     def release(self, path: str, fh: int) -> int:
         with self._lock:
             h = self._files.pop(fh, None)
@@ -458,9 +455,13 @@ def serve(backing: str, mountpoint: str, *, ac_attr: float, ac_dir: float, laten
     """Mount and serve until unmounted (foreground, multithreaded)."""
     ops = NfsimOps(backing, ac_attr=ac_attr, ac_dir=ac_dir, latency=latency, dir_revalidate=dir_revalidate,
                    counters_path=counters_path)
-    # The kernel caches nothing by name or attribute (the simulated client's caches above decide);
-    # data pages stay in its page cache (auto_cache drops them when mtime/size changed at open;
-    # init_with_config turns off auto_inval_data: no GETATTR upcall before every read).
+    # The kernel keeps positive names (entry_timeout: an NFS client's dcache, revalidated within its attribute
+    # cache time) so a path walk is not one Python upcall per component; never negative ones, and no
+    # attributes (every stat and open asks this client, whose caches above decide: close-to-open stays exact).
+    # Data pages stay in its page cache (auto_cache drops them when mtime/size changed at open;
+    # init_with_config turns off auto_inval_data: no GETATTR upcall before every read). No flush handler: the
+    # kernel stops sending FLUSH at each close (writes reach the backing file at once).
+    hold = min(ac_attr, ac_dir)
     NfsimFUSE(ops, mountpoint, foreground=True, nothreads=False, fsname=fsname, subtype="nfsim",
-              attr_timeout=0, entry_timeout=0, negative_timeout=0, ac_attr_timeout=0, auto_cache=True,
+              attr_timeout=0, entry_timeout=hold, negative_timeout=0, ac_attr_timeout=0, auto_cache=True,
               use_ino=True, hard_remove=True)
