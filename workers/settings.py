@@ -142,6 +142,9 @@ PACKYARD_FLUSH_EACH_MAX_FILES  auto: per-file fsync for batches of at most  16
 PACKYARD_FLUSH_EACH_MAX_BYTES  ... and at most this many bytes ...          4 MiB
 PACKYARD_FLUSH_EACH_MIN_DIRTY  ... while this much page cache is dirty      16 MiB
                                (0: always); else one syncfs
+PACKYARD_IO_THREADS            independent filesystem calls kept in flight  16
+                               at once (store/fsparallel.py: over NFS
+                               each is a round trip; 1: one at a time)
 =============================  ===========================================  =========================
 
 Every variable is checked when the settings load (:class:`SettingsError`, a ValueError
@@ -361,6 +364,7 @@ class Settings:
     flush_each_max_files: int = 16              # PACKYARD_FLUSH_EACH_MAX_FILES: auto's per-file flush up to here
     flush_each_max_bytes: int = 4 << 20         # PACKYARD_FLUSH_EACH_MAX_BYTES
     flush_each_min_dirty: int = 16 << 20        # PACKYARD_FLUSH_EACH_MIN_DIRTY: only while this much is dirty
+    io_threads: int = 16                        # PACKYARD_IO_THREADS (store/fsparallel.py)
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -394,7 +398,8 @@ class Settings:
                            ("PACKYARD_IMPORT_MAX_FILES", self.import_max_files),
                            ("PACKYARD_WRITE_OBJECTS_MAX_BYTES", self.write_objects_max_bytes),
                            ("PACKYARD_OBJECTS_FILE_MAX_BYTES", self.objects_file_max_bytes),
-                           ("PACKYARD_FSCK_BIG_FILE_THRESHOLD", self.fsck_big_file_threshold)))
+                           ("PACKYARD_FSCK_BIG_FILE_THRESHOLD", self.fsck_big_file_threshold),
+                           ("PACKYARD_IO_THREADS", self.io_threads)))
         needed = max(MIN_MESSAGE_BYTES, message_bytes_needed(self.write_objects_max_bytes))
         if self.message_limit < needed:
             raise SettingsError(
@@ -560,6 +565,7 @@ class Settings:
             flush_each_max_files=_int(env, "PACKYARD_FLUSH_EACH_MAX_FILES", 16),
             flush_each_max_bytes=_int(env, "PACKYARD_FLUSH_EACH_MAX_BYTES", 4 << 20),
             flush_each_min_dirty=_int(env, "PACKYARD_FLUSH_EACH_MIN_DIRTY", 16 << 20),
+            io_threads=_int(env, "PACKYARD_IO_THREADS", 16),
         )
 
     @property
@@ -646,6 +652,7 @@ class Settings:
             "PACKYARD_FLUSH_EACH_MAX_FILES": str(self.flush_each_max_files),
             "PACKYARD_FLUSH_EACH_MAX_BYTES": str(self.flush_each_max_bytes),
             "PACKYARD_FLUSH_EACH_MIN_DIRTY": str(self.flush_each_min_dirty),
+            "PACKYARD_IO_THREADS": str(self.io_threads),
         }
 
     @property
@@ -662,5 +669,10 @@ class Settings:
 
 
 def get_settings() -> Settings:
-    """Settings of this process, read from the environment at call time."""
-    return Settings.from_env()
+    """Settings of this process, read from the environment at call time. The store's process-wide knob
+    (PACKYARD_IO_THREADS: store/fsparallel.py) follows them, so every command and job runs with the server's."""
+    from packyard.store import fsparallel
+
+    s = Settings.from_env()
+    fsparallel.set_io_threads(s.io_threads)
+    return s

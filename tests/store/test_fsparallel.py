@@ -1,0 +1,58 @@
+"""store.fsparallel: independent filesystem calls issued together (over NFS each is a round trip)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from packyard.store import fsparallel
+
+
+def test_results_come_in_the_items_order_whatever_order_the_calls_end_in() -> None:
+    def slow_first(i: int) -> int:
+        time.sleep(0.05 if i == 0 else 0)   # (the first call ends last)
+        return i * i
+
+    assert fsparallel.each(slow_first, range(20), threads=8) == [i * i for i in range(20)]
+
+
+def test_every_call_runs_to_its_end_before_the_first_error_is_raised() -> None:
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def call(i: int) -> int:
+        if i in (3, 7):
+            raise FileNotFoundError(i, "gone")
+        time.sleep(0.01)
+        with lock:
+            done.append(i)
+        return i
+
+    with pytest.raises(FileNotFoundError) as exc:
+        fsparallel.each(call, range(12), threads=4)
+    assert exc.value.errno == 3                      # the first in the items' order
+    assert sorted(done) == [i for i in range(12) if i not in (3, 7)]
+
+
+def test_at_most_threads_calls_are_in_flight_and_they_do_overlap() -> None:
+    lock = threading.Lock()
+    now, peak = [0], [0]
+
+    def call(_i: int) -> None:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        time.sleep(0.02)        # a round trip: the GIL is free meanwhile
+        with lock:
+            now[0] -= 1
+
+    fsparallel.each(call, range(40), threads=5)
+    assert 2 <= peak[0] <= 5
+
+
+def test_few_items_or_one_thread_run_in_the_caller_s_thread() -> None:
+    me = threading.get_ident()
+    assert fsparallel.each(lambda _i: threading.get_ident(), range(fsparallel.MIN_PARALLEL_ITEMS - 1)) == \
+        [me] * (fsparallel.MIN_PARALLEL_ITEMS - 1)
+    assert set(fsparallel.each(lambda _i: threading.get_ident(), range(50), threads=1)) == {me}
