@@ -4,7 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import CorruptObjectError, ObjectMissingError
+from . import fsparallel
+from .errors import CorruptObjectError, ObjectMissingError, StoreError
 from .objects import ObjectType, decode_loose, hash_object
 from .pack.packdir import is_gone
 
@@ -25,10 +26,13 @@ class LooseObjects:
         """One stat of the object's file."""
         return self.path_for(oid).is_file()
 
-    def _read_file(self, oid: bytes) -> bytes:
+    def _read_file(self, oid: bytes, limit: int | None = None) -> bytes | None:
+        """The file's bytes (None: it is larger than ``limit``); ObjectMissingError if it is gone."""
         path = self.path_for(oid)
         try:
             with open(path, "rb") as f:
+                if limit is not None and os.fstat(f.fileno()).st_size > limit:
+                    return None
                 return f.read()
         except OSError as err:
             # ENOENT, or ESTALE over NFS: another host deleted the file between our open and read (a
@@ -40,7 +44,7 @@ class LooseObjects:
     def read(self, oid: bytes, *, verify: bool = True) -> tuple[ObjectType, bytes]:
         """Inflate the object; with ``verify`` check that it hashes to its name."""
         path = self.path_for(oid)
-        obj_type, _, data = decode_loose(self._read_file(oid), str(path))
+        obj_type, _, data = decode_loose(self._file(oid), str(path))
         if verify:
             actual = hash_object(obj_type, data)
             if actual != oid:
@@ -50,30 +54,51 @@ class LooseObjects:
 
     def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
         path = self.path_for(oid)
-        obj_type, size, _ = decode_loose(self._read_file(oid), str(path), header_only=True)
+        obj_type, size, _ = decode_loose(self._file(oid), str(path), header_only=True)
         return obj_type, size
+
+    def _file(self, oid: bytes) -> bytes:
+        raw = self._read_file(oid)
+        assert raw is not None   # (no limit)
+        return raw
+
+    def read_small(self, oid: bytes, limit: int) -> tuple[ObjectType, bytes] | None:
+        """The object if its file is at most ``limit`` bytes and it hashes to its name; None otherwise (too
+        large, gone, unreadable, corrupt: whoever needs it reads it with :meth:`read`, which says why)."""
+        try:
+            raw = self._read_file(oid, limit)
+            if raw is None:
+                return None
+            obj_type, _, data = decode_loose(raw, str(self.path_for(oid)))
+        except (OSError, StoreError):
+            return None
+        return (obj_type, data) if hash_object(obj_type, data) == oid else None
 
     def list_ids(self) -> frozenset[bytes]:
         """Every loose object id, by one listing of each fan-out directory.
 
         Temp files and other junk are ignored by name (38 hex characters).
         """
-        ids: set[bytes] = set()
         try:
             top = os.scandir(self.path)
         except FileNotFoundError:
             return frozenset()
         with top:
             fanouts = [e.name for e in top if len(e.name) == 2 and set(e.name) <= _HEX]
-        for fan in fanouts:
+
+        def listing(fan: str) -> list[bytes]:
             try:
                 with os.scandir(self.path / fan) as it:
-                    for entry in it:
-                        name = entry.name
-                        if len(name) == 38 and set(name) <= _HEX:
-                            ids.add(bytes.fromhex(fan + name))
-            except FileNotFoundError:
-                continue
+                    return [bytes.fromhex(fan + e.name) for e in it if len(e.name) == 38 and set(e.name) <= _HEX]
+            except OSError as err:
+                if is_gone(err):   # (removed since the top listing: ENOENT, or ESTALE over NFS)
+                    return []
+                raise
+
+        # Up to 256 listings, independent of each other: listed together (over NFS each is a round trip).
+        ids: set[bytes] = set()
+        for found in fsparallel.each(listing, fanouts):
+            ids.update(found)
         return frozenset(ids)
 
     def freshen(self, oid: bytes) -> bool:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
+from . import fsparallel
 from .errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from .loose import LooseObjects
 from .objects import ObjectType, hash_object
@@ -309,15 +310,18 @@ class ObjectDirectory:
         deleting the files.
         """
         packs = self.packs.reprepare()
-        opened = []
-        for pack in packs:
+
+        def open_index(pack: PackFile) -> bool:
             try:
                 _ = pack.index   # opened (mmapped) now: later lookups in the snapshot make no filesystem calls
             except OSError as err:
                 if not is_gone(err):
                     raise
-                continue  # deleted between the listing and the open: it is not part of this snapshot
-            opened.append(pack)
+                return False  # deleted between the listing and the open: it is not part of this snapshot
+            return True
+
+        # The idx files are opened together (over NFS an open is a round trip; :mod:`.fsparallel`).
+        opened = [p for p, ok in zip(packs, fsparallel.each(open_index, packs)) if ok]
         if len(opened) != len(packs):
             packs = PackList(tuple(opened))
         return ObjectSnapshot(packs=packs, loose_ids=self.loose.list_ids(), loose=self.loose, objects=self)

@@ -16,8 +16,9 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
+from .. import fsparallel
 from ..faults import fault_point
 from ..objdir import PRESERVED_DIR
 
@@ -30,13 +31,20 @@ def preserved_dir(pack_dir: Path) -> Path:
     return Path(pack_dir) / PRESERVED_DIR
 
 
-def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None) -> int:
-    """Move ``pack-<sha>.*`` into preserved/ (idx first); returns the files moved."""
+def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, present: Iterable[str] = _EXTS,
+                  dest_ready: bool = False) -> int:
+    """Move ``pack-<sha>.*`` into preserved/ (idx first); returns the files moved. ``present``: the extensions to
+    try (default all; :func:`preserve_packs` passes what a fresh listing showed); ``dest_ready``: preserved/
+    exists (no mkdir round trip)."""
     pack_dir = Path(pack_dir)
     dest = preserved_dir(pack_dir)
-    dest.mkdir(exist_ok=True)
+    if not dest_ready:
+        dest.mkdir(exist_ok=True)
     moved = 0
+    wanted = set(present)
     for ext in _EXTS:
+        if ext not in wanted:
+            continue
         src = pack_dir / f"{name}{ext}"
         try:
             os.replace(src, dest / src.name)
@@ -51,16 +59,59 @@ def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None) -> int
     return moved
 
 
-def remove_pack_files(directory: Path, name: str) -> int:
+def remove_pack_files(directory: Path, name: str, present: Iterable[str] = _EXTS) -> int:
     """Unlink ``name``'s files in ``directory``, the idx first; returns how many were removed."""
     removed = 0
+    wanted = set(present)
     for ext in _EXTS:
+        if ext not in wanted:
+            continue
         try:
             os.unlink(Path(directory) / f"{name}{ext}")
             removed += 1
         except FileNotFoundError:
             continue
     return removed
+
+
+def pack_files_present(pack_dir: Path) -> dict[str, set[str]]:
+    """One listing of ``pack_dir``: each ``pack-<sha>`` stem and the extensions of its files there."""
+    out: dict[str, set[str]] = {}
+    try:
+        with os.scandir(pack_dir) as it:
+            for e in it:
+                stem, dot, ext = e.name.rpartition(".")
+                if dot and stem.startswith("pack-") and f".{ext}" in _EXTS:
+                    out.setdefault(stem, set()).add(f".{ext}")
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def retire_packs(pack_dir: Path, names: Sequence[str], *, preserve: bool, now: float | None = None,
+                 after_each: Callable[[str], None] | None = None) -> list[int]:
+    """Move each pack of ``names`` to preserved/ (``preserve``) or unlink it; returns the files of each.
+
+    One listing of ``pack_dir`` says which of each pack's files exist (no rename or unlink of a file that is
+    not there: over NFS each would be a round trip answering ENOENT, three per pack of a repository without
+    ``.mtimes`` and ``.bitmap``); preserved/ is made once; the packs are moved together (each pack's idx
+    first, as :func:`preserve_pack` does; :mod:`..fsparallel`), since no order between two packs matters
+    to a reader or a crash. ``after_each(name)`` runs once each pack is done (a fault point).
+    """
+    pack_dir = Path(pack_dir)
+    present = pack_files_present(pack_dir)
+    if preserve and names:
+        preserved_dir(pack_dir).mkdir(exist_ok=True)
+
+    def one(name: str) -> int:
+        files = present.get(name, set())
+        n = (preserve_pack(pack_dir, name, now=now, present=files, dest_ready=True) if preserve
+             else remove_pack_files(pack_dir, name, files))
+        if after_each is not None:
+            after_each(name)
+        return n
+
+    return fsparallel.each(one, list(names))
 
 
 def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECONDS, *,
@@ -78,10 +129,12 @@ def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECOND
         return []
     ages: dict[str, float] = {}
     idx_ages: dict[str, float] = {}
+    exts: dict[str, set[str]] = {}
     for e in entries:
         stem, dot, ext = e.name.rpartition(".")
         if not dot or not stem.startswith("pack-") or f".{ext}" not in _EXTS:
             continue
+        exts.setdefault(stem, set()).add(f".{ext}")
         try:
             age = now - e.stat(follow_symlinks=False).st_mtime
         except FileNotFoundError:
@@ -95,9 +148,10 @@ def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECOND
         if age >= older_than:
             if fence is not None:
                 fence()
-            remove_pack_files(d, stem)
+            remove_pack_files(d, stem, exts[stem])
             removed.append(stem)
     return removed
 
 
-__all__ = ["DEFAULT_PRESERVE_SECONDS", "preserve_pack", "expire_preserved", "remove_pack_files", "preserved_dir"]
+__all__ = ["DEFAULT_PRESERVE_SECONDS", "preserve_pack", "expire_preserved", "remove_pack_files", "preserved_dir",
+           "pack_files_present", "retire_packs"]

@@ -40,15 +40,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .. import durable
+from .. import durable, fsparallel
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..fence import FenceKind
 from ..lease import Lease, fence_of, token_of
 from ..lease import check as check_lease
-from ..objects import ObjectType, hash_object
+from ..objects import ObjectType
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
-from ..pack.packdir import PackFile
+from ..pack.packdir import PackFile, is_gone
 from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
 from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..progress import Progress
@@ -56,9 +56,10 @@ from ..tuning import gc_paused, release_free_heap
 from .bitmap import BitmapOptions, read_header, write_pack_bitmap
 from .cruft import reached_from
 from .leftovers import remove_stale_temp_files
+from .looseread import LooseKeeper
 from .midxbitmap import midx_bitmap_for
 from .names import names_in
-from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, preserve_pack, remove_pack_files
+from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, retire_packs
 from .sources import SourceIndex
 from .tips import read_tips
 from .walk import CommitMeta, Reachable, parse_tree_entries, walk
@@ -130,6 +131,7 @@ class RepackCounters:
     delta_candidates: int = 0     # objects the search considered (no reused delta; tree or blob; sizes in range)
     search_skipped: int = 0       # objects left out of the search: whole in one source pack, as all around them
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
+    loose_prefetched: int = 0     # loose objects read together before the walk (looseread.LooseKeeper.prefetch)
     whole_settled: int = 0        # whole objects taken from the main source pack instead of another copy
     search_processes: int = 0     # processes the search ran in
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
@@ -188,6 +190,7 @@ class _Plan:
     names: Names | None = None                              # id -> the name it is reached by (delta search order)
     cruft_names: Names | None = None                        # the same for the cruft pack (names.py)
     preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
+    prefetched: int = 0                              # loose objects read together before the walk
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
     snapshot_packs: list[PackFile] = field(default_factory=list)    # geometric: the progression's packs
     cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
@@ -241,12 +244,14 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     else:
         sources = SourceIndex(snapshot, [], kept, read_fresh=repo.objects.read)
         plan = _plan_loose(repo, sources, snapshot, progress)
-    plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs}
+    # Only an expiring plan compares them (_spare_freshened): no stat per pack otherwise.
+    plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs} if plan.expired else {}
     c.reachable = len(plan.reach) if plan.reach is not None else 0
     if plan.reach is not None and plan.reach.commit_meta is not None:
         result.walked = (plan.reach.commits, plan.reach.commit_meta)
     c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
     c.cruft_walked = plan.cruft_walked
+    c.loose_prefetched = plan.prefetched
     timer.lap("plan")
     fault_point("repack.after_plan")
     if hooks.after_plan is not None:
@@ -378,27 +383,20 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
     with fence_of(lease, repo.path, doing, dur, FenceKind.MAINTENANCE):
         # FIRST the new multi-pack-index: no MIDX ever names a pack deleted or preserved below.
         _publish_midx(repo, plan, options, pack_dir, {p.name for p in doomed_packs}, dur, c)
+        # The packs, then the loose files, each set together (no order inside one matters: :mod:`..fsparallel`).
+        retire_packs(pack_dir, [p.name for p in doomed_packs], preserve=options.preserve, now=now,
+                     after_each=lambda _name: fault_point("repack.after_pack_preserved"))
         for pack in doomed_packs:
-            c.bytes_in += _size(pack.pack_path)
+            c.bytes_in += pack.size
             c.objects_in += len(pack)
-            if options.preserve:
-                preserve_pack(pack_dir, pack.name, now=now)
-                c.preserved_moved += 1
-            else:
-                remove_pack_files(pack_dir, pack.name)
+            c.preserved_moved += 1 if options.preserve else 0
             c.packs_merged += 1
             result.packs_deleted.append(pack.name)
-            fault_point("repack.after_pack_preserved")
-        for oid in sorted(doomed_loose):
-            path = repo.objects.loose.path_for(oid)
-            try:
-                size = os.stat(path).st_size
-                os.unlink(path)
-            except FileNotFoundError:
-                continue
-            c.loose_deleted += 1
-            c.objects_in += 1
-            c.bytes_in += size
+        for size in fsparallel.each(_unlink_loose(repo), sorted(doomed_loose)):
+            if size is not None:
+                c.loose_deleted += 1
+                c.objects_in += 1
+                c.bytes_in += size
         fault_point("repack.after_loose_deleted")
         if c.bitmap_commits:   # (git uses one bitmap: a pack kept above keeps none beside the new one's)
             c.bitmaps_removed = sum(durable.unlink_if_present(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
@@ -448,6 +446,23 @@ def _finish_counters(result: RepackResult, repo, rescans0: int, dur: durable.Dur
     result.durability = dur.as_dict()
 
 
+def _unlink_loose(repo) -> Callable[[bytes], int | None]:
+    """A loose object's delete for :func:`delete_old_packs`: its size, or None if it was gone already."""
+    path_for = repo.objects.loose.path_for
+
+    def unlink(oid: bytes) -> int | None:
+        path = path_for(oid)
+        try:
+            size = os.stat(path).st_size
+            os.unlink(path)
+        except OSError as err:
+            if is_gone(err):
+                return None
+            raise
+        return size
+    return unlink
+
+
 def _mtime(path: Path) -> float:
     try:
         return os.stat(path).st_mtime
@@ -455,27 +470,24 @@ def _mtime(path: Path) -> float:
         return 0.0
 
 
-def _size(path: Path) -> int:
-    try:
-        return os.stat(path).st_size
-    except FileNotFoundError:
-        return 0
-
-
 # -- plans ------------------------------------------------------------------------------------------
 
 def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: RepackOptions, now: float,
                progress: Progress | None, timer: "_Timer") -> _Plan:
     """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired.
-    Phases (``timer``): ``walk`` (from the tips), ``ages`` (every unreachable copy's age), ``young`` (the old
-    objects young ones link to: cruft.py), then ``plan`` for the rest (the cruft pack's order)."""
+    Phases (``timer``): ``prefetch`` (the loose objects, read together: looseread.py), ``walk`` (from the
+    tips), ``ages`` (every unreachable copy's age), ``young`` (the old objects young ones link to: cruft.py),
+    then ``plan`` for the rest (the cruft pack's order)."""
     tips = read_tips(repo)
     preloaded: dict[bytes, tuple[int, bytes]] = {}
-    reach = walk(sorted(tips.items()), _keeping_loose(sources, preloaded, PRELOAD_BYTES // 4), progress=progress,
-                 processes=options.processes, packs=sources)
+    keeper = LooseKeeper(sources, preloaded, PRELOAD_BYTES // 4)
+    prefetched = keeper.prefetch()
+    timer.lap("prefetch")
+    reach = walk(sorted(tips.items()), keeper.read, progress=progress, processes=options.processes, packs=sources)
     timer.lap("walk")
     plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids),
-                 names=lambda: reach.names, preloaded=preloaded)   # (names built only if the search runs)
+                 names=lambda: reach.names, preloaded=preloaded,   # (names built only if the search runs)
+                 prefetched=prefetched)
     plan.main = sources.present(reach.ids())
     seen = reach.reached()
     # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
@@ -517,25 +529,6 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     plan.mtimes = {oid: ages[oid] for oid in keep}
     plan.expired = set(ages) - keep
     return plan
-
-
-def _keeping_loose(sources: SourceIndex, kept: dict[bytes, tuple[int, bytes]], budget: int):
-    """``sources.read`` for the walk, keeping what it reads of the loose objects (commits, trees, tags: the walk
-    reads no blob; up to ``budget`` bytes) in ``kept``: the delta search's header and read and the writer take
-    them from there instead of opening each file twice more (on NFS every open is a lookup and an open round
-    trip: a loose object's opens, stat and unlink went from five calls to three). Each is checked against its
-    name first (the walk checks it too, after this read, and a mismatch aborts the repack)."""
-    held = [0]
-    loc, loose_ids, read = sources.loc, sources.loose_ids, sources.read
-
-    def read_keeping(oid: bytes) -> tuple[int, bytes]:
-        typ, data = read(oid)
-        if (oid not in loc and oid in loose_ids and held[0] + len(data) <= budget
-                and hash_object(typ, data) == oid):
-            kept[oid] = (typ, data)
-            held[0] += len(data)
-        return typ, data
-    return read_keeping
 
 
 def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:

@@ -19,7 +19,7 @@ import os
 from array import array
 from dataclasses import dataclass
 
-from .. import native
+from .. import fsparallel, native
 from ..errors import ObjectMissingError
 from ..objdir import ObjectSnapshot
 from ..pack.packdir import PackFile
@@ -89,6 +89,8 @@ class SourceIndex:
             t = pack.tables()
             self.kept_ids.update(t.oids[20 * i:20 * i + 20] for i in range(t.count))
         total = 0
+        # Every pack is mapped first, together (an open is a round trip over NFS: :mod:`..fsparallel`).
+        fsparallel.each(lambda p: p.buffer(), packs)
         for pack in packs:
             t = pack.tables()
             trailer = pack.end

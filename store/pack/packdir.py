@@ -59,6 +59,7 @@ class PackFile:
         self._end = 0                     # offset of the trailer: entries end there
         self._types: dict[int, int] = {}  # offset -> base object type, for header_at
         self._cruft: bool | None = None
+        self._listed: frozenset[str] | None = None   # this pack's files the last listing showed (".keep", ...)
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -103,6 +104,18 @@ class PackFile:
         return self._map
 
     @property
+    def size(self) -> int:
+        """The pack file's size: from its map when open, else a stat (0 if it is gone)."""
+        if self._map is not None:
+            return self._end + PACK_TRAILER_SIZE
+        try:
+            return self.pack_path.stat().st_size
+        except OSError as err:
+            if is_gone(err):
+                return 0
+            raise
+
+    @property
     def end(self) -> int:
         """Offset of the pack's trailer (where entries end)."""
         self.buffer()
@@ -112,11 +125,25 @@ class PackFile:
     def mtimes_path(self) -> Path:
         return self.idx_path.with_suffix(".mtimes")
 
+    def listed(self, exts: frozenset[str]) -> None:
+        """Record which of this pack's files (``".pack"``, ``".keep"``, ``".mtimes"``, ...) the listing that
+        found it showed: :attr:`is_cruft`, :meth:`is_kept` and :meth:`has_file` answer from it instead of a
+        ``stat`` each (over NFS, a round trip each, and a negative one is never cached)."""
+        self._listed = exts
+
+    def has_file(self, ext: str) -> bool:
+        """Is ``pack-<sha><ext>`` there (as the last listing showed; asked of the filesystem if never listed)?"""
+        if self._listed is not None:
+            return ext in self._listed
+        return self.idx_path.with_suffix(ext).exists()
+
     @property
     def is_cruft(self) -> bool:
-        """A cruft pack (it has a ``.mtimes``): unreachable objects with their ages; never freshened."""
+        """A cruft pack (it has a ``.mtimes``): unreachable objects with their ages; never freshened. A cruft
+        pack's ``.mtimes`` is renamed in before its idx (the install sequence), so a listing that shows the
+        idx of a pack that was installed before the listing began shows its ``.mtimes`` too."""
         if self._cruft is None:
-            self._cruft = self.mtimes_path.exists()
+            self._cruft = self.has_file(".mtimes")
         return self._cruft
 
     @property
@@ -124,12 +151,19 @@ class PackFile:
         return self.idx_path.with_suffix(".keep")
 
     def is_kept(self) -> bool:
-        """Does a ``.keep`` protect this pack from repacking (asked afresh each time)?"""
-        return self.keep_path.exists()
+        """Does a ``.keep`` protect this pack from repacking, as the last listing of ``objects/pack`` showed?
+
+        git decides it at the same point (``add_packed_git`` checks the keep when it adds a listed pack). A
+        ``.keep`` written after the listing is the next listing's: a stat here would be no later than the
+        repack's own snapshot either, and a pack repacked for want of its keep still has every object copied
+        before it is replaced."""
+        return self.has_file(".keep")
 
     def tables(self) -> IdxTables:
-        """Every id, CRC and offset of the idx as arrays (read whole; for jobs visiting every entry)."""
-        return read_idx_tables(self.idx_path)
+        """Every id, CRC and offset of the idx as arrays (read whole; for jobs visiting every entry), from the
+        idx's map when :attr:`index` has it open (no second open of the file)."""
+        data = getattr(self._index, "_contents", None) if self._index is not None else None
+        return read_idx_tables(self.idx_path, data)
 
     def find_offset(self, oid: bytes) -> int | None:
         try:
@@ -326,8 +360,15 @@ def list_packs(directory: Path, old: dict[str, PackFile] | None = None) -> tuple
             names = {e.name for e in it if e.name.startswith("pack-")}
     except FileNotFoundError:
         names = set()
+    files: dict[str, set[str]] = {}
+    for n in names:
+        stem, dot, ext = n.rpartition(".")
+        if dot:
+            files.setdefault(stem, set()).add("." + ext)
     idx_names = [n for n in names if n.endswith(".idx") and n[:-4] + ".pack" in names]
     packs = [old.get(name[:-4]) or PackFile(directory / name) for name in sorted(idx_names)]
+    for p in packs:
+        p.listed(frozenset(files.get(p.name, ())))
     # Newest first is what git does (recently written packs are most likely to be hit).
     packs.sort(key=lambda p: _mtime_or_zero(p.idx_path), reverse=True)
     return tuple(packs)

@@ -68,7 +68,7 @@ def test_full_repack(shapes):
 
 
 def test_full_repack_opens_each_loose_object_once(shapes, tmp_path, monkeypatch):
-    """The walk's reads of loose objects are kept for the delta search and the writer (repack._keeping_loose),
+    """The walk's reads of loose objects are kept for the delta search and the writer (looseread.LooseKeeper),
     and the search reads a loose blob whole when it wants its header (writeplan._loose_header): each reachable
     loose file is opened once, not two or three times (on NFS each open is round trips). The opens are logged
     to a file, so that a forked search process's count too."""
@@ -82,10 +82,10 @@ def test_full_repack_opens_each_loose_object_once(shapes, tmp_path, monkeypatch)
     log = tmp_path / "opens.log"
     real = loose_mod.LooseObjects._read_file
 
-    def logged(self, oid):
+    def logged(self, oid, *args, **kw):
         with open(log, "a") as f:
             f.write(oid.hex() + "\n")
-        return real(self, oid)
+        return real(self, oid, *args, **kw)
 
     monkeypatch.setattr(loose_mod.LooseObjects, "_read_file", logged)
     result = repack(Repository.open(bare), RepackOptions(mode=FULL))

@@ -18,7 +18,8 @@ Each mount is one simulated host. What it models (docs/nfs.md has the why of eac
   through *this* mount while open stays readable (the client's silly-rename).
 * **latency**: every metadata round trip (lookup, getattr, open, create, readdir, rename, unlink,
   fsync, setattr, mkdir, ...) sleeps ``latency`` seconds; reads and writes of open files do not.
-* **counters**: round trips per kind, cache hits, ESTALE answers (:meth:`NfsimOps.counters`), written as
+* **counters**: round trips per kind, cache hits, ESTALE answers, renames and unlinks the server refused, the
+  most round trips in flight at once (``max_in_flight``) (:meth:`NfsimOps.counters`), written as
   JSON to the counters file every half second, at unmount, and at once when anything stats the magic
   name ``/.nfsim-sync`` in the mount (the benchmarks' way to read exact figures).
 
@@ -103,7 +104,9 @@ class NfsimOps(mfusepy.Operations):
         self._next_fh = 1
         self._silly: set[tuple[int, int]] = set()   # inodes this mount unlinked while it had them open
         self._count: dict[str, int] = dict.fromkeys(METADATA_KINDS, 0)
-        self._count.update(attr_hits=0, readdir_hits=0, estale=0, reads=0, writes=0, read_bytes=0, written_bytes=0)
+        self._count.update(attr_hits=0, readdir_hits=0, estale=0, reads=0, writes=0, read_bytes=0, written_bytes=0,
+                           failed_renames=0, failed_unlinks=0, max_in_flight=0)
+        self._in_flight = 0
         self._slept = 0.0
         self._dirty = True
         self._stop = threading.Event()
@@ -119,8 +122,15 @@ class NfsimOps(mfusepy.Operations):
             self._count[kind] += 1
             self._slept += self.latency
             self._dirty = True
-        if self.latency > 0:
-            time.sleep(self.latency * share)
+            self._in_flight += 1
+            if self._in_flight > self._count["max_in_flight"]:
+                self._count["max_in_flight"] = self._in_flight
+        try:
+            if self.latency > 0:
+                time.sleep(self.latency * share)
+        finally:
+            with self._lock:
+                self._in_flight -= 1
 
     def _bump(self, kind: str, n: int = 1) -> None:
         with self._lock:
@@ -298,7 +308,11 @@ class NfsimOps(mfusepy.Operations):
     def unlink(self, path: str) -> int:
         self._rt("unlink")
         self._will_remove(path)
-        os.unlink(self._b(path))
+        try:
+            os.unlink(self._b(path))
+        except OSError:
+            self._bump("failed_unlinks")
+            raise
         self._forget(path)
         return 0
 
@@ -306,10 +320,14 @@ class NfsimOps(mfusepy.Operations):
         self._rt("rename")
         if not flags & RENAME_NOREPLACE:
             self._will_remove(new)
-        if flags:
-            _renameat2(self._b(old), self._b(new), flags)
-        else:
-            os.rename(self._b(old), self._b(new))
+        try:
+            if flags:
+                _renameat2(self._b(old), self._b(new), flags)
+            else:
+                os.rename(self._b(old), self._b(new))
+        except OSError:
+            self._bump("failed_renames")
+            raise
         self._forget(old)
         self._forget(new)
         return 0
@@ -336,18 +354,28 @@ class NfsimOps(mfusepy.Operations):
 
     # -- directories ---------------------------------------------------------
     def _fetch_listing(self, path: str, token: tuple[int, int, int, int, int]) -> _Listing:
+        """One READDIRPLUS round trip: the names, and each entry's attributes into the attribute cache (what
+        a Linux NFSv3 client asks for when a listing is followed by stats of its entries)."""
         self._rt("readdir")
         here = os.stat(self._b(path))
         parent = os.stat(self._b(os.path.dirname(path) if path != "/" else path))
         entries: list[tuple[str, int, int]] = [(".", stat.S_IFDIR, here.st_ino), ("..", stat.S_IFDIR, parent.st_ino)]
+        attrs: list[tuple[str, dict[str, Any]]] = []
+        prefix = path.rstrip("/") + "/"
         with os.scandir(self._b(path)) as it:
             for e in it:
-                kind = (stat.S_IFDIR if e.is_dir(follow_symlinks=False) else
-                        stat.S_IFLNK if e.is_symlink() else stat.S_IFREG)
-                entries.append((e.name, kind, e.inode()))
-        listing = _Listing(time.monotonic(), token, entries)
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue   # (gone since the server listed it)
+                entries.append((e.name, stat.S_IFMT(st.st_mode), st.st_ino))
+                attrs.append((prefix + e.name, _attrs(st)))
+        now = time.monotonic()
+        listing = _Listing(now, token, entries)
         with self._lock:
             self._lists[path] = listing
+            for name, a in attrs:
+                self._attr[name] = (now, a)
         return listing
 
     def opendir(self, path: str) -> int:

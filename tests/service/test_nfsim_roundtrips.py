@@ -1,0 +1,53 @@
+"""A repack's round trips on an NFS mount (issue 22): no call for a file that is not there, and the calls that
+do not depend on each other in flight together (store/fsparallel.py), on an nfsim mount whose counters see
+every round trip the server is asked.
+
+The repository is made by git on the backing directory: packs from pushes (a pack's ``.rev``, no ``.mtimes``
+or ``.bitmap``) and loose objects from a later push spread over many fan-out directories; a full repack moves
+the packs to ``preserved/`` and deletes the loose files. git checks the result on the backing directory.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from gitutil import commit_blobs, git
+
+
+def _pushed_repo(backing: Path, scratch: Path, packs: int, loose_files: int) -> tuple[Path, int]:
+    """``packs`` packs of two commits each, then one commit of ``loose_files`` loose blobs; (repo, loose count)."""
+    bare = backing / "r.git"
+    git("init", "-q", "--bare", str(bare))
+    tip = None
+    for _push in range(packs):
+        tip = commit_blobs(bare, scratch, "main", 3, parent=tip)
+        tip = commit_blobs(bare, scratch, "main", 3, parent=tip)
+        git("repack", "-q", "-d", git_dir=bare)          # (the loose objects of this push into a pack of its own)
+    commit_blobs(bare, scratch, "main", loose_files, parent=tip)
+    loose = sum(1 for d in (bare / "objects").iterdir() if len(d.name) == 2 for _ in d.iterdir())
+    return bare, loose
+
+
+def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfsim_hosts, tmp_path, pk):
+    bare, loose = _pushed_repo(nfsim_hosts.backing, tmp_path, packs=6, loose_files=40)
+    assert loose >= 40 and len(list((bare / "objects" / "pack").glob("*.idx"))) == 6
+    listing = git("rev-list", "--objects", "--all", git_dir=bare)
+    a = nfsim_hosts("a", ac_attr=3.0, ac_dir=3.0, latency=0.005)
+    proc = subprocess.run(["packyard", "repack", "--repo", str(a.mountpoint / bare.name), "--mode", "full",
+                           "--json", "--no-progress"], env=pk.cli_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    counters = json.loads(proc.stdout)["counters"]
+    calls = a.counters()
+    print({k: v for k, v in calls.items() if v})
+
+    # Every replaced pack's files were moved, every loose file deleted, and nothing was asked of a file that
+    # is not there (before: a rename of each pack's .mtimes and .bitmap, answered ENOENT).
+    assert counters["packs_merged"] == 6 and counters["loose_deleted"] == loose
+    assert calls["failed_renames"] == 0 and calls["failed_unlinks"] == 0
+    assert counters["loose_prefetched"] == loose      # read together before the walk, each once
+    # The loose reads and deletes (over many fan-out directories) and the idx opens overlapped.
+    assert calls["max_in_flight"] >= 4
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
+    assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
+    assert not [d for d in (bare / "objects").iterdir() if len(d.name) == 2 and any(d.iterdir())]
