@@ -33,6 +33,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                         "listing (close-to-open, default); trust: a cached listing is reused for --ac-dir "
                         "seconds (negative control)")
     m.add_argument("--counters", metavar="FILE", default=None, help="write the per-kind counters here as JSON")
+    m.add_argument("--trace", metavar="FILE", default=None,
+                   help="append one line per round trip (its kind and path): where a workload's round trips go")
     m.add_argument("--name", default="nfsim", help="the mount's fsname (shown in /proc/mounts)")
     p.set_defaults(func=run, logs=False)
 
@@ -48,5 +50,5 @@ def run(args: argparse.Namespace) -> int:
 
     serve(args.backing, args.mountpoint, ac_attr=args.ac_attr, ac_dir=args.ac_dir,
           latency=parse_duration(args.latency), dir_revalidate=args.dir_revalidate,
-          counters_path=args.counters, fsname=args.name)
+          counters_path=args.counters, fsname=args.name, trace_path=args.trace)
     return 0

@@ -44,7 +44,7 @@ class Mount:
 
     def __init__(self, backing: Path, mountpoint: Path, *, ac_attr: float = 3.0, ac_dir: float = 3.0,
                  latency: float = 0.001, dir_revalidate: str = "open", counters: Path | None = None,
-                 name: str = "nfsim") -> None:
+                 name: str = "nfsim", trace: Path | None = None) -> None:
         self.backing, self.mountpoint = Path(backing), Path(mountpoint)
         self.counters_path = counters or self.mountpoint.with_name(self.mountpoint.name + ".counters.json")
         self.mountpoint.mkdir(parents=True, exist_ok=True)
@@ -53,7 +53,7 @@ class Mount:
                "nfsim", "mount", str(self.backing),
                str(self.mountpoint), "--ac-attr", str(ac_attr), "--ac-dir", str(ac_dir),
                "--latency", f"{latency}s", "--dir-revalidate", dir_revalidate,
-               "--counters", str(self.counters_path), "--name", name]
+               "--counters", str(self.counters_path), "--name", name, *(["--trace", str(trace)] if trace else [])]
         # The daemon's messages go to a file, never a pipe nobody reads (a full pipe would stall the mount).
         self.log_path = self.mountpoint.with_name(self.mountpoint.name + ".log")
         with open(self.log_path, "ab") as log:

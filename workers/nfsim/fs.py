@@ -89,13 +89,15 @@ class NfsimOps(mfusepy.Operations):
     use_ns = True
 
     def __init__(self, backing: str, *, ac_attr: float = 3.0, ac_dir: float = 3.0, latency: float = 0.001,
-                 dir_revalidate: str = "open", counters_path: str | None = None) -> None:
+                 dir_revalidate: str = "open", counters_path: str | None = None, trace_path: str | None = None) -> None:
         if dir_revalidate not in ("open", "trust"):
             raise ValueError(f"dir_revalidate must be 'open' or 'trust', not {dir_revalidate!r}")
         self.root = os.path.realpath(backing)
         self.ac_attr, self.ac_dir, self.latency = ac_attr, ac_dir, latency
         self.dir_revalidate = dir_revalidate
         self.counters_path = counters_path
+        # One line per round trip ("kind path"), line-buffered: where a workload's round trips go.
+        self._trace = open(trace_path, "a", buffering=1) if trace_path else None
         self._lock = threading.Lock()
         self._attr: dict[str, tuple[float, dict[str, Any]]] = {}
         self._lists: dict[str, _Listing] = {}
@@ -115,10 +117,13 @@ class NfsimOps(mfusepy.Operations):
     def _b(self, path: str) -> str:
         return self.root + path
 
-    def _rt(self, kind: str, share: float = 1.0) -> None:
-        """One round trip to the server: counted, and it costs ``latency`` (``share`` of it now: an
-        operation that also waits for its reply after the server acted sleeps the rest itself)."""
+    def _rt(self, kind: str, path: str, share: float = 1.0) -> None:
+        """One round trip to the server about ``path``: counted (and traced), and it costs ``latency``
+        (``share`` of it now: an operation that also waits for its reply after the server acted sleeps the
+        rest itself)."""
         with self._lock:
+            if self._trace is not None:
+                self._trace.write(f"{kind} {path}\n")
             self._count[kind] += 1
             self._slept += self.latency
             self._dirty = True
@@ -187,12 +192,28 @@ class NfsimOps(mfusepy.Operations):
         return a
 
     def _stale(self, h: _Handle) -> os.stat_result:
-        """fstat of the handle's file; ESTALE if its inode was removed through another mount."""
+        """fstat of the handle's file; ESTALE if its inode was removed through another mount (and this client
+        forgets the attributes it cached for the name: they described that inode)."""
         st = os.fstat(h.fd)
         if st.st_nlink == 0 and (h.dev, h.ino) not in self._silly:
             self._bump("estale")
+            self._gone(h.path, h.ino)
             raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), h.path)
         return st
+
+    def _gone(self, path: str, ino: int | None = None) -> None:
+        """The server said ``path`` (or the inode ``ino`` it named) is gone: drop the name's cached attributes,
+        and the parent directory's, so the next ``stat`` asks the server. A Linux NFS client does the same: an
+        open whose revalidation finds the file gone (ESTALE, then ENOENT on the fresh lookup) drops the dentry
+        and marks the directory for revalidation (``nfs_mark_dir_for_revalidate``). Without it ``lstat`` kept
+        answering "exists" from the attribute cache while every ``open`` said ENOENT, and git, which retries an
+        lstat/open mismatch only three times, read a ref another host had just pruned as broken (docs/nfs.md)."""
+        parent = os.path.dirname(path) or "/"
+        with self._lock:
+            hit = self._attr.get(path)
+            if hit is not None and (ino is None or hit[1]["st_ino"] == ino):
+                del self._attr[path]
+            self._attr.pop(parent, None)
 
     def _open_inodes(self) -> set[tuple[int, int]]:
         with self._lock:
@@ -236,7 +257,7 @@ class NfsimOps(mfusepy.Operations):
             a = self._cached(h.path)
             if a is not None and a["st_ino"] == h.ino:
                 return a
-            self._rt("getattr")
+            self._rt("getattr", h.path)
             return self._remember(h.path, self._stale(h))
         if path == SYNC_NAME:
             self.write_counters()
@@ -244,29 +265,29 @@ class NfsimOps(mfusepy.Operations):
         a = self._cached(path)
         if a is not None:
             return a
-        self._rt("lookup")
+        self._rt("lookup", path)
         return self._remember(path, os.lstat(self._b(path)))
 
     def access(self, path: str, amode: int) -> int:
-        self._rt("access")
+        self._rt("access", path)
         if not os.access(self._b(path), amode):
             raise OSError(errno.EACCES, os.strerror(errno.EACCES), path)
         return 0
 
     def chmod(self, path: str, mode: int) -> int:
-        self._rt("setattr")
+        self._rt("setattr", path)
         os.chmod(self._b(path), mode)
         self._forget(path)
         return 0
 
     def chown(self, path: str, uid: int, gid: int) -> int:
-        self._rt("setattr")
+        self._rt("setattr", path)
         os.lchown(self._b(path), uid, gid)
         self._forget(path)
         return 0
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
-        self._rt("setattr")
+        self._rt("setattr", path)
         if times is None:
             os.utime(self._b(path), follow_symlinks=False)
         else:
@@ -275,7 +296,7 @@ class NfsimOps(mfusepy.Operations):
         return 0
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
-        self._rt("setattr")
+        self._rt("setattr", path)
         if fh is not None and fh in self._files:
             h = self._files[fh]
             self._stale(h)
@@ -287,26 +308,26 @@ class NfsimOps(mfusepy.Operations):
         return 0
 
     def statfs(self, path: str) -> dict[str, int]:
-        self._rt("statfs")
+        self._rt("statfs", path)
         sv = os.statvfs(self._b(path))
         return {k: getattr(sv, k) for k in ("f_bavail", "f_bfree", "f_blocks", "f_bsize", "f_favail", "f_ffree",
                                             "f_files", "f_flag", "f_frsize", "f_namemax")}
 
     # -- names ---------------------------------------------------------------
     def mkdir(self, path: str, mode: int) -> int:
-        self._rt("mkdir")
+        self._rt("mkdir", path)
         os.mkdir(self._b(path), mode)
         self._forget(path)
         return 0
 
     def rmdir(self, path: str) -> int:
-        self._rt("rmdir")
+        self._rt("rmdir", path)
         os.rmdir(self._b(path))
         self._forget(path)
         return 0
 
     def unlink(self, path: str) -> int:
-        self._rt("unlink")
+        self._rt("unlink", path)
         self._will_remove(path)
         try:
             os.unlink(self._b(path))
@@ -317,7 +338,7 @@ class NfsimOps(mfusepy.Operations):
         return 0
 
     def rename2(self, old: str, new: str, flags: int) -> int:
-        self._rt("rename")
+        self._rt("rename", old)
         if not flags & RENAME_NOREPLACE:
             self._will_remove(new)
         try:
@@ -336,27 +357,27 @@ class NfsimOps(mfusepy.Operations):
         return self.rename2(old, new, 0)
 
     def link(self, target: str, source: str) -> int:
-        self._rt("link")
+        self._rt("link", target)
         os.link(self._b(source), self._b(target))
         self._forget(target)
         self._forget(source)
         return 0
 
     def symlink(self, target: str, source: str) -> int:
-        self._rt("symlink")
+        self._rt("symlink", target)
         os.symlink(source, self._b(target))
         self._forget(target)
         return 0
 
     def readlink(self, path: str) -> str:
-        self._rt("readlink")
+        self._rt("readlink", path)
         return os.readlink(self._b(path))
 
     # -- directories ---------------------------------------------------------
     def _fetch_listing(self, path: str, token: tuple[int, int, int, int, int]) -> _Listing:
         """One READDIRPLUS round trip: the names, and each entry's attributes into the attribute cache (what
         a Linux NFSv3 client asks for when a listing is followed by stats of its entries)."""
-        self._rt("readdir")
+        self._rt("readdir", path)
         here = os.stat(self._b(path))
         parent = os.stat(self._b(os.path.dirname(path) if path != "/" else path))
         entries: list[tuple[str, int, int]] = [(".", stat.S_IFDIR, here.st_ino), ("..", stat.S_IFDIR, parent.st_ino)]
@@ -385,7 +406,7 @@ class NfsimOps(mfusepy.Operations):
             self._bump("readdir_hits")
             listing = cached
         else:
-            self._rt("getattr")    # close-to-open: the directory's attributes, fresh
+            self._rt("getattr", path)    # close-to-open: the directory's attributes, fresh
             st = os.stat(self._b(path))
             self._remember(path, st)
             tok = _token(st)
@@ -410,7 +431,7 @@ class NfsimOps(mfusepy.Operations):
         return 0
 
     def fsyncdir(self, path: str, datasync: int, fh: int) -> int:
-        self._rt("fsync")
+        self._rt("fsync", path)
         fd = os.open(self._b(path), os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(fd)
@@ -420,8 +441,12 @@ class NfsimOps(mfusepy.Operations):
 
     # -- files ---------------------------------------------------------------
     def open(self, path: str, flags: int) -> int:  # type: ignore[override]
-        self._rt("open", 0.5)      # close-to-open: always asks the server; half the trip there...
-        fd = os.open(self._b(path), flags & ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY) | os.O_CLOEXEC)
+        self._rt("open", path, 0.5)      # close-to-open: always asks the server; half the trip there...
+        try:
+            fd = os.open(self._b(path), flags & ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY) | os.O_CLOEXEC)
+        except FileNotFoundError:
+            self._gone(path)   # deleted through another host: this client's cached "it exists" goes too
+            raise
         if flags & os.O_TRUNC:
             self._forget(path)
         fh = self._add_handle(fd, path)
@@ -430,7 +455,7 @@ class NfsimOps(mfusepy.Operations):
         return fh
 
     def create(self, path: str, mode: int, fi: Any = None) -> int:  # type: ignore[override]
-        self._rt("create")
+        self._rt("create", path)
         flags = (fi if isinstance(fi, int) else os.O_WRONLY) | os.O_CREAT | os.O_CLOEXEC
         fd = os.open(self._b(path), flags, mode)
         self._forget(path)
@@ -456,7 +481,7 @@ class NfsimOps(mfusepy.Operations):
         return n
 
     def fsync(self, path: str, datasync: int, fh: int) -> int:
-        self._rt("fsync")
+        self._rt("fsync", path)
         h = self._files[fh]
         self._stale(h)
         (os.fdatasync if datasync else os.fsync)(h.fd)
@@ -479,10 +504,11 @@ class NfsimFUSE(mfusepy.FUSE):
 
 
 def serve(backing: str, mountpoint: str, *, ac_attr: float, ac_dir: float, latency: float,
-          dir_revalidate: str = "open", counters_path: str | None = None, fsname: str = "nfsim") -> None:
+          dir_revalidate: str = "open", counters_path: str | None = None, fsname: str = "nfsim",
+          trace_path: str | None = None) -> None:
     """Mount and serve until unmounted (foreground, multithreaded)."""
     ops = NfsimOps(backing, ac_attr=ac_attr, ac_dir=ac_dir, latency=latency, dir_revalidate=dir_revalidate,
-                   counters_path=counters_path)
+                   counters_path=counters_path, trace_path=trace_path)
     # The kernel keeps positive names (entry_timeout: an NFS client's dcache, revalidated within its attribute
     # cache time) so a path walk is not one Python upcall per component; never negative ones, and no
     # attributes (every stat and open asks this client, whose caches above decide: close-to-open stays exact).
@@ -492,4 +518,4 @@ def serve(backing: str, mountpoint: str, *, ac_attr: float, ac_dir: float, laten
     hold = min(ac_attr, ac_dir)
     NfsimFUSE(ops, mountpoint, foreground=True, nothreads=False, fsname=fsname, subtype="nfsim",
               attr_timeout=0, entry_timeout=hold, negative_timeout=0, ac_attr_timeout=0, auto_cache=True,
-              use_ino=True, hard_remove=True)
+              use_ino=True, hard_remove=True, max_threads=64, max_idle_threads=64)
