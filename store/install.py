@@ -175,9 +175,6 @@ def fsync_dirs(dirs: Iterable[Path | str], counters: durable.DurabilityCounters)
 #: One tick of the server's file-timestamp clock, and then some: Linux stamps mtimes from a coarse clock
 #: (one jiffy, 1-10 ms on ext4/XFS). A server with coarser timestamps (1 s) is not covered by this wait.
 LISTING_TICK = 0.012
-#: statfs(2) f_type of filesystems other hosts' clients read through their own caches: NFS, SMB/CIFS,
-#: FUSE (nfsim, and network filesystems served through FUSE).
-SHARED_FILESYSTEMS = frozenset({0x6969, 0xFE534D42, 0xFF534D42, 0x65735546})
 
 
 def advance_listing(pack_dir: Path) -> None:
@@ -199,15 +196,10 @@ def advance_listing(pack_dir: Path) -> None:
     import secrets
     import time
 
-    from .flush import filesystem_type
+    from .fsparallel import is_shared
     from .pack.write import this_host_tag
 
-    fd = os.open(pack_dir, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fs = filesystem_type(fd)
-    finally:
-        os.close(fd)
-    if fs is not None and fs not in SHARED_FILESYSTEMS:
+    if not is_shared(str(pack_dir)):
         return
     time.sleep(LISTING_TICK)
     tmp = pack_dir / f"tmp_pack_{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"

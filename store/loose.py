@@ -1,6 +1,7 @@
 """Loose objects: ``objects/xx/yyyy…`` files, one zlib stream each."""
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -17,6 +18,7 @@ class LooseObjects:
 
     def __init__(self, objects_dir: Path) -> None:
         self.path = objects_dir
+        self.estale = 0   # reads that met ESTALE (over NFS: deleted through another host after our open), taken as gone
 
     def path_for(self, oid: bytes) -> Path:
         h = oid.hex()
@@ -39,6 +41,8 @@ class LooseObjects:
             # loose repack moved it into a pack). Either way it is gone here: the caller re-lists packs.
             if not is_gone(err):
                 raise
+            if err.errno == errno.ESTALE:
+                self.estale += 1
             raise ObjectMissingError("loose object not found", oid=oid, path=path) from None
 
     def read(self, oid: bytes, *, verify: bool = True) -> tuple[ObjectType, bytes]:
@@ -62,15 +66,19 @@ class LooseObjects:
         assert raw is not None   # (no limit)
         return raw
 
-    def read_small(self, oid: bytes, limit: int) -> tuple[ObjectType, bytes] | None:
-        """The object if its file is at most ``limit`` bytes and it hashes to its name; None otherwise (too
-        large, gone, unreadable, corrupt: whoever needs it reads it with :meth:`read`, which says why)."""
+    def read_raw(self, oid: bytes, limit: int) -> bytes | None:
+        """The file's bytes if it is at most ``limit`` bytes; None otherwise (too large, gone, unreadable:
+        whoever needs the object reads it with :meth:`read`, which says why)."""
         try:
-            raw = self._read_file(oid, limit)
-            if raw is None:
-                return None
-            obj_type, _, data = decode_loose(raw, str(self.path_for(oid)))
+            return self._read_file(oid, limit)
         except (OSError, StoreError):
+            return None
+
+    def decode_checked(self, oid: bytes, raw: bytes) -> tuple[ObjectType, bytes] | None:
+        """``raw`` (a loose file's bytes) inflated, if it is an object that hashes to ``oid``; None if not."""
+        try:
+            obj_type, _, data = decode_loose(raw, str(self.path_for(oid)))
+        except StoreError:
             return None
         return (obj_type, data) if hash_object(obj_type, data) == oid else None
 
@@ -97,7 +105,7 @@ class LooseObjects:
 
         # Up to 256 listings, independent of each other: listed together (over NFS each is a round trip).
         ids: set[bytes] = set()
-        for found in fsparallel.each(listing, fanouts):
+        for found in fsparallel.each(listing, fanouts, where=self.path):
             ids.update(found)
         return frozenset(ids)
 

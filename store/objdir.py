@@ -321,7 +321,7 @@ class ObjectDirectory:
             return True
 
         # The idx files are opened together (over NFS an open is a round trip; :mod:`.fsparallel`).
-        opened = [p for p, ok in zip(packs, fsparallel.each(open_index, packs)) if ok]
+        opened = [p for p, ok in zip(packs, fsparallel.each(open_index, packs, where=self.packs.path)) if ok]
         if len(opened) != len(packs):
             packs = PackList(tuple(opened))
         return ObjectSnapshot(packs=packs, loose_ids=self.loose.list_ids(), loose=self.loose, objects=self)

@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 #: A loose file larger than this (compressed) is not read ahead: the walk reads no blob, and a large one is
 #: read once by the writer anyway.
 PREFETCH_FILE_BYTES = 1 << 20
+#: Files read together at most, before they are inflated (bounds the compressed bytes held at once).
+PREFETCH_CHUNK = 1024
 
 
 class LooseKeeper:
@@ -34,6 +36,7 @@ class LooseKeeper:
     def __init__(self, sources: "SourceIndex", kept: dict[bytes, tuple[int, bytes]], budget: int) -> None:
         self.sources, self.kept, self.budget = sources, kept, budget
         self.held = 0
+        self.file_sizes: dict[bytes, int] = {}   # what the prefetch read: each file's size (no stat to delete it)
         self._lock = threading.Lock()
 
     def _keep(self, oid: bytes, typ: int, data: bytes) -> None:
@@ -56,22 +59,27 @@ class LooseKeeper:
 
     def prefetch(self) -> int:
         """Read every loose object of the snapshot that no replaceable pack holds, together; returns how many
-        were kept."""
+        were kept. The threads only open and read (the round trips); inflating and hashing happen here, one
+        after the other (in threads they would only queue for the interpreter lock)."""
         s = self.sources
         loose = s.snapshot.loose
         loc, kept_ids = s.loc, s.kept_ids
         todo = [oid for oid in s.loose_ids if oid not in loc and oid not in kept_ids]
-
-        def one(oid: bytes) -> bool:
+        kept = 0
+        for start in range(0, len(todo), PREFETCH_CHUNK):
             if self.held >= self.budget:
-                return False
-            got = loose.read_small(oid, PREFETCH_FILE_BYTES)
-            if got is None:
-                return False
-            self._keep(oid, int(got[0]), got[1])
-            return True
+                break
+            chunk = todo[start:start + PREFETCH_CHUNK]
+            for oid, raw in zip(chunk, fsparallel.each(self._raw, chunk, where=loose.path)):
+                if raw is None or self.held >= self.budget:
+                    continue
+                got = loose.decode_checked(oid, raw)
+                if got is None:
+                    continue
+                self.file_sizes[oid] = len(raw)
+                self._keep(oid, int(got[0]), got[1])
+                kept += 1
+        return kept
 
-        return sum(fsparallel.each(one, todo))
-
-
-__all__ = ["LooseKeeper", "PREFETCH_FILE_BYTES"]
+    def _raw(self, oid: bytes) -> bytes | None:
+        return self.sources.snapshot.loose.read_raw(oid, PREFETCH_FILE_BYTES)

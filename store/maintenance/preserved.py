@@ -111,7 +111,7 @@ def retire_packs(pack_dir: Path, names: Sequence[str], *, preserve: bool, now: f
             after_each(name)
         return n
 
-    return fsparallel.each(one, list(names))
+    return fsparallel.each(one, list(names), where=pack_dir)
 
 
 def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECONDS, *,

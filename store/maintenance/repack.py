@@ -191,6 +191,7 @@ class _Plan:
     cruft_names: Names | None = None                        # the same for the cruft pack (names.py)
     preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
     prefetched: int = 0                              # loose objects read together before the walk
+    loose_sizes: dict[bytes, int] = field(default_factory=dict)   # their files' sizes
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
     snapshot_packs: list[PackFile] = field(default_factory=list)    # geometric: the progression's packs
     cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
@@ -392,7 +393,8 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
             c.preserved_moved += 1 if options.preserve else 0
             c.packs_merged += 1
             result.packs_deleted.append(pack.name)
-        for size in fsparallel.each(_unlink_loose(repo), sorted(doomed_loose)):
+        for size in fsparallel.each(_unlink_loose(repo, plan.loose_sizes), sorted(doomed_loose),
+                                     where=repo.objects.path):
             if size is not None:
                 c.loose_deleted += 1
                 c.objects_in += 1
@@ -446,14 +448,17 @@ def _finish_counters(result: RepackResult, repo, rescans0: int, dur: durable.Dur
     result.durability = dur.as_dict()
 
 
-def _unlink_loose(repo) -> Callable[[bytes], int | None]:
-    """A loose object's delete for :func:`delete_old_packs`: its size, or None if it was gone already."""
+def _unlink_loose(repo, sizes: dict[bytes, int]) -> Callable[[bytes], int | None]:
+    """A loose object's delete for :func:`delete_old_packs`: its file's size (from ``sizes``, what the plan read,
+    else a stat: over NFS a round trip, and the attribute cache has expired by now), or None if it was gone."""
     path_for = repo.objects.loose.path_for
 
     def unlink(oid: bytes) -> int | None:
         path = path_for(oid)
         try:
-            size = os.stat(path).st_size
+            size = sizes.get(oid)
+            if size is None:
+                size = os.stat(path).st_size
             os.unlink(path)
         except OSError as err:
             if is_gone(err):
@@ -487,7 +492,7 @@ def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options:
     timer.lap("walk")
     plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids),
                  names=lambda: reach.names, preloaded=preloaded,   # (names built only if the search runs)
-                 prefetched=prefetched)
+                 prefetched=prefetched, loose_sizes=keeper.file_sizes)
     plan.main = sources.present(reach.ids())
     seen = reach.reached()
     # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.

@@ -90,7 +90,7 @@ class SourceIndex:
             self.kept_ids.update(t.oids[20 * i:20 * i + 20] for i in range(t.count))
         total = 0
         # Every pack is mapped first, together (an open is a round trip over NFS: :mod:`..fsparallel`).
-        fsparallel.each(lambda p: p.buffer(), packs)
+        fsparallel.each(lambda p: p.buffer(), packs, where=packs[0].idx_path.parent if packs else None)
         for pack in packs:
             t = pack.tables()
             trailer = pack.end

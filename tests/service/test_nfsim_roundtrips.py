@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from gitutil import commit_blobs, git
+from packyard.store import fsparallel
 
 
 def _pushed_repo(backing: Path, scratch: Path, packs: int, loose_files: int) -> tuple[Path, int]:
@@ -34,6 +35,7 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
     assert loose >= 40 and len(list((bare / "objects" / "pack").glob("*.idx"))) == 6
     listing = git("rev-list", "--objects", "--all", git_dir=bare)
     a = nfsim_hosts("a", ac_attr=3.0, ac_dir=3.0, latency=0.005)
+    assert fsparallel.is_shared(str(a.mountpoint)) and not fsparallel.is_shared(str(tmp_path))
     proc = subprocess.run(["packyard", "repack", "--repo", str(a.mountpoint / bare.name), "--mode", "full",
                            "--json", "--no-progress"], env=pk.cli_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

@@ -56,3 +56,11 @@ def test_few_items_or_one_thread_run_in_the_caller_s_thread() -> None:
     assert fsparallel.each(lambda _i: threading.get_ident(), range(fsparallel.MIN_PARALLEL_ITEMS - 1)) == \
         [me] * (fsparallel.MIN_PARALLEL_ITEMS - 1)
     assert set(fsparallel.each(lambda _i: threading.get_ident(), range(50), threads=1)) == {me}
+
+
+def test_on_a_local_filesystem_the_calls_run_one_after_the_other(tmp_path) -> None:
+    """Where a call takes microseconds (ext4, tmpfs, ...), threads would only add their own cost."""
+    assert not fsparallel.is_shared(str(tmp_path))
+    me = threading.get_ident()
+    assert set(fsparallel.each(lambda _i: threading.get_ident(), range(50), where=tmp_path, threads=8)) == {me}
+    assert not fsparallel.is_shared(str(tmp_path / "not-there"))   # (unopenable: not remembered, not shared)
