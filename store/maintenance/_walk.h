@@ -832,6 +832,7 @@ PyObject *bloom_filters(PyObject *module, PyObject *args);
 PyObject *commit_reads(PyObject *module, PyObject *args);
 /* _packwrite: store/pack/_packwrite_copy.c, store/pack/_packwrite_idx.c */
 PyObject *find_reuse(PyObject *module, PyObject *args);
+PyObject *whole_headers(PyObject *module, PyObject *args);
 PyObject *copy_entries(PyObject *module, PyObject *args);
 PyObject *write_order(PyObject *module, PyObject *args);
 PyObject *check_chains(PyObject *module, PyObject *args);

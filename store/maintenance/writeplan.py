@@ -328,16 +328,27 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     elif callable(names):
         names = names()
     names_get = names.get if names is not None else (lambda oid: None)
-    kind, reused, gids, pack_no = reuse.kind, reuse.reused, reuse.gid, sources.pack_no
+    kind, reused, gids, pack_no, height = reuse.kind, reuse.reused, reuse.gid, sources.pack_no, reuse.height
     limit = deltas.depth
     assert deltas.search is not None
     packs = sources.packs
     room = [LOOSE_HELD_BYTES]
-    for k, oid in enumerate(ids):
-        if reused[k]:
-            continue
+    # Whole entries' headers in one C pass where it is built (type 255: this one's header is Python's to read).
+    heads = (_packwrite.whole_headers(sources.c_packs, kind, gids)
+             if _packwrite is not None and sources.c_packs is not None else None)
+    htypes, hsizes = (heads[0], array("Q", heads[1])) if heads is not None else (b"", array("Q"))
+    # The candidates' arrays, appended to directly (Candidates.add's work, without a call per object).
+    t_add, s_add, h_add, d_add, w_add, k_add = (cand.types.append, cand.sizes.append, cand.hashes.append,
+                                                cand.max_depth.append, cand.keep_whole.append, cand_ids.append)
+    g_add = cand.groups.append if cand.groups is not None else None
+    f_add = cand.fixed.append if cand.fixed is not None else None
+    for k in [k for k, r in enumerate(reused) if not r]:
+        oid = ids[k]
         kd = kind[k]
-        if kd == LOOSE:
+        if kd == WHOLE and heads is not None and htypes[k] != 255:
+            typ, size = htypes[k], hsizes[k]
+            group = pack_no[gids[k]]
+        elif kd == LOOSE:
             typ, size = _loose_header(sources, oid, pre, room)
             group = -1
         else:
@@ -364,8 +375,15 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
             h = 0
         # A whole entry of a source pack is copied as it is when no delta is found; anything else would be
         # read and compressed again by the writer: the search hands it back compressed instead.
-        cand.add(int(typ), size, h, limit - reuse.height[k], group, kd == WHOLE, kd != WHOLE)
-        cand_ids.append(k)
+        t_add(int(typ))
+        s_add(size)
+        h_add(h)
+        d_add(limit - height[k])
+        w_add(kd != WHOLE)
+        if g_add is not None and f_add is not None:
+            g_add(group)
+            f_add(kd == WHOLE)
+        k_add(k)
     cand, idle = _without_idle(cand, deltas.search)
     c.search_skipped += idle
     sources.drop_pages()   # (every candidate's header: a cruft pack's 50k, 40 MB of pages, for ~2,000 searched)

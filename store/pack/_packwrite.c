@@ -14,6 +14,8 @@
 static PyMethodDef packwrite_methods[] = {
     {"find_reuse", find_reuse, METH_VARARGS,
      "find_reuse(packs, ids): (kind, delta base position 'i', global entry number 'q') per id (writeplan._find_reuse)"},
+    {"whole_headers", whole_headers, METH_VARARGS,
+     "whole_headers(packs, kind, gids 'q') -> (type bytes, size 'Q' bytes): each whole entry's header (writeplan._search)"},
     {"copy_entries", copy_entries, METH_VARARGS,
      "copy_entries(packs, gids, order, start, stop, reused, rbase, offsets, pos, limit): a run of entry copies"},
     {"write_order", write_order, METH_VARARGS,

@@ -255,6 +255,62 @@ done:
     return result;
 }
 
+/* whole_headers(packs, kind, gids 'q') -> (type bytes, size bytes of 'Q'): for each k whose kind is K_WHOLE, the
+ * type and size its entry header at gids[k] says (the search's candidates: writeplan._search reads them with
+ * header_fields one by one otherwise); type 0 for any other kind, 255 for a header Python must decode (it
+ * raises the typed error naming the pack and offset). */
+PyObject *
+whole_headers(PyObject *module, PyObject *args)
+{
+    PyObject *packs, *ko, *go, *types_b = NULL, *sizes_b = NULL, *result = NULL;
+    Py_buffer v[2];
+    if (walk_client_import() < 0 || !PyArg_ParseTuple(args, "O!OO", &PacksType, &packs, &ko, &go))
+        return NULL;
+    PacksObject *self = (PacksObject *)packs;
+    if (packs_check_open(self) < 0)
+        return NULL;
+    const Table tables[] = {{ko, 1, 0, "whole_headers: kind"}, {go, 8, 0, "whole_headers: gids"}};
+    Py_ssize_t n = -1;
+    if (get_tables(tables, 2, v, &n) < 0)
+        return NULL;
+    const uint8_t *kind = v[0].buf;
+    const int64_t *gids = v[1].buf;
+    types_b = PyBytes_FromStringAndSize(NULL, n);
+    sizes_b = PyBytes_FromStringAndSize(NULL, 8 * n);
+    if (!types_b || !sizes_b)
+        goto done;
+    uint8_t *types = (uint8_t *)PyBytes_AS_STRING(types_b);
+    uint64_t *sizes = (uint64_t *)PyBytes_AS_STRING(sizes_b);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        types[k] = 0;
+        sizes[k] = 0;
+        if (kind[k] != K_WHOLE)
+            continue;
+        int64_t g = gids[k];
+        if (g < 0 || g >= (int64_t)self->total) {
+            types[k] = 255;
+            continue;
+        }
+        const Pack *p = &self->p[self->pack_of[g]];
+        uint64_t off = p->offs[(uint32_t)g - p->base];
+        Head h;
+        if (off < PACK_HEADER || off >= p->buflen || entry_head(p->buf, off, p->end, &h) < 0 || h.type < 1
+            || h.type > 4) {
+            types[k] = 255;
+            continue;
+        }
+        types[k] = (uint8_t)h.type;
+        sizes[k] = h.size;
+    }
+    result = PyTuple_Pack(2, types_b, sizes_b);
+done:
+    Py_XDECREF(types_b);
+    Py_XDECREF(sizes_b);
+    PyBuffer_Release(&v[0]);
+    PyBuffer_Release(&v[1]);
+    return result;
+}
+
 /* ---- the write order --------------------------------------------------------------------------------- */
 
 /* find_reuse(packs, ids): packs_find_reuse of these Packs. */
