@@ -6,8 +6,11 @@ A scrape costs the same whatever the history holds (issue 21):
 
 * counts and durations come from ``record_totals``, counters the recorder moves in the same
   transaction as each finished job, lock event and race event (workers/records/aggregates.py);
-  pending and LOST jobs are counted from their rows through ``ix_jobs_state_kind`` (a few rows:
-  prune deletes LOST rows with the rest);
+  so do the LOST jobs: a level (``family = 'level'``) moved by +1 when the reconciler marks a job
+  LOST and by -1 when a LOST row is overwritten (the job re-queued, retried, started or finished)
+  or pruned, each in the transaction that writes the row; only pending jobs (queued, started,
+  retrying: bounded by the queues, not by the history) are counted from their rows, through
+  ``ix_jobs_state_kind``: a scrape reads no other job row;
 * per-repository values come from the statistics the planner recorded on each repository's row
   (``stat_packs``, ``stat_loose_objects``, ``due_action``: at most one window old; never the disk
   of every repository): the top PACKYARD_METRICS_TOP_REPOS repositories of each family by an
@@ -18,7 +21,8 @@ A scrape costs the same whatever the history holds (issue 21):
 metric                                                 what
 =====================================================  ==============================================
 packyard_jobs{kind,state}                              finished jobs (SUCCESS, FAILURE) since the
-                                                       records began; pending and LOST rows now
+                                                       records began; pending (from their rows) and
+                                                       LOST job rows now (from the LOST level)
 packyard_job_duration_seconds{kind} (histogram)        finished jobs' durations
 packyard_lock_events_total{lease,event}                lease events (acquired, renewed, released, ...)
 packyard_race_events_total{kind}                       races the workers observed
@@ -60,7 +64,8 @@ AGE_DAYS_BUCKETS = (1, 2, 5, 7, 14, 30, 60, 90, 180, 365)
 
 
 class RecordsCollector(Collector):
-    """Reads the records at scrape time: counters, pending rows, and the repositories' recorded statistics."""
+    """Reads the records at scrape time: counters, the LOST level, pending rows, and the repositories' recorded
+    statistics."""
 
     def __init__(self, settings: Settings, top: int | None = None) -> None:
         self.settings = settings
@@ -91,15 +96,15 @@ class RecordsCollector(Collector):
     def _counters(self, s: Any) -> list[Metric]:
         from sqlalchemy import func, select
 
-        from packyard.workers.records import Job, JobState
+        from packyard.workers.records import Job
         from packyard.workers.records.aggregates import totals
         from packyard.workers.records.registry import LIVE_STATES, MAINTENANCE_KINDS
 
         rows = totals(s)
         jobs = GaugeMetricFamily("packyard_jobs", "Finished jobs since the records began (SUCCESS, FAILURE); "
                                  "pending and LOST job rows now", labels=["kind", "state"])
-        now_states = (*LIVE_STATES, JobState.LOST)
-        for kind, state, n in s.execute(select(Job.kind, Job.state, func.count()).where(Job.state.in_(now_states))
+        # Pending rows only: the queues bound them. LOST rows (bounded only by the retention) are the level below.
+        for kind, state, n in s.execute(select(Job.kind, Job.state, func.count()).where(Job.state.in_(LIVE_STATES))
                                         .group_by(Job.state, Job.kind)):
             jobs.add_metric([kind, state.value], n)
         durations: dict[str, dict[str, int]] = {}
@@ -108,7 +113,9 @@ class RecordsCollector(Collector):
         races = CounterMetricFamily("packyard_race_events", "Races the workers observed since the records began",
                                     labels=["kind"])
         for r in sorted(rows, key=lambda r: (r["family"], r["kind"], r["state"])):
-            if r["family"] == "job":
+            if r["family"] == "level":   # job rows in a state now (LOST): a level, 0 once they are gone
+                jobs.add_metric([r["kind"], r["state"]], r["events"])
+            elif r["family"] == "job":
                 jobs.add_metric([r["kind"], r["state"]], r["events"])
                 acc = durations.setdefault(r["kind"], dict.fromkeys(("timed", "duration_ms_sum", *BUCKET_COLUMNS), 0))
                 for c in acc:

@@ -6,7 +6,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 
 TABLES = {"repositories", "jobs", "lock_events", "race_events", "record_totals", "record_daily"}
-HEAD = "0006"
+HEAD = "0007"
 
 
 

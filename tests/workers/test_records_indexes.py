@@ -1,7 +1,7 @@
 """Every query the service runs is served by an index: the statements are captured as the real code runs them
-(status, status --repo, races, the reconciler, the janitor's job lookups, the planner, recording, prune, a
-scrape), then the database explains each one; a full scan of a table that grows with the fleet or its history
-fails the test.
+(status, status --repo, races, the reconciler, the janitor's job lookups, the planner, recording -- also of jobs
+the reconciler marked LOST --, prune, a scrape), then the database explains each one; a full scan of a table
+that grows with the fleet or its history fails the test.
 
 * SQLite: ``EXPLAIN QUERY PLAN``; a ``SCAN <table>`` fails, unless the statement has a LIMIT and the plan
   needs no temporary B-tree to order it (then the scan stops after LIMIT rows, e.g. ``status``'s newest 20);
@@ -130,6 +130,7 @@ def run_the_service(url, cap, redis_client):
     from packyard.workers.records import JobState, registry, utcnow
     from packyard.workers.records.models import LeaseOutcome, LockEventKind
     from packyard.workers.records.recorder import (
+        job_state,
         record_finished,
         record_lease,
         record_lock_event,
@@ -176,6 +177,20 @@ def run_the_service(url, cap, redis_client):
     cap.phase = "reconciler"
     reconcile(settings, app, redis_client, inspect_timeout=0.2, lost_after=0.0)
     reconcile(settings, app, redis_client, inspect_timeout=0.2, lost_after=0.0)   # marks the unseen job LOST
+    assert job_state(url, "t2") is JobState.LOST
+    cap.phase = "recording: a LOST job redelivered"   # its row leaves LOST: the guarded UPDATEs, the level's upsert
+    record_queued(url, task_id="t2", kind="packyard.index_pack", repo=repo)
+    assert job_state(url, "t2") is JobState.QUEUED
+    record_queued(url, task_id="t3", kind="packyard.index_pack", repo=repo)
+    cap.phase = "reconciler"
+    reconcile(settings, app, redis_client, inspect_timeout=0.2, lost_after=0.0)
+    reconcile(settings, app, redis_client, inspect_timeout=0.2, lost_after=0.0)
+    assert job_state(url, "t2") is JobState.LOST and job_state(url, "t3") is JobState.LOST
+    cap.phase = "recording: a LOST job redelivered"
+    record_started(url, task_id="t2", kind="packyard.index_pack", repo=repo, params=None, hostname="w", pid=1)
+    record_retry(url, task_id="t2", kind="packyard.index_pack", repo=repo, reason="test")
+    record_finished(url, task_id="t3", kind="packyard.index_pack", repo=repo, state=JobState.FAILURE,
+                    counters=None, error="late", error_type="X")
     cap.phase = "janitor: every registered repository"
     repositories_in_roots(settings)
     cap.phase = "janitor"

@@ -6,6 +6,13 @@ so the counters never disagree with the rows they counted. A scrape reads ``reco
 dozen rows whatever the history holds; ``packyard records prune`` deletes old rows and the counters
 (and the daily history) stay.
 
+One kind of row is a level, not a count of events: ``record_totals``'s ``(level, kind, LOST)`` rows hold
+how many job rows of ``kind`` are LOST now (:func:`move_level`), moved by +1 when the reconciler marks a job
+LOST and by -1 (-N) when a LOST row is overwritten (the job is re-queued, retried, started or finished) or
+pruned, each in the transaction that writes the row, so the exporter reads the LOST figure without reading
+a LOST row. ``record_daily`` has no levels: its ``(job, kind, LOST)`` rows count the jobs marked LOST that
+day (:func:`count_marked_lost`).
+
 Each write is one ``INSERT ... ON CONFLICT DO UPDATE`` per table (SQLite and PostgreSQL spell it
 the same), adding to every counted column at once.
 """
@@ -22,11 +29,14 @@ from packyard.workers.records.models import (
     COUNTED_COLUMNS,
     DURATION_BUCKETS,
     Family,
+    JobState,
     record_daily,
     record_totals,
 )
 
 _BUCKETS_MS = tuple(int(b * 1000) for b in DURATION_BUCKETS)
+#: The state whose job rows ``record_totals`` keeps as a level (Family.LEVEL).
+LOST = JobState.LOST.value
 
 
 def bucket_of(duration_ms: int) -> str | None:
@@ -95,6 +105,21 @@ def add(session: Session, family: Family, kind: str, state: str, at: datetime | 
         return
     session.execute(_TOTALS_UPSERT, {k: v for k, v in values.items() if k != "day"})
     session.execute(_DAILY_UPSERT, values)
+
+
+def move_level(session: Session, kind: str, state: str, by: int) -> None:
+    """Move the level of job rows of ``kind`` in ``state`` by ``by`` (+1 a row entered it, -n rows left it), in
+    ``session``'s transaction: the same transaction as the write that moved the rows."""
+    if by:
+        session.execute(_TOTALS_UPSERT, {"family": Family.LEVEL.value, "kind": kind[:64], "state": state[:32],
+                                         **counted(by)})
+
+
+def count_marked_lost(session: Session, kind: str, at: datetime) -> None:
+    """A job of ``kind`` was marked LOST at ``at``: the level +1, and one event in that day's row."""
+    move_level(session, kind, LOST, 1)
+    session.execute(_DAILY_UPSERT, {"family": Family.JOB.value, "kind": kind[:64], "state": LOST, **counted(1),
+                                    "day": at.date()})
 
 
 def totals(session: Session, families: Iterable[Family] | None = None) -> list[dict[str, Any]]:

@@ -238,9 +238,14 @@ COUNTED_COLUMNS = ("events", "timed", "duration_ms_sum", *BUCKET_COLUMNS)
 class Family(str, enum.Enum):
     """Which events an aggregate row counts, and what its ``kind`` and ``state`` hold."""
 
-    JOB = "job"      # a job that got its outcome (SUCCESS, FAILURE): kind = task name, state = outcome
+    JOB = "job"      # a job that got its outcome (SUCCESS, FAILURE): kind = task name, state = outcome; in
+                     # record_daily only, state LOST: the jobs the reconciler marked LOST that day (migration 0007)
     LOCK = "lock"    # a lock_events row: kind = lease (repo | maintenance), state = event
     RACE = "race"    # a race_events row: kind = its kind, state = ""
+    #: A level, not events (record_totals only, never record_daily): ``events`` is how many job rows of ``kind``
+    #: are in ``state`` now -- LOST (migration 0007). Moved in the same transaction as each row that enters
+    #: (the reconciler's mark) or leaves it (a start, a finish, a re-queue, a retry, prune).
+    LEVEL = "level"
 
 
 def _counted_columns() -> list[Column[Any]]:

@@ -89,8 +89,12 @@ def record_queued(settings: Settings | str, *, task_id: str, kind: str, repo: st
         job.queued_at = job.queued_at or utcnow()
         job.params = _requested(params, repo, job.repo_id)
         job.unseen_since = None
-        if job.started_at is None or job.state is JobState.LOST:
-            job.state = JobState.QUEUED
+        if job.id is not None and job.state is not JobState.QUEUED and (
+                job.started_at is None or job.state is JobState.LOST):
+            # Back to QUEUED by a guarded UPDATE, not the ORM's: a LOST row leaving LOST moves the level.
+            _write_open(s, (_JOB_TABLE.c.id == job.id)
+                        & (_JOB_TABLE.c.started_at.is_(None) | (_JOB_TABLE.c.state == JobState.LOST)),
+                        {"state": JobState.QUEUED}, lost_first=job.state is JobState.LOST)
 
 
 class DeliveryVerdict(enum.Enum):
@@ -118,13 +122,13 @@ def record_started(settings: Settings | str, *, task_id: str, kind: str, repo: s
     now = utcnow()
     for _ in range(2):  # a second round only if another process created the row between our statements
         with session_scope(settings) as s:
-            started = s.execute(
-                update(Job).where(Job.task_id == task_id, Job.state.not_in(FINISHED_STATES))
-                .values(attempts=Job.attempts + 1, first_started_at=func.coalesce(Job.first_started_at, now),
-                        last_started_at=now, state=JobState.STARTED, started_at=now, finished_at=None,
-                        worker_hostname=hostname, worker_pid=pid, unseen_since=None)
-                .execution_options(synchronize_session=False)).rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
-            if not started:
+            J = _JOB_TABLE
+            started, _was_lost = _write_open(
+                s, J.c.task_id == task_id,
+                {"attempts": J.c.attempts + 1, "first_started_at": func.coalesce(J.c.first_started_at, now),
+                 "last_started_at": now, "state": JobState.STARTED, "started_at": now, "finished_at": None,
+                 "worker_hostname": hostname, "worker_pid": pid, "unseen_since": None})
+            if started is None:
                 finished = s.execute(
                     update(Job).where(Job.task_id == task_id, Job.state.in_(FINISHED_STATES))
                     .values(attempts=Job.attempts + 1, last_started_at=now)
@@ -181,9 +185,8 @@ def record_retry(settings: Settings | str, *, task_id: str, kind: str, repo: str
                   .execution_options(synchronize_session=False))
         if job.state in FINISHED_STATES:
             return
-        job.state = JobState.RETRY
-        job.error = reason
-        job.unseen_since = None
+        _write_open(s, _JOB_TABLE.c.id == job.id, {"state": JobState.RETRY, "error": reason, "unseen_since": None},
+                    lost_first=job.state is JobState.LOST)
 
 
 def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: str | None, state: JobState,
@@ -200,6 +203,8 @@ def record_finished(settings: Settings | str, *, task_id: str, kind: str, repo: 
     its duration computed by the server, the repository's one ``UPDATE``, the counters' one upsert
     statement); on SQLite the started time is read first (its duration would be SQLite's float
     day arithmetic otherwise) and the counters are two upserts, in the same one transaction.
+    A job the reconciler had marked LOST takes one more statement or two: its row leaves LOST, and the
+    LOST level moves by -1 in the same transaction (:func:`_write_open`, on both paths here).
     """
     now = utcnow()
     ingests: int | None = None
@@ -250,18 +255,47 @@ def _pg_duration_ms(now: datetime) -> Any:
     return cast(func.trunc(cast(seconds, Double()) * 1000), Integer)
 
 
+def _write_open(s: Session, where: Any, values: dict[str, Any], returning: Any = (), *,
+                lost_first: bool = False) -> tuple[Any, bool]:
+    """UPDATE the job row ``where`` selects with ``values`` if it has no outcome (SUCCESS, FAILURE): (the row as
+    written, with ``returning``'s columns and ``kind``, or None: no such row; whether it was LOST).
+
+    Every write that can take a row out of LOST goes through here, so the LOST level (record_totals, moved by
+    aggregates.move_level) stays equal to the LOST rows: two guarded UPDATEs are tried in turn -- the row open
+    and not LOST, then the row LOST (``lost_first``: the other way round, when the caller read it LOST). Each
+    is atomic with its guard (PostgreSQL re-checks it on the row it locked; SQLite writes one transaction at a
+    time), so the one that matched says what the row was when it was overwritten, and a LOST row overwritten
+    moves the level by -1 in this transaction. The common case is one statement; a second only when the
+    first guard misses.
+    """
+    J = _JOB_TABLE
+    cols = list(returning)
+    if not any(c is J.c.kind for c in cols):
+        cols.append(J.c.kind)
+    open_not_lost = J.c.state.not_in((*FINISHED_STATES, JobState.LOST))
+    tries = ((open_not_lost, False), (J.c.state == JobState.LOST, True))
+    for guard, was_lost in (tries[::-1] if lost_first else tries):
+        row = s.execute(update(J).where(where, guard).values(**values).returning(*cols)).first()
+        if row is not None:
+            if was_lost:
+                aggregates.move_level(s, row.kind, aggregates.LOST, -1)
+            return row, was_lost
+    return None, False
+
+
 def _finish_row(s: Session, task_id: str, state: JobState, now: datetime, counters: dict[str, Any] | None,
                 error: str | None, error_type: str | None) -> Any:
     """Write the outcome on the job's row if it has none yet; the row as written (None: no row, or an outcome
-    was already recorded). One ``UPDATE ... RETURNING`` on PostgreSQL; a read of the start time first on SQLite."""
+    was already recorded). One ``UPDATE ... RETURNING`` on PostgreSQL; a read of the start time first on SQLite.
+    A LOST row overwritten moves the LOST level (:func:`_write_open`)."""
     values: dict[str, Any] = {"state": state, "finished_at": now, "counters": counters, "error": error,
                               "error_type": error_type, "unseen_since": None}
-    open_row = (_JOB_TABLE.c.task_id == task_id) & _JOB_TABLE.c.state.not_in(FINISHED_STATES)
     if s.get_bind().dialect.name == "postgresql":
         values["duration_ms"] = case((_JOB_TABLE.c.started_at.is_(None), _JOB_TABLE.c.duration_ms),
                                      else_=_pg_duration_ms(now))
-        return s.execute(update(_JOB_TABLE).where(open_row).values(**values).returning(*_JOB_TABLE.c)).first()
-    found = s.execute(select(_JOB_TABLE.c.id, _JOB_TABLE.c.started_at).where(open_row)).first()
+        return _write_open(s, _JOB_TABLE.c.task_id == task_id, values, _JOB_TABLE.c)[0]
+    open_row = (_JOB_TABLE.c.task_id == task_id) & _JOB_TABLE.c.state.not_in(FINISHED_STATES)
+    found = s.execute(select(_JOB_TABLE.c.id, _JOB_TABLE.c.started_at, _JOB_TABLE.c.state).where(open_row)).first()
     if found is None:
         return None
     if found.started_at is not None:
@@ -269,9 +303,8 @@ def _finish_row(s: Session, task_id: str, state: JobState, now: datetime, counte
         if started.tzinfo is None:  # SQLite hands back naive datetimes
             started = started.replace(tzinfo=now.tzinfo)
         values["duration_ms"] = int((now - started).total_seconds() * 1000)
-    return s.execute(update(_JOB_TABLE).where(_JOB_TABLE.c.id == found.id,
-                                              _JOB_TABLE.c.state.not_in(FINISHED_STATES))
-                     .values(**values).returning(*_JOB_TABLE.c)).first()
+    return _write_open(s, _JOB_TABLE.c.id == found.id, values, _JOB_TABLE.c,
+                       lost_first=found.state is JobState.LOST)[0]
 
 
 def mark_unseen(settings: Settings | str, job_id: int, now: datetime) -> bool:
@@ -291,13 +324,20 @@ def mark_seen(settings: Settings | str, job_id: int) -> None:
 
 def record_lost(settings: Settings | str, job_id: int, unseen_since: datetime, reason: str) -> bool:
     """Mark a pending job LOST, only if nothing wrote its row since it went unseen at ``unseen_since``
-    (every write clears ``unseen_since``): a job that started meanwhile is never marked."""
+    (every write clears ``unseen_since``): a job that started meanwhile is never marked. The LOST level
+    (record_totals) moves by +1 and the day's count of marks by one, in the same transaction; a row already
+    LOST is not pending, so a second mark neither writes nor counts."""
     now = utcnow()
     with session_scope(settings) as s:
-        return bool(s.execute(
-            update(Job).where(Job.id == job_id, Job.state.in_(PENDING_STATES), Job.unseen_since == unseen_since)
+        J = _JOB_TABLE
+        marked = s.execute(
+            update(J).where(J.c.id == job_id, J.c.state.in_(PENDING_STATES), J.c.unseen_since == unseen_since)
             .values(state=JobState.LOST, error=reason, error_type="JobLost", finished_at=now)
-            .execution_options(synchronize_session=False)).rowcount)  # type: ignore[attr-defined]  # DML: a CursorResult
+            .returning(J.c.kind)).first()
+        if marked is None:   # started, finished, written or already LOST since: nothing marked, nothing counted
+            return False
+        aggregates.count_marked_lost(s, marked.kind, now)   # the LOST level +1, and the day's count of marks
+        return True
 
 
 def record_lock_event(settings: Settings | str, *, repo: str | None, job_id: str | None, lock_name: str,
@@ -375,3 +415,5 @@ def record_run(settings: Settings | str, *, task_id: str, kind: str, repo: str |
                   worker_hostname=hostname, worker_pid=pid))
         if state in FINISHED_STATES:
             aggregates.add(s, Family.JOB, kind, state.value, now, duration_ms=duration_ms)
+        elif state is JobState.LOST:
+            aggregates.count_marked_lost(s, kind, now)

@@ -7,7 +7,9 @@ What is never deleted:
   plan (``packyard.plan_maintenance``), its last verify, ... -- and of each kind without a
   repository (the last janitor run, the last prune);
 * the counters (``record_totals``, ``record_daily``): they were moved when the rows were written,
-  so the dashboards and ``packyard records daily`` keep the history the rows no longer hold.
+  so the dashboards and ``packyard records daily`` keep the history the rows no longer hold. The one
+  level among them, the LOST job rows now (``record_totals``' ``level`` rows), is moved by the LOST rows
+  each batch deletes, in that batch's transaction.
 
 Each batch is one short transaction deleting at most PACKYARD_RECORDS_PRUNE_BATCH rows found
 through an index (oldest first), so a prune never holds the database's write lock (SQLite) or
@@ -17,6 +19,7 @@ per table per call: the rest is left for the next run, which the result says (``
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +28,7 @@ from sqlalchemy import and_, delete, exists, not_, or_, select
 from sqlalchemy.orm import aliased
 
 from packyard.store.progress import Progress
+from packyard.workers.records import aggregates
 from packyard.workers.records.db import session_scope
 from packyard.workers.records.models import Job, JobState, LockEvent, RaceEvent, utcnow
 from packyard.workers.settings import Settings
@@ -71,9 +75,14 @@ def prune_jobs(settings: Settings | str, before: datetime, *, batch: int, max_ba
             if not found:
                 return
             ids = [r.id for r in found]
-            res = s.execute(delete(Job).where(Job.id.in_(ids), Job.state.not_in(PENDING), _has_newer_of_its_kind())
-                            .execution_options(synchronize_session=False))
-            report.jobs_removed += res.rowcount  # type: ignore[attr-defined]  # DML: a CursorResult
+            deleted = s.execute(delete(Job).where(Job.id.in_(ids), Job.state.not_in(PENDING), _has_newer_of_its_kind())
+                                .returning(Job.kind, Job.state).execution_options(synchronize_session=False)).all()
+            report.jobs_removed += len(deleted)
+            # The LOST rows deleted leave the LOST level, in this batch's transaction (RETURNING: the rows as
+            # deleted, whatever a concurrent write made of them); kinds in order, the same lock order each time.
+            lost = Counter(kind for kind, state in deleted if state is JobState.LOST)
+            for kind in sorted(lost):
+                aggregates.move_level(s, kind, aggregates.LOST, -lost[kind])
         report.batches += 1
         cursor = (found[-1].finished_at, found[-1].id)
         if len(found) < batch:

@@ -160,6 +160,8 @@ class Fill:
                 0, "worker@bench", 1000 + n % 64, 1, started, started))
             if done:
                 self.count("job", kind, state, finished, dur)
+            elif state == "LOST":   # marked LOST when the row says (its finished_at): the day's mark, the level
+                self.count("job", kind, state, finished)
             lease = "packyard:lock:maint:" if kind in ("packyard.repack", "packyard.gc") else "packyard:lock:"
             name = lease + self.repo_path(repo)
             for event, at in (("acquired", started), ("released", finished)):
@@ -175,8 +177,12 @@ class Fill:
         return job_rows, lock_rows, race_rows
 
     def aggregate_rows(self) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """(record_totals rows, record_daily rows) as the recorder keeps them: the days' LOST marks add up to the
+        LOST level in the totals (family ``level``; nothing of the fill leaves LOST)."""
         totals: dict[tuple[str, str, str], list[int]] = {}
         for (_day, f, k, s), v in self.totals.items():
+            if (f, s) == ("job", "LOST"):
+                f = "level"
             acc = totals.setdefault((f, k, s), [0] * len(v))
             for i, x in enumerate(v):
                 acc[i] += x
@@ -473,10 +479,13 @@ def measure(args: argparse.Namespace, url: str, compare_url: str | None = None, 
     text_out = generate_latest(reg).decode()
     t["scrape"] = best(lambda: generate_latest(reg), runs)
     out["scrape series"] = sum(1 for line in text_out.splitlines() if line and not line.startswith("#"))
-    with session_scope(url) as s:   # the counters add up to the rows (the fill's own check)
+    with session_scope(url) as s:   # the counters add up to the rows (the fill's own check), the LOST level too
         rows = s.execute(text("SELECT count(*) FROM jobs WHERE state IN ('SUCCESS', 'FAILURE')")).scalar()
         counted = s.execute(text("SELECT sum(events) FROM record_totals WHERE family = 'job'")).scalar()
-    out["counters equal rows"] = int(rows or 0) == int(counted or 0)
+        lost_rows = dict(s.execute(text("SELECT kind, count(*) FROM jobs WHERE state = 'LOST' GROUP BY kind")).all())
+        lost_level = dict(s.execute(text("SELECT kind, events FROM record_totals WHERE family = 'level' "
+                                         "AND state = 'LOST' AND events <> 0")).all())
+    out["counters equal rows"] = int(rows or 0) == int(counted or 0) and lost_rows == lost_level
     out["timings s"] = {k: round(v, 4) for k, v in t.items()}
     out["goals met"] = {k: t[k] <= v for k, v in GOALS.items() if k in t}
     out["goals met"]["series <= 2000"] = out["scrape series"] <= 2000
