@@ -366,7 +366,9 @@ def list_packs(directory: Path, old: dict[str, PackFile] | None = None) -> tuple
         if dot:
             files.setdefault(stem, set()).add("." + ext)
     idx_names = [n for n in names if n.endswith(".idx") and n[:-4] + ".pack" in names]
-    packs = [old.get(name[:-4]) or PackFile(directory / name) for name in sorted(idx_names)]
+    # (``is None``, not ``or``: a PackFile's truth is its length, which opens its idx -- a round trip over NFS,
+    # and FileNotFoundError out of a listing when the pack went since it was listed.)
+    packs = [p if (p := old.get(name[:-4])) is not None else PackFile(directory / name) for name in sorted(idx_names)]
     for p in packs:
         p.listed(frozenset(files.get(p.name, ())))
     # Newest first is what git does (recently written packs are most likely to be hit).

@@ -235,6 +235,18 @@ def test_pack_list_is_replaced_not_edited(loose_repo):
     assert first is not second
 
 
+def test_relisting_keeps_the_packs_it_knew_unopened(loose_repo):
+    """A re-listing reuses the PackFile of a pack it listed before without opening its idx: a PackFile's truth
+    is its length (``old.get(name) or PackFile(...)`` opened every known idx at each re-listing, a round trip
+    each over NFS, and raised FileNotFoundError out of the listing for one a repack had moved meanwhile, which
+    failed a push in the two-host race)."""
+    git("repack", "-a", "-q", git_dir=loose_repo)
+    repo = Repository.open(loose_repo)
+    (pack,) = repo.objects.packs.prepare()
+    (again,) = repo.objects.packs.reprepare()
+    assert again is pack and pack._index is None
+
+
 # -- refs -----------------------------------------------------------------------------------
 
 def test_refs_match_for_each_ref(mixed_repo):
