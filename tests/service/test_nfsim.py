@@ -249,6 +249,44 @@ def test_loose_objects_repacked_on_host_a_while_open_on_host_b_are_read_despite_
     git("fsck", "--full", "--strict", git_dir=bare)
 
 
+def test_git_reads_a_ref_pruned_through_another_host_from_packed_refs(hosts, tmp_path):
+    """The clone that failed in the two-host race (docs/nfs.md): host B's pack-refs (here git's own, ``git
+    pack-refs --all --prune``) folds the loose refs into packed-refs and deletes them while git on host A has
+    listed ``refs/heads`` and cached the refs' attributes. git's read of a loose ref is lstat, then open (three
+    tries when they disagree): lstat answered "exists" from host A's attribute cache, every open said ENOENT,
+    so git took the ref as broken -- and with ref paranoia (git >= 2.36) ls-refs advertised it with the null id;
+    the clone asked for 0000... and upload-pack died ("not our ref"). A Linux NFS client drops a name whose open
+    found it gone (the stale dentry, and the directory is marked for revalidation), so git's second lstat says
+    ENOENT and git reads packed-refs; nfsim now does the same."""
+    bare = hosts.backing / "r.git"
+    git("init", "-q", "--bare", str(bare))
+    tree = git("mktree", git_dir=bare, input=b"").decode().strip()
+    commit = git("commit-tree", tree, "-m", "one", git_dir=bare).decode().strip()
+    for ref in ("refs/heads/x", "refs/heads/y"):
+        git("update-ref", ref, commit, git_dir=bare)
+    # A keeps its listing of refs/heads (as in the race: it listed just before B pruned) and its attributes
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG, dir_revalidate="trust")
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG)
+    ra, rb = a.mountpoint / "r.git", b.mountpoint / "r.git"
+    assert git("for-each-ref", "--format=%(refname)", git_dir=ra).decode().split() == ["refs/heads/x", "refs/heads/y"]
+    git("pack-refs", "--all", "--prune", git_dir=rb)
+    assert not (hosts.backing / "r.git" / "refs" / "heads" / "x").exists()
+    # git through A: each ref with its id (from packed-refs), never the null id; the clone works
+    listed = git("ls-remote", str(ra)).decode().split()
+    assert listed == [commit, "refs/heads/x", commit, "refs/heads/y"], listed
+    clone = subprocess.run(["git", "clone", "-q", "--bare", "--no-local", str(ra), str(tmp_path / "c.git")],
+                           capture_output=True, text=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+    assert clone.returncode == 0, clone.stderr
+    # The client's rule itself, on a plain file: A's cached "exists" lasts until an open finds the file gone.
+    (ra / "f").write_bytes(b"f")
+    assert (ra / "f").exists()
+    (rb / "f").unlink()
+    assert (ra / "f").exists()                                # A's attribute cache: still there...
+    with pytest.raises(FileNotFoundError):
+        (ra / "f").read_bytes()                               # ...until an open asks the server
+    assert not (ra / "f").exists()                            # and then A knows it is gone
+
+
 HOST_B_HOLDER = r"""
 import os, sys
 from packyard.store import lockfile
