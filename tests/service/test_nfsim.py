@@ -400,31 +400,55 @@ def _race_two_hosts(pk, repo: Path, *args: str, timeout: float) -> tuple[int, di
 @pytest.mark.slow
 def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk, settings):
     """``packyard race --hosts 2``: the session's worker (host A) and host B's worker (its own PID and UTS
-    namespaces, host B's mount bound over A's path) repack and ingest from one Redis and one database,
-    while readers read through both mounts (1 ms per metadata call, 3 s caches): no lost read."""
+    namespaces, host B's mount bound over A's path) share one Redis and one database. Phase 1: every repack on
+    host A, every push, reader and clone on host B; phase 2 the reverse (1 ms per metadata call, 3 s caches).
+    No lost read, no failed clone, and reads that met ESTALE (loose files the other host's repacks deleted after
+    the read's open) recovered; the job rows say each job ran where its phase sent it."""
     repo = store_root / "race2.git"
     code, out, err = _race_two_hosts(pk, repo, "--readers", "2", "--duration", "20", "--repack-every", "3",
-                                     "--seed", "7", timeout=300)
-    why = {k: out.get(k) for k in ("lost", "lost_examples", "clones_failed", "failures", "reader_errors",
-                                   "final_missing")}
+                                     "--seed", "7", timeout=400)
+    why = {k: out.get(k) for k in ("lost", "lost_examples", "clones_failed", "clone_examples", "failures",
+                                   "reader_errors", "final_missing", "phases")}
     assert code == 0 and out["ok"], f"{why}\n{err[-3000:]}"
     assert out["events"]["lost"] == 0 and out["final_missing"] == 0
     assert out["recovered"] > 0, "no miss was recovered: the readers never raced a repack"
     assert all(n >= 1 for n in out["repacks"].values()), out["repacks"]
+    assert out["clones"]["clones"] >= 1 and out["clones_failed"] == 0, out["clones"]
     assert "nfsim host B" in err
+    # ESTALE: reads met it and recovered (the readers' events), the store took each as gone (its counter), and
+    # nfsim answered it (its counters, per mount): the race itself causes and counts it.
+    estale = out["events"]["estale"]
+    assert estale > 0 and out["estale"] == estale, f"no read met ESTALE: {why}"
+    assert out["estale_store"] >= estale
+    assert sum(c["estale"] for c in out["nfsim"].values()) >= estale, out["nfsim"]
+    assert out["aims"] > 0 and out["aimed_reads"] > 0
     git("fsck", "--full", "--strict", git_dir=store_root / "race2.git.nfs" / "server" / "race2.git")
-    # Host B's worker (own PID and UTS namespaces, host B's mount) really repacked and ingested.
-    from sqlalchemy import select
+    from sqlalchemy import func, select
 
-    from packyard.workers.records import session_scope
+    from packyard.workers.records import RaceEvent, session_scope
     from packyard.workers.records.models import Job
 
     with session_scope(settings) as s:
-        rows = s.execute(select(Job.kind, Job.state, Job.worker_pid, Job.worker_hostname)
-                         .where(Job.worker_hostname.like("%@race-host-b"))).all()
-    kinds = {r.kind for r in rows}
-    assert "packyard.repack" in kinds and kinds - {"packyard.repack"}, rows
-    assert all(r.state.name == "SUCCESS" for r in rows), rows
+        rows = dict(s.execute(select(RaceEvent.kind, func.count()).where(RaceEvent.job_id == out["run_id"])
+                              .group_by(RaceEvent.kind)).all())
+    assert rows.get("estale") == estale and not rows.get("lost")
+    job = pk.job_row(out["run_id"])
+    assert job.counters["estale"] == estale and job.params["hosts"] == 2 and len(job.params["phases"]) == 2
+    # Routing, from the job rows' worker host (host B's worker runs with host name race-host-b): phase 1's
+    # repacks on A and pushes on B, phase 2's the reverse; every repack mode ran in each phase.
+    phases = out["phases"]
+    assert [(p["repack_host"], p["reader_host"]) for p in phases] == [("A", "B"), ("B", "A")], phases
+    with session_scope(settings) as s:
+        for p in phases:
+            assert all(n >= 1 for n in p["repacks"].values()), p
+            for jobs, host in ((p["repack_jobs"], p["repack_host"]), (p["push_jobs"], p["reader_host"])):
+                found = s.execute(select(Job.kind, Job.state, Job.worker_hostname).where(Job.task_id.in_(jobs))).all()
+                assert len(found) == len(jobs) and jobs, (p, found)
+                assert all(r.worker_hostname.endswith("@race-host-b") == (host == "B") for r in found), (p, found)
+                assert all(r.state.name == "SUCCESS" for r in found), found
+            assert p["repacks_on"] == {p["repack_host"]: len(p["repack_jobs"])}, p
+            assert p["ingests_on"] == {p["reader_host"]: len(p["push_jobs"])}, p
+    assert sum(p["estale"] for p in phases) == estale
     # The two hosts' repacks took turns on the maintenance lease; neither judged the other's pid (they
     # collide: host B's are single digits) dead and broke or took over its lease.
     from packyard.workers.records.models import LockEvent, LockEventKind
@@ -439,7 +463,8 @@ def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk, sett
 @pytest.mark.slow
 def test_race_across_two_hosts_trusting_the_cached_listing_loses_reads(celery_worker, store_root, pk):
     """The third negative control: host B's mount reuses its cached listings (no revalidation on
-    opendir) -- the readers' one re-listing then sees the old directory and reads are lost."""
+    opendir) -- in phase 1 (repacks on host A, readers on host B) the readers' one re-listing then sees the old
+    directory and reads are lost."""
     # A run that lost nothing is inconclusive only when the machine let it finish too few repacks to race
     # (a loaded machine: 12 s held 1-2 repacks); then once more, longer (bounded: 3 runs).
     for attempt in range(3):

@@ -60,17 +60,22 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="NEGATIVE CONTROL: repacks unlink replaced packs at once instead of preserving them; the "
                         "run must report lost reads")
     p.add_argument("--hosts", type=int, choices=(1, 2), default=1,
-                   help="2: two simulated NFS client hosts (nfsim mounts of one directory beside --repo): the "
-                        "workers repack and ingest through host A's mount, the readers read through host B's")
+                   help="2: two simulated NFS client hosts (nfsim mounts of one directory beside --repo), each with "
+                        "its own worker; in phase 1 every repack runs on host A while every push, reader and clone "
+                        "is on host B, in phase 2 the reverse (docs/nfs.md)")
+    p.add_argument("--phases", type=int, default=2, metavar="N",
+                   help="with --hosts 2: phases of --duration/N seconds each, the hosts swapping roles (default 2)")
+    p.add_argument("--aim-threads", type=int, default=4, metavar="N",
+                   help="with --hosts 2: threads per reader that read, cold, the loose objects a repack on the other "
+                        "host is about to delete, so that reads meet ESTALE (default 4; 0: none)")
     p.add_argument("--nfsim-latency", default="1ms", metavar="T",
                    help="with --hosts 2: latency per metadata call on both mounts (default 1ms)")
     p.add_argument("--nfsim-trust-listing", action="store_true",
                    help="NEGATIVE CONTROL (with --hosts 2): host B's mount reuses cached directory listings for "
                         "3 s without revalidating them on opendir; the run must report lost reads")
-    p.add_argument("--cloners", type=int, default=None, metavar="N",
+    p.add_argument("--cloners", type=int, default=1, metavar="N",
                    help="clone readers (git clone --no-local through upload-pack, then git fsck) beside the "
-                        "readers (default 1; 0 with --hosts 2: a git clone through an nfsim mount failed once in "
-                        "8 two-host races on 2026-12-02, cause not analysed yet: docs/nfs.md)")
+                        "readers (default 1; 0: none)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     p.set_defaults(func=run)
 
@@ -101,8 +106,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"packyard race: {repo} exists: the harness builds its own repository there (name a new path)",
               file=sys.stderr)
         return 2
-    if args.readers < 1 or args.duration <= 0:
-        print("packyard race: --readers must be at least 1 and --duration positive", file=sys.stderr)
+    if args.readers < 1 or args.duration <= 0 or args.phases < 1 or args.aim_threads < 0 or args.cloners < 0:
+        print("packyard race: --readers and --phases must be at least 1, --duration positive, --aim-threads and "
+              "--cloners not negative", file=sys.stderr)
         return 2
     if args.nfsim_trust_listing and args.hosts != 2:
         print("packyard race: --nfsim-trust-listing needs --hosts 2", file=sys.stderr)
@@ -112,13 +118,13 @@ def run(args: argparse.Namespace) -> int:
     options = RaceOptions(repo=repo, readers=args.readers, duration=args.duration, repack_every=args.repack_every,
                           ingest_every=args.ingest_every, seed=args.seed, unsafe_dir_cache=args.unsafe_dir_cache,
                           unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate,
-                          cloners=1 if args.cloners is None else args.cloners)
+                          cloners=args.cloners)
     return _run(args, options, repo)
 
 
 def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
     """--hosts 2: R's directory becomes nfsim's backing dir ``<R>.nfs/server``, mounted twice (host A,
-    host B); the repository is built and served through A (the workers' path), read through B."""
+    host B); the repository is built through A; each phase one host repacks, the other reads and pushes."""
     from packyard.workers import nfsim
 
     reason = nfsim.unavailable()
@@ -139,9 +145,9 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
                               unsafe_dir_cache=args.unsafe_dir_cache, unsafe_delete=args.unsafe_delete,
                               expire=args.expire, reader_rate=args.reader_rate, hosts=2,
                               reader_repo=b.mountpoint / repo.name, nfsim_trust_listing=args.nfsim_trust_listing,
-                              cloners=0 if args.cloners is None else args.cloners,
-                              host_b_queue=f"race-{os.getpid()}-host-b")
-        rc = _run(args, options, a.mountpoint / repo.name)
+                              cloners=args.cloners, host_b_queue=f"race-{os.getpid()}-host-b",
+                              phases=args.phases, aim_threads=args.aim_threads)
+        rc = _run(args, options, a.mountpoint / repo.name, nfsim=lambda: {"A": a.counters(), "B": b.counters()})
         counts = {"host A": a.counters(), "host B": b.counters()}
     for host, c in counts.items():
         print(f"[race] nfsim {host}: {c['metadata_calls']} metadata calls, {c['readdir']} listings read, "
@@ -149,7 +155,7 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
     return rc
 
 
-def _run(args: argparse.Namespace, options, repo: Path) -> int:  # type: ignore[no-untyped-def]
+def _run(args: argparse.Namespace, options, repo: Path, nfsim=None) -> int:  # type: ignore[no-untyped-def]
     import logging
 
     # This process is the frontend: its job.queued log lines would only repeat what the harness prints.
@@ -159,9 +165,9 @@ def _run(args: argparse.Namespace, options, repo: Path) -> int:  # type: ignore[
         (lambda m: print(f"[race] {m}", flush=True))
     if s.embedded_redis:
         added = _confine(repo.parent.resolve() / repo.name)
-        summary = with_embedded_workers(options, say, added)
+        summary = with_embedded_workers(options, say, added, nfsim)
     else:
-        summary = with_configured_workers(options, say)
+        summary = with_configured_workers(options, say, nfsim)
     if summary is None:
         return 2
     if args.json:
@@ -171,7 +177,7 @@ def _run(args: argparse.Namespace, options, repo: Path) -> int:  # type: ignore[
     return 0 if summary.ok else 1
 
 
-def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
+def with_configured_workers(options, say, nfsim=None):  # type: ignore[no-untyped-def]
     from packyard.workers.race.harness import run_race
 
     s = get_settings()
@@ -204,20 +210,20 @@ def with_configured_workers(options, say):  # type: ignore[no-untyped-def]
                                    timeout=90, interval=0.5):
                 say("host B's worker did not answer a ping within 90 s; see its log")
                 return None
-            return run_race(s, options, app, say=say)
+            return run_race(s, options, app, say=say, nfsim=nfsim)
         finally:
             worker_b.stop()
 
 
-HOST_B = "race-host-b"
+HOST_B = "race-host-b"   # = workers/race/harness.py HOST_B_NAME (how its routing check knows host B's job rows)
 #: host B's worker: its own PID namespace (pids collide with host A's), its own host name, and in its own
 #: mount namespace host B's nfsim mount bound over host A's mount point, so job paths name the same files.
 HOST_B_SCRIPT = 'hostname "$1" && mount --bind "$2" "$3" && shift 3 && exec "$@"'
 
 
 def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
-    # Only host B's own queue (the harness sends it half the work: workers/race/harness.py:_host_queue); the
-    # default queue is host A's workers'.
+    # Only host B's own queue (the harness sends it the jobs of host B's phases: workers/race/harness.py:_Hosts);
+    # the default queue is host A's workers'.
     queues = [options.host_b_queue] if options.host_b_queue else []
     argv = ["unshare", "--pid", "--uts", "--mount", "--fork", "--mount-proc", "--kill-child",
             "sh", "-c", HOST_B_SCRIPT, "sh", HOST_B, str(options.reader_repo.parent), str(options.repo.parent),
@@ -227,7 +233,7 @@ def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
     return Child("race-worker-b", argv, env, stdout=log)
 
 
-def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-def]
+def with_embedded_workers(options, say, added_root, nfsim=None):  # type: ignore[no-untyped-def]
     from packyard.workers.race.harness import run_race
 
     s = get_settings()
@@ -259,7 +265,7 @@ def with_embedded_workers(options, say, added_root):  # type: ignore[no-untyped-
             return None
         from packyard.workers.app import app
 
-        return run_race(s, options, app, say=say)
+        return run_race(s, options, app, say=say, nfsim=nfsim)
     finally:
         if worker_b is not None:
             worker_b.stop()

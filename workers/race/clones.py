@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from packyard.workers.race.pushes import GIT_ENV
 
@@ -108,10 +108,12 @@ class Cloner(threading.Thread):
     """Clones ``served`` one after another (``pause`` seconds between) until :meth:`stop`; at most
     ``limit`` clones. Failed clones are handed to ``on_failed`` as race events as they happen."""
 
-    def __init__(self, served: Path, scratch: Path, run_mode: str, on_failed: Any, *, pause: float = 0.2,
-                 limit: int = 100_000) -> None:
+    def __init__(self, served: Path | Callable[[], Path], scratch: Path, run_mode: str, on_failed: Any, *,
+                 pause: float = 0.2, limit: int = 100_000) -> None:
         super().__init__(name="race-cloner", daemon=True)
-        self.served, self.scratch, self.run_mode, self.on_failed = Path(served), Path(scratch), run_mode, on_failed
+        # ``served``: the repository, or what names it at each clone (--hosts 2: the reading host's mount of it)
+        self.served_of: Callable[[], Path] = served if callable(served) else (lambda: Path(served))
+        self.scratch, self.run_mode, self.on_failed = Path(scratch), run_mode, on_failed
         self.pause, self.limit = pause, limit
         self.totals = CloneTotals()
         self._stop_event = threading.Event()
@@ -126,7 +128,7 @@ class Cloner(threading.Thread):
             for n in range(self.limit):
                 if self._stop_event.is_set():
                     break
-                res = clone_once(self.served, self.scratch / f"clone-{n}.git")
+                res = clone_once(self.served_of(), self.scratch / f"clone-{n}.git")
                 t = self.totals
                 t.clones += 1
                 t.seconds += res.seconds
