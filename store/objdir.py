@@ -94,10 +94,16 @@ class ObjectSnapshot:
 
     def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
         """Type and size: the entry header in the pack the snapshot lists it in, else the object directory's
-        lookup rules (a loose object, or one not in this snapshot's packs)."""
+        lookup rules (a loose object, one not in this snapshot's packs, or one whose pack is gone since: a
+        repack moved it, as :meth:`read` falls back)."""
         found = self.packs.find(oid)
         if found is not None:
-            return found[0].header_at(found[1])
+            try:
+                return found[0].header_at(found[1])
+            except OSError as err:
+                if not is_gone(err) or self.objects is None:
+                    raise
+                self.objects.counters.snapshot_fallbacks += 1
         if self.objects is None:
             return self.loose.read_header(oid)
         return self.objects.read_header(oid)

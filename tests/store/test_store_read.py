@@ -226,6 +226,23 @@ def test_snapshot_read_header_is_gits_for_packed_and_loose(mixed_repo):
     assert got == expected
 
 
+def test_snapshot_read_header_of_a_pack_repacked_away_uses_the_lookup_rules(mixed_repo):
+    """A pack the snapshot listed (its idx opened, the pack itself not yet) is repacked away before a header is
+    read from it: read_header falls back to the object directory's lookup, as read does. It raised
+    FileNotFoundError, which failed a strict index-pack's link check (the existing objects' types) in the
+    two-host race when the other host's repack moved the pack to preserved/."""
+    repo = Repository.open(mixed_repo)
+    snap = repo.objects.snapshot()
+    expected = batch_check_all(mixed_repo)
+    packed = [oid for oid in expected if snap.locate(bytes.fromhex(oid)) is Location.PACKED]
+    assert packed
+    git("repack", "-a", "-d", "-q", git_dir=mixed_repo)
+    for oid in packed:
+        obj_type, size = snap.read_header(bytes.fromhex(oid))
+        assert (obj_type.label.decode(), size) == expected[oid]
+    assert repo.objects.counters.snapshot_fallbacks == len(packed)
+
+
 def test_pack_list_is_replaced_not_edited(loose_repo):
     repo = Repository.open(loose_repo)
     first = repo.objects.packs.prepare()
