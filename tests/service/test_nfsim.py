@@ -29,6 +29,7 @@ import errno
 import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,25 @@ def test_each_mount_is_one_nfs_client(hosts):
     # RENAME_NOREPLACE reaches the server (packyard's loose publish relies on it)
     assert _renameat2(A / "d" / "two", A / "d" / "one", 1) == errno.EEXIST
     assert (hosts.backing / "d" / "one").read_bytes() == b"1" * 150
+
+
+def test_times_set_to_now_through_a_mount_are_now(hosts, tmp_path):
+    """``os.utime(path)`` (packyard's freshen, ``touch``) reaches nfsim as utimensat's UTIME_NOW marker, and
+    ``touch -m`` leaves the access time with UTIME_OMIT: "now" is the server's clock, "omit" keeps the time.
+    Taken as nanoseconds, they set 1970-01-01 00:00:01 -- a freshened pack looked 56 years old to expiry."""
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
+    f = a.mountpoint / "f"
+    f.write_bytes(b"x")
+    os.utime(f, ns=(1_000_000_000_000_000_000, 1_100_000_000_000_000_000))   # explicit times: as given
+    assert os.stat(hosts.backing / "f").st_mtime_ns == 1_100_000_000_000_000_000
+    before = time.time()
+    os.utime(f)                                                          # UTIME_NOW for both
+    st = os.stat(hosts.backing / "f")
+    assert before - 5 <= st.st_mtime <= time.time() + 5 and before - 5 <= st.st_atime <= time.time() + 5
+    os.utime(hosts.backing / "f", ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+    subprocess.run(["touch", "-m", str(f)], check=True)                  # mtime now, atime omitted
+    st = os.stat(hosts.backing / "f")
+    assert st.st_atime_ns == 1_000_000_000_000_000_000 and st.st_mtime >= before - 5
 
 
 def _packed_repo(base: Path) -> Path:

@@ -44,6 +44,7 @@ SYNC_NAME = "/.nfsim-sync"     # stat it: counters written now (ENOENT is the an
 METADATA_KINDS = ("lookup", "getattr", "open", "create", "readdir", "rename", "unlink", "fsync",
                   "setattr", "mkdir", "rmdir", "link", "symlink", "readlink", "statfs", "access")
 RENAME_NOREPLACE = 1
+UTIME_NOW, UTIME_OMIT = (1 << 30) - 1, (1 << 30) - 2   # utimensat's markers (as mfusepy passes them: tv_sec 0)
 FUSE_CAP_AUTO_INVAL_DATA = 1 << 12   # fuse_common.h
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -291,9 +292,21 @@ class NfsimOps(mfusepy.Operations):
         if times is None:
             os.utime(self._b(path), follow_symlinks=False)
         else:
-            os.utime(self._b(path), ns=times, follow_symlinks=False)
+            os.utime(self._b(path), ns=self._times(path, times), follow_symlinks=False)
         self._forget(path)
         return 0
+
+    def _times(self, path: str, times: tuple[int, int]) -> tuple[int, int]:
+        """libfuse hands ``utimensat``'s markers through as times (tv_sec 0, tv_nsec UTIME_NOW or UTIME_OMIT, which
+        mfusepy reads as nanoseconds): "now" is the server's clock (NFS's SET_TO_SERVER_TIME), "omit" the time the
+        file has. Taken literally, every ``os.utime(path)`` -- packyard's freshen, ``touch`` -- set 1970-01-01."""
+        if UTIME_NOW not in times and UTIME_OMIT not in times:
+            return times
+        now = time.time_ns()
+        st = os.lstat(self._b(path)) if UTIME_OMIT in times else None
+        kept = (st.st_atime_ns, st.st_mtime_ns) if st is not None else (0, 0)
+        return (now if times[0] == UTIME_NOW else kept[0] if times[0] == UTIME_OMIT else times[0],
+                now if times[1] == UTIME_NOW else kept[1] if times[1] == UTIME_OMIT else times[1])
 
     def truncate(self, path: str, length: int, fh: int | None = None) -> int:
         self._rt("setattr", path)
