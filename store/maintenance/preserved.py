@@ -7,12 +7,19 @@ packyard: a reader that misses everywhere looks there before it says "missing"
 (:mod:`packyard.store.objdir`). git reads no object from the subdirectory (fsck and gc say nothing
 of it); only ``git count-objects -v`` counts it, as one "garbage found" entry (README, "Operating safely").
 
-Moving a pack: its ``.idx`` first (no new reader discovers the pack once the idx is gone),
-then ``.pack``, ``.rev``, ``.mtimes``, ``.bitmap``; the moved idx's mtime is set to the time
-of the move, which is what expiry measures. Expiry removes the idx first, then the rest.
+Moving a pack keeps it whole in one of the two directories at every moment: its ``.pack`` (and
+``.rev``) are hard-linked into preserved/ first, then the ``.idx`` moves (the switch: no new reader
+discovers the pack in objects/pack once the idx is gone, and preserved/ holds the whole pack from
+then on), then the old names of the linked files go, then ``.mtimes`` and ``.bitmap`` move. Moving
+the idx first and the pack after (the order before) left a moment in which neither directory listed
+a whole pack: a reader on another host that re-listed both then lost every object only that pack
+held (the two-host race, docs/nfs.md). Where hard links are refused, the idx still moves first. The
+moved idx's mtime is set to the time of the move, which is what expiry measures. Expiry removes
+the idx first, then the rest.
 """
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
@@ -31,32 +38,89 @@ def preserved_dir(pack_dir: Path) -> Path:
     return Path(pack_dir) / PRESERVED_DIR
 
 
+#: What a refused hard link says (a filesystem without them, another device, too many links): move instead.
+_NO_LINK = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP})
+
+
 def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, present: Iterable[str] = _EXTS,
                   dest_ready: bool = False) -> int:
-    """Move ``pack-<sha>.*`` into preserved/ (idx first); returns the files moved. ``present``: the extensions to
-    try (default all; :func:`preserve_packs` passes what a fresh listing showed); ``dest_ready``: preserved/
-    exists (no mkdir round trip)."""
+    """Move ``pack-<sha>.*`` into preserved/, the pack whole in one directory at every moment (the module doc);
+    returns the files moved. ``present``: the extensions to move (default all; :func:`retire_packs` passes
+    what a fresh listing showed); ``dest_ready``: preserved/ exists (no mkdir round trip).
+
+    Steps: link ``.pack`` and ``.rev`` into preserved/ (fault point ``repack.after_pack_linked``); move the
+    ``.idx`` and set its mtime (``repack.after_idx_preserved``); unlink the linked files' old names; move
+    ``.mtimes`` and ``.bitmap``. A rerun after a crash anywhere finishes the move (a link already there is
+    the same file: kept)."""
     pack_dir = Path(pack_dir)
     dest = preserved_dir(pack_dir)
     if not dest_ready:
         dest.mkdir(exist_ok=True)
-    moved = 0
     wanted = set(present)
-    for ext in _EXTS:
-        if ext not in wanted:
-            continue
-        src = pack_dir / f"{name}{ext}"
-        try:
-            os.replace(src, dest / src.name)
-        except FileNotFoundError:
-            continue
+    moved = 0
+    linked = [e for e in (".pack", ".rev") if e in wanted and _link_into(pack_dir / f"{name}{e}", dest)]
+    if linked:
+        fault_point("repack.after_pack_linked")
+    if ".idx" in wanted and _move(pack_dir / f"{name}.idx", dest):
         moved += 1
-        if ext == ".idx":
-            # The move's time is what expiry measures (a rename keeps the pack's old mtime).
-            t = time.time() if now is None else now
-            os.utime(dest / src.name, (t, t))
-            fault_point("repack.after_idx_preserved")
+        # The move's time is what expiry measures (a rename keeps the pack's old mtime).
+        t = time.time() if now is None else now
+        os.utime(dest / f"{name}.idx", (t, t))
+        fault_point("repack.after_idx_preserved")
+    for e in linked:
+        _unlink_quiet(pack_dir / f"{name}{e}")
+        moved += 1
+    for rest in (".pack", ".rev", ".mtimes", ".bitmap"):
+        if rest in wanted and rest not in linked and _move(pack_dir / f"{name}{rest}", dest):
+            moved += 1
     return moved
+
+
+def _link_into(src: Path, dest: Path) -> bool:
+    """Hard-link ``src`` into ``dest`` under its name; False if ``src`` is gone or links are refused here. A
+    file of that name already there is kept if it is the same file (a crashed move's link), else replaced."""
+    target = dest / src.name
+    try:
+        os.link(src, target)
+        return True
+    except FileExistsError:
+        try:
+            if _same_file(src, target):
+                return True
+            os.unlink(target)    # (an older preserved copy of the same name: objects/pack still has the pack)
+            os.link(src, target)
+            return True
+        except FileNotFoundError:
+            return False
+    except FileNotFoundError:
+        return False
+    except OSError as err:
+        if err.errno in _NO_LINK:
+            return False
+        raise
+
+
+def _move(src: Path, dest: Path) -> bool:
+    """Rename ``src`` into ``dest`` under its name (False if it is gone). (Never over a hard link of the same
+    file, which rename(2) would leave both of: only ``.pack``/``.rev`` are ever linked, and those go through
+    :func:`_link_into`.)"""
+    try:
+        os.replace(src, dest / src.name)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    sa, sb = os.stat(a), os.stat(b)
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def _unlink_quiet(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def remove_pack_files(directory: Path, name: str, present: Iterable[str] = _EXTS) -> int:

@@ -14,7 +14,8 @@ FULL_POINTS = [
     "repack.after_writeout", "repack.after_flush", "repack.after_pack_rename", "repack.after_renames",
     "repack.after_fsync_dirs",
     "repack.cruft.after_flush", "repack.cruft.after_pack_rename", "repack.cruft.after_renames",
-    "repack.before_delete", "repack.after_idx_preserved", "repack.after_pack_preserved@3",
+    "repack.before_delete", "repack.after_pack_linked", "repack.after_idx_preserved",
+    "repack.after_pack_preserved@3",
     "repack.after_loose_deleted", "repack.after_delete",
 ]
 
@@ -71,6 +72,41 @@ def test_sigkill_during_geometric_and_loose_repacks(template, tmp_path, mode, po
     assert ru.reachable_listing(bare) == listing
     for oid in shapes.young + shapes.old + shapes.rescued:
         assert ru.has_object(bare, oid), (point, oid)
+
+
+@pytest.mark.parametrize("mode", ["full", "geometric"])
+@pytest.mark.parametrize("point", ["repack.after_pack_linked", "repack.after_idx_preserved"])
+def test_a_pack_moving_to_preserved_is_whole_in_one_directory_at_every_step(template, tmp_path, mode, point):
+    """Stopped between the steps of a pack's move to preserved/ (link its .pack and .rev; move its idx): that
+    pack is whole -- idx and pack -- in objects/pack or in preserved/, so a reader on another host that lists
+    both then still finds it (the old order, idx first, left neither whole: the two-host race lost reads).
+    Every object stays readable by a new reader and by git; a rerun finishes the move and leaves nothing."""
+    from packyard.store import faults
+    from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+    from packyard.store.repo import Repository
+
+    shapes = ru.copy(template, tmp_path / "repo.git")
+    bare = shapes.bare
+    pack_dir = bare / "objects" / "pack"
+    before = {p.stem for p in pack_dir.glob("pack-*.idx")}
+    faults.arm(point, "raise", at=1)
+    try:
+        with pytest.raises(faults.InjectedFault):
+            repack(Repository.open(bare), RepackOptions(mode=RepackMode(mode)))
+    finally:
+        faults.disarm(point)
+    preserved = pack_dir / "preserved"
+    for stem in before:
+        whole_here = all((pack_dir / f"{stem}{ext}").exists() for ext in (".idx", ".pack"))
+        whole_there = all((preserved / f"{stem}{ext}").exists() for ext in (".idx", ".pack"))
+        assert whole_here or whole_there, (point, stem, sorted(p.name for p in pack_dir.rglob(f"{stem}.*")))
+    reader = Repository.open(bare)
+    for line in ru.reachable_listing(bare).splitlines():
+        reader.objects.read(bytes.fromhex(line.split()[0].decode()), verify=True)
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
+    assert ru.repack_in_child(bare, mode, None).returncode == 0
+    assert _leftovers(bare) == []
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
 
 
 # -- the cruft walk from young objects (store/maintenance/cruft.py), names for the cruft pack's search -------
