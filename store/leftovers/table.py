@@ -115,7 +115,8 @@ _RULES: tuple[Rule, ...] = (
          "Invisible to readers (the idx is renamed in last); an install killed between its renames leaves "
          "it. 10 minutes: longer than any install's rename sequence."),
     Rule(Kind.HALF_PRESERVED, "objects/pack/pack-* whose .idx is in preserved/", None, 0.0,
-         "A repack died moving this pack to preserved/ (idx first): the move is finished, never undone."),
+         "A repack died moving this pack to preserved/ (after its idx moved; its .pack may be a second link "
+         "of the preserved one): the move is finished, never undone."),
     Rule(Kind.ORPHAN_IDX, "objects/pack/pack-*.idx without its .pack", None, 600.0,
          "What git's unlink_pack_path leaves when interrupted (it removes the .pack first); readers treat "
          "it as absent. 10 minutes: a `git repack` may be between its unlinks."),
