@@ -45,22 +45,9 @@ LONG = 600.0   # cache lifetimes far beyond a test's run: what a test sees never
 
 
 @pytest.fixture
-def hosts(tmp_path: Path):
-    """mount(name, **options) -> nfsim.Mount of the shared backing dir; every mount closed at the end."""
-    backing = tmp_path / "server"
-    backing.mkdir()
-    mounts: list[nfsim.Mount] = []
-
-    def mount(name: str, **opts) -> nfsim.Mount:
-        opts.setdefault("latency", 0.0)
-        m = nfsim.Mount(backing, tmp_path / name, name=name, **opts)
-        mounts.append(m)
-        return m
-
-    mount.backing = backing  # type: ignore[attr-defined]
-    yield mount
-    for m in reversed(mounts):
-        m.close()
+def hosts(nfsim_hosts):
+    """mount(name, **options) -> nfsim.Mount of the shared backing dir (tests/service/conftest.py)."""
+    return nfsim_hosts
 
 
 def _renameat2(old: Path, new: Path, flags: int) -> int:
