@@ -210,15 +210,17 @@ def find_batch_markers(repo: object, *, now: float | None = None, rule: Rule | N
 # -- the pack directory --------------------------------------------------------------------------
 
 def find_pack_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
-    """``objects/pack/tmp_*``: packyard's grouped by writer tag (``path`` = the owner record ``tmp_owner_<tag>``
+    """``objects/pack/tmp_*`` (and ``objects/pack/preserved/tmp_*``: the listing nudge of a repack's move,
+    install.advance_listing): packyard's grouped by writer tag (``path`` = the owner record ``tmp_owner_<tag>``
     when there is one, judged by it; else by the name's pid), git's and unknown names one by one."""
+    from ..objdir import PRESERVED_DIR
     from ..pack.write import OWNER_PREFIX, TMP_RE
 
     now, rule = _now(now), rule or RULES[Kind.PACK_TMP]
     pack_dir = _git_dir(repo) / "objects" / "pack"
     groups: dict[str, list[Path]] = {}
     out = []
-    for e in sorted(_scan(pack_dir), key=lambda e: e.name):
+    for e in sorted([*_scan(pack_dir), *_scan(pack_dir / PRESERVED_DIR)], key=lambda e: e.name):
         if not e.name.startswith("tmp_") or not e.is_file(follow_symlinks=False):
             continue
         m = TMP_RE.match(e.name)

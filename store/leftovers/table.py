@@ -107,7 +107,7 @@ _RULES: tuple[Rule, ...] = (
     Rule(Kind.BATCH_MARKER, f"{BATCH_MARKER_DIR}/<pid>_<tag>-<rand>", DEAD_WRITER_AFTER, PRUNE_EXPIRE,
          "Names a running loose batch. Dead for 10 minutes: the batch is over, and its tmp objects go with "
          "the marker whatever their own age (nothing renames them any more). Another host's: prune expiry."),
-    Rule(Kind.PACK_TMP, "objects/pack/tmp_<kind>_<pid>_<tag>-<rand>", 0.0, PRUNE_EXPIRE,
+    Rule(Kind.PACK_TMP, "objects/pack{,/preserved}/tmp_<kind>_<pid>_<tag>-<rand>", 0.0, PRUNE_EXPIRE,
          "A pack writer's temp files (pack, idx, rev, mtimes, bitmap, keep, midx, owner record), grouped by "
          "the writer's tag. A dead writer's go at once: they can be gigabytes, a repack runs this first, and "
          "nothing renames them once the writer is gone. git's tmp_pack_XXXXXX and another host's: prune expiry."),

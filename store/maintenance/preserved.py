@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Sequence
 
 from .. import fsparallel
 from ..faults import fault_point
+from ..install import advance_listing
 from ..objdir import PRESERVED_DIR
 
 #: JGit's default: replaced packs stay readable in preserved/ for an hour.
@@ -175,7 +176,14 @@ def retire_packs(pack_dir: Path, names: Sequence[str], *, preserve: bool, now: f
             after_each(name)
         return n
 
-    return fsparallel.each(one, list(names), where=pack_dir)
+    moved = fsparallel.each(one, list(names), where=pack_dir)
+    if names:
+        # Both directories change once more a clock tick later (on shared filesystems only): a listing another
+        # host took in the tick of the last move would otherwise stay cached with the pack in neither place.
+        advance_listing(pack_dir)
+        if preserve:
+            advance_listing(preserved_dir(pack_dir))
+    return moved
 
 
 def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECONDS, *,

@@ -322,6 +322,20 @@ def test_a_lost_lease_stops_removal_before_the_next_item(bare):
     assert len(list((bare / "objects" / "pack").glob("tmp_pack_git*"))) == 2
 
 
+def test_a_nudge_left_in_preserved_by_a_killed_repack_is_a_pack_temp(bare):
+    """A repack's move to preserved/ changes the directory once more a tick later (install.advance_listing,
+    a temp file made and removed); killed in between, the temp file is found there and judged as a pack
+    writer's: by its name's pid."""
+    from packyard.store.pack.write import this_host_tag
+
+    preserved = bare / "objects" / "pack" / "preserved"
+    preserved.mkdir(parents=True, exist_ok=True)
+    nudge = _write(preserved / f"tmp_pack_{DEAD}_{this_host_tag()}-0a1b2c3d")
+    (item,) = lo.find_pack_temps(bare)
+    assert item.path == nudge and item.verdict is V.REMOVE_DEAD_OWNER
+    assert lo.remove([item]) == [item] and not nudge.exists()
+
+
 # -- git's own leftovers, made by killing git ----------------------------------------------------------------
 
 @pytest.fixture
