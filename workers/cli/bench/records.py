@@ -4,7 +4,10 @@ Fills a fresh database (a throwaway PostgreSQL database when ``--postgres URL`` 
 PACKYARD_BENCH_POSTGRES_URL names a server, else a SQLite file) with ``--jobs`` job rows over
 ``--days`` days across ``--repos`` registered repositories, two lock events per job, one race
 event per 50 jobs and the counters the recorder would have kept (bulk inserts: COPY on
-PostgreSQL, executemany on SQLite), then times, each the best of ``--runs``:
+PostgreSQL, executemany on SQLite; the rows of ``jobs``, ``lock_events`` and ``race_events`` are
+loaded before their secondary indexes, which are then built from the migrated database's own
+definitions and checked against the migrations'; each phase is printed to stderr with its time),
+then times, each the best of ``--runs``:
 
 * ``status`` (the newest 20 jobs and the reconciler's pending rows), ``status --repo`` (the
   repository's row and its newest 20 jobs), ``races`` (1 day, all and one repository), the
@@ -28,10 +31,12 @@ import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
-from dataclasses import replace
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -232,6 +237,163 @@ def _sqlite_value(v: Any) -> Any:
     return v
 
 
+# -- the fill: rows first, then the big tables' secondary indexes -------------------------------------------
+
+#: The tables whose secondary indexes the fill drops before loading their rows and builds afterwards: an index
+#: filled row by row in random key order (task ids, job ids, times of several kinds interleaved) outgrows a
+#: server's buffers long before 10M rows, and every insert then reads and writes random index pages, each a
+#: full-page image in the WAL after every checkpoint (a durable PostgreSQL with 128 MB of shared_buffers slowed
+#: to 130 MB/min after 5 GB); built afterwards, each index is one sort and one sequential write. Their foreign
+#: keys go too on PostgreSQL (a trigger per row, a lock record per repository and transaction): added back, each
+#: is one join. The other tables are small and keep theirs.
+BIG_TABLES = ("jobs", "lock_events", "race_events")
+#: PostgreSQL's maintenance_work_mem for the fill's index builds (SET LOCAL: this transaction only); the
+#: server's default, 64 MB, makes a 10M-entry sort spill in many runs.
+INDEX_BUILD_MEMORY = "256MB"
+
+
+@dataclass(frozen=True)
+class Deferred:
+    """A secondary index, UNIQUE constraint or foreign key of a big table, as the database defines it."""
+
+    table: str
+    name: str
+    kind: str          # "index", "unique" (a constraint and its index) or "foreign key"
+    definition: str    # the database's own DDL: pg_get_indexdef / pg_get_constraintdef, sqlite_master.sql
+
+    def drop_sql(self) -> str:
+        return f"DROP INDEX {self.name}" if self.kind == "index" else \
+            f"ALTER TABLE {self.table} DROP CONSTRAINT {self.name}"
+
+    def create_sql(self) -> str:
+        return self.definition if self.kind == "index" else \
+            f"ALTER TABLE {self.table} ADD CONSTRAINT {self.name} {self.definition}"
+
+
+def deferred_schema(engine: Any, tables: tuple[str, ...] = BIG_TABLES) -> list[Deferred]:
+    """What the fill builds after the rows of ``tables``, read from the database's catalog (what the migrations
+    created; never a copy spelled out here that could drift from them): indexes and UNIQUE constraints by table
+    and name, then the foreign keys.
+
+    PostgreSQL: every index but the primary key's (a UNIQUE constraint's as the constraint), and the foreign
+    keys. SQLite: the indexes with their own SQL; a UNIQUE constraint's index (``sqlite_autoindex_*``) and the
+    foreign keys are part of the table's definition and stay."""
+    from sqlalchemy import bindparam, text
+
+    if engine.dialect.name == "postgresql":
+        sql = text(
+            "SELECT t.relname, i.relname, CASE WHEN con.oid IS NULL THEN 'index' ELSE 'unique' END, "
+            "       COALESCE(pg_get_constraintdef(con.oid), pg_get_indexdef(x.indexrelid)), 0 "
+            "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid "
+            "LEFT JOIN pg_constraint con ON con.conindid = x.indexrelid AND con.conrelid = x.indrelid "
+            "     AND con.contype = 'u' "
+            "WHERE t.relnamespace = CAST(current_schema() AS regnamespace) AND t.relname IN :tables "
+            "  AND NOT x.indisprimary "
+            "UNION ALL "
+            "SELECT t.relname, con.conname, 'foreign key', pg_get_constraintdef(con.oid), 1 "
+            "FROM pg_constraint con JOIN pg_class t ON t.oid = con.conrelid "
+            "WHERE t.relnamespace = CAST(current_schema() AS regnamespace) AND t.relname IN :tables "
+            "  AND con.contype = 'f' "
+            "ORDER BY 5, 1, 2")
+    else:
+        sql = text("SELECT tbl_name, name, 'index', sql, 0 FROM sqlite_master WHERE type = 'index' "
+                   "AND tbl_name IN :tables AND sql IS NOT NULL ORDER BY tbl_name, name")
+    with engine.connect() as c:
+        rows = c.execute(sql.bindparams(bindparam("tables", expanding=True)), {"tables": list(tables)}).all()
+    return [Deferred(t, n, k, d) for t, n, k, d, _order in rows]
+
+
+def drop_deferred(engine: Any, deferred: list[Deferred]) -> None:
+    from sqlalchemy import text
+
+    with engine.begin() as c:
+        for d in reversed(deferred):   # foreign keys first
+            c.execute(text(d.drop_sql()))
+
+
+def build_deferred(engine: Any, d: Deferred) -> None:
+    from sqlalchemy import text
+
+    with engine.begin() as c:
+        if engine.dialect.name == "postgresql":
+            c.execute(text(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEMORY}'"))
+        c.execute(text(d.create_sql()))
+
+
+class SchemaMismatch(RuntimeError):
+    """The filled database's indexes are not the migrations' (a fill must never time a different schema)."""
+
+
+def check_schema(engine: Any, want: list[Deferred]) -> None:
+    """The indexes (and constraints) after the fill are exactly those a fresh ``alembic upgrade head`` made
+    (``want``, read from the database before the fill dropped them), and the schema is the models' (alembic's
+    compare_metadata, as tests/workers/test_migrations.py checks it): raise SchemaMismatch, naming the
+    difference, otherwise."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from packyard.workers.records import Base
+
+    got = deferred_schema(engine)
+    missing, extra = sorted(set(want) - set(got), key=str), sorted(set(got) - set(want), key=str)
+    with engine.connect() as c:
+        diff = compare_metadata(MigrationContext.configure(c), Base.metadata)
+    if missing or extra or diff:
+        raise SchemaMismatch("the filled database's indexes differ from the migrations': "
+                             f"missing {[d.name for d in missing]}, not the migrations' {[d.name for d in extra]}, "
+                             f"models vs database {diff}")
+
+
+class Phases:
+    """The fill's phases with their times: printed to stderr as each ends (a 10M fill runs for many minutes),
+    kept for the report."""
+
+    def __init__(self, label: str = "fill") -> None:
+        self.label = label
+        self.done: list[dict[str, Any]] = []
+
+    @contextmanager
+    def __call__(self, name: str) -> Iterator[dict[str, Any]]:
+        phase: dict[str, Any] = {"phase": name}
+        t0 = time.perf_counter()
+        yield phase
+        phase["s"] = round(time.perf_counter() - t0, 1)
+        self.done.append(phase)
+        extra = ", ".join(f"{k} {v:,}" if isinstance(v, int) else f"{k} {v}" for k, v in phase.items()
+                          if k not in ("phase", "s"))
+        self.note(f"{name}: {phase['s']} s" + (f" ({extra})" if extra else ""))
+
+    def note(self, line: str) -> None:
+        print(f"[{self.label}] {line}", file=sys.stderr, flush=True)
+
+
+def fill_database(engine: Any, fill: Fill, jobs: int, phases: Phases) -> None:
+    """A fresh database (migrated to head) filled with ``fill``'s rows: the big tables' secondary indexes (and on
+    PostgreSQL their foreign keys) dropped, every row loaded, the counters written, the indexes and keys built
+    again from the catalog's own definitions and checked against the migrations', then ANALYZE (PostgreSQL; a
+    service's SQLite database has no statistics, so neither has the benchmark's)."""
+    deferred = deferred_schema(engine)
+    with phases("drop the big tables' secondary indexes" + (" and foreign keys" if any(
+            d.kind == "foreign key" for d in deferred) else "")) as ph:
+        drop_deferred(engine, deferred)
+        ph["dropped"] = len(deferred)
+    with phases("rows: repositories") as ph:
+        ph["rows"] = bulk_insert(engine, "repositories", Fill.REPO_COLUMNS, fill.repositories())
+    with phases("rows: jobs, lock events, race events") as ph:
+        ph.update(_insert_history(engine, fill, jobs, fill.start, fill.now - fill.start, pending_tail=True,
+                                  progress=phases.note))
+    with phases("rows: counters (record_totals, record_daily)") as ph:
+        ph["rows"] = _write_aggregates(engine, fill)
+    for d in deferred:
+        with phases(f"{d.kind} {d.name} on {d.table}"):
+            build_deferred(engine, d)
+    with phases("check: indexes and keys equal the migrations'") as ph:
+        check_schema(engine, deferred)
+        ph["checked"] = len(deferred)
+    with phases("sequences, ANALYZE" if engine.dialect.name == "postgresql" else "sequences"):
+        fix_sequences(engine)
+
+
 def fix_sequences(engine: Any) -> None:
     """COPY with explicit ids leaves PostgreSQL's sequences at 1: move them past the rows."""
     if engine.dialect.name != "postgresql":
@@ -363,10 +525,7 @@ def compare_scrapes(args: argparse.Namespace, settings: Any, url: str, fill: Fil
     engine = get_engine(url)
     small = Fill(args.compare_jobs, args.repos, args.days, fill.now, args.seed)
     t0 = time.perf_counter()
-    bulk_insert(engine, "repositories", Fill.REPO_COLUMNS, small.repositories())
-    _insert_history(engine, small, args.compare_jobs, small.start, small.now - small.start, pending_tail=True)
-    _write_aggregates(engine, small)
-    fix_sequences(engine)
+    fill_database(engine, small, args.compare_jobs, Phases("fill, comparison database"))
     filled = round(time.perf_counter() - t0, 1)
     regs = {"big": make_registry(settings), "small": make_registry(_replace(settings, database_url=url))}
     times: dict[str, list[float]] = {"big": [], "small": []}
@@ -411,11 +570,10 @@ def measure(args: argparse.Namespace, url: str, compare_url: str | None = None, 
     now = utcnow()
     fill = Fill(args.jobs, args.repos, args.days, now, args.seed)
     t0 = time.perf_counter()
-    bulk_insert(engine, "repositories", Fill.REPO_COLUMNS, fill.repositories())
-    _insert_history(engine, fill, args.jobs, fill.start, now - fill.start, pending_tail=True)
-    _write_aggregates(engine, fill)
-    fix_sequences(engine)
+    phases = Phases()
+    fill_database(engine, fill, args.jobs, phases)
     out["fill_s"] = round(time.perf_counter() - t0, 1)
+    out["fill phases"] = phases.done
     out["size_mb"] = round(db_size(engine, url) / 1e6, 1)
     with session_scope(url) as s:
         some = list(s.execute(select(Job.task_id, Job.repo_id).where(Job.id.in_(
@@ -482,9 +640,10 @@ def measure(args: argparse.Namespace, url: str, compare_url: str | None = None, 
     with session_scope(url) as s:   # the counters add up to the rows (the fill's own check), the LOST level too
         rows = s.execute(text("SELECT count(*) FROM jobs WHERE state IN ('SUCCESS', 'FAILURE')")).scalar()
         counted = s.execute(text("SELECT sum(events) FROM record_totals WHERE family = 'job'")).scalar()
-        lost_rows = dict(s.execute(text("SELECT kind, count(*) FROM jobs WHERE state = 'LOST' GROUP BY kind")).all())
-        lost_level = dict(s.execute(text("SELECT kind, events FROM record_totals WHERE family = 'level' "
-                                         "AND state = 'LOST' AND events <> 0")).all())
+        lost_rows = {k: int(n) for k, n in s.execute(text(
+            "SELECT kind, count(*) FROM jobs WHERE state = 'LOST' GROUP BY kind"))}
+        lost_level = {k: int(n) for k, n in s.execute(text(
+            "SELECT kind, events FROM record_totals WHERE family = 'level' AND state = 'LOST' AND events <> 0"))}
     out["counters equal rows"] = int(rows or 0) == int(counted or 0) and lost_rows == lost_level
     out["timings s"] = {k: round(v, 4) for k, v in t.items()}
     out["goals met"] = {k: t[k] <= v for k, v in GOALS.items() if k in t}
@@ -525,21 +684,28 @@ def measure(args: argparse.Namespace, url: str, compare_url: str | None = None, 
 
 
 def _insert_history(engine: Any, fill: Fill, jobs: int, start: datetime, span: timedelta, *, pending_tail: bool,
-                    chunk: int = 100_000) -> None:
-    """The history in chunks of ``chunk`` jobs (a 10M-row fill never holds more than one chunk in memory)."""
+                    chunk: int = 100_000, progress: Callable[[str], None] | None = None) -> dict[str, int]:
+    """The history in chunks of ``chunk`` jobs (a 10M-row fill never holds more than one chunk in memory); the
+    rows written per table. ``progress``: a line about every tenth of the jobs."""
+    n = {"jobs": 0, "lock_events": 0, "race_events": 0}
+    t0 = time.perf_counter()
+    step = max(chunk, (jobs // 10 + chunk - 1) // chunk * chunk)
     for lo in range(0, jobs, chunk):
         job_rows, lock_rows, race_rows = fill.history(jobs, start, span, pending_tail, lo, min(jobs, lo + chunk))
-        bulk_insert(engine, "jobs", Fill.JOB_COLUMNS, job_rows)
-        bulk_insert(engine, "lock_events", Fill.LOCK_COLUMNS, lock_rows)
-        bulk_insert(engine, "race_events", Fill.RACE_COLUMNS, race_rows)
+        n["jobs"] += bulk_insert(engine, "jobs", Fill.JOB_COLUMNS, job_rows)
+        n["lock_events"] += bulk_insert(engine, "lock_events", Fill.LOCK_COLUMNS, lock_rows)
+        n["race_events"] += bulk_insert(engine, "race_events", Fill.RACE_COLUMNS, race_rows)
+        if progress is not None and (lo + chunk) % step == 0 and lo + chunk < jobs:
+            progress(f"  {n['jobs']:,} of {jobs:,} jobs in {time.perf_counter() - t0:.0f} s")
+    return n
 
 
-def _write_aggregates(engine: Any, fill: Fill) -> None:
+def _write_aggregates(engine: Any, fill: Fill) -> int:
     from packyard.workers.records.models import COUNTED_COLUMNS
 
     totals, daily = fill.aggregate_rows()
-    bulk_insert(engine, "record_totals", ("family", "kind", "state", *COUNTED_COLUMNS), totals)
-    bulk_insert(engine, "record_daily", ("day", "family", "kind", "state", *COUNTED_COLUMNS), daily)
+    return (bulk_insert(engine, "record_totals", ("family", "kind", "state", *COUNTED_COLUMNS), totals)
+            + bulk_insert(engine, "record_daily", ("day", "family", "kind", "state", *COUNTED_COLUMNS), daily))
 
 
 def _vacuum(engine: Any) -> None:
@@ -558,6 +724,9 @@ def render(out: dict[str, Any]) -> str:
     buf.write(f"records bench: {out['database']}, {out['jobs']:,} jobs over {out['days']:g} days, "
               f"{out['repos']:,} repositories; filled in {out['fill_s']} s, {out['size_mb']} MB; load "
               f"{out['load at start']} at start, {out['load after the queries']} after the queries\n")
+    for ph in out.get("fill phases", []):
+        extra = ", ".join(f"{k} {v:,}" for k, v in ph.items() if k not in ("phase", "s"))
+        buf.write(f"  fill: {ph['phase']:50} {ph['s']:8.1f} s" + (f"   ({extra})" if extra else "") + "\n")
     for k, v in out["timings s"].items():
         goal = GOALS.get(k)
         buf.write(f"  {k:40} {v * 1000:10.2f} ms" + (f"   (goal {goal * 1000:g} ms)" if goal else "") + "\n")
