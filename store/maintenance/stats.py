@@ -242,11 +242,17 @@ def bitmap_state(pack_dir: Path, stem: str) -> str:
     return "ok"
 
 
-def _pack_infos(pack_dir: Path) -> tuple[PackInfo, ...]:
+def _list(d: Path) -> frozenset[str] | None:
+    """The names in ``d`` (None if it is missing): objects/pack is listed once for every statistic."""
     try:
-        with os.scandir(pack_dir) as it:
-            names = {e.name for e in it}
-    except FileNotFoundError:
+        with os.scandir(d) as it:
+            return frozenset(e.name for e in it)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _pack_infos(pack_dir: Path, names: frozenset[str] | None) -> tuple[PackInfo, ...]:
+    if names is None:
         return ()
     infos = []
     for name in sorted(names):
@@ -332,10 +338,11 @@ def gather_stats(repo_path: str | os.PathLike[str], *, history: RepackHistory | 
     objects_dir = git_dir / "objects"
     pack_dir = objects_dir / "pack"
     loose, stale_tmp = _sample_loose(objects_dir, sample, now)
+    pack_names = _list(pack_dir)
     return RepoStats(
-        path=str(git_dir), gathered_at=now, packs=_pack_infos(pack_dir),
+        path=str(git_dir), gathered_at=now, packs=_pack_infos(pack_dir, pack_names),
         loose_sampled=loose, loose_sample_dirs=len(sample), stale_tmp_objects=stale_tmp,
         stale_pack_temps=sum(f.count for f in leftovers.removable(leftovers.find_pack_temps(git_dir, now=now))),
         stale_quarantines=len(leftovers.removable(leftovers.find_quarantines(git_dir, now=now))),
         preserved_at=tuple(sorted(at for at, _ in preserved_packs(pack_dir).values())),
-        history=history or RepackHistory(), serving=gather_serving_stats(git_dir), midx=midx_status(pack_dir))
+        history=history or RepackHistory(), serving=gather_serving_stats(git_dir), midx=midx_status(pack_dir, names=pack_names or ()))

@@ -38,7 +38,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Collection, Iterable, Sequence
 
 from .. import durable, lockfile
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
@@ -464,13 +464,15 @@ __all__ = ["MIDX_NAME", "LOCK_NAME", "TMP_PREFIX", "Midx", "MidxPack", "build_mi
 
 # -- is the MIDX current? ----------------------------------------------------------------------------
 
-def installed_stems(pack_dir: Path) -> list[str]:
-    """``pack-<sha>`` of every installed pack (both ``.idx`` and ``.pack`` present), sorted."""
-    try:
-        with os.scandir(pack_dir) as it:
-            names = {e.name for e in it}
-    except FileNotFoundError:
-        return []
+def installed_stems(pack_dir: Path, names: Collection[str] | None = None) -> list[str]:
+    """``pack-<sha>`` of every installed pack (both ``.idx`` and ``.pack`` present), sorted; ``names``: a listing
+    of ``pack_dir`` the caller already made (none is made then)."""
+    if names is None:
+        try:
+            with os.scandir(pack_dir) as it:
+                names = {e.name for e in it}
+        except FileNotFoundError:
+            return []
     return sorted(n[:-4] for n in names if n.startswith("pack-") and n.endswith(".idx") and n[:-4] + ".pack" in names)
 
 
@@ -503,8 +505,8 @@ class MidxStatus:
         return "multi-pack-index stale: " + ", ".join(parts) if parts else None
 
 
-def midx_status(pack_dir: Path) -> MidxStatus:
-    stems = installed_stems(pack_dir)
+def midx_status(pack_dir: Path, *, names: Collection[str] | None = None) -> MidxStatus:
+    stems = installed_stems(pack_dir, names)
     named = midx_pack_names(pack_dir)
     if named is None:
         return MidxStatus(False, len(stems))
