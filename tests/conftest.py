@@ -161,6 +161,16 @@ def postgres_url() -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def records_url(request: pytest.FixtureRequest) -> str:
+    """A migrated records database, once on SQLite and once on PostgreSQL (skipped without it)."""
+    from packyard.workers.records import upgrade_database
+
+    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
+    upgrade_database(u)
+    return u
+
+
 # -- the repack tests' repositories (repackutil.build: loose, packed, unreachable, kept, ...) ----------
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> ru.Shapes:

@@ -16,13 +16,9 @@ from sqlalchemy import select, text, update
 from recordsutil import age, finished_job, scrape, settings_for, task_ids
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request):
-    from packyard.workers.records import upgrade_database
-
-    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    upgrade_database(u)
-    return u
+@pytest.fixture
+def url(records_url):  # type: ignore[no-untyped-def]
+    return records_url
 
 
 def test_prune_deletes_only_what_retention_allows_and_the_counters_stay(url):

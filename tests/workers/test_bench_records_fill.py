@@ -11,13 +11,9 @@ import pytest
 from sqlalchemy import inspect, text
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request):
-    from packyard.workers.records import upgrade_database
-
-    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    upgrade_database(u)
-    return u
+@pytest.fixture
+def url(records_url):  # type: ignore[no-untyped-def]
+    return records_url
 
 
 def schema_indexes(url):

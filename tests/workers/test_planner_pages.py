@@ -19,11 +19,9 @@ from packyard.workers.records import Repository, get_engine, registry, session_s
 from packyard.workers.records.recorder import record_queued
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request):  # type: ignore[no-untyped-def]
-    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    upgrade_database(u)
-    return u
+@pytest.fixture
+def url(records_url):  # type: ignore[no-untyped-def]
+    return records_url
 
 
 def test_pages_walk_the_due_list_in_its_order(url):

@@ -16,12 +16,10 @@ from packyard.workers.records.recorder import record_finished, record_queued, re
 REPO = "/srv/finish/r.git"
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def url(request):  # type: ignore[no-untyped-def]
-    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    upgrade_database(u)
-    registry.register(u, REPO)
-    return u
+@pytest.fixture
+def url(records_url):  # type: ignore[no-untyped-def]
+    registry.register(records_url, REPO)
+    return records_url
 
 
 def _start(url: str, tid: str, kind: str = "packyard.index_pack") -> None:

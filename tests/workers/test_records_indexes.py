@@ -36,13 +36,9 @@ WHOLE_TABLE_BY_DESIGN = {
 }
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request):
-    from packyard.workers.records import upgrade_database
-
-    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    upgrade_database(u)
-    return u
+@pytest.fixture
+def url(records_url):  # type: ignore[no-untyped-def]
+    return records_url
 
 
 class Captured:

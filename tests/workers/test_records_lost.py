@@ -20,13 +20,9 @@ from recordsutil import age, scrape, settings_for
 A, B, C = "packyard.index_pack", "packyard.repack", "packyard.verify_repo"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request):
-    from packyard.workers.records import upgrade_database
-
-    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    upgrade_database(u)
-    return u
+@pytest.fixture
+def url(records_url):  # type: ignore[no-untyped-def]
+    return records_url
 
 
 def level(url) -> dict[str, int]:
@@ -164,7 +160,6 @@ def test_the_level_follows_every_write_that_enters_or_leaves_lost(url):
 def test_a_finish_whose_row_turns_lost_after_it_read_the_row(url):
     """The fast path: the finish read (SQLite) or expected (PostgreSQL) an open row; the reconciler marks it LOST
     just before the finish's UPDATE: the guard for an open row misses, the one for a LOST row writes it."""
-    from packyard.workers.records import get_engine
 
     queue(url, "f1")
     start(url, "f1")
@@ -178,22 +173,28 @@ def test_a_finish_whose_row_turns_lost_after_it_read_the_row(url):
             injected.append(statement)
             assert mark(url, "f1")   # another connection, committed before the finish's UPDATE runs
 
-    engine = get_engine(url)
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        job = finish(url, "f1")
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
+    job = _finish_while(url, "f1", before)
     assert injected and job.state.value == "SUCCESS"
     # the open row's guard missed (the row was LOST by then), the LOST row's guard wrote it (+ the mark's own)
     assert len(finish_updates) == 3, finish_updates
     assert state(url, "f1") == "SUCCESS" and check(url) == {} and marks(url) == {A: 1}
 
 
+def _finish_while(url, task_id, before):
+    """``finish(url, task_id)`` with ``before`` seeing every statement the engine sends (to inject a race)."""
+    from packyard.workers.records import get_engine
+
+    engine = get_engine(url)
+    event.listen(engine, "before_cursor_execute", before)
+    try:
+        return finish(url, task_id)
+    finally:
+        event.remove(engine, "before_cursor_execute", before)
+
+
 def test_a_finish_on_its_general_path_overwrites_a_row_that_turned_lost(url):
     """The general path: the finish finds no row; before it reads the row again, another process records the
     job queued and the reconciler marks it LOST; the general path's write then takes it out of LOST."""
-    from packyard.workers.records import get_engine
 
     injected: list[str] = []
 
@@ -204,12 +205,7 @@ def test_a_finish_on_its_general_path_overwrites_a_row_that_turned_lost(url):
             queue(url, "g1")
             assert mark(url, "g1")
 
-    engine = get_engine(url)
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        job = finish(url, "g1")
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
+    job = _finish_while(url, "g1", before)
     assert injected and job.state.value == "SUCCESS"
     assert state(url, "g1") == "SUCCESS" and check(url) == {} and marks(url) == {A: 1}
 

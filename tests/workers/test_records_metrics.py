@@ -10,13 +10,9 @@ from sqlalchemy import case, func, select
 from recordsutil import finished_job, scrape, settings_for
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def url(request):
-    from packyard.workers.records import upgrade_database
-
-    u = request.getfixturevalue("sqlite_url" if request.param == "sqlite" else "postgres_url")
-    upgrade_database(u)
-    return u
+@pytest.fixture
+def url(records_url):  # type: ignore[no-untyped-def]
+    return records_url
 
 
 def history(url, n=40, seed=7):
