@@ -345,4 +345,5 @@ def gather_stats(repo_path: str | os.PathLike[str], *, history: RepackHistory | 
         stale_pack_temps=sum(f.count for f in leftovers.removable(leftovers.find_pack_temps(git_dir, now=now))),
         stale_quarantines=len(leftovers.removable(leftovers.find_quarantines(git_dir, now=now))),
         preserved_at=tuple(sorted(at for at, _ in preserved_packs(pack_dir).values())),
-        history=history or RepackHistory(), serving=gather_serving_stats(git_dir), midx=midx_status(pack_dir, names=pack_names or ()))
+        history=history or RepackHistory(), serving=gather_serving_stats(git_dir),
+        midx=midx_status(pack_dir, names=pack_names or ()))
