@@ -60,6 +60,34 @@ def test_a_finish_is_one_transaction_of_few_statements(url):
     assert len(commits) == 1
 
 
+def test_a_start_is_one_statement_and_fills_in_only_missing_params(url):
+    """The start's UPDATE returns what the delivery needs (no second read). Params: a queued row's are kept;
+    a row without any gets the start's; a row linked to no repository keeps the repository it named."""
+    _start(url, "t-warm")
+    record_queued(url, task_id="t-kept", kind="packyard.repack", repo=REPO, params={"mode": "full"})
+    record_queued(url, task_id="t-none", kind="packyard.repack", repo=REPO)
+    sent, commits = _statements(url)
+    d = record_started(url, task_id="t-kept", kind="packyard.repack", repo=REPO, params={"mode": "loose"},
+                       hostname="h", pid=1)
+    assert sent == ["UPDATE"] and len(commits) == 1, sent
+    assert (d.verdict.value, d.attempts, d.state) == ("run", 1, JobState.STARTED)
+    d = record_started(url, task_id="t-kept", kind="packyard.repack", repo=REPO, params=None, hostname="h", pid=2)
+    assert d.attempts == 2
+    record_started(url, task_id="t-none", kind="packyard.repack", repo=REPO, params={"mode": "geometric"},
+                   hostname="h", pid=1)
+    record_started(url, task_id="t-unlinked", kind="packyard.repack", repo="/srv/elsewhere/x.git",
+                   params={"mode": "full"}, hostname="h", pid=1)   # no queued row: created by the start
+    record_queued(url, task_id="t-q-unlinked", kind="packyard.repack", repo="/srv/elsewhere/y.git")
+    record_started(url, task_id="t-q-unlinked", kind="packyard.repack", repo="/srv/elsewhere/y.git",
+                   params={"mode": "loose"}, hostname="h", pid=1)
+    with session_scope(url) as s:
+        got = dict(s.execute(select(Job.task_id, Job.params)).all())
+    assert got["t-kept"] == {"mode": "full"}
+    assert got["t-none"] == {"mode": "geometric"}
+    assert got["t-unlinked"] == {"mode": "full", "repo": "/srv/elsewhere/x.git"}
+    assert got["t-q-unlinked"] == {"repo": "/srv/elsewhere/y.git"}   # queued with the repository it named
+
+
 def test_durations_are_python_s_arithmetic_on_the_recorded_times(url):
     """The server computes the duration on PostgreSQL: it must equal int((finished - started) seconds * 1000),
     the Python the recorder used (float rounding included), for awkward fractions of a millisecond."""
