@@ -71,6 +71,20 @@ class ObjectSnapshot:
     def __contains__(self, oid: bytes) -> bool:
         return self.locate(oid) is not Location.MISSING
 
+    def has(self, oid: bytes) -> bool:
+        """In the snapshot, or -- on a miss -- found by one lookup of the object directory (re-listing
+        objects/pack, then preserved/). The receive checks ask this before they call a linked object absent:
+        a snapshot lists objects/pack and then every fan-out dir, and a loose repack (on another NFS host,
+        hundreds of round trips later) can move an object from loose to a new pack in between, so the
+        snapshot has it in neither (git re-prepares its packs on a miss too). Only misses pay the lookup: a
+        link the snapshot lacks is an error or a rare race, never the common case."""
+        if self.locate(oid) is not Location.MISSING:
+            return True
+        if self.objects is None or not self.objects.has(oid):
+            return False
+        self.objects.counters.snapshot_misses_found += 1
+        return True
+
     def read(self, oid: bytes) -> tuple[ObjectType, bytes]:
         """The object as the snapshot knows it; if its pack or loose file is gone since (a repack
         moved it), a fresh lookup through the object directory's rules."""
@@ -117,6 +131,7 @@ class LookupCounters:
     relisted_hits: int = 0        # found only after re-listing objects/pack
     preserved_hits: int = 0       # found only in objects/pack/preserved/
     snapshot_fallbacks: int = 0   # an ObjectSnapshot read fell back to a fresh lookup
+    snapshot_misses_found: int = 0  # an object a snapshot lacked, found by a fresh lookup (ObjectSnapshot.has)
     packs_unreadable: int = 0     # a listed pack could not be read (truncated, corrupt): skipped for that lookup
 
     def as_dict(self) -> dict[str, int]:

@@ -37,7 +37,7 @@ from .errors import InvalidInputError, ObjectMissingError, RefUpdateError
 from .faults import fault_point
 from .fence import FenceKind, fenced
 from .objects import HEX_RE, ObjectType
-from .refs import REF_TMP_DIR, check_ref_name
+from .refs import REF_TMP_DIR, check_ref_name, read_replaced_file
 
 HEADER = b"# pack-refs with: peeled fully-peeled sorted \n"
 PACKED = "packed-refs"
@@ -90,7 +90,7 @@ def loose_refs(git_dir: Path) -> dict[str, bytes | str]:
 
 def _read_value(path: Path) -> bytes | str | None:
     try:
-        raw = path.read_bytes()
+        raw = read_replaced_file(path)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         return None
     raw = raw.strip()
@@ -104,7 +104,7 @@ def read_packed(git_dir: Path) -> dict[str, bytes]:
     """name -> id of every entry of ``packed-refs`` (peel lines are recomputed when writing)."""
     path = git_dir / PACKED
     try:
-        data = path.read_bytes()
+        data = read_replaced_file(path)
     except FileNotFoundError:
         return {}
     out: dict[str, bytes] = {}

@@ -17,6 +17,7 @@ the next writer breaks at once (:mod:`.lockfile`), and at most an orphaned temp 
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import uuid
@@ -39,6 +40,23 @@ FENCE_FILE = fence.FENCE_FILE
 #: Where new ref values are written before they are renamed over the ref (same filesystem).
 REF_TMP_DIR = "packyard/tmp"
 REF_TMP_PREFIX = "ref-"
+#: Opens of a ref file or ``packed-refs`` that answered ESTALE, at most. Over NFS a file replaced by a rename
+#: through another host (every ref update and ``pack-refs`` replaces, never rewrites) answers ESTALE to a
+#: read of the handle opened before; the name now leads to the new file, so opening it again reads the new
+#: value. Three replacements between an open and its read in a row is no race a writer makes; the error goes up.
+STALE_REREADS = 3
+
+
+def read_replaced_file(path: Path) -> bytes:
+    """``path``'s bytes, opened again when a read met ESTALE (the file was replaced through another host
+    between the open and the read); FileNotFoundError and the rest as ``read_bytes`` raises them."""
+    for attempt in range(STALE_REREADS):
+        try:
+            return path.read_bytes()
+        except OSError as err:
+            if err.errno != errno.ESTALE or attempt == STALE_REREADS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 @dataclass(frozen=True)
@@ -93,7 +111,7 @@ class RefStore:
     def _packed(self) -> dict[str, bytes]:
         path = self._inside(self.git_dir / "packed-refs")
         try:
-            text = path.read_bytes()
+            text = read_replaced_file(path)
         except FileNotFoundError:
             return {}
         refs: dict[str, bytes] = {}
@@ -110,7 +128,7 @@ class RefStore:
         """A loose ref's value: oid bytes, a symref target (str), or None."""
         path = self._inside(self.git_dir / name)
         try:
-            raw = path.read_bytes().strip()
+            raw = read_replaced_file(path).strip()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         if raw.startswith(b"ref: "):

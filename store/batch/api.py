@@ -77,11 +77,11 @@ def fsck_objects(repo, typed: Sequence[tuple[ObjectType, bytes]], opts: FsckOpti
     if not require_links:
         opts = replace(opts, missing_gitmodules_is_error=False)
 
-    def existing_type(oid: bytes) -> int | None:
-        return int(snap.read_header(oid)[0]) if oid in snap else None
+    def existing_type(oid: bytes) -> int | None:   # has(): a miss is looked up afresh before it is "absent"
+        return int(snap.read_header(oid)[0]) if snap.has(oid) else None
 
     def read_existing(oid: bytes) -> tuple[int, bytes] | None:
-        if oid not in snap:
+        if not snap.has(oid):
             return None
         t, data = snap.read(oid)
         return int(t), data

@@ -172,12 +172,12 @@ class _ExistingIds:
         """One normal lookup (one re-listing) for each of ``oids`` the snapshot lacks: a listing can miss
         an object that exists -- the snapshot lists objects/pack, then every loose fan-out dir, and a loose
         repack elsewhere (another NFS host: those listings are hundreds of round trips) can move it from
-        loose to a new pack in between. Used for thin bases only (a handful), never per incoming object."""
-        objects = self.snapshot.objects
-        if objects is None:
+        loose to a new pack in between. Used for thin bases and for links the snapshot lacks (a handful:
+        a missing link is an error), never per incoming object."""
+        if self.snapshot.objects is None:
             return
         for oid in set(oids):
-            if oid not in self and objects.has(oid):
+            if oid not in self and self.snapshot.has(oid):
                 self.late.add(oid)
                 self.empty = False
 
@@ -1190,7 +1190,11 @@ class IncomingPack:
         snap = self.snapshot
 
         def existing_type(oid: bytes) -> int | None:
-            return int(snap.read_header(oid)[0]) if oid in existing else None
+            if oid not in existing:
+                existing.learn((oid,))   # a miss is looked up afresh (ObjectSnapshot.has) before it is "absent"
+                if oid not in existing:
+                    return None
+            return int(snap.read_header(oid)[0])
         return existing_type
 
     def _finish_fsck(self, checker: FsckChecker, *, tmp_pack: Path, tmp_idx: Path) -> None:

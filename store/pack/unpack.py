@@ -125,7 +125,7 @@ def strict_check(repo, snap, pack: bytes, headers: Sequence[EntryHeader], read_b
                     blobs[oid] = data
 
     def existing_type(oid: bytes) -> int | None:
-        if oid not in snap:
+        if not snap.has(oid):
             return None
         return int(repo.objects.read_header(oid)[0])
 
@@ -136,7 +136,7 @@ def strict_check(repo, snap, pack: bytes, headers: Sequence[EntryHeader], read_b
             for obj_type, data in resolve_pack(pack, headers, read_base, where):
                 if hash_object(obj_type, data) == oid:
                     return int(obj_type), data
-        if oid in snap:
+        if snap.has(oid):
             t, data = snap.read(oid)
             return int(t), data
         return None
