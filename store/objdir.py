@@ -87,7 +87,8 @@ class ObjectSnapshot:
 
     def read(self, oid: bytes) -> tuple[ObjectType, bytes]:
         """The object as the snapshot knows it; if its pack or loose file is gone since (a repack
-        moved it), a fresh lookup through the object directory's rules."""
+        moved it), or the snapshot lacks it (:meth:`has` found it afresh), a fresh lookup through the
+        object directory's rules, as :meth:`read_header` does."""
         found = self.packs.find(oid)
         try:
             if found is not None:
@@ -102,7 +103,8 @@ class ObjectSnapshot:
             if not is_gone(err) or self.objects is None:
                 raise
         else:
-            raise ObjectMissingError("object not in snapshot", oid=oid)
+            if self.objects is None:
+                raise ObjectMissingError("object not in snapshot", oid=oid)
         self.objects.counters.snapshot_fallbacks += 1
         return self.objects.read(oid)
 

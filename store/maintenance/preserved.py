@@ -69,7 +69,7 @@ def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, presen
         os.utime(dest / f"{name}.idx", (t, t))
         fault_point("repack.after_idx_preserved")
     for e in linked:
-        _unlink_quiet(pack_dir / f"{name}{e}")
+        (pack_dir / f"{name}{e}").unlink(missing_ok=True)
         moved += 1
     for rest in (".pack", ".rev", ".mtimes", ".bitmap"):
         if rest in wanted and rest not in linked and _move(pack_dir / f"{name}{rest}", dest):
@@ -115,13 +115,6 @@ def _move(src: Path, dest: Path) -> bool:
 def _same_file(a: Path, b: Path) -> bool:
     sa, sb = os.stat(a), os.stat(b)
     return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
-
-
-def _unlink_quiet(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
 
 
 def remove_pack_files(directory: Path, name: str, present: Iterable[str] = _EXTS) -> int:

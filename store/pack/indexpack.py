@@ -1019,12 +1019,7 @@ class IncomingPack:
     def _append_base(self, e: _Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes,
                      write_off: int) -> tuple[int, int, bytes]:
         """Append one repository object as a full entry at ``write_off``: (next offset, type, data)."""
-        try:
-            btype, data = self.snapshot.read(base_oid)
-        except ObjectMissingError:
-            if self.snapshot.objects is None:
-                raise
-            btype, data = self.snapshot.objects.read(base_oid)   # a base _ExistingIds.learn found late
+        btype, data = self.snapshot.read(base_oid)   # (a base _ExistingIds.learn found late: a fresh lookup)
         if hash_object(btype, data) != base_oid:
             raise CorruptObjectError("local object is corrupt (does not hash to its name)", oid=base_oid)
         entry = _encode_entry(int(btype), data)
@@ -1212,7 +1207,7 @@ class IncomingPack:
                 if off is not None:
                     t, data = pf.read_at(off)
                     return int(t), data
-                if oid in snap:
+                if snap.has(oid):
                     t, data = snap.read(oid)
                     return int(t), data
                 return None

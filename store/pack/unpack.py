@@ -81,10 +81,7 @@ def unpack_objects(repo, pack: bytes, *, ref_updates: Sequence[RefUpdate] = (), 
     with begin(repo, counters=counters, expected=total, **batch_options) as batch:   # no count_hint: loose
         snap = batch.snapshot
 
-        def read_base(oid: bytes):
-            if oid in snap:
-                return snap.read(oid)
-            return repo.objects.read(oid)
+        read_base = snap.read   # what the batch's snapshot lacks: a fresh lookup (ObjectSnapshot.read)
 
         kept: list[tuple[ObjectType, bytes]] | None = None
         if strict or fsck is not None:

@@ -43,14 +43,21 @@ def _loose_repack(git_dir: Path, oid: str) -> None:
     git("prune-packed", git_dir=git_dir)
 
 
-@pytest.fixture
-def torn(tmp_path, monkeypatch):
-    """(repo, the incoming tree's pack bytes, the tree's raw bytes): the tree links a blob the repository
-    has, which every snapshot taken from now on misses (the torn listing)."""
+#: The blob the incoming tree links, by the name it has there: a plain file (its type is checked) and a
+#: .gitmodules (its content is read and checked too: fsck's finish reads it from the repository).
+BLOBS = {"f": b"pushed by the last push\n",
+         ".gitmodules": b'[submodule "x"]\n\tpath = x\n\turl = https://example.com/x.git\n'}
+
+
+@pytest.fixture(params=sorted(BLOBS))
+def torn(request, tmp_path, monkeypatch):
+    """(repo, the incoming tree's pack bytes, the tree's raw bytes, the blob's id): the tree links a blob the
+    repository has, which every snapshot taken from now on misses (the torn listing)."""
+    entry, content = request.param, BLOBS[request.param]
     r = tmp_path / "r.git"
     git("init", "-q", "--bare", str(r))
     _loose_repack(r, _hash_object(r, b"first\n"))          # an old pack, kept by the loose repack below
-    blob = _hash_object(r, b"pushed by the last push\n")   # loose
+    blob = _hash_object(r, content)                        # loose: written by the last push
     repo = Repository.open(r)
     before = repo.objects.snapshot()
     assert bytes.fromhex(blob) in before.loose_ids
@@ -65,8 +72,8 @@ def torn(tmp_path, monkeypatch):
     # the incoming tree, made in a scratch repository that has the blob too, packed alone
     s = tmp_path / "s.git"
     git("init", "-q", "--bare", str(s))
-    _hash_object(s, b"pushed by the last push\n")
-    tree = subprocess.run(["git", "--git-dir", str(s), "mktree"], input=f"100644 blob {blob}\tf\n".encode(),
+    _hash_object(s, content)
+    tree = subprocess.run(["git", "--git-dir", str(s), "mktree"], input=f"100644 blob {blob}\t{entry}\n".encode(),
                           capture_output=True, check=True).stdout.decode().strip()
     pack = subprocess.run(["git", "--git-dir", str(s), "pack-objects", "--stdout"], input=f"{tree}\n".encode(),
                           capture_output=True, check=True).stdout
@@ -86,6 +93,8 @@ def test_the_torn_snapshot_misses_the_blob_and_has_finds_it(torn):
     assert blob not in snap                      # what the receive checks asked before
     assert snap.has(blob)                        # one fresh lookup finds it in the new pack
     assert repo.objects.counters.snapshot_misses_found == 1
+    obj_type, data = snap.read(blob)             # and a read of it takes the same way
+    assert obj_type is ObjectType.BLOB and data in BLOBS.values()
     assert not snap.has(bytes(20)) and repo.objects.counters.snapshot_misses_found == 1
 
 
