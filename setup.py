@@ -16,12 +16,19 @@ accessor each), and each has a pure-Python specification that gives the same byt
 * ``store.maintenance._bloom``: the commit-graph's Bloom filters and commit reads (_bloom.c); otherwise
   bloom.py and commitgraph.py;
 * ``store.fsck._fsck``: fsck's scan of a clean tree (_fsck.c); otherwise store/fsck/rules.py's
-  ``check_tree_fast`` (``packyard.store.fsck.rules.IMPLEMENTATION``).
+  ``check_tree_fast`` (``packyard.store.fsck.rules.IMPLEMENTATION``);
+* ``workers.nfsim._nfsimd``: nfsim's simulated NFS client filesystem (_nfsimd.c), the test and benchmark
+  tool of docs/nfs.md; otherwise workers/nfsim/fs.py on mfusepy. The one extension that needs more than
+  Python's headers: libfuse3's (Debian's libfuse3-dev, found with pkg-config); without them it is left
+  out, and a failed build of it does not fail the install (``optional``).
 
 _packwrite, _bitmap and _bloom read objects through _walk's Packs and reader (its C API capsule, see
 store/maintenance/_walk.h): without _walk they do not load either. PACKYARD_PURE_PYTHON=1 selects every
 fallback; PACKYARD_REQUIRE_C=1 (CI) makes store/native.py raise at import when an extension is missing.
 """
+import os
+import subprocess
+
 from setuptools import Extension, setup
 
 WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
@@ -29,6 +36,27 @@ WALK_H = ["store/maintenance/_walk.h"]
 # the extensions that take _walk's functions from its capsule (store/maintenance/_walk_client.c)
 CLIENT = {"define_macros": [("WALK_CLIENT", "1")], "include_dirs": ["store/maintenance"], "depends": WALK_H,
           "extra_compile_args": [*WARNINGS, "-fvisibility=hidden"]}
+
+
+
+def nfsim_extension() -> list[Extension]:
+    """nfsim's C filesystem, when libfuse3's headers are here (pkg-config fuse3, or Debian's path)."""
+    try:
+        flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True,
+                               check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        if not os.path.exists("/usr/include/fuse3/fuse.h"):
+            return []
+        flags = ["-I/usr/include/fuse3", "-lfuse3", "-lpthread"]
+    return [Extension(
+        "packyard.workers.nfsim._nfsimd",
+        sources=["workers/nfsim/_nfsimd.c"],
+        include_dirs=[f[2:] for f in flags if f.startswith("-I")],
+        libraries=[f[2:] for f in flags if f.startswith("-l")],
+        extra_compile_args=[*WARNINGS, "-fvisibility=hidden", *(f for f in flags if f.startswith("-D"))],
+        optional=True,
+    )]
+
 
 setup(
     ext_modules=[
@@ -67,5 +95,6 @@ setup(
             sources=["store/fsck/_fsck.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Wno-unused-parameter", "-fvisibility=hidden"],
         ),
+        *nfsim_extension(),
     ],
 )

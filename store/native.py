@@ -13,6 +13,8 @@ accessor           extension: what it holds                                    t
 :func:`bitmap`     ``maintenance._bitmap``: bitmap closures, EWAH              bitmap.py, ewah.py
 :func:`bloom`      ``maintenance._bloom``: Bloom filters, commit-graph reads   bloom.py, commitgraph.py
 :func:`fsck`       ``fsck._fsck``: the scan of a clean tree                    fsck/rules.py
+:func:`nfsim`      ``workers.nfsim._nfsimd``: nfsim's filesystem (a test and   workers/nfsim/fs.py
+                   benchmark tool; built only where libfuse3's headers are)
 =================  ==========================================================  ==============================
 
 _packwrite, _bitmap and _bloom read objects through _walk's Packs and reader (its C API capsule): they load
@@ -35,6 +37,7 @@ EXTENSIONS = {
     "bitmap": "packyard.store.maintenance._bitmap",
     "bloom": "packyard.store.maintenance._bloom",
     "fsck": "packyard.store.fsck._fsck",
+    "nfsim": "packyard.workers.nfsim._nfsimd",
 }
 
 
@@ -111,10 +114,15 @@ def fsck() -> Any:
     return _get("fsck")
 
 
+def nfsim() -> Any:
+    """``workers.nfsim._nfsimd`` (serve), or None: nfsim's simulated NFS client in C (fs.py is its Python)."""
+    return _get("nfsim")
+
+
 def missing() -> list[str]:
     """The extensions that do not load, each with why (empty when all are built): loads every one."""
     return [_why[name] for name in EXTENSIONS if _try(name) is None]
 
 
-__all__ = ["EXTENSIONS", "MissingExtensionError", "bitmap", "bloom", "delta", "fsck", "missing", "packwrite",
-           "pure_python", "require_c", "walk"]
+__all__ = ["EXTENSIONS", "MissingExtensionError", "bitmap", "bloom", "delta", "fsck", "missing", "nfsim",
+           "packwrite", "pure_python", "require_c", "walk"]

@@ -4,7 +4,9 @@ rules across them.
 * nfsim itself: each mount caches attributes and listings on its own; a listing is revalidated on
   opendir (close-to-open) unless the mount trusts it; a file removed or replaced through one mount is
   ESTALE to a reader on the other (not on the mount that removed it: silly-rename); RENAME_NOREPLACE
-  passes through; counters count the round trips.
+  passes through; counters count the round trips. Each of these runs on both filesystems (the C one,
+  _nfsimd.c, where it is built; fs.py, its specification), and one scripted workload through both must
+  give the same answers and the same counters.
 * packyard: a pack installed through host A is found by a long-lived reader on host B whose listing
   of objects/pack is older than the pack (the miss re-lists with a fresh opendir, which revalidates);
   the negative control -- the same reader on a mount that trusts its cached listing -- loses the read.
@@ -42,6 +44,9 @@ REASON = nfsim.unavailable()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=f"nfsim cannot mount here: {REASON}")
 
 LONG = 600.0   # cache lifetimes far beyond a test's run: what a test sees never depends on expiry
+#: The filesystems the tests of nfsim itself run on: fs.py always, the C one where it is built (the other tests
+#: take the default: the C one when built).
+IMPLS = ["python", *(["c"] if nfsim.implementation() == "c" else [])]
 
 
 @pytest.fixture
@@ -57,10 +62,11 @@ def _renameat2(old: Path, new: Path, flags: int) -> int:
     return 0
 
 
-def test_each_mount_is_one_nfs_client(hosts):
-    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
-    b = hosts("b", ac_attr=LONG, ac_dir=LONG)
-    c = hosts("c", ac_attr=LONG, ac_dir=LONG, dir_revalidate="trust")
+@pytest.mark.parametrize("impl", IMPLS)
+def test_each_mount_is_one_nfs_client(hosts, impl):
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG, impl=impl)
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG, impl=impl)
+    c = hosts("c", ac_attr=LONG, ac_dir=LONG, dir_revalidate="trust", impl=impl)
     A, B, C = a.mountpoint, b.mountpoint, c.mountpoint
     (A / "d").mkdir()
     (A / "d" / "one").write_bytes(b"1" * 100)
@@ -116,11 +122,12 @@ def test_each_mount_is_one_nfs_client(hosts):
     assert (hosts.backing / "d" / "one").read_bytes() == b"1" * 150
 
 
-def test_times_set_to_now_through_a_mount_are_now(hosts, tmp_path):
+@pytest.mark.parametrize("impl", IMPLS)
+def test_times_set_to_now_through_a_mount_are_now(hosts, tmp_path, impl):
     """``os.utime(path)`` (packyard's freshen, ``touch``) reaches nfsim as utimensat's UTIME_NOW marker, and
     ``touch -m`` leaves the access time with UTIME_OMIT: "now" is the server's clock, "omit" keeps the time.
     Taken as nanoseconds, they set 1970-01-01 00:00:01 -- a freshened pack looked 56 years old to expiry."""
-    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG, impl=impl)
     f = a.mountpoint / "f"
     f.write_bytes(b"x")
     os.utime(f, ns=(1_000_000_000_000_000_000, 1_100_000_000_000_000_000))   # explicit times: as given
@@ -133,6 +140,71 @@ def test_times_set_to_now_through_a_mount_are_now(hosts, tmp_path):
     subprocess.run(["touch", "-m", str(f)], check=True)                  # mtime now, atime omitted
     st = os.stat(hosts.backing / "f")
     assert st.st_atime_ns == 1_000_000_000_000_000_000 and st.st_mtime >= before - 5
+
+
+def _errno(fn, *args):
+    """fn(*args), or the name of the errno it failed with."""
+    try:
+        return fn(*args)
+    except OSError as err:
+        return errno.errorcode.get(err.errno, str(err.errno))
+
+
+def _script(A: Path, B: Path) -> list:
+    """One workload through host A and host B; what each step answered."""
+    out: list = []
+    (A / "d").mkdir()
+    (A / "d" / "f").write_bytes(b"f" * 100)
+    out += [os.stat(B / "d" / "f").st_size, sorted(os.listdir(B / "d"))]
+    (A / "d" / "g").write_bytes(b"g" * 10)
+    out.append(sorted(os.listdir(B / "d")))
+    os.link(A / "d" / "f", A / "d" / "h")
+    out.append(os.stat(A / "d" / "h").st_nlink)
+    os.utime(A / "d" / "h", ns=(1_000_000_000, 2_000_000_000))
+    os.chmod(A / "d" / "h", 0o600)
+    out += [os.stat(B / "d" / "h").st_mtime_ns, oct(os.stat(B / "d" / "h").st_mode)]
+    os.symlink("f", A / "d" / "s")
+    out.append(os.readlink(B / "d" / "s"))
+    os.truncate(A / "d" / "f", 3)
+    out.append((B / "d" / "f").read_bytes())
+    fd = os.open(B / "d" / "g", os.O_RDONLY)
+    os.unlink(A / "d" / "g")
+    out.append(_errno(os.pread, fd, 10, 0))
+    os.close(fd)
+    with open(A / "d" / "f", "rb") as f:
+        os.unlink(A / "d" / "f")
+        out.append(f.read())
+    out.append(_renameat2(A / "d" / "h", A / "d" / "s", 1))
+    os.rename(A / "d" / "h", A / "d" / "k")
+    out.append(sorted(os.listdir(B / "d")))
+    out.append(_errno(os.rmdir, A / "d"))
+    out.append(_errno(os.stat, B / "d" / "missing"))
+    with open(A / "d" / "k", "r+b") as f:
+        f.write(b"k")
+        os.fsync(f.fileno())
+    out.append(os.statvfs(A).f_bsize > 0)
+    return out
+
+
+@pytest.mark.skipif("c" not in IMPLS, reason="nfsim's C filesystem is not built here (libfuse3's headers)")
+def test_the_c_filesystem_answers_and_counts_as_its_python_specification(tmp_path):
+    """_nfsimd.c against fs.py: one workload through two hosts of each gives the same answers and, on both
+    hosts, the same counters (every round trip of every kind, cache hit, ESTALE, refused rename, byte)."""
+    seen = {}
+    for impl in IMPLS:
+        backing = tmp_path / impl / "server"
+        backing.mkdir(parents=True)
+        with nfsim.Mount(backing, tmp_path / impl / "a", latency=0.0, ac_attr=LONG, ac_dir=LONG, impl=impl) as a, \
+                nfsim.Mount(backing, tmp_path / impl / "b", latency=0.0, ac_attr=LONG, ac_dir=LONG, impl=impl) as b:
+            answers = _script(a.mountpoint, b.mountpoint)
+            counts = [{k: v for k, v in m.counters().items() if k not in ("max_in_flight", "latency_s")}
+                      for m in (a, b)]
+        seen[impl] = (answers, counts)
+    assert seen["c"][0] == seen["python"][0]
+    # (an NFS client's answers: B's stale handle is ESTALE, A's own removed file still reads, NOREPLACE refused)
+    assert seen["python"][0] == [100, ["f"], ["f", "g"], 2, 2_000_000_000, "0o100600", "f", b"fff", "ESTALE", b"fff",
+                                 errno.EEXIST, ["k", "s"], "ENOTEMPTY", "ENOENT", True]
+    assert seen["c"][1] == seen["python"][1]
 
 
 def _packed_repo(base: Path) -> Path:

@@ -36,19 +36,28 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     m.add_argument("--trace", metavar="FILE", default=None,
                    help="append one line per round trip (its kind and path): where a workload's round trips go")
     m.add_argument("--name", default="nfsim", help="the mount's fsname (shown in /proc/mounts)")
+    m.add_argument("--impl", choices=("auto", "c", "python"), default="auto",
+                   help="the filesystem that serves: c (_nfsimd.c), python (fs.py, its specification), auto "
+                        "(c when built; default)")
     p.set_defaults(func=run, logs=False)
 
 
 def run(args: argparse.Namespace) -> int:
     from packyard.workers import nfsim
 
-    reason = nfsim.unavailable()
+    reason = nfsim.unavailable(args.impl)
     if reason:
         print(f"packyard nfsim: cannot mount: {reason}", file=sys.stderr)
         return 2
+    latency = parse_duration(args.latency)
+    if nfsim.implementation(args.impl) == "c":
+        from packyard.store import native
+
+        native.nfsim().serve(args.backing, args.mountpoint, args.ac_attr, args.ac_dir, latency,
+                             args.dir_revalidate == "trust", args.counters, args.trace, args.name)
+        return 0
     from packyard.workers.nfsim.fs import serve
 
-    serve(args.backing, args.mountpoint, ac_attr=args.ac_attr, ac_dir=args.ac_dir,
-          latency=parse_duration(args.latency), dir_revalidate=args.dir_revalidate,
-          counters_path=args.counters, fsname=args.name, trace_path=args.trace)
+    serve(args.backing, args.mountpoint, ac_attr=args.ac_attr, ac_dir=args.ac_dir, latency=latency,
+          dir_revalidate=args.dir_revalidate, counters_path=args.counters, fsname=args.name, trace_path=args.trace)
     return 0

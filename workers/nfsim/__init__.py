@@ -3,7 +3,9 @@
 ``Mount(backing, mountpoint, ...)`` starts ``packyard nfsim mount`` as a child process (one FUSE
 mount = one host: its own attribute and directory-listing caches, ESTALE, latency per metadata
 call, counters); :func:`unavailable` says why nfsim cannot run here (None when it can). The
-filesystem itself is :mod:`packyard.workers.nfsim.fs`; docs/nfs.md says what it models and why.
+filesystem is :mod:`packyard.workers.nfsim.fs` (the specification, on mfusepy) and its C twin
+``_nfsimd.c`` (loaded through ``store/native.py``; :func:`implementation` picks); docs/nfs.md says what
+it models and why.
 """
 from __future__ import annotations
 
@@ -20,7 +22,24 @@ SYNC_NAME = ".nfsim-sync"
 MOUNT_WAIT_S = 20.0
 
 
-def unavailable() -> str | None:
+IMPLEMENTATIONS = ("auto", "c", "python")
+
+
+def implementation(impl: str = "auto") -> str:
+    """``"c"`` or ``"python"``: the filesystem that serves a mount. ``auto``: the C one when it is built (and
+    PACKYARD_PURE_PYTHON is not set), else fs.py. Asking for ``c`` where it is not built is a ValueError."""
+    from packyard.store import native
+
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"nfsim implementation must be one of {IMPLEMENTATIONS}, not {impl!r}")
+    built = native.nfsim() is not None
+    if impl == "c" and not built:
+        raise ValueError("nfsim's C filesystem is not built here (needs libfuse3's headers at install: "
+                         "Debian's libfuse3-dev)")
+    return "python" if impl == "python" or not built else "c"
+
+
+def unavailable(impl: str = "auto") -> str | None:
     """Why nfsim cannot mount here, or None."""
     if not os.path.exists("/dev/fuse"):
         return "/dev/fuse is missing (no FUSE in this kernel or container)"
@@ -28,6 +47,11 @@ def unavailable() -> str | None:
         return "/dev/fuse is not readable and writable by this user"
     if shutil.which("fusermount3") is None:
         return "fusermount3 is not installed (Debian: apt-get install fuse3)"
+    try:
+        if implementation(impl) == "c":
+            return None
+    except ValueError as err:
+        return str(err)
     try:
         import mfusepy  # noqa: F401
     except (ImportError, OSError) as err:
@@ -44,8 +68,9 @@ class Mount:
 
     def __init__(self, backing: Path, mountpoint: Path, *, ac_attr: float = 3.0, ac_dir: float = 3.0,
                  latency: float = 0.001, dir_revalidate: str = "open", counters: Path | None = None,
-                 name: str = "nfsim", trace: Path | None = None) -> None:
+                 name: str = "nfsim", trace: Path | None = None, impl: str = "auto") -> None:
         self.backing, self.mountpoint = Path(backing), Path(mountpoint)
+        self.impl = implementation(impl)
         self.counters_path = counters or self.mountpoint.with_name(self.mountpoint.name + ".counters.json")
         self.mountpoint.mkdir(parents=True, exist_ok=True)
         before = _mount_dev(self.mountpoint)
@@ -53,7 +78,8 @@ class Mount:
                "nfsim", "mount", str(self.backing),
                str(self.mountpoint), "--ac-attr", str(ac_attr), "--ac-dir", str(ac_dir),
                "--latency", f"{latency}s", "--dir-revalidate", dir_revalidate,
-               "--counters", str(self.counters_path), "--name", name, *(["--trace", str(trace)] if trace else [])]
+               "--counters", str(self.counters_path), "--name", name, "--impl", self.impl,
+               *(["--trace", str(trace)] if trace else [])]
         # The daemon's messages go to a file, never a pipe nobody reads (a full pipe would stall the mount).
         self.log_path = self.mountpoint.with_name(self.mountpoint.name + ".log")
         with open(self.log_path, "ab") as log:

@@ -110,6 +110,7 @@ class NfsimOps(mfusepy.Operations):
         self._count.update(attr_hits=0, readdir_hits=0, estale=0, reads=0, writes=0, read_bytes=0, written_bytes=0,
                            failed_renames=0, failed_unlinks=0, max_in_flight=0)
         self._in_flight = 0
+        self._oversleep = 0.0
         self._slept = 0.0
         self._dirty = True
         self._stop = threading.Event()
@@ -132,11 +133,26 @@ class NfsimOps(mfusepy.Operations):
             if self._in_flight > self._count["max_in_flight"]:
                 self._count["max_in_flight"] = self._in_flight
         try:
-            if self.latency > 0:
-                time.sleep(self.latency * share)
+            self._sleep(self.latency * share)
         finally:
             with self._lock:
                 self._in_flight -= 1
+
+    def _sleep(self, s: float) -> None:
+        """Sleep ``s`` seconds on average: less by how much longer than asked a sleep takes here (the machine's
+        wake-up latency, ~0.3 ms on a 1 ms sleep in a small VM; a moving average), so a round trip costs the
+        latency asked for, not 1.3 times it."""
+        if s <= 0:
+            return
+        with self._lock:
+            ask = s - self._oversleep
+        if ask <= 0:
+            return
+        t0 = time.monotonic()
+        time.sleep(ask)
+        over = max(0.0, time.monotonic() - t0 - ask)
+        with self._lock:
+            self._oversleep = min(s / 2, 0.9 * self._oversleep + 0.1 * over)
 
     def _bump(self, kind: str, n: int = 1) -> None:
         with self._lock:
@@ -173,6 +189,17 @@ class NfsimOps(mfusepy.Operations):
             self._attr.pop(parent, None)
             self._lists.pop(parent, None)
             self._lists.pop(path, None)
+
+    def _changed(self, path: str) -> None:
+        """This mount changed ``path`` and the server's reply carried its post-op attributes (NFSv3's SETATTR,
+        MKDIR, LINK, SYMLINK replies do; RENAME's and REMOVE's do not): :meth:`_forget`, then those attributes
+        are cached, so the getattr libfuse makes after the call is answered here, as a kernel client needs no
+        LOOKUP after such a reply."""
+        self._forget(path)
+        try:
+            self._remember(path, os.lstat(self._b(path)))
+        except OSError:
+            pass
 
     def _remember(self, path: str, st: os.stat_result) -> dict[str, Any]:
         a = _attrs(st)
@@ -278,13 +305,13 @@ class NfsimOps(mfusepy.Operations):
     def chmod(self, path: str, mode: int) -> int:
         self._rt("setattr", path)
         os.chmod(self._b(path), mode)
-        self._forget(path)
+        self._changed(path)
         return 0
 
     def chown(self, path: str, uid: int, gid: int) -> int:
         self._rt("setattr", path)
         os.lchown(self._b(path), uid, gid)
-        self._forget(path)
+        self._changed(path)
         return 0
 
     def utimens(self, path: str, times: tuple[int, int] | None = None) -> int:
@@ -293,7 +320,7 @@ class NfsimOps(mfusepy.Operations):
             os.utime(self._b(path), follow_symlinks=False)
         else:
             os.utime(self._b(path), ns=self._times(path, times), follow_symlinks=False)
-        self._forget(path)
+        self._changed(path)
         return 0
 
     def _times(self, path: str, times: tuple[int, int]) -> tuple[int, int]:
@@ -314,10 +341,10 @@ class NfsimOps(mfusepy.Operations):
             h = self._files[fh]
             self._stale(h)
             os.ftruncate(h.fd, length)
-            self._forget(h.path)
+            self._changed(h.path)
         else:
             os.truncate(self._b(path), length)
-            self._forget(path)
+            self._changed(path)
         return 0
 
     def statfs(self, path: str) -> dict[str, int]:
@@ -330,7 +357,7 @@ class NfsimOps(mfusepy.Operations):
     def mkdir(self, path: str, mode: int) -> int:
         self._rt("mkdir", path)
         os.mkdir(self._b(path), mode)
-        self._forget(path)
+        self._changed(path)
         return 0
 
     def rmdir(self, path: str) -> int:
@@ -372,14 +399,14 @@ class NfsimOps(mfusepy.Operations):
     def link(self, target: str, source: str) -> int:
         self._rt("link", target)
         os.link(self._b(source), self._b(target))
-        self._forget(target)
-        self._forget(source)
+        self._changed(source)
+        self._changed(target)
         return 0
 
     def symlink(self, target: str, source: str) -> int:
         self._rt("symlink", target)
         os.symlink(source, self._b(target))
-        self._forget(target)
+        self._changed(target)
         return 0
 
     def readlink(self, path: str) -> str:
@@ -463,8 +490,7 @@ class NfsimOps(mfusepy.Operations):
         if flags & os.O_TRUNC:
             self._forget(path)
         fh = self._add_handle(fd, path)
-        if self.latency > 0:
-            time.sleep(self.latency / 2)   # ...and half back: another host can delete the file meanwhile
+        self._sleep(self.latency / 2)   # ...and half back: another host can delete the file meanwhile
         return fh
 
     def create(self, path: str, mode: int, fi: Any = None) -> int:  # type: ignore[override]
