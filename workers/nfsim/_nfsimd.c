@@ -593,39 +593,51 @@ static int fetch_listing(const char *path, const struct stat *token, struct list
     return err;
 }
 
+/* An open directory: its path and change token, and its listing (NULL until the first readdir fetches it). */
+struct dirh { char *path; struct stat token; struct listing *l; };
+
+/* Close-to-open for a directory: its attributes, fresh (one round trip), decide whether the cached listing still
+ * holds; a changed one is fetched by the first readdir, as an NFS client reads a directory's entries only when
+ * asked for them (an open for fsync or fstatfs reads none). (fs.py opendir) */
 static int op_opendir(const char *path, struct fuse_file_info *fi) {
+    struct dirh *d = calloc(1, sizeof *d);
+    if (!d || !(d->path = strdup(path))) { free(d); return -ENOMEM; }
     pthread_mutex_lock(&S.lock);
     struct listing *c = ht_get(&S.lists, path);
     if (c) c->refs++;
     pthread_mutex_unlock(&S.lock);
-    struct listing *l = NULL;
     if (S.trust && c && now_mono() - c->fetched < S.ac_dir) {
         bump(C_READDIR_HITS, 1);
-        l = c;
+        d->token = c->token; d->l = c;
     } else {
         rt(K_GETATTR, path, 1.0);    /* close-to-open: the directory's attributes, fresh */
         char b[PATH_MAX];
         int e = bpath(b, path);
         struct stat st;
         if (!e && stat(b, &st) != 0) e = -errno;
-        if (e) { listing_unref(c); return e; }
+        if (e) { listing_unref(c); free(d->path); free(d); return e; }
         remember(path, &st);
+        d->token = st;
         if (c && same_token(&c->token, &st)) {
             bump(C_READDIR_HITS, 1);
-            l = c;
+            d->l = c;
         } else {
             listing_unref(c);
-            if ((e = fetch_listing(path, &st, &l))) return e;
         }
     }
-    fi->fh = (uint64_t)(uintptr_t)l;
+    fi->fh = (uint64_t)(uintptr_t)d;
     return 0;
 }
 
 static int op_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off, struct fuse_file_info *fi,
                       enum fuse_readdir_flags flags) {
-    struct listing *l = (struct listing *)(uintptr_t)fi->fh;
-    if (!l) return 0;
+    struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+    if (!d) return 0;
+    if (!d->l) {
+        int e = fetch_listing(d->path, &d->token, &d->l);
+        if (e) return e;
+    }
+    struct listing *l = d->l;
     for (size_t i = 0; i < l->n; i++) {
         struct stat st;
         memset(&st, 0, sizeof st);
@@ -636,7 +648,10 @@ static int op_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t o
 }
 
 static int op_releasedir(const char *path, struct fuse_file_info *fi) {
-    listing_unref((struct listing *)(uintptr_t)fi->fh);
+    struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+    if (!d) return 0;
+    listing_unref(d->l);
+    free(d->path); free(d);
     return 0;
 }
 
