@@ -8,14 +8,17 @@ packyard: a reader that misses everywhere looks there before it says "missing"
 of it); only ``git count-objects -v`` counts it, as one "garbage found" entry (README, "Operating safely").
 
 Moving a pack keeps it whole in one of the two directories at every moment: its ``.pack`` (and
-``.rev``) are hard-linked into preserved/ first, then the ``.idx`` moves (the switch: no new reader
-discovers the pack in objects/pack once the idx is gone, and preserved/ holds the whole pack from
-then on), then the old names of the linked files go, then ``.mtimes`` and ``.bitmap`` move. Moving
-the idx first and the pack after (the order before) left a moment in which neither directory listed
-a whole pack: a reader on another host that re-listed both then lost every object only that pack
-held (the two-host race, docs/nfs.md). Where hard links are refused, the idx still moves first. The
-moved idx's mtime is set to the time of the move, which is what expiry measures. Expiry removes
-the idx first, then the rest.
+``.rev``) and then its ``.idx`` are hard-linked into preserved/ first (preserved/ now holds the whole
+pack), then the ``.idx`` leaves objects/pack (the switch: no new reader discovers the pack there once the
+idx is gone), then the old names of the other linked files go, then ``.mtimes`` and ``.bitmap`` move.
+Moving the idx first and the pack after (the order before) left a moment in which neither directory listed
+a whole pack: a reader on another host that re-listed both then lost every object only that pack held
+(the two-host race, docs/nfs.md). Links and unlinks, not a rename, move the idx: a rename between two
+directories takes the filesystem's rename lock and both directories' locks (the kernel serializes every
+such rename on a mount, and each is a round trip on NFS), while a link locks only preserved/ and an unlink
+only objects/pack, so the moves of several packs overlap (``retire_packs``). Where hard links are refused,
+the idx is renamed, still first. The preserved idx's mtime is set to the time of the move, which is what
+expiry measures. Expiry removes the idx first, then the rest.
 """
 from __future__ import annotations
 
@@ -49,10 +52,11 @@ def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, presen
     returns the files moved. ``present``: the extensions to move (default all; :func:`retire_packs` passes
     what a fresh listing showed); ``dest_ready``: preserved/ exists (no mkdir round trip).
 
-    Steps: link ``.pack`` and ``.rev`` into preserved/ (fault point ``repack.after_pack_linked``); move the
-    ``.idx`` and set its mtime (``repack.after_idx_preserved``); unlink the linked files' old names; move
-    ``.mtimes`` and ``.bitmap``. A rerun after a crash anywhere finishes the move (a link already there is
-    the same file: kept)."""
+    Steps: link ``.pack`` and ``.rev`` into preserved/ (fault point ``repack.after_pack_linked``); link the
+    ``.idx`` there and set its mtime, then unlink its old name -- or, where links are refused, rename it
+    (``repack.after_idx_preserved``); unlink the other linked files' old names; move ``.mtimes`` and
+    ``.bitmap``. A rerun after a crash anywhere finishes the move (a link already there is the same file:
+    kept)."""
     pack_dir = Path(pack_dir)
     dest = preserved_dir(pack_dir)
     if not dest_ready:
@@ -62,11 +66,8 @@ def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, presen
     linked = [e for e in (".pack", ".rev") if e in wanted and _link_into(pack_dir / f"{name}{e}", dest)]
     if linked:
         fault_point("repack.after_pack_linked")
-    if ".idx" in wanted and _move(pack_dir / f"{name}.idx", dest):
+    if ".idx" in wanted and _move_idx(pack_dir / f"{name}.idx", dest, now):
         moved += 1
-        # The move's time is what expiry measures (a rename keeps the pack's old mtime).
-        t = time.time() if now is None else now
-        os.utime(dest / f"{name}.idx", (t, t))
         fault_point("repack.after_idx_preserved")
     for e in linked:
         (pack_dir / f"{name}{e}").unlink(missing_ok=True)
@@ -75,6 +76,22 @@ def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, presen
         if rest in wanted and rest not in linked and _move(pack_dir / f"{name}{rest}", dest):
             moved += 1
     return moved
+
+
+def _move_idx(idx: Path, dest: Path, now: float | None) -> bool:
+    """The switch: the idx into preserved/ (linked, its mtime set to the move's time, then its old name
+    unlinked; renamed where links are refused); False if it is gone."""
+    t = time.time() if now is None else now
+    if _link_into(idx, dest):
+        # The move's time is what expiry measures (set before the old name goes: a crash after the unlink
+        # leaves no preserved idx with the pack's old mtime).
+        os.utime(dest / idx.name, (t, t))
+        idx.unlink(missing_ok=True)
+        return True
+    if not _move(idx, dest):
+        return False
+    os.utime(dest / idx.name, (t, t))
+    return True
 
 
 def _link_into(src: Path, dest: Path) -> bool:
@@ -103,8 +120,8 @@ def _link_into(src: Path, dest: Path) -> bool:
 
 def _move(src: Path, dest: Path) -> bool:
     """Rename ``src`` into ``dest`` under its name (False if it is gone). (Never over a hard link of the same
-    file, which rename(2) would leave both of: only ``.pack``/``.rev`` are ever linked, and those go through
-    :func:`_link_into`.)"""
+    file, which rename(2) would leave both of: only ``.pack``, ``.rev`` and ``.idx`` are ever linked, and a
+    linked one is never renamed.)"""
     try:
         os.replace(src, dest / src.name)
     except FileNotFoundError:
