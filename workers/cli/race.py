@@ -70,6 +70,12 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                         "host is about to delete, so that reads meet ESTALE (default 4; 0: none)")
     p.add_argument("--nfsim-latency", default="1ms", metavar="T",
                    help="with --hosts 2: latency per metadata call on both mounts (default 1ms)")
+    p.add_argument("--nfsim-impl", choices=("auto", "c", "python"), default="auto",
+                   help="with --hosts 2: the nfsim filesystem both mounts run (c: _nfsimd.c, python: fs.py, its "
+                        "specification; auto: c when built)")
+    p.add_argument("--nfsim-trace", default=None, metavar="DIR",
+                   help="with --hosts 2: each mount appends its round trips and ESTALE answers to DIR/host-a.trace and "
+                        "DIR/host-b.trace (one line each: kind and path)")
     p.add_argument("--nfsim-trust-listing", action="store_true",
                    help="NEGATIVE CONTROL (with --hosts 2): host B's mount reuses cached directory listings for "
                         "3 s without revalidating them on opendir; the run must report lost reads")
@@ -135,8 +141,13 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
     server = base / "server"
     server.mkdir(parents=True, exist_ok=True)
     latency = parse_duration(args.nfsim_latency)
-    with nfsim.Mount(server, base / "host-a", latency=latency, name="race-host-a") as a, \
-            nfsim.Mount(server, base / "host-b", latency=latency, name="race-host-b",
+    trace = Path(args.nfsim_trace) if args.nfsim_trace else None
+    if trace is not None:
+        trace.mkdir(parents=True, exist_ok=True)
+    with nfsim.Mount(server, base / "host-a", latency=latency, name="race-host-a", impl=args.nfsim_impl,
+                     trace=trace / "host-a.trace" if trace else None) as a, \
+            nfsim.Mount(server, base / "host-b", latency=latency, name="race-host-b", impl=args.nfsim_impl,
+                        trace=trace / "host-b.trace" if trace else None,
                         dir_revalidate="trust" if args.nfsim_trust_listing else "open") as b:
         from packyard.workers.race.harness import RaceOptions
 

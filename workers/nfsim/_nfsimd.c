@@ -321,6 +321,11 @@ static int stale(struct handle *h, struct stat *st) {
         pthread_mutex_unlock(&S.lock);
         if (!silly) {
             bump(C_ESTALE, 1);
+            if (S.trace) {
+                pthread_mutex_lock(&S.lock);
+                fprintf(S.trace, "estale %s\n", h->path);
+                pthread_mutex_unlock(&S.lock);
+            }
             gone(h->path, h->ino, 1);
             return -ESTALE;
         }

@@ -230,6 +230,9 @@ class NfsimOps(mfusepy.Operations):
         st = os.fstat(h.fd)
         if st.st_nlink == 0 and (h.dev, h.ino) not in self._silly:
             self._bump("estale")
+            if self._trace is not None:
+                with self._lock:
+                    self._trace.write(f"estale {h.path}\n")
             self._gone(h.path, h.ino)
             raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), h.path)
         return st
