@@ -35,7 +35,7 @@ import struct
 import zlib
 from array import array
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import AbstractSet, Iterable, Sequence
 
 from .. import durable
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
@@ -377,7 +377,10 @@ class PackWriter:
             self.abort()
             raise
         self._close_fd()
-        self._remove_temps()   # what was not renamed: the same pack was there already, the keep was linked
+        # What was not renamed: the owner record, a linked keep, or every file when the same pack was there
+        # already. The renamed ones are not asked for again (on NFS each would be a LOOKUP answering ENOENT).
+        renamed = {p for p in files.temps() if p != files.keep} if outcome is InstallOutcome.INSTALLED else set()
+        self._remove_temps(skip=renamed)
         self._temps = []
         self.installed = True
         return outcome, files, keep_path
@@ -395,8 +398,10 @@ class PackWriter:
                 pass
             self._fd = -1
 
-    def _remove_temps(self) -> None:
+    def _remove_temps(self, skip: AbstractSet[Path] = frozenset()) -> None:
         for p in self._temps:
+            if p in skip:
+                continue
             try:
                 os.unlink(p)
             except FileNotFoundError:

@@ -34,7 +34,8 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
     bare, loose = _pushed_repo(nfsim_hosts.backing, tmp_path, packs=6, loose_files=40)
     assert loose >= 40 and len(list((bare / "objects" / "pack").glob("*.idx"))) == 6
     listing = git("rev-list", "--objects", "--all", git_dir=bare)
-    a = nfsim_hosts("a", ac_attr=3.0, ac_dir=3.0, latency=0.005)
+    trace = tmp_path / "a.trace"
+    a = nfsim_hosts("a", ac_attr=3.0, ac_dir=3.0, latency=0.005, trace=trace)
     assert fsparallel.is_shared(str(a.mountpoint)) and not fsparallel.is_shared(str(tmp_path))
     proc = subprocess.run(["packyard", "repack", "--repo", str(a.mountpoint / bare.name), "--mode", "full",
                            "--json", "--no-progress"], env=pk.cli_env(), capture_output=True, text=True, timeout=300)
@@ -50,6 +51,12 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
     assert counters["loose_prefetched"] == loose      # read together before the walk, each once
     # The loose reads and deletes (over many fan-out directories) and the idx opens overlapped.
     assert calls["max_in_flight"] >= 4
+    # A temp file renamed into place is not asked for again (the writer's clean-up once unlinked every temp name,
+    # each a LOOKUP answering ENOENT).
+    lines = [line.split(" ", 1) for line in trace.read_text().splitlines()]
+    renamed = {path: i for i, (kind, path) in enumerate(lines) if kind == "rename" and "/tmp_" in path}
+    assert len(renamed) >= 3
+    assert [(kind, path) for path, i in renamed.items() for kind, p in lines[i + 1:] if p == path] == []
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
     assert not [d for d in (bare / "objects").iterdir() if len(d.name) == 2 and any(d.iterdir())]
