@@ -207,8 +207,20 @@ static void rt(int kind, const char *path, double share) {
 /* ---- counters ---------------------------------------------------------------------------------------------- */
 static int name_cmp(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
+static pthread_mutex_t write_lock = PTHREAD_MUTEX_INITIALIZER;   /* one writer of the counters file at a time */
+
+static void write_counters_locked(void);
+
+/* The counters as JSON into the counters file (a temp file renamed over it), one writer at a time: the
+ * half-second writer and a stat of the sync name would otherwise write the same temp file together. */
 static void write_counters(void) {
     if (!S.counters_path) return;
+    pthread_mutex_lock(&write_lock);
+    write_counters_locked();
+    pthread_mutex_unlock(&write_lock);
+}
+
+static void write_counters_locked(void) {
     long long c[N_COUNTERS];
     double slept;
     pthread_mutex_lock(&S.lock);
@@ -374,6 +386,7 @@ static int add_handle(int fd, const char *path, struct fuse_file_info *fi) {
 
 /* ---- attributes ------------------------------------------------------------------------------------------- */
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi) {
+    if (!path && !(fi && fi->fh)) return -ESTALE;   /* (a node libfuse no longer has a name for) */
     if (fi && fi->fh) {
         struct handle *h = HANDLE(fi);
         if (cached(h->path, st) && st->st_ino == h->ino) return 0;

@@ -104,6 +104,7 @@ class NfsimOps(mfusepy.Operations):
         # One line per round trip ("kind path"), line-buffered: where a workload's round trips go.
         self._trace = open(trace_path, "a", buffering=1) if trace_path else None
         self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
         self._attr: dict[str, tuple[float, dict[str, Any]]] = {}
         self._lists: dict[str, _Listing] = {}
         self._files: dict[int, _Handle] = {}
@@ -173,13 +174,16 @@ class NfsimOps(mfusepy.Operations):
         return out
 
     def write_counters(self) -> None:
+        """The counters as JSON into the counters file (a temp file renamed over it), one writer at a time: the
+        half-second writer and a stat of the sync name would otherwise write the same temp file together."""
         if not self.counters_path:
             return
-        data = json.dumps(self.counters(), sort_keys=True)
-        tmp = f"{self.counters_path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(data)
-        os.replace(tmp, self.counters_path)
+        with self._write_lock:
+            data = json.dumps(self.counters(), sort_keys=True)
+            tmp = f"{self.counters_path}.tmp{os.getpid()}"
+            with open(tmp, "w") as f:
+                f.write(data)
+            os.replace(tmp, self.counters_path)
 
     def _writer(self) -> None:
         while not self._stop.wait(0.5):
@@ -287,7 +291,7 @@ class NfsimOps(mfusepy.Operations):
         self.write_counters()
 
     # -- attributes --------------------------------------------------------
-    def getattr(self, path: str, fh: int | None = None) -> dict[str, Any]:
+    def getattr(self, path: str | None, fh: int | None = None) -> dict[str, Any]:  # type: ignore[override]
         if fh is not None and fh in self._files:
             h = self._files[fh]
             a = self._cached(h.path)
@@ -295,6 +299,8 @@ class NfsimOps(mfusepy.Operations):
                 return a
             self._rt("getattr", h.path)
             return self._remember(h.path, self._stale(h))
+        if path is None:
+            raise OSError(errno.ESTALE, os.strerror(errno.ESTALE))   # (a node libfuse no longer has a name for)
         if path == SYNC_NAME:
             self.write_counters()
             raise OSError(errno.ENOENT, "nfsim counters written")
