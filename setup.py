@@ -38,7 +38,6 @@ CLIENT = {"define_macros": [("WALK_CLIENT", "1")], "include_dirs": ["store/maint
           "extra_compile_args": [*WARNINGS, "-fvisibility=hidden"]}
 
 
-
 def nfsim_extension() -> list[Extension]:
     """nfsim's C filesystem, when libfuse3's headers are here (pkg-config fuse3, or Debian's path)."""
     try:

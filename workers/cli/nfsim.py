@@ -8,6 +8,7 @@ import argparse
 import sys
 
 from packyard.workers.durations import parse_duration
+from packyard.workers.nfsim import IMPLEMENTATIONS
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
@@ -36,7 +37,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     m.add_argument("--trace", metavar="FILE", default=None,
                    help="append one line per round trip (its kind and path): where a workload's round trips go")
     m.add_argument("--name", default="nfsim", help="the mount's fsname (shown in /proc/mounts)")
-    m.add_argument("--impl", choices=("auto", "c", "python"), default="auto",
+    m.add_argument("--impl", choices=IMPLEMENTATIONS, default="auto",
                    help="the filesystem that serves: c (_nfsimd.c), python (fs.py, its specification), auto "
                         "(c when built; default)")
     p.set_defaults(func=run, logs=False)

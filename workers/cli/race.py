@@ -27,6 +27,7 @@ from packyard.workers.cli.args import add_repo_arg
 from packyard.workers.cli.children import Child, child_env, ping_workers, wait_for, worker_argv
 from packyard.workers.cli.prepare import prepare_embedded
 from packyard.workers.durations import parse_duration
+from packyard.workers.nfsim import IMPLEMENTATIONS
 from packyard.workers.settings import get_settings
 
 
@@ -70,7 +71,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                         "host is about to delete, so that reads meet ESTALE (default 4; 0: none)")
     p.add_argument("--nfsim-latency", default="1ms", metavar="T",
                    help="with --hosts 2: latency per metadata call on both mounts (default 1ms)")
-    p.add_argument("--nfsim-impl", choices=("auto", "c", "python"), default="auto",
+    p.add_argument("--nfsim-impl", choices=IMPLEMENTATIONS, default="auto",
                    help="with --hosts 2: the nfsim filesystem both mounts run (c: _nfsimd.c, python: fs.py, its "
                         "specification; auto: c when built)")
     p.add_argument("--nfsim-trace", default=None, metavar="DIR",
