@@ -38,6 +38,8 @@ record and no pid in the name, or another host's)::
     packed_refs_new   packed-refs.new (git's packed-refs writer)        -   600
     ref_claim         refs/**.lock, packyard/**.lock                    0   600
     ref_tmp           packyard/tmp/ref-*                                -   600
+    preserved_mapped  objects/pack/preserved/{multi-pack-index,       -   3600     (the preserve time)
+                      commit-graph,packed-refs}-<hex>.old
 
 A live owner's leftover is never removed by age. The table itself is :mod:`.table` (names, kinds,
 rules), the finders :mod:`.find`; this module adds :func:`remove`. Each row's ``reason`` says why its ages are what
@@ -63,6 +65,7 @@ from .find import (
     find_pack_temps,
     find_packed_refs_new,
     find_packed_refs_temps,
+    find_preserved_mapped,
     find_quarantines,
     find_ref_claims,
     find_ref_temps,
@@ -74,6 +77,8 @@ from .table import (
     CLAIM_EXPIRE,
     DEAD_WRITER_AFTER,
     LOOSE_TMP_PREFIX,
+    PRESERVED_MAPPED,
+    PRESERVED_MAPPED_RE,
     PRUNE_EXPIRE,
     QUARANTINE_OWNER,
     QUARANTINE_PREFIX,
@@ -134,5 +139,6 @@ __all__ = ["Kind", "Verdict", "Rule", "RULES", "Leftover", "FINDERS", "removable
            "find_loose_tmp", "find_batch_markers", "find_pack_temps", "find_orphan_packs", "find_half_preserved",
            "find_orphan_idx", "find_midx_lock", "find_keeps", "find_quarantines", "find_serving_locks",
            "find_graph_temps", "find_packed_refs_temps", "find_packed_refs_new", "find_ref_claims", "find_ref_temps",
+           "find_preserved_mapped", "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE",
            "create_batch_marker", "remove_batch_marker", "LOOSE_TMP_PREFIX", "QUARANTINE_PREFIX", "QUARANTINE_OWNER",
            "SERVING_LOCKS", "PRUNE_EXPIRE", "CLAIM_EXPIRE", "DEAD_WRITER_AFTER"]

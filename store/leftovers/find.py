@@ -19,6 +19,7 @@ from .table import (
     GRAPH_TMP_RE,
     LOOSE_TMP_PREFIX,
     LOOSE_TMP_RE,
+    PRESERVED_MAPPED_RE,
     QUARANTINE_OWNER,
     QUARANTINE_PREFIX,
     RULES,
@@ -314,6 +315,23 @@ def find_midx_lock(repo: object, *, now: float | None = None, rule: Rule | None 
     return _claims([path] if path.exists() else [], Kind.MIDX_LOCK, rule or RULES[Kind.MIDX_LOCK], _now(now))
 
 
+def find_preserved_mapped(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs}-<hex>.old``: old inodes of the files
+    git mmaps, kept for readers on other hosts, aged by their mtime (set when they were linked there)."""
+    from ..objdir import PRESERVED_DIR
+
+    now, rule = _now(now), rule or RULES[Kind.PRESERVED_MAPPED]
+    out = []
+    for e in sorted(_scan(_git_dir(repo) / "objects" / "pack" / PRESERVED_DIR), key=lambda e: e.name):
+        if PRESERVED_MAPPED_RE.match(e.name) is None:
+            continue
+        mtime = _mtime(e.path)
+        if mtime is not None:
+            out.append(Leftover(Path(e.path), Kind.PRESERVED_MAPPED, None, now - mtime,
+                                rule.verdict(None, now - mtime)))
+    return out
+
+
 def find_keeps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``pack-*.keep`` files carrying packyard's owner record (an operator's ``.keep`` is not listed)."""
     now, rule = _now(now), rule or RULES[Kind.KEEP]
@@ -412,7 +430,7 @@ FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
     Kind.MIDX_LOCK: find_midx_lock, Kind.QUARANTINE: find_quarantines, Kind.KEEP: find_keeps,
     Kind.SERVING_LOCK: find_serving_locks, Kind.GRAPH_TMP: find_graph_temps,
     Kind.PACKED_REFS_TMP: find_packed_refs_temps, Kind.PACKED_REFS_NEW: find_packed_refs_new,
-    Kind.REF_CLAIM: find_ref_claims, Kind.REF_TMP: find_ref_temps,
+    Kind.REF_CLAIM: find_ref_claims, Kind.REF_TMP: find_ref_temps, Kind.PRESERVED_MAPPED: find_preserved_mapped,
 }
 
 

@@ -28,6 +28,12 @@ QUARANTINE_OWNER = "packyard-owner"
 #: Where the commit-graph and pack-refs writers claim (relative to the git dir).
 SERVING_LOCKS = ("packed-refs.lock", "objects/info/commit-graphs/commit-graph-chain.lock")
 GRAPH_TMP_RE = re.compile(r"^tmp_(graph|chain)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
+#: The fixed-path files git mmaps that maintenance replaces (or removes), by their path under the git dir: the old
+#: inode of each is hard-linked into ``objects/pack/preserved/`` as ``<name>-<16 hex>.old`` first
+#: (store/maintenance/preserved.py). No pack file's name (``pack-*``) and no temp file's (``tmp_*``) can be one.
+PRESERVED_MAPPED = {"multi-pack-index": "objects/pack/multi-pack-index",
+                    "commit-graph": "objects/info/commit-graph", "packed-refs": "packed-refs"}
+PRESERVED_MAPPED_RE = re.compile(r"^(multi-pack-index|commit-graph|packed-refs)-([0-9a-f]{16})\.old$")
 
 HOUR = 3600.0
 #: git's default prune expiry (``gc.pruneExpire`` = 2.weeks.ago): what nobody can judge waits this long.
@@ -54,6 +60,7 @@ class Kind(enum.Enum):
     PACKED_REFS_NEW = "packed_refs_new"
     REF_CLAIM = "ref_claim"
     REF_TMP = "ref_tmp"
+    PRESERVED_MAPPED = "preserved_mapped"
 
 
 class Verdict(enum.Enum):
@@ -149,6 +156,12 @@ _RULES: tuple[Rule, ...] = (
     Rule(Kind.REF_TMP, "packyard/tmp/ref-*", None, CLAIM_EXPIRE,
          "A ref file being written, live only while its writer holds the ref's claim: orphans after the "
          "claim's age."),
+    Rule(Kind.PRESERVED_MAPPED, "objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs}-<hex>.old",
+         None, HOUR,
+         "The old inode of a file git mmaps, linked here (its mtime set to then) just before maintenance renamed "
+         "a new file over it or removed it: a reader on another NFS host that has it open or mapped keeps a "
+         "valid handle only while the inode lives (else ESTALE, SIGBUS for a mapping). Nobody owns it: it goes "
+         "after the preserve time (PACKYARD_MAINTENANCE_PRESERVE_FOR, one hour by default), as preserved packs."),
 )
 #: The table: one rule per kind.
 RULES: dict[Kind, Rule] = {r.kind: r for r in _RULES}

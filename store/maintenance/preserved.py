@@ -19,16 +19,32 @@ such rename on a mount, and each is a round trip on NFS), while a link locks onl
 only objects/pack, so the moves of several packs overlap (``retire_packs``). Where hard links are refused,
 the idx is renamed, still first. The preserved idx's mtime is set to the time of the move, which is what
 expiry measures. Expiry removes the idx first, then the rest.
+
+Files git maps at a fixed path are kept the same way. git mmaps ``objects/pack/multi-pack-index``,
+``objects/info/commit-graph`` and ``packed-refs`` (from 32 KiB), and over NFS a reader on another host
+keeps a valid handle only while the server's inode lives: when maintenance renames a new file over the
+old one (or removes it) and the old inode's last link goes, that reader's next read of a page it has
+not cached is ESTALE, which in a mapping is SIGBUS -- a ``git upload-pack`` serving a clone on host B
+dies because host A's repack replaced the MIDX. So, just before the rename (or the unlink), the writer
+hard-links the current file into preserved/ as ``<name>-<16 hex>.old`` (:func:`preserve_mapped`; a name
+git never reads, that no pack or temp file can have) and sets its mtime to now; :func:`expire_preserved_mapped`
+removes it after the same preserve time (the leftovers table's ``preserved_mapped`` row). Nothing is
+fsynced for it (a crash ends every mapping anyway); a crash between the link and the rename leaves one
+more link of the file still in place, which expires like the others. Where hard links are refused,
+nothing is preserved (a copy would be another inode: no use to a reader). The writers' ``preserve``
+flag (a repack's ``preserve`` with ``preserve_for`` > 0) turns it off.
 """
 from __future__ import annotations
 
 import errno
 import os
+import secrets
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from .. import fsparallel
+from .. import leftovers as lo
 from ..faults import fault_point
 from ..install import advance_listing
 from ..objdir import PRESERVED_DIR
@@ -235,5 +251,50 @@ def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECOND
     return removed
 
 
+def preserve_mapped(path: Path, pack_dir: Path, *, now: float | None = None) -> Path | None:
+    """Keep the inode now at ``path`` (``multi-pack-index``, ``commit-graph`` or ``packed-refs``: a file git mmaps
+    at a fixed path) alive for readers that have it open: hard-link it into ``pack_dir``'s preserved/ as
+    ``<name>-<16 hex>.old`` and set its mtime to ``now`` (what :func:`expire_preserved_mapped` measures). Call it
+    right before the rename over ``path`` (or its unlink). Returns the link; None when there is no file at
+    ``path`` or hard links are refused here (nothing is copied)."""
+    path = Path(path)
+    if path.name not in lo.PRESERVED_MAPPED:
+        raise ValueError(f"not a file git maps at a fixed path: {path.name}")
+    dest = preserved_dir(pack_dir)
+    for _ in range(4):
+        target = dest / f"{path.name}-{secrets.token_hex(8)}.old"
+        try:
+            os.link(path, target, follow_symlinks=False)
+        except FileExistsError:
+            continue                      # (a 64-bit name taken: another one)
+        except FileNotFoundError:
+            if dest.is_dir() or not os.path.lexists(path):
+                return None               # nothing to keep
+            try:
+                dest.mkdir(exist_ok=True)     # the first preserve of this repository
+            except FileNotFoundError:
+                return None                   # (no objects/pack: nothing git maps there either)
+            continue
+        except OSError as err:
+            if err.errno in _NO_LINK:
+                return None
+            raise
+        t = time.time() if now is None else now
+        os.utime(target, (t, t), follow_symlinks=False)
+        return target
+    return None
+
+
+def expire_preserved_mapped(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECONDS, *,
+                            now: float | None = None, fence: Callable[[], None] | None = None) -> list[str]:
+    """Remove the preserved old files git maps (:func:`preserve_mapped`) linked there more than ``older_than``
+    seconds ago; returns their names. The leftovers table's ``preserved_mapped`` row with ``older_than`` as its
+    age; ``fence()`` runs before each removal."""
+    git_dir = Path(pack_dir).parent.parent
+    rule = lo.RULES[lo.Kind.PRESERVED_MAPPED].aged(unjudged_after=older_than)
+    found = lo.find_preserved_mapped(git_dir, now=now, rule=rule)
+    return [item.path.name for item in lo.remove(lo.removable(found), fence)]
+
+
 __all__ = ["DEFAULT_PRESERVE_SECONDS", "preserve_pack", "expire_preserved", "remove_pack_files", "preserved_dir",
-           "pack_files_present", "retire_packs"]
+           "pack_files_present", "retire_packs", "preserve_mapped", "expire_preserved_mapped"]

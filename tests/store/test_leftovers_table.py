@@ -159,6 +159,10 @@ def ref_tmp(g: Path) -> Path:
     return _write(g / "packyard" / "tmp" / "ref-1234-abcdef012345")
 
 
+def preserved_mapped(name: str) -> Callable[[Path], Path]:
+    return lambda g: _write(g / "objects" / "pack" / "preserved" / f"{name}-0123456789abcdef.old")
+
+
 @dataclass(frozen=True)
 class Case:
     id: str
@@ -242,6 +246,15 @@ CASES = [
     Case("ref lock other host, 11 min", Kind.REF_CLAIM, ref_claim(elsewhere), 11 * MIN, V.REMOVE_EXPIRED),
     Case("ref tmp, 1 min", Kind.REF_TMP, ref_tmp, MIN, V.KEEP_YOUNG),
     Case("ref tmp, 11 min", Kind.REF_TMP, ref_tmp, 11 * MIN, V.REMOVE_EXPIRED),
+    # old inodes of the files git maps, kept for readers on other hosts for the preserve time
+    Case("preserved midx, 59 min", Kind.PRESERVED_MAPPED, preserved_mapped("multi-pack-index"), 59 * MIN,
+         V.KEEP_YOUNG),
+    Case("preserved midx, 61 min", Kind.PRESERVED_MAPPED, preserved_mapped("multi-pack-index"), 61 * MIN,
+         V.REMOVE_EXPIRED),
+    Case("preserved commit-graph, 61 min", Kind.PRESERVED_MAPPED, preserved_mapped("commit-graph"), 61 * MIN,
+         V.REMOVE_EXPIRED),
+    Case("preserved packed-refs, 59 min", Kind.PRESERVED_MAPPED, preserved_mapped("packed-refs"), 59 * MIN,
+         V.KEEP_YOUNG),
 ]
 
 
