@@ -13,14 +13,17 @@ The locking is git's own, so git's ``update-ref`` running beside it loses nothin
    meanwhile is either gone before we look or deleted from the new ``packed-refs`` after us -- it never
    comes back (the JGit bug eclipse-jgit/jgit#152 packed a value read before a deletion).
 2. The loose refs and the current ``packed-refs`` are read under the lock; the merged file is written to
-   a temp file, flushed, renamed over ``packed-refs``, the directory fsynced; the lock is released.
+   a temp file, flushed, the current ``packed-refs`` hard-linked into ``objects/pack/preserved/``
+   (``preserve``: git mmaps a packed-refs of 32 KiB or more, and a reader on another NFS host that has it
+   mapped keeps its inode for the preserve time; store/maintenance/preserved.py), the new one renamed over
+   ``packed-refs``, the directory fsynced; the lock is released.
 3. Each packed loose ref is pruned under its own ``<ref>.lock`` (packyard's and git's writers take it):
    removed only if it still holds the value just packed. A ref moved meanwhile keeps its loose file
    (which wins over packed-refs): it is never reverted. A ref whose lock is held is left loose.
 
-Fault points: ``packrefs.after_flush``, ``packrefs.after_rename``, ``packrefs.after_fsync``,
-``packrefs.after_unlock``, ``packrefs.after_prune``. A kill anywhere leaves every ref with its value
-(loose wins over packed).
+Fault points: ``packrefs.after_flush``, ``packrefs.after_preserve``, ``packrefs.after_rename``,
+``packrefs.after_fsync``, ``packrefs.after_unlock``, ``packrefs.after_prune``. A kill anywhere leaves every
+ref with its value (loose wins over packed).
 """
 from __future__ import annotations
 
@@ -28,7 +31,6 @@ import os
 import uuid
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -175,8 +177,9 @@ def _packable(name: str, value: bytes | str, read: Read, header: Header, skipped
 
 
 def pack_refs(repo, *, fence_token: int | None = None,
-              counters: durable.DurabilityCounters | None = None) -> PackRefsResult:
-    """Fold every loose ref into packed-refs and prune the loose files (see the module docstring)."""
+              counters: durable.DurabilityCounters | None = None, preserve: bool = True) -> PackRefsResult:
+    """Fold every loose ref into packed-refs and prune the loose files (see the module docstring). ``preserve``:
+    the packed-refs replaced is kept in ``objects/pack/preserved/`` for the preserve time (False: not kept)."""
     counters = counters or durable.DurabilityCounters()
     git_dir = Path(repo.path)
     read = repo.objects.read
@@ -196,7 +199,7 @@ def pack_refs(repo, *, fence_token: int | None = None,
                     entries[name] = value
                     to_prune[name] = value
             data = render(entries, read, header)
-            _install(git_dir, data, counters)
+            _install(git_dir, data, counters, preserve=preserve)
             result.packed, result.total, result.bytes = len(to_prune), len(entries), len(data)
         finally:
             lockfile.release(claim)
@@ -209,12 +212,21 @@ def pack_refs(repo, *, fence_token: int | None = None,
     return result
 
 
-def _install(git_dir: Path, data: bytes, counters: durable.DurabilityCounters) -> None:
+def _install(git_dir: Path, data: bytes, counters: durable.DurabilityCounters, *, preserve: bool = True) -> None:
     tmp_dir = git_dir / REF_TMP_DIR
     tmp_dir.mkdir(parents=True, exist_ok=True)
     tmp = tmp_dir / f"{TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    durable.publish_file(tmp, git_dir / PACKED, data, mode=0o644, counters=counters,
-                         between=partial(fault_point, "packrefs.after_flush"), what="packed-refs")
+
+    def between() -> None:   # flushed, not yet renamed: keep the inode readers may have mapped
+        fault_point("packrefs.after_flush")
+        if preserve:
+            from .maintenance.preserved import preserve_mapped  # (the maintenance layer's preserved/ rules)
+
+            preserve_mapped(git_dir / PACKED, git_dir / "objects" / "pack")
+            fault_point("packrefs.after_preserve")
+
+    durable.publish_file(tmp, git_dir / PACKED, data, mode=0o644, counters=counters, between=between,
+                         what="packed-refs")
     fault_point("packrefs.after_rename")
     durable.fsync_dir(git_dir, counters)
     fault_point("packrefs.after_fsync")

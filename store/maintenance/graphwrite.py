@@ -4,7 +4,9 @@ Install order (``commitgraph.after_*`` fault points between the steps): ``commit
 claimed (git's writers and ours exclude each other); the layer written to ``tmp_graph_*`` in the
 directory and flushed; renamed to ``graph-<checksum>.graph``; the new chain written to ``tmp_chain_*``,
 flushed and renamed over ``commit-graph-chain``; the directory fsynced; a monolithic
-``objects/info/commit-graph`` (git would prefer it over the chain) removed; the claim released. Only
+``objects/info/commit-graph`` (git would prefer it over the chain) removed -- linked into
+``objects/pack/preserved/`` first (``preserve``: git mmaps it, and a reader on another NFS host that has it
+mapped keeps its inode for the preserve time; store/maintenance/preserved.py); the claim released. Only
 then are layers no chain names removed, once older than ``expire_after`` (a reader that read the old
 chain a moment ago still finds its files; git's ``--expire-time``).
 """
@@ -43,6 +45,7 @@ from .commitgraph import (
     ref_tips,
     topo_levels,
 )
+from .preserved import preserve_mapped
 
 _GRAPH_RE = re.compile(r"^graph-([0-9a-f]{40})\.graph$")
 
@@ -54,6 +57,7 @@ class GraphOptions:
     changed_paths: bool = True
     expire_after: float = DEFAULT_EXPIRE_AFTER
     now: float | None = None
+    preserve: bool = True                   # a monolithic commit-graph removed is kept in preserved/ a while
 
 def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
                        counters: durable.DurabilityCounters | None = None,
@@ -90,7 +94,7 @@ def write_commit_graph(repo, options: GraphOptions = GraphOptions(),
         _install(d, data, checksum, [L.checksum.hex() for L in kept], counters)
         result.written = checksum
         result.replaced = replace
-        _remove_monolithic(objects_dir, counters)
+        _remove_monolithic(objects_dir, counters, preserve=options.preserve, now=now)
         leaving = [L.path for L in layers if L.checksum.hex() not in {k.checksum.hex() for k in kept}
                    and L.checksum.hex() != checksum]
         for path in leaving:   # git's mark_commit_graphs: the expiry clock starts when a layer leaves the chain
@@ -191,9 +195,13 @@ def _install(d: Path, data: bytes, checksum: str, base: list[str], counters: dur
     fault_point("commitgraph.after_fsync_dirs")
 
 
-def _remove_monolithic(objects_dir: Path, counters: durable.DurabilityCounters) -> None:
+def _remove_monolithic(objects_dir: Path, counters: durable.DurabilityCounters, *, preserve: bool = True,
+                       now: float | None = None) -> None:
     # git reads objects/info/commit-graph in preference to a chain: once the chain is in place it must go.
+    # git mmaps it: a reader elsewhere that has it mapped keeps its inode through a link in preserved/.
     path = objects_dir / MONOLITHIC
+    if preserve:
+        preserve_mapped(path, objects_dir / "pack", now=now)
     try:
         path.unlink()
     except FileNotFoundError:

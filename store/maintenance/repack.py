@@ -18,8 +18,9 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
     recheck   (before the first deletion) the tips are read again; whatever they reach that is not in a
               new pack keeps its old copy; the maintenance lease is checked (``lease.check()``)
     delete    inside the repository's maintenance fence (``lease.token``): replaced packs move to
-              objects/pack/preserved/ (idx first), loose files of the snapshot that are now packed or
-              expired are unlinked, preserved packs past ``preserve_for`` are removed
+              objects/pack/preserved/ (idx first; the MIDX replaced before them is linked there too),
+              loose files of the snapshot that are now packed or expired are unlinked, preserved packs
+              and files past ``preserve_for`` are removed
 
 Packs, loose objects, quarantines and refs that appear after the snapshot are never touched.
 A corrupt object (CRC, zlib, hash, delta base) or a tip naming a missing object stops the
@@ -59,7 +60,7 @@ from .leftovers import remove_stale_temp_files
 from .looseread import LooseKeeper
 from .midxbitmap import midx_bitmap_for
 from .names import names_in
-from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, retire_packs
+from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, expire_preserved_mapped, retire_packs
 from .sources import SourceIndex
 from .tips import read_tips
 from .walk import CommitMeta, Reachable, parse_tree_entries, walk
@@ -83,6 +84,11 @@ class RepackOptions:
     expire: float = DEFAULT_EXPIRE_SECONDS           # seconds: older unreachable objects are deleted
     preserve_for: float = DEFAULT_PRESERVE_SECONDS   # seconds a replaced pack stays in preserved/
     preserve: bool = True                            # False: replaced packs are unlinked at once
+
+    @property
+    def preserve_mapped(self) -> bool:
+        """Keep the MIDX a repack replaces (a file git maps) in preserved/: ``preserve`` and a preserve time."""
+        return self.preserve and self.preserve_for > 0
     compression: int = PACK_COMPRESSION              # zlib level for objects written whole
     processes: int = 2                               # the walk and the delta search fork helpers when > 1
     now: float | None = None                         # the clock (tests)
@@ -123,6 +129,7 @@ class RepackCounters:
     kept_freshened: int = 0       # old copies kept because a writer freshened them during the repack
     preserved_moved: int = 0      # packs moved to preserved/
     preserved_expired: int = 0    # preserved packs removed after preserve_for
+    preserved_mapped_expired: int = 0   # preserved old MIDXs, commit-graphs, packed-refs removed after preserve_for
     stale_tmp_removed: int = 0    # temp files of dead repacks removed
     relisted_hits: int = 0        # lookups that found an object only after re-listing objects/pack
     deltas_computed: int = 0      # new deltas the search found (and wrote)
@@ -404,6 +411,7 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
             c.bitmaps_removed = sum(durable.unlink_if_present(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
                                     if p.name not in new_names and p.name not in result.packs_deleted)
         c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
+        c.preserved_mapped_expired = len(expire_preserved_mapped(pack_dir, options.preserve_for, now=now))
     fault_point("repack.after_delete")
     timer.lap("delete")
 
@@ -421,11 +429,11 @@ def _publish_midx(repo, plan: "_Plan", options: RepackOptions, pack_dir: Path, d
     if not _wants_midx(options, pack_dir):
         named = midx_pack_names(pack_dir)
         if named is not None and (doomed & set(named) or not named):
-            c.midx_removed = int(remove_midx(pack_dir, dur))
+            c.midx_removed = int(remove_midx(pack_dir, dur, preserve=options.preserve_mapped, now=options.now))
         return
     staying = [s for s in installed_stems(pack_dir) if s not in doomed]
     if not staying:
-        c.midx_removed = int(remove_midx(pack_dir, dur))
+        c.midx_removed = int(remove_midx(pack_dir, dur, preserve=options.preserve_mapped, now=options.now))
         return
     preferred = None
     if options.mode is RepackMode.GEOMETRIC:   # git: the largest pack of the progression that stays
@@ -440,7 +448,8 @@ def _publish_midx(repo, plan: "_Plan", options: RepackOptions, pack_dir: Path, d
             c.midx_bitmap_commits = read_header(data).entries if data is not None else 0
             return data
     c.midx_packs = len(write_midx(pack_dir, staying, preferred=preferred, counters=dur, fault_prefix="repack",
-                                  bitmap=bitmap).pack_names)
+                                  bitmap=bitmap, preserve=options.preserve_mapped,
+                                  now=options.now).pack_names)
 
 
 def _finish_counters(result: RepackResult, repo, rescans0: int, dur: durable.DurabilityCounters) -> None:

@@ -24,11 +24,13 @@ from .walk import CommitMeta
 
 def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True, replace_graph: bool = False,
                  lease: Lease | None = None, graph_expire_after: float = DEFAULT_EXPIRE_AFTER,
-                 walked: tuple[Sequence[bytes], CommitMeta] | None = None) -> dict[str, Any]:
+                 walked: tuple[Sequence[bytes], CommitMeta] | None = None, preserve: bool = True) -> dict[str, Any]:
     """Write the commit-graph and pack the refs (each optional); returns counters for the job record.
     ``lease`` (store/lease.py): the repack's maintenance lease, checked before each write, its token fencing it.
     ``walked``: the repack's :attr:`~.repack.RepackResult.walked` (the commits its walk read: the graph
-    write takes them as read instead of reading every commit again)."""
+    write takes them as read instead of reading every commit again). ``preserve``: a monolithic commit-graph
+    removed and the packed-refs replaced are kept in ``objects/pack/preserved/`` for the preserve time (git
+    mmaps both: store/maintenance/preserved.py); False: not kept."""
     out: dict[str, Any] = {}
     dur = durable.DurabilityCounters()
     if commit_graph:
@@ -37,7 +39,8 @@ def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True,
         try:
             with fence_of(lease, repo.path, "write the commit-graph", dur, FenceKind.MAINTENANCE):
                 known = commits_from_walk(*walked) if walked is not None else None
-                res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after),
+                res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after,
+                                                                    preserve=preserve),
                                          dur, known=known)
             out.update(res.as_counters())
         except LockContendedError as err:
@@ -48,7 +51,7 @@ def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True,
         check_lease(lease)
         t0 = time.monotonic()
         try:
-            out.update(pack_refs(repo, fence_token=token_of(lease), counters=dur).as_counters())
+            out.update(pack_refs(repo, fence_token=token_of(lease), counters=dur, preserve=preserve).as_counters())
         except LockContendedError as err:
             out["pack_refs_busy"] = str(err)   # git holds packed-refs.lock (a deletion): next time
         out["elapsed_us_pack_refs"] = int((time.monotonic() - t0) * 1_000_000)

@@ -22,10 +22,12 @@ with the OLDEST mtime (git 2.39's rule, ``write_midx_internal``), and one withou
 :func:`write_midx` builds it (and its bitmap, if asked), then installs it durably (store/install.py's
 order): the claim ``multi-pack-index.lock`` (git's own lock name, so git's ``multi-pack-index write``
 and packyard never write at once; held for the install only), temp files ``tmp_midx_<pid>_<host>-<rand>``
-in ``objects/pack``, flush, a check that every pack it names is still installed, rename to
+in ``objects/pack``, flush, a check that every pack it names is still installed, the current
+``multi-pack-index`` hard-linked into ``objects/pack/preserved/`` (``preserve``: a reader on another NFS host
+that has it mapped keeps its inode; store/maintenance/preserved.py), rename to
 ``multi-pack-index``, then the bitmap's rename (never visible before its MIDX), removal of the MIDX
 bitmaps / reverse indexes of older MIDXs (git's ``clear_midx_files_ext``), directory fsync. Fault points:
-``<prefix>.midx.after_flush``, ``.after_rename``, ``.after_bitmap_rename``, ``.after_fsync_dirs``.
+``<prefix>.midx.after_flush``, ``.after_preserve``, ``.after_rename``, ``.after_bitmap_rename``, ``.after_fsync_dirs``.
 """
 from __future__ import annotations
 
@@ -386,9 +388,12 @@ def _tmp_name() -> str:
 
 def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = None, ridx: bool = True,
                counters: durable.DurabilityCounters | None = None, fault_prefix: str = "midx",
-               lock_wait: float = LOCK_WAIT, bitmap: Callable[[Midx], bytes | None] | None = None) -> Midx:
+               lock_wait: float = LOCK_WAIT, bitmap: Callable[[Midx], bytes | None] | None = None,
+               preserve: bool = True, now: float | None = None) -> Midx:
     """Write and install ``objects/pack/multi-pack-index`` over the installed packs ``stems`` (durably,
     see the module docstring); returns it parsed. A pack that is not installed is refused (InvalidInputError).
+    ``preserve``: the MIDX replaced is kept in ``objects/pack/preserved/`` for the preserve time (linked there
+    right before the rename; False: not kept), its mtime set to ``now`` (the clock; None: the time).
 
     ``bitmap(midx)``: the bytes of its ``multi-pack-index-<checksum>.bitmap`` (None: none), installed right
     AFTER the MIDX it describes (flushed with it; fault point ``<prefix>.midx.after_bitmap_rename``)."""
@@ -412,6 +417,9 @@ def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = 
             if not ((pack_dir / f"{s}.idx").exists() and (pack_dir / f"{s}.pack").exists()):
                 raise InvalidInputError(f"pack {s} vanished before the multi-pack-index naming it was installed",
                                         path=pack_dir / f"{s}.idx")
+        if preserve:
+            _preserve_current(pack_dir, now)
+            fault_point(f"{fault_prefix}.midx.after_preserve")
         durable.rename(tmp, pack_dir / MIDX_NAME, counters)
         fault_point(f"{fault_prefix}.midx.after_rename")
         if bitmap_data is not None:
@@ -441,12 +449,21 @@ def _write_flushed(path: Path, data: bytes, counters: durable.DurabilityCounters
                                path=path) from err
 
 
+def _preserve_current(pack_dir: Path, now: float | None) -> None:
+    from ..maintenance.preserved import preserve_mapped  # (the maintenance layer's preserved/ rules)
+
+    preserve_mapped(pack_dir / MIDX_NAME, pack_dir, now=now)
+
+
 def remove_midx(pack_dir: Path, counters: durable.DurabilityCounters | None = None, *,
-                lock_wait: float = LOCK_WAIT) -> bool:
-    """Remove the MIDX and its bitmaps / reverse indexes (git's ``clear_midx_file``), durably; True if one was there."""
+                lock_wait: float = LOCK_WAIT, preserve: bool = True, now: float | None = None) -> bool:
+    """Remove the MIDX and its bitmaps / reverse indexes (git's ``clear_midx_file``), durably; True if one was there.
+    ``preserve``: the MIDX is linked into ``objects/pack/preserved/`` first (as :func:`write_midx`)."""
     pack_dir = Path(pack_dir)
     claim = lockfile.acquire(pack_dir / LOCK_NAME, "multi-pack-index", wait=lock_wait)
     try:
+        if preserve:
+            _preserve_current(pack_dir, now)
         had = durable.unlink_if_present(pack_dir / MIDX_NAME)
         for side in midx_side_files(pack_dir):
             durable.unlink_if_present(side)

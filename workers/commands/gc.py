@@ -8,7 +8,8 @@ plan queues:
   (a live owner's never);
 * pack writers' temp files (``objects/pack/tmp_*``), the multi-pack-index's claim, and packs left
   half-moved or half-installed;
-* preserved packs (``objects/pack/preserved/``) older than ``preserve_for`` seconds;
+* preserved packs (``objects/pack/preserved/``) older than ``preserve_for`` seconds, and the old
+  multi-pack-index, commit-graph and packed-refs files kept there for readers that map them;
 * ref and fence claim files (``refs/**.lock``, ``packyard/*.lock``), orphaned ref temp files, and
   the commit-graph's and pack-refs' claims and temp files.
 
@@ -36,7 +37,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
            quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
            lease: Lease | None = None, progress: Progress | None = None) -> dict[str, Any]:
     from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
-    from packyard.store.maintenance.preserved import expire_preserved
+    from packyard.store.maintenance.preserved import expire_preserved, expire_preserved_mapped
     from packyard.store.pack.quarantine import remove_stale_quarantines
     from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
@@ -59,6 +60,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     pack_temps = remove_stale_temp_files(pack_dir, fence=check)
     step(3, "preserved packs")
     preserved = expire_preserved(pack_dir, preserve_for, fence=check)
+    preserved_mapped = expire_preserved_mapped(pack_dir, preserve_for, fence=check)
     step(4, "dead claims")
     dead_locks = [c.as_dict() for c in remove_dead_claims(r.path)]
     serving = remove_serving_leftovers(r.path, fence=check)   # commit-graph and pack-refs locks and temps
@@ -68,8 +70,10 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
         "repo": str(r.path),
         "counters": {**tmp, "stale_quarantines_removed": len(quarantines),
                      "stale_pack_temps_removed": pack_temps, "preserved_packs_expired": len(preserved),
+                     "preserved_mapped_expired": len(preserved_mapped),
                      "dead_locks_removed": len(dead_locks), "serving_leftovers_removed": serving},
         "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved,
+                    "preserved_mapped": preserved_mapped,
                     "dead_locks": dead_locks},
     }
 

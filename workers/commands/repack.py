@@ -72,7 +72,8 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
     counters = result.as_counters()
     counters.update(after_repack(r, commit_graph=commit_graph, pack_refs_too=pack_refs,
                                  replace_graph=result.counters.cruft_expired > 0,
-                                 lease=lease, graph_expire_after=float(preserve_for), walked=result.walked))
+                                 lease=lease, graph_expire_after=float(preserve_for), walked=result.walked,
+                                 preserve=options.preserve_mapped))
     return {"repo": str(r.path), "mode": repack_mode.value, "packs_written": result.packs_written,
             "cruft_pack": result.cruft_pack, "packs_deleted": result.packs_deleted,
             "nothing_to_do": result.nothing_to_do, "counters": counters}
