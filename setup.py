@@ -44,7 +44,7 @@ def nfsim_extension() -> list[Extension]:
         flags = subprocess.run(["pkg-config", "--cflags", "--libs", "fuse3"], capture_output=True, text=True,
                                check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
-        if not os.path.exists("/usr/include/fuse3/fuse.h"):
+        if not os.path.exists("/usr/include/fuse3/fuse_lowlevel.h"):
             return []
         flags = ["-I/usr/include/fuse3", "-lfuse3", "-lpthread"]
     return [Extension(

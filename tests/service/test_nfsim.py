@@ -29,7 +29,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -120,6 +122,62 @@ def test_each_mount_is_one_nfs_client(hosts, impl):
     # RENAME_NOREPLACE reaches the server (packyard's loose publish relies on it)
     assert _renameat2(A / "d" / "two", A / "d" / "one", 1) == errno.EEXIST
     assert (hosts.backing / "d" / "one").read_bytes() == b"1" * 150
+
+
+#: A reader on host B: maps the file argv[1] with no read-ahead, touches its first page, says "mapped", waits
+#: for a line, then touches every page and says whether each still holds the old file's bytes ("a").
+_MAPPER = r"""
+import mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+size = os.fstat(fd).st_size
+m = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+m.madvise(mmap.MADV_RANDOM)
+assert m[0] == ord("a")
+print("mapped", flush=True)
+sys.stdin.readline()
+print("old" if all(m[i] == ord("a") for i in range(0, size, 4096)) else "mixed", flush=True)
+"""
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("kept", [True, False], ids=["old-file-kept", "old-file-gone"])
+def test_a_file_mapped_on_host_b_and_replaced_through_host_a(hosts, impl, kept):
+    """Host B maps a file (the MIDX, a commit-graph); host A renames a smaller file over it; host B then opens
+    the name again (a new clone) and touches the old mapping's pages it had not read yet. An NFS client's
+    inode is the server's file handle: the new open is a new inode with the new bytes, and the old mapping
+    reads the old file while the old file has a link somewhere (``kept``: what packyard's preserve step
+    leaves), or dies of SIGBUS (ESTALE on a page it had not cached) once the file is gone.
+
+    The C filesystem keys its nodes by the file a name held, as that client does. fs.py runs on libfuse's
+    high-level API (mfusepy), which keys them by name: the new file takes over the old node, and the old
+    mapping's unread pages come from the new file (its documented limit, docs/nfs.md; in a race, a clone
+    reading such a mapping fails, which an NFS client would not have caused while the old file had a link)."""
+    a = hosts("a", ac_attr=0.2, ac_dir=0.2, impl=impl)
+    b = hosts("b", ac_attr=0.2, ac_dir=0.2, impl=impl)
+    A, B = a.mountpoint, b.mountpoint
+    size = 64 * 4096
+    (A / "f").write_bytes(b"a" * size)
+    child = subprocess.Popen([sys.executable, "-c", _MAPPER, str(B / "f")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "mapped"
+        if kept:
+            os.link(A / "f", A / "f.kept")
+        (A / "f.new").write_bytes(b"b" * 4096)
+        os.rename(A / "f.new", A / "f")
+        time.sleep(1.0)     # B's cached attributes (0.2 s) and the kernel's name (0.2 s) of f expire
+        assert (B / "f").read_bytes() == b"b" * 4096      # a new open on B: the new file
+        out, _ = child.communicate("\n", timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    if impl == "python":
+        assert (child.returncode, out.strip()) == (0, "mixed")
+    elif kept:
+        assert (child.returncode, out.strip()) == (0, "old")
+    else:
+        assert child.returncode == -signal.SIGBUS, (child.returncode, out)
 
 
 @pytest.mark.parametrize("impl", IMPLS)

@@ -9,13 +9,17 @@
  * cores is more than the 1 ms of simulated latency it models; a kernel NFS client costs microseconds.
  *
  * One mount per process: the state is one static struct, every table behind one mutex (as fs.py's one lock).
+ *
+ * It runs on libfuse's low-level API, with a node layer of its own (below, "nodes") that does what libfuse's
+ * high-level one does for fs.py, except that a node is the file a name held, not the name: fs.py's module doc
+ * says what that changes.
  */
 #define FUSE_USE_VERSION 312
 #define _GNU_SOURCE
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#include <fuse.h>
+#include <fuse_lowlevel.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -386,7 +390,7 @@ static int add_handle(int fd, const char *path, struct fuse_file_info *fi) {
 
 /* ---- attributes ------------------------------------------------------------------------------------------- */
 static int op_getattr(const char *path, struct stat *st, struct fuse_file_info *fi) {
-    if (!path && !(fi && fi->fh)) return -ESTALE;   /* (a node libfuse no longer has a name for) */
+    if (!path && !(fi && fi->fh)) return -ESTALE;   /* (a node without a name) */
     if (fi && fi->fh) {
         struct handle *h = HANDLE(fi);
         if (cached(h->path, st) && st->st_ino == h->ino) return 0;
@@ -647,24 +651,6 @@ static int op_opendir(const char *path, struct fuse_file_info *fi) {
     return 0;
 }
 
-static int op_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off, struct fuse_file_info *fi,
-                      enum fuse_readdir_flags flags) {
-    struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
-    if (!d) return 0;
-    if (!d->l) {
-        int e = fetch_listing(d->path, &d->token, &d->l);
-        if (e) return e;
-    }
-    struct listing *l = d->l;
-    for (size_t i = 0; i < l->n; i++) {
-        struct stat st;
-        memset(&st, 0, sizeof st);
-        st.st_mode = l->e[i].kind; st.st_ino = l->e[i].ino;
-        if (fill(buf, l->e[i].name, &st, 0, 0)) break;
-    }
-    return 0;
-}
-
 static int op_releasedir(const char *path, struct fuse_file_info *fi) {
     struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
     if (!d) return 0;
@@ -760,25 +746,458 @@ static int op_release(const char *path, struct fuse_file_info *fi) {
     return 0;
 }
 
-/* ---- lifecycle -------------------------------------------------------------------------------------------- */
-static void *op_init(struct fuse_conn_info *conn, struct fuse_config *cfg) {
-    /* No GETATTR upcall before every read: the page cache is revalidated at open (auto_cache), as an NFS
-     * client's close-to-open does. The kernel keeps positive names for min(ac_attr, ac_dir) s, never negative
-     * ones, and no attributes (fs.py serve has the why of each). */
-    conn->want &= ~FUSE_CAP_AUTO_INVAL_DATA;
-    cfg->entry_timeout = S.ac_attr < S.ac_dir ? S.ac_attr : S.ac_dir;
-    cfg->attr_timeout = 0;
-    cfg->negative_timeout = 0;
-    cfg->ac_attr_timeout_set = 1;
-    cfg->ac_attr_timeout = 0;
-    cfg->auto_cache = 1;
-    cfg->use_ino = 1;
-    cfg->hard_remove = 1;
-    if (pthread_create(&S.writer, NULL, writer_main, NULL) == 0) S.writer_started = 1;
-    return NULL;
+/* ---- nodes: the kernel's inodes, one per name *and* the file it held (an NFS client's file handles) --------
+ *
+ * libfuse's high-level API (what fs.py runs on, through mfusepy) keys the kernel's inodes by name: a file
+ * another host renamed over a name takes over the old file's inode here, so a reader that had the old file
+ * mapped sees its size shrink under it (SIGBUS) and shares its page cache with readers of the new file. An NFS
+ * client's inode is the server's file handle: the new file is a new inode, and the old one keeps answering
+ * for the old file while it lives (ESTALE once it is gone). So this layer does what libfuse's does (a node per
+ * name, paths rebuilt from the parents, the same path-based operations above and so the same round trips and
+ * caches) and one thing more: a node remembers the file (device, inode) its name held, and a lookup that finds
+ * another file there gives a new node; the old node is unhashed and answers for the old file only (through a
+ * handle this mount has open on it, else ESTALE, on which the kernel looks the name up again). */
+struct node {
+    struct node *parent;            /* (holds a reference: refs) */
+    char *name;                     /* the name it was last known by */
+    dev_t dev; ino_t ino;           /* the file its name held */
+    uint64_t nlookup;               /* the kernel's references */
+    long refs;                      /* children naming it as their parent */
+    int hashed;                     /* its name still resolves to it here */
+    int cache_valid; struct timespec mtime; off_t size;   /* libfuse's auto_cache state */
+};
+
+static struct node ROOT = {.name = "", .nlookup = 1, .hashed = 1};
+static struct htab names;           /* "<parent pointer>/<name>" -> node (values not owned) */
+
+static struct node *NODE(fuse_ino_t ino) {
+    return ino == FUSE_ROOT_ID ? &ROOT : (struct node *)(uintptr_t)ino;
 }
 
-static void op_destroy(void *data) {
+static int name_key(char *out, size_t n, struct node *parent, const char *name) {
+    return snprintf(out, n, "%p/%s", (void *)parent, name) >= (int)n ? -ENAMETOOLONG : 0;
+}
+
+/* The node's path, rebuilt from its parents' names; ESTALE if it or a parent lost its name (libfuse's
+ * try_get_path: removed or replaced through this mount, or found replaced through another). */
+static int node_path(struct node *n, char *out) {
+    char buf[PATH_MAX];
+    size_t pos = PATH_MAX - 1;
+    buf[pos] = 0;
+    pthread_mutex_lock(&S.lock);
+    for (struct node *m = n; m != &ROOT; m = m->parent) {
+        size_t len = strlen(m->name);
+        if (!m->parent || !m->hashed) { pthread_mutex_unlock(&S.lock); return -ESTALE; }
+        if (len + 1 > pos) { pthread_mutex_unlock(&S.lock); return -ENAMETOOLONG; }
+        pos -= len; memcpy(buf + pos, m->name, len); buf[--pos] = '/';
+    }
+    pthread_mutex_unlock(&S.lock);
+    strcpy(out, pos == PATH_MAX - 1 ? "/" : buf + pos);
+    return 0;
+}
+
+static int child_path(struct node *parent, const char *name, char *out) {
+    char p[PATH_MAX];
+    int e = node_path(parent, p);
+    if (e) return e;
+    if (snprintf(out, PATH_MAX, "%s/%s", strcmp(p, "/") == 0 ? "" : p, name) >= PATH_MAX) return -ENAMETOOLONG;
+    return 0;
+}
+
+static void unhash_locked(struct node *n) {
+    if (!n->hashed || n == &ROOT) return;
+    char key[PATH_MAX + 32];
+    if (name_key(key, sizeof key, n->parent, n->name) == 0 && ht_get(&names, key) == n) ht_pop(&names, key);
+    n->hashed = 0;
+}
+
+static void hash_locked(struct node *n) {
+    char key[PATH_MAX + 32];
+    if (name_key(key, sizeof key, n->parent, n->name) != 0) return;
+    struct node *old = ht_get(&names, key);
+    if (old && old != n) old->hashed = 0;
+    ht_put(&names, key, n);
+    n->hashed = 1;
+}
+
+/* Frees n and then any parent left without references (libfuse's unref_node). */
+static void maybe_free_locked(struct node *n) {
+    while (n && n != &ROOT && n->nlookup == 0 && n->refs == 0) {
+        unhash_locked(n);
+        struct node *p = n->parent;
+        free(n->name); free(n);
+        if (p) p->refs--;
+        n = p;
+    }
+}
+
+/* libfuse's update_stat: the page cache holds while mtime and size stay as last seen. */
+static void update_stat_locked(struct node *n, const struct stat *st) {
+    if (n->cache_valid && (n->mtime.tv_sec != st->st_mtim.tv_sec || n->mtime.tv_nsec != st->st_mtim.tv_nsec ||
+                           n->size != st->st_size))
+        n->cache_valid = 0;
+    n->mtime = st->st_mtim; n->size = st->st_size;
+}
+
+/* The node for parent/name holding the file st describes (a new node if the name held another file), one
+ * more kernel reference to it, and the entry to reply with (libfuse's lookup_path + do_lookup). */
+static int bind_entry(struct node *parent, const char *name, const struct stat *st, struct fuse_entry_param *e) {
+    char key[PATH_MAX + 32];
+    int err = name_key(key, sizeof key, parent, name);
+    if (err) return err;
+    pthread_mutex_lock(&S.lock);
+    struct node *n = ht_get(&names, key);
+    if (!n || n->dev != st->st_dev || n->ino != st->st_ino) {
+        struct node *m = calloc(1, sizeof *m);
+        char *nm = strdup(name);
+        if (!m || !nm) { pthread_mutex_unlock(&S.lock); free(m); free(nm); return -ENOMEM; }
+        m->parent = parent; parent->refs++;
+        m->name = nm; m->dev = st->st_dev; m->ino = st->st_ino;
+        if (n) n->hashed = 0;
+        hash_locked(m);
+        n = m;
+    }
+    n->nlookup++;
+    update_stat_locked(n, st);
+    pthread_mutex_unlock(&S.lock);
+    memset(e, 0, sizeof *e);
+    e->ino = (fuse_ino_t)(uintptr_t)n;
+    e->attr = *st;
+    e->attr_timeout = 0;    /* no attributes kept in the kernel: every stat asks (the cache is ours) */
+    e->entry_timeout = S.ac_attr < S.ac_dir ? S.ac_attr : S.ac_dir;   /* positive names, as a client's dcache */
+    return 0;
+}
+
+/* The answer for a node whose name now holds another file (seen through another host): ESTALE, as the server
+ * answers a file handle whose file is gone; the kernel then looks the name up again (a new node). */
+static int stale_node(struct node *n, const char *path) {
+    pthread_mutex_lock(&S.lock);
+    unhash_locked(n);
+    if (S.trace) fprintf(S.trace, "estale %s\n", path);
+    S.count[C_ESTALE]++; S.dirty = 1;
+    pthread_mutex_unlock(&S.lock);
+    return -ESTALE;
+}
+
+/* getattr of a node: by the handle when the kernel passes one, else by path; a path that now holds another file
+ * makes the node stale (above). */
+static int node_getattr(struct node *n, struct stat *st, struct fuse_file_info *fi) {
+    char path[PATH_MAX];
+    if (fi && fi->fh) return op_getattr(NULL, st, fi);
+    int e = node_path(n, path);
+    if (e) return e;
+    e = op_getattr(path, st, NULL);
+    if (e || n == &ROOT || (st->st_dev == n->dev && st->st_ino == n->ino)) return e;
+    return stale_node(n, path);
+}
+
+#define PATH_OR_REPLY(var, node) char var[PATH_MAX]; \
+    do { int e_ = node_path(node, var); if (e_) { fuse_reply_err(req, -e_); return; } } while (0)
+
+static void ll_lookup(fuse_req_t req, fuse_ino_t parent, const char *name) {
+    struct node *p = NODE(parent);
+    char path[PATH_MAX];
+    struct stat st;
+    struct fuse_entry_param e;
+    int err = child_path(p, name, path);
+    if (!err) err = op_getattr(path, &st, NULL);
+    if (!err) err = bind_entry(p, name, &st, &e);
+    if (err) fuse_reply_err(req, -err); else fuse_reply_entry(req, &e);
+}
+
+static void forget_one(fuse_ino_t ino, uint64_t nlookup) {
+    struct node *n = NODE(ino);
+    pthread_mutex_lock(&S.lock);
+    if (n != &ROOT) {
+        n->nlookup = n->nlookup > nlookup ? n->nlookup - nlookup : 0;
+        maybe_free_locked(n);
+    }
+    pthread_mutex_unlock(&S.lock);
+}
+
+static void ll_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup) {
+    forget_one(ino, nlookup);
+    fuse_reply_none(req);
+}
+
+static void ll_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets) {
+    for (size_t i = 0; i < count; i++) forget_one(forgets[i].ino, forgets[i].nlookup);
+    fuse_reply_none(req);
+}
+
+static void ll_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct node *n = NODE(ino);
+    struct stat st;
+    int e = node_getattr(n, &st, fi);
+    if (e) { fuse_reply_err(req, -e); return; }
+    pthread_mutex_lock(&S.lock);
+    update_stat_locked(n, &st);
+    pthread_mutex_unlock(&S.lock);
+    fuse_reply_attr(req, &st, 0);
+}
+
+static int bpath_copy(char *out, const char *path) {
+    return snprintf(out, PATH_MAX, "%s", path) >= PATH_MAX ? -ENAMETOOLONG : 0;
+}
+
+/* libfuse's setattr: chmod, chown, truncate, utimens, each its own call, then the attributes. */
+static void ll_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int valid, struct fuse_file_info *fi) {
+    struct node *n = NODE(ino);
+    char path[PATH_MAX];
+    int e = node_path(n, path);
+    if (e && fi && fi->fh) e = bpath_copy(path, HANDLE(fi)->path);   /* (an open file without a name) */
+    if (e) { fuse_reply_err(req, -e); return; }
+    if (!e && (valid & FUSE_SET_ATTR_MODE)) e = op_chmod(path, attr->st_mode, fi);
+    if (!e && (valid & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)))
+        e = op_chown(path, (valid & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1,
+                     (valid & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1, fi);
+    if (!e && (valid & FUSE_SET_ATTR_SIZE)) e = op_truncate(path, attr->st_size, fi);
+    if (!e && (valid & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME))) {
+        struct timespec tv[2] = {{0, UTIME_OMIT}, {0, UTIME_OMIT}};
+        if (valid & FUSE_SET_ATTR_ATIME_NOW) tv[0].tv_nsec = UTIME_NOW;
+        else if (valid & FUSE_SET_ATTR_ATIME) tv[0] = attr->st_atim;
+        if (valid & FUSE_SET_ATTR_MTIME_NOW) tv[1].tv_nsec = UTIME_NOW;
+        else if (valid & FUSE_SET_ATTR_MTIME) tv[1] = attr->st_mtim;
+        e = op_utimens(path, tv, fi);
+    }
+    struct stat st;
+    if (!e) e = op_getattr(path, &st, fi);
+    if (e) { fuse_reply_err(req, -e); return; }
+    pthread_mutex_lock(&S.lock);
+    update_stat_locked(n, &st);
+    pthread_mutex_unlock(&S.lock);
+    fuse_reply_attr(req, &st, 0);
+}
+
+static void ll_readlink(fuse_req_t req, fuse_ino_t ino) {
+    PATH_OR_REPLY(path, NODE(ino));
+    char buf[PATH_MAX];
+    int e = op_readlink(path, buf, sizeof buf);
+    if (e) fuse_reply_err(req, -e); else fuse_reply_readlink(req, buf);
+}
+
+/* A name this mount just made: its post-op attributes (cached by the op: no round trip), a node, the entry. */
+static void reply_made(fuse_req_t req, struct node *parent, const char *name, const char *path, int err) {
+    struct stat st;
+    struct fuse_entry_param e;
+    if (!err) err = op_getattr(path, &st, NULL);
+    if (!err) err = bind_entry(parent, name, &st, &e);
+    if (err) fuse_reply_err(req, -err); else fuse_reply_entry(req, &e);
+}
+
+static void ll_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode) {
+    char path[PATH_MAX];
+    int e = child_path(NODE(parent), name, path);
+    if (!e) e = op_mkdir(path, mode);
+    reply_made(req, NODE(parent), name, path, e);
+}
+
+static void ll_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name) {
+    char path[PATH_MAX];
+    int e = child_path(NODE(parent), name, path);
+    if (!e) e = op_symlink(link, path);
+    reply_made(req, NODE(parent), name, path, e);
+}
+
+static void ll_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname) {
+    PATH_OR_REPLY(from, NODE(ino));
+    char to[PATH_MAX];
+    int e = child_path(NODE(newparent), newname, to);
+    if (!e) e = op_link(from, to);
+    reply_made(req, NODE(newparent), newname, to, e);
+}
+
+/* The node at parent/name (if this mount has one) stops resolving: this mount removed or replaced the name. */
+static void unhash_name(struct node *parent, const char *name) {
+    char key[PATH_MAX + 32];
+    if (name_key(key, sizeof key, parent, name)) return;
+    pthread_mutex_lock(&S.lock);
+    struct node *n = ht_get(&names, key);
+    if (n) unhash_locked(n);
+    pthread_mutex_unlock(&S.lock);
+}
+
+static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+    char path[PATH_MAX];
+    int e = child_path(NODE(parent), name, path);
+    if (!e) e = op_unlink(path);
+    if (!e) unhash_name(NODE(parent), name);
+    fuse_reply_err(req, -e);
+}
+
+static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
+    char path[PATH_MAX];
+    int e = child_path(NODE(parent), name, path);
+    if (!e) e = op_rmdir(path);
+    if (!e) unhash_name(NODE(parent), name);
+    fuse_reply_err(req, -e);
+}
+
+static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
+                      const char *newname, unsigned int flags) {
+    struct node *p = NODE(parent), *np = NODE(newparent);
+    char old[PATH_MAX], new[PATH_MAX];
+    int e = child_path(p, name, old);
+    if (!e) e = child_path(np, newname, new);
+    if (!e) e = op_rename(old, new, flags);
+    if (e) { fuse_reply_err(req, -e); return; }
+    /* libfuse's rename_node: the target's node stops resolving, the source's takes the new name */
+    char key[PATH_MAX + 32];
+    pthread_mutex_lock(&S.lock);
+    struct node *src = name_key(key, sizeof key, p, name) ? NULL : ht_get(&names, key);
+    struct node *dst = name_key(key, sizeof key, np, newname) ? NULL : ht_get(&names, key);
+    if (dst) unhash_locked(dst);
+    if (src) {
+        unhash_locked(src);
+        char *nm = strdup(newname);
+        if (nm && !(flags & RENAME_EXCHANGE)) {
+            free(src->name); src->name = nm;
+            np->refs++; src->parent = np;
+            hash_locked(src);
+            p->refs--;
+            maybe_free_locked(p);
+        } else {
+            free(nm);
+        }
+    }
+    pthread_mutex_unlock(&S.lock);
+    fuse_reply_err(req, 0);
+}
+
+/* libfuse's open_auto_cache: keep the kernel's pages if the file's mtime and size are as last seen. */
+static void auto_cache(struct node *n, const char *path, struct fuse_file_info *fi) {
+    pthread_mutex_lock(&S.lock);
+    if (n->cache_valid) {
+        pthread_mutex_unlock(&S.lock);
+        struct stat st;
+        int e = op_getattr(path, &st, fi);
+        pthread_mutex_lock(&S.lock);
+        if (!e) update_stat_locked(n, &st); else n->cache_valid = 0;
+    }
+    if (n->cache_valid) fi->keep_cache = 1;
+    n->cache_valid = 1;
+    pthread_mutex_unlock(&S.lock);
+}
+
+static void ll_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    struct node *n = NODE(ino);
+    PATH_OR_REPLY(path, n);
+    int e = op_open(path, fi);
+    if (e) { fuse_reply_err(req, -e); return; }
+    struct handle *h = HANDLE(fi);
+    if (h->dev != n->dev || h->ino != n->ino) {
+        /* the name holds another file now: this node's file handle is stale (the kernel looks the name up
+         * again and opens the new file through a new node) */
+        op_release(path, fi);
+        fuse_reply_err(req, -stale_node(n, path));
+        return;
+    }
+    auto_cache(n, path, fi);
+    if (fuse_reply_open(req, fi) == -ENOENT) op_release(path, fi);   /* (the open was interrupted) */
+}
+
+static void ll_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+                      struct fuse_file_info *fi) {
+    struct node *p = NODE(parent);
+    char path[PATH_MAX];
+    struct stat st;
+    struct fuse_entry_param e;
+    int err = child_path(p, name, path);
+    if (!err) err = op_create(path, mode, fi);
+    if (err) { fuse_reply_err(req, -err); return; }
+    err = op_getattr(path, &st, fi);
+    if (!err) err = bind_entry(p, name, &st, &e);
+    if (err) { op_release(path, fi); fuse_reply_err(req, -err); return; }
+    if (fuse_reply_create(req, &e, fi) == -ENOENT) { op_release(path, fi); forget_one(e.ino, 1); }
+}
+
+static void ll_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+    char *buf = malloc(size ? size : 1);
+    if (!buf) { fuse_reply_err(req, ENOMEM); return; }
+    int n = op_read(NULL, buf, size, off, fi);
+    if (n < 0) fuse_reply_err(req, -n); else fuse_reply_buf(req, buf, (size_t)n);
+    free(buf);
+}
+
+static void ll_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+                     struct fuse_file_info *fi) {
+    int n = op_write(NULL, buf, size, off, fi);
+    if (n < 0) fuse_reply_err(req, -n); else fuse_reply_write(req, (size_t)n);
+}
+
+static void ll_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+    fuse_reply_err(req, -op_fsync(NULL, datasync, fi));
+}
+
+static void ll_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    op_release(NULL, fi);
+    fuse_reply_err(req, 0);
+}
+
+static void ll_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    PATH_OR_REPLY(path, NODE(ino));
+    int e = op_opendir(path, fi);
+    if (e) { fuse_reply_err(req, -e); return; }
+    if (fuse_reply_open(req, fi) == -ENOENT) op_releasedir(path, fi);
+}
+
+/* The listing, fetched by the first readdir (fs.py readdir), handed out from the kernel's offset on. */
+static void ll_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi) {
+    struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
+    if (!d) { fuse_reply_buf(req, NULL, 0); return; }
+    if (!d->l) {
+        int e = fetch_listing(d->path, &d->token, &d->l);
+        if (e) { fuse_reply_err(req, -e); return; }
+    }
+    char *buf = malloc(size ? size : 1);
+    if (!buf) { fuse_reply_err(req, ENOMEM); return; }
+    size_t pos = 0;
+    struct listing *l = d->l;
+    for (size_t i = off < 0 ? 0 : (size_t)off; i < l->n; i++) {
+        struct stat st;
+        memset(&st, 0, sizeof st);
+        st.st_mode = l->e[i].kind; st.st_ino = l->e[i].ino;
+        size_t need = fuse_add_direntry(req, buf + pos, size - pos, l->e[i].name, &st, (off_t)(i + 1));
+        if (need > size - pos) break;
+        pos += need;
+    }
+    fuse_reply_buf(req, buf, pos);
+    free(buf);
+}
+
+static void ll_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi) {
+    op_releasedir(NULL, fi);
+    fuse_reply_err(req, 0);
+}
+
+static void ll_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi) {
+    PATH_OR_REPLY(path, NODE(ino));
+    fuse_reply_err(req, -op_fsyncdir(path, datasync, fi));
+}
+
+static void ll_statfs(fuse_req_t req, fuse_ino_t ino) {
+    PATH_OR_REPLY(path, NODE(ino));
+    struct statvfs sv;
+    int e = op_statfs(path, &sv);
+    if (e) fuse_reply_err(req, -e); else fuse_reply_statfs(req, &sv);
+}
+
+static void ll_access(fuse_req_t req, fuse_ino_t ino, int mask) {
+    PATH_OR_REPLY(path, NODE(ino));
+    fuse_reply_err(req, -op_access(path, mask));
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------------------------- */
+static void ll_init(void *userdata, struct fuse_conn_info *conn) {
+    /* No GETATTR upcall before every read: the page cache is revalidated at open (auto_cache above), as an NFS
+     * client's close-to-open does; names come by LOOKUP, not READDIRPLUS (as libfuse's high-level API answers
+     * it: entries without attributes). fs.py serve has the why of each. */
+    conn->want &= ~(FUSE_CAP_AUTO_INVAL_DATA | FUSE_CAP_READDIRPLUS);
+    if (conn->capable & FUSE_CAP_EXPORT_SUPPORT) conn->want |= FUSE_CAP_EXPORT_SUPPORT;
+    if (pthread_create(&S.writer, NULL, writer_main, NULL) == 0) S.writer_started = 1;
+}
+
+static void ll_destroy(void *userdata) {
     pthread_mutex_lock(&S.lock);
     S.stop = 1;
     pthread_cond_signal(&S.stop_cv);
@@ -787,19 +1206,20 @@ static void op_destroy(void *data) {
     write_counters();
 }
 
-static const struct fuse_operations OPS = {
-    .getattr = op_getattr, .readlink = op_readlink, .mkdir = op_mkdir, .unlink = op_unlink, .rmdir = op_rmdir,
-    .symlink = op_symlink, .rename = op_rename, .link = op_link, .chmod = op_chmod, .chown = op_chown,
-    .truncate = op_truncate, .open = op_open, .read = op_read, .write = op_write, .statfs = op_statfs,
-    .release = op_release, .fsync = op_fsync, .opendir = op_opendir, .readdir = op_readdir,
-    .releasedir = op_releasedir, .fsyncdir = op_fsyncdir, .init = op_init, .destroy = op_destroy,
-    .access = op_access, .create = op_create, .utimens = op_utimens,
+static const struct fuse_lowlevel_ops OPS = {
+    .init = ll_init, .destroy = ll_destroy, .lookup = ll_lookup, .forget = ll_forget,
+    .forget_multi = ll_forget_multi, .getattr = ll_getattr, .setattr = ll_setattr, .readlink = ll_readlink,
+    .mkdir = ll_mkdir, .unlink = ll_unlink, .rmdir = ll_rmdir, .symlink = ll_symlink, .rename = ll_rename,
+    .link = ll_link, .open = ll_open, .read = ll_read, .write = ll_write, .release = ll_release,
+    .fsync = ll_fsync, .opendir = ll_opendir, .readdir = ll_readdir, .releasedir = ll_releasedir,
+    .fsyncdir = ll_fsyncdir, .statfs = ll_statfs, .access = ll_access, .create = ll_create,
 };
 
 static void free_plain(void *v) { free(v); }
+static void free_none(void *v) { (void)v; }
 
 /* serve(backing, mountpoint, ac_attr, ac_dir, latency, trust, counters_path, trace_path, fsname): mount and
- * serve until unmounted (foreground, multithreaded; the interpreter lock released meanwhile). */
+ * serve until unmounted (foreground, up to 64 threads; the interpreter lock released meanwhile). */
 static PyObject *serve(PyObject *self, PyObject *args) {
     const char *backing, *mountpoint, *counters = NULL, *trace = NULL, *fsname;
     double ac_attr, ac_dir, latency;
@@ -817,16 +1237,35 @@ static PyObject *serve(PyObject *self, PyObject *args) {
         if (!S.trace) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, trace);
         setvbuf(S.trace, NULL, _IOLBF, 0);
     }
-    if (ht_init(&S.attr, free_plain) || ht_init(&S.lists, listing_drop_locked)) return PyErr_NoMemory();
+    if (ht_init(&S.attr, free_plain) || ht_init(&S.lists, listing_drop_locked) || ht_init(&names, free_none))
+        return PyErr_NoMemory();
     char opts[PATH_MAX + 200];
-    snprintf(opts, sizeof opts, "fsname=%s,subtype=nfsim,max_threads=64,max_idle_threads=64", fsname);
-    char *argv[] = {"nfsim", "-f", "-o", opts, (char *)mountpoint, NULL};
-    int rc;
+    snprintf(opts, sizeof opts, "fsname=%s,subtype=nfsim", fsname);
+    char *argv[] = {"nfsim", "-o", opts, NULL};
+    struct fuse_args fargs = FUSE_ARGS_INIT(3, argv);
+    int rc = -1;
     Py_BEGIN_ALLOW_THREADS
-    rc = fuse_main(5, argv, &OPS, NULL);
+    struct fuse_session *se = fuse_session_new(&fargs, &OPS, sizeof OPS, NULL);
+    if (se) {
+        if (fuse_set_signal_handlers(se) == 0) {
+            if (fuse_session_mount(se, mountpoint) == 0) {
+                struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+                if (cfg) {
+                    fuse_loop_cfg_set_max_threads(cfg, 64);
+                    fuse_loop_cfg_set_idle_threads(cfg, 64);
+                    rc = fuse_session_loop_mt(se, cfg);
+                    fuse_loop_cfg_destroy(cfg);
+                }
+                fuse_session_unmount(se);
+            }
+            fuse_remove_signal_handlers(se);
+        }
+        fuse_session_destroy(se);
+    }
     Py_END_ALLOW_THREADS
+    fuse_opt_free_args(&fargs);
     if (S.trace) fclose(S.trace);
-    if (rc != 0) { PyErr_Format(PyExc_RuntimeError, "nfsim: fuse_main exited %d", rc); return NULL; }
+    if (rc != 0) { PyErr_Format(PyExc_RuntimeError, "nfsim: the FUSE session ended with %d", rc); return NULL; }
     Py_RETURN_NONE;
 }
 

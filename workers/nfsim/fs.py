@@ -29,6 +29,11 @@ changed at open) in big requests, so a Python daemon does not dominate the data 
 This module is the specification; ``_nfsimd.c`` is the same filesystem in C (what mounts use where it is
 built: each request here costs ~0.2-0.9 ms of a core, a kernel NFS client's microseconds). A change to
 one is a change to both: the tests run one workload through each and compare answers and counters.
+One difference, from the FUSE API each runs on: this module runs on libfuse's high-level API (mfusepy), which
+keys the kernel's inodes by *name*, so a file another host renames over a name takes over the old file's
+inode here, and a reader's mapping of the old file then reads the new file's bytes. ``_nfsimd.c`` runs on the
+low-level API and keys them by the file each name held, as an NFS client's inodes are the server's file
+handles (the old mapping keeps reading the old file while it has a link, and is ESTALE once it has none).
 """
 from __future__ import annotations
 
