@@ -144,8 +144,8 @@ def test_a_repack_with_nothing_to_roll_up_still_repairs_a_stale_midx(template, t
     _verify(bare)
 
 
-POINTS = ["repack.after_fsync_dirs", "repack.midx.after_flush", "repack.midx.after_rename",
-          "repack.midx.after_bitmap_rename",
+POINTS = ["repack.after_fsync_dirs", "repack.midx.after_flush", "repack.midx.after_preserve",
+          "repack.midx.after_rename", "repack.midx.after_bitmap_rename",
           "repack.midx.after_fsync_dirs", "repack.after_idx_preserved", "repack.after_pack_preserved@2",
           "repack.after_delete"]
 
