@@ -77,6 +77,7 @@ from .table import (
     CLAIM_EXPIRE,
     DEAD_WRITER_AFTER,
     LOOSE_TMP_PREFIX,
+    MIDX_SIDE_RE,
     PRESERVED_MAPPED,
     PRESERVED_MAPPED_RE,
     PRUNE_EXPIRE,
@@ -139,6 +140,6 @@ __all__ = ["Kind", "Verdict", "Rule", "RULES", "Leftover", "FINDERS", "removable
            "find_loose_tmp", "find_batch_markers", "find_pack_temps", "find_orphan_packs", "find_half_preserved",
            "find_orphan_idx", "find_midx_lock", "find_keeps", "find_quarantines", "find_serving_locks",
            "find_graph_temps", "find_packed_refs_temps", "find_packed_refs_new", "find_ref_claims", "find_ref_temps",
-           "find_preserved_mapped", "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE",
+           "find_preserved_mapped", "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE", "MIDX_SIDE_RE",
            "create_batch_marker", "remove_batch_marker", "LOOSE_TMP_PREFIX", "QUARANTINE_PREFIX", "QUARANTINE_OWNER",
            "SERVING_LOCKS", "PRUNE_EXPIRE", "CLAIM_EXPIRE", "DEAD_WRITER_AFTER"]

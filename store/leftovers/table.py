@@ -31,9 +31,14 @@ GRAPH_TMP_RE = re.compile(r"^tmp_(graph|chain)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})
 #: The fixed-path files git mmaps that maintenance replaces (or removes), by their path under the git dir: the old
 #: inode of each is hard-linked into ``objects/pack/preserved/`` as ``<name>-<16 hex>.old`` first
 #: (store/maintenance/preserved.py). No pack file's name (``pack-*``) and no temp file's (``tmp_*``) can be one.
+#: A MIDX's bitmap and reverse index (``multi-pack-index-<checksum>.bitmap``/``.rev``, mapped too) are removed, not
+#: replaced, when a new MIDX is installed: kept the same way, under their own names plus the suffix.
 PRESERVED_MAPPED = {"multi-pack-index": "objects/pack/multi-pack-index",
                     "commit-graph": "objects/info/commit-graph", "packed-refs": "packed-refs"}
-PRESERVED_MAPPED_RE = re.compile(r"^(multi-pack-index|commit-graph|packed-refs)-([0-9a-f]{16})\.old$")
+MIDX_SIDE_RE = re.compile(r"^multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev)$")
+PRESERVED_MAPPED_RE = re.compile(r"^(multi-pack-index|commit-graph|packed-refs"
+                                 r"|multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev))"
+                                 r"-([0-9a-f]{16})\.old$")
 
 HOUR = 3600.0
 #: git's default prune expiry (``gc.pruneExpire`` = 2.weeks.ago): what nobody can judge waits this long.
@@ -156,7 +161,8 @@ _RULES: tuple[Rule, ...] = (
     Rule(Kind.REF_TMP, "packyard/tmp/ref-*", None, CLAIM_EXPIRE,
          "A ref file being written, live only while its writer holds the ref's claim: orphans after the "
          "claim's age."),
-    Rule(Kind.PRESERVED_MAPPED, "objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs}-<hex>.old",
+    Rule(Kind.PRESERVED_MAPPED, "objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs,"
+         "multi-pack-index-<checksum>.{bitmap,rev}}-<hex>.old",
          None, HOUR,
          "The old inode of a file git mmaps, linked here (its mtime set to then) just before maintenance renamed "
          "a new file over it or removed it: a reader on another NFS host that has it open or mapped keeps a "

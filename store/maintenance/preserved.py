@@ -253,12 +253,13 @@ def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECOND
 
 def preserve_mapped(path: Path, pack_dir: Path, *, now: float | None = None) -> Path | None:
     """Keep the inode now at ``path`` (``multi-pack-index``, ``commit-graph`` or ``packed-refs``: a file git mmaps
-    at a fixed path) alive for readers that have it open: hard-link it into ``pack_dir``'s preserved/ as
+    at a fixed path; or a MIDX's ``.bitmap``/``.rev``, removed when a new MIDX is installed) alive for readers
+    that have it open: hard-link it into ``pack_dir``'s preserved/ as
     ``<name>-<16 hex>.old`` and set its mtime to ``now`` (what :func:`expire_preserved_mapped` measures). Call it
     right before the rename over ``path`` (or its unlink). Returns the link; None when there is no file at
     ``path`` or hard links are refused here (nothing is copied)."""
     path = Path(path)
-    if path.name not in lo.PRESERVED_MAPPED:
+    if path.name not in lo.PRESERVED_MAPPED and lo.MIDX_SIDE_RE.match(path.name) is None:
         raise ValueError(f"not a file git maps at a fixed path: {path.name}")
     dest = preserved_dir(pack_dir)
     for _ in range(4):

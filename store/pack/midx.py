@@ -26,7 +26,8 @@ in ``objects/pack``, flush, a check that every pack it names is still installed,
 ``multi-pack-index`` hard-linked into ``objects/pack/preserved/`` (``preserve``: a reader on another NFS host
 that has it mapped keeps its inode; store/maintenance/preserved.py), rename to
 ``multi-pack-index``, then the bitmap's rename (never visible before its MIDX), removal of the MIDX
-bitmaps / reverse indexes of older MIDXs (git's ``clear_midx_files_ext``), directory fsync. Fault points:
+bitmaps / reverse indexes of older MIDXs (git's ``clear_midx_files_ext``; each kept in preserved/ first, as the
+MIDX: git maps them too), directory fsync. Fault points:
 ``<prefix>.midx.after_flush``, ``.after_preserve``, ``.after_rename``, ``.after_bitmap_rename``, ``.after_fsync_dirs``.
 """
 from __future__ import annotations
@@ -426,7 +427,7 @@ def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = 
             durable.rename(tmp_bitmap, pack_dir / f"{MIDX_NAME}-{midx.checksum.hex()}.bitmap", counters)
             fault_point(f"{fault_prefix}.midx.after_bitmap_rename")
         for side in midx_side_files(pack_dir, midx.checksum):
-            durable.unlink_if_present(side)
+            _remove_side(side, pack_dir, preserve, now)
         durable.fsync_dir(pack_dir, counters)
         fault_point(f"{fault_prefix}.midx.after_fsync_dirs")
         return midx
@@ -455,6 +456,15 @@ def _preserve_current(pack_dir: Path, now: float | None) -> None:
     preserve_mapped(pack_dir / MIDX_NAME, pack_dir, now=now)
 
 
+def _remove_side(side: Path, pack_dir: Path, preserve: bool, now: float | None) -> None:
+    """Remove an old MIDX's ``.bitmap``/``.rev`` (git maps both), first kept in preserved/ as the MIDX is."""
+    if preserve:
+        from ..maintenance.preserved import preserve_mapped
+
+        preserve_mapped(side, pack_dir, now=now)
+    durable.unlink_if_present(side)
+
+
 def remove_midx(pack_dir: Path, counters: durable.DurabilityCounters | None = None, *,
                 lock_wait: float = LOCK_WAIT, preserve: bool = True, now: float | None = None) -> bool:
     """Remove the MIDX and its bitmaps / reverse indexes (git's ``clear_midx_file``), durably; True if one was there.
@@ -466,7 +476,7 @@ def remove_midx(pack_dir: Path, counters: durable.DurabilityCounters | None = No
             _preserve_current(pack_dir, now)
         had = durable.unlink_if_present(pack_dir / MIDX_NAME)
         for side in midx_side_files(pack_dir):
-            durable.unlink_if_present(side)
+            _remove_side(side, pack_dir, preserve, now)
         if had:
             durable.fsync_dir(pack_dir, counters)
         return had

@@ -139,15 +139,21 @@ def test_the_next_repack_and_gc_expire_them_with_the_packs(bare):
     git("update-ref", "refs/heads/again", "main", git_dir=bare)
     git("commit-graph", "write", "--reachable", "--no-progress", git_dir=bare)   # git's monolithic file again
     midx = (bare / MAPPED["multi-pack-index"]).stat().st_ino
+    # the first repack's MIDX bitmap (and reverse index), mapped by git as the MIDX is
+    sides = sorted(p.name for p in (bare / "objects" / "pack").glob(f"{MIDX_NAME}-*"))
+    assert sides
     res = repack(Repository.open(bare), RepackOptions(mode=RepackMode.FULL, now=now + 3601))
-    # The three of the first repack expired; the MIDX this one rewrote is kept (preserved "now").
+    # The three of the first repack expired; the MIDX this one rewrote and its side files are kept
+    # (preserved "now").
     assert res.counters.preserved_mapped_expired == 3
-    assert [st.st_ino for st in _preserved(bare)["multi-pack-index"]] == [midx] and len(_preserved(bare)) == 1
+    assert [st.st_ino for st in _preserved(bare)["multi-pack-index"]] == [midx]
+    assert sorted(_preserved(bare)) == sorted(["multi-pack-index", *sides])
     after_repack(Repository.open(bare))
-    assert sorted(_preserved(bare)) == sorted(MAPPED)
+    assert sorted(_preserved(bare)) == sorted([*MAPPED, *sides])
     assert run_gc(bare, preserve_for=3600)["counters"]["preserved_mapped_expired"] == 0
-    result = run_gc(bare, preserve_for=0)   # (the MIDX's link carries the repack's clock, an hour ahead: kept)
-    assert result["counters"]["preserved_mapped_expired"] == 2 and sorted(_preserved(bare)) == ["multi-pack-index"]
+    result = run_gc(bare, preserve_for=0)   # (the MIDX's links carry the repack's clock, an hour ahead: kept)
+    assert result["counters"]["preserved_mapped_expired"] == 2
+    assert sorted(_preserved(bare)) == sorted(["multi-pack-index", *sides])
     _verify(bare)
 
 
@@ -236,3 +242,33 @@ def test_a_sigkill_between_the_link_and_the_rename_is_harmless_and_the_rerun_fin
     _verify(bare)
     assert git("for-each-ref", git_dir=bare) == refs
     assert len(expire_preserved_mapped(bare / "objects" / "pack", 3600, now=time.time() + 3601)) == 2
+
+
+def test_a_new_midx_keeps_the_old_midx_bitmap_and_reverse_index_git_maps(bare):
+    """git's MIDX bitmap (``multi-pack-index-<checksum>.bitmap``, and its ``.rev`` where git writes one) is mapped
+    by upload-pack as the MIDX is; a new MIDX removes it (git's clear_midx_files_ext), so it is kept in
+    preserved/ first. With preserving off it is removed outright."""
+    pack_dir = bare / "objects" / "pack"
+    git("multi-pack-index", "write", "--bitmap", "--no-progress", git_dir=bare)
+    sides = {p.name: p.stat().st_ino for p in pack_dir.glob(f"{MIDX_NAME}-*") if p.suffix in (".bitmap", ".rev")}
+    assert any(name.endswith(".bitmap") for name in sides)
+    stems = installed_stems(pack_dir)
+    write_midx(pack_dir, stems[:3])      # another MIDX: another checksum, the old side files go
+    assert not any((pack_dir / name).exists() for name in sides)
+    kept = _preserved(bare)
+    for name, ino in sides.items():
+        assert [st.st_ino for st in kept.get(name, [])] == [ino], name
+    git("multi-pack-index", "verify", "--no-progress", git_dir=bare)
+    git("fsck", "--full", "--strict", "--no-progress", git_dir=bare)
+    counts, _ = _count_objects(bare)
+    assert counts["garbage"] == "1"
+    # they expire with the rest, after the preserve time
+    later = time.time() + 3601
+    assert sorted(n.rsplit("-", 1)[0] for n in expire_preserved_mapped(pack_dir, now=later)) == \
+        sorted([*sides, MIDX_NAME])
+    assert _preserved(bare) == {}
+
+    # preserving off: the next MIDX's change removes the side files and keeps nothing
+    git("multi-pack-index", "write", "--bitmap", "--no-progress", git_dir=bare)
+    write_midx(pack_dir, stems[:2], preserve=False)
+    assert _preserved(bare) == {}
