@@ -84,11 +84,6 @@ class RepackOptions:
     expire: float = DEFAULT_EXPIRE_SECONDS           # seconds: older unreachable objects are deleted
     preserve_for: float = DEFAULT_PRESERVE_SECONDS   # seconds a replaced pack stays in preserved/
     preserve: bool = True                            # False: replaced packs are unlinked at once
-
-    @property
-    def preserve_mapped(self) -> bool:
-        """Keep the MIDX a repack replaces (a file git maps) in preserved/: ``preserve`` and a preserve time."""
-        return self.preserve and self.preserve_for > 0
     compression: int = PACK_COMPRESSION              # zlib level for objects written whole
     processes: int = 2                               # the walk and the delta search fork helpers when > 1
     now: float | None = None                         # the clock (tests)
@@ -99,6 +94,11 @@ class RepackOptions:
     midx: bool = True                                # geometric/loose: write a multi-pack-index over what stays
     bitmap: bool = True                              # full: a reachability bitmap with the pack (bitmap.py)
     bitmap_options: BitmapOptions = BitmapOptions()  # hash cache, lookup table, pack.preferBitmapTips
+
+    @property
+    def preserve_mapped(self) -> bool:
+        """Keep the MIDX a repack replaces (a file git maps) in preserved/: ``preserve`` and a preserve time."""
+        return self.preserve and self.preserve_for > 0
 
     def delta_plan(self) -> DeltaPlan:
         search = None if self.window <= 1 else SearchOptions(
