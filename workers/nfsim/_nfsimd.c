@@ -1017,20 +1017,21 @@ static void unhash_name(struct node *parent, const char *name) {
     pthread_mutex_unlock(&S.lock);
 }
 
-static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+/* unlink or rmdir of parent/name through this mount (op), then its node stops resolving */
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name, int (*op)(const char *)) {
     char path[PATH_MAX];
     int e = child_path(NODE(parent), name, path);
-    if (!e) e = op_unlink(path);
+    if (!e) e = op(path);
     if (!e) unhash_name(NODE(parent), name);
     fuse_reply_err(req, -e);
 }
 
+static void ll_unlink(fuse_req_t req, fuse_ino_t parent, const char *name) {
+    remove_name(req, parent, name, op_unlink);
+}
+
 static void ll_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name) {
-    char path[PATH_MAX];
-    int e = child_path(NODE(parent), name, path);
-    if (!e) e = op_rmdir(path);
-    if (!e) unhash_name(NODE(parent), name);
-    fuse_reply_err(req, -e);
+    remove_name(req, parent, name, op_rmdir);
 }
 
 static void ll_rename(fuse_req_t req, fuse_ino_t parent, const char *name, fuse_ino_t newparent,
