@@ -13,6 +13,10 @@ rules across them.
 * packyard: objects a loose repack on host A moves into a pack while a reader on host B has their
   loose files open answer ESTALE to B; B's read still succeeds (ESTALE is "gone": re-list, read the pack).
 
+* a file host B maps, replaced through host A: the C filesystem gives B's new open the new file and B's old
+  mapping the old file while it has a link (ESTALE, so SIGBUS, once it has none), as an NFS client's file
+  handles do; end to end, git on host B keeps reading through a MIDX packyard replaced on host A because the
+  old one is linked in preserved/, and dies of SIGBUS without that link.
 * another host's pids: a claim held by host B's process in its own PID namespace (with its own host
   name, and with A's) is never judged by host A's process table.
 * the syscall budget: index-pack and a full repack make as many metadata round trips for 2,000 objects
@@ -178,6 +182,65 @@ def test_a_file_mapped_on_host_b_and_replaced_through_host_a(hosts, impl, kept):
         assert (child.returncode, out.strip()) == (0, "old")
     else:
         assert child.returncode == -signal.SIGBUS, (child.returncode, out)
+
+
+def _blob_packs(bare: Path, packs: int, per_pack: int) -> list[str]:
+    """``packs`` packs of ``per_pack`` distinct small blobs each, written by git fast-import; the blob ids."""
+    for p in range(packs):
+        stream = b"".join(b"blob\ndata %d\n%s\n" % (len(d), d)
+                          for d in (b"blob %d of pack %d" % (i, p) for i in range(per_pack)))
+        git("fast-import", "--quiet", git_dir=bare, input=stream)
+    out = git("cat-file", "--batch-all-objects", "--batch-check=%(objectname)", git_dir=bare)
+    return out.decode().split()
+
+
+@pytest.mark.skipif("c" not in IMPLS, reason="nfsim's C filesystem is not built here (libfuse3's headers): fs.py "
+                    "keys the kernel's inodes by name (test_a_file_mapped_on_host_b_and_replaced_through_host_a)")
+@pytest.mark.parametrize("preserve", [True, False], ids=["preserved", "not-preserved"])
+def test_git_on_host_b_reads_through_a_midx_host_a_replaced(hosts, tmp_path, preserve):
+    """End to end, what the preserved MIDX is for: ``git cat-file --batch-check`` on host B maps the MIDX (40,000
+    objects: 1.1 MB, larger than the kernel's read-ahead, so most of its pages are not read yet) and finds one
+    object; packyard's MIDX write on host A renames a new MIDX over it; then B's git looks up objects whose
+    entries lie in pages it never read. With the old MIDX linked into preserved/ (packyard's default) git
+    reads them through its old mapping; without, the old file is gone from the server, its pages are ESTALE
+    and git dies of SIGBUS, as on NFS."""
+    from packyard.store.pack.midx import MIDX_NAME, installed_stems, write_midx
+
+    a = hosts("a", ac_attr=LONG, ac_dir=LONG)
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG)
+    bare = hosts.backing / "r.git"
+    git("init", "-q", "--bare", str(bare))
+    ids = sorted(_blob_packs(bare, 2, 20_000))
+    git("multi-pack-index", "write", "--no-progress", git_dir=bare)
+    assert (bare / "objects" / "pack" / MIDX_NAME).stat().st_size > 1_000_000
+    first = [i for i in ids if i.startswith("00")][0]
+    later = [i for i in ids if i.startswith(("6", "7", "8", "9", "a"))][::97]    # far from what B read first
+    proc = subprocess.Popen(["git", "--git-dir", str(b.mountpoint / "r.git"), "cat-file", "--batch-check"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        proc.stdin.write(first + "\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().split()[0] == first
+        pack_dir = a.mountpoint / "r.git" / "objects" / "pack"
+        stems = installed_stems(pack_dir)
+        assert len(stems) == 2
+        write_midx(pack_dir, stems[:1], preserve=preserve)      # through host A: the old MIDX replaced
+        out, _ = proc.communicate("".join(f"{i}\n" for i in later), timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    kept = list((hosts.backing / "r.git" / "objects" / "pack" / "preserved").glob(f"{MIDX_NAME}-*.old"))
+    if preserve:
+        assert len(kept) == 1
+        assert proc.returncode == 0, out
+        assert [line.split()[0] for line in out.splitlines()] == later
+        assert all(line.split()[1] == "blob" for line in out.splitlines())
+    else:
+        assert kept == []
+        assert proc.returncode == -signal.SIGBUS, (proc.returncode, out[-500:])
+    estale = b.counters()["estale"]      # nfsim's ESTALE answers to host B: the old MIDX's pages, and only them
+    assert estale == 0 if preserve else estale >= 1, estale
 
 
 @pytest.mark.parametrize("impl", IMPLS)
