@@ -145,6 +145,10 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
     trace = Path(args.nfsim_trace) if args.nfsim_trace else None
     if trace is not None:
         trace.mkdir(parents=True, exist_ok=True)
+    if nfsim.implementation(args.nfsim_impl) == "python":
+        print("[race] nfsim runs fs.py here, which keys the kernel's inodes by name: a clone that maps a MIDX or "
+              "commit-graph the other host replaces can read the new file's bytes, which no NFS client does "
+              "(docs/nfs.md); a failed clone may be that", file=sys.stderr, flush=True)
     with nfsim.Mount(server, base / "host-a", latency=latency, name="race-host-a", impl=args.nfsim_impl,
                      trace=trace / "host-a.trace" if trace else None) as a, \
             nfsim.Mount(server, base / "host-b", latency=latency, name="race-host-b", impl=args.nfsim_impl,
