@@ -20,7 +20,8 @@ only objects/pack, so the moves of several packs overlap (``retire_packs``). Whe
 the idx is renamed, still first. The preserved idx's mtime is set to the time of the move, which is what
 expiry measures. Expiry removes the idx first, then the rest.
 
-Files git maps at a fixed path are kept the same way. git mmaps ``objects/pack/multi-pack-index``,
+Files git maps at a fixed path are kept the same way. git mmaps ``objects/pack/multi-pack-index`` (and the
+MIDX's ``multi-pack-index-<checksum>.bitmap`` and ``.rev``, which a new MIDX removes),
 ``objects/info/commit-graph`` and ``packed-refs`` (from 32 KiB), and over NFS a reader on another host
 keeps a valid handle only while the server's inode lives: when maintenance renames a new file over the
 old one (or removes it) and the old inode's last link goes, that reader's next read of a page it has
