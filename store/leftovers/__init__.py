@@ -39,7 +39,8 @@ record and no pid in the name, or another host's)::
     ref_claim         refs/**.lock, packyard/**.lock                    0   600
     ref_tmp           packyard/tmp/ref-*                                -   600
     preserved_mapped  objects/pack/preserved/{multi-pack-index,       -   3600     (the preserve time)
-                      commit-graph,packed-refs}-<hex>.old
+                      commit-graph,packed-refs,multi-pack-index-
+                      <checksum>.{bitmap,rev}}-<hex>.old
 
 A live owner's leftover is never removed by age. The table itself is :mod:`.table` (names, kinds,
 rules), the finders :mod:`.find`; this module adds :func:`remove`. Each row's ``reason`` says why its ages are what

@@ -316,8 +316,9 @@ def find_midx_lock(repo: object, *, now: float | None = None, rule: Rule | None 
 
 
 def find_preserved_mapped(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
-    """``objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs}-<hex>.old``: old inodes of the files
-    git mmaps, kept for readers on other hosts, aged by their mtime (set when they were linked there)."""
+    """``objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs,multi-pack-index-<checksum>.{bitmap,rev}}
+    -<hex>.old``: old inodes of the files git mmaps, kept for readers on other hosts, aged by their mtime (set
+    when they were linked there)."""
     from ..objdir import PRESERVED_DIR
 
     now, rule = _now(now), rule or RULES[Kind.PRESERVED_MAPPED]

@@ -40,7 +40,7 @@ def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True,
             with fence_of(lease, repo.path, "write the commit-graph", dur, FenceKind.MAINTENANCE):
                 known = commits_from_walk(*walked) if walked is not None else None
                 res = write_commit_graph(repo, GraphOptions(replace=replace_graph, expire_after=graph_expire_after,
-                                                                    preserve=preserve),
+                                                            preserve=preserve),
                                          dur, known=known)
             out.update(res.as_counters())
         except LockContendedError as err:

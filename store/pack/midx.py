@@ -419,7 +419,7 @@ def write_midx(pack_dir: Path, stems: Iterable[str], *, preferred: str | None = 
                 raise InvalidInputError(f"pack {s} vanished before the multi-pack-index naming it was installed",
                                         path=pack_dir / f"{s}.idx")
         if preserve:
-            _preserve_current(pack_dir, now)
+            _preserve(pack_dir / MIDX_NAME, pack_dir, now)
             fault_point(f"{fault_prefix}.midx.after_preserve")
         durable.rename(tmp, pack_dir / MIDX_NAME, counters)
         fault_point(f"{fault_prefix}.midx.after_rename")
@@ -450,18 +450,17 @@ def _write_flushed(path: Path, data: bytes, counters: durable.DurabilityCounters
                                path=path) from err
 
 
-def _preserve_current(pack_dir: Path, now: float | None) -> None:
+def _preserve(path: Path, pack_dir: Path, now: float | None) -> None:
+    """Link the MIDX (or an old MIDX's ``.bitmap``/``.rev``: git maps all three) into preserved/ before it goes."""
     from ..maintenance.preserved import preserve_mapped  # (the maintenance layer's preserved/ rules)
 
-    preserve_mapped(pack_dir / MIDX_NAME, pack_dir, now=now)
+    preserve_mapped(path, pack_dir, now=now)
 
 
 def _remove_side(side: Path, pack_dir: Path, preserve: bool, now: float | None) -> None:
-    """Remove an old MIDX's ``.bitmap``/``.rev`` (git maps both), first kept in preserved/ as the MIDX is."""
+    """Remove an old MIDX's ``.bitmap``/``.rev``, first kept in preserved/ as the MIDX is."""
     if preserve:
-        from ..maintenance.preserved import preserve_mapped
-
-        preserve_mapped(side, pack_dir, now=now)
+        _preserve(side, pack_dir, now)
     durable.unlink_if_present(side)
 
 
@@ -473,7 +472,7 @@ def remove_midx(pack_dir: Path, counters: durable.DurabilityCounters | None = No
     claim = lockfile.acquire(pack_dir / LOCK_NAME, "multi-pack-index", wait=lock_wait)
     try:
         if preserve:
-            _preserve_current(pack_dir, now)
+            _preserve(pack_dir / MIDX_NAME, pack_dir, now)
         had = durable.unlink_if_present(pack_dir / MIDX_NAME)
         for side in midx_side_files(pack_dir):
             _remove_side(side, pack_dir, preserve, now)

@@ -134,7 +134,7 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
     host B); the repository is built through A; each phase one host repacks, the other reads and pushes."""
     from packyard.workers import nfsim
 
-    reason = nfsim.unavailable()
+    reason = nfsim.unavailable(args.nfsim_impl)
     if reason:
         print(f"packyard race --hosts 2: {reason}", file=sys.stderr)
         return 2
