@@ -102,6 +102,16 @@ class Mount:
             pass
         return json.loads(self.counters_path.read_text())
 
+    def cpu_seconds(self) -> float:
+        """CPU time the mount's daemon has used so far (user + system, all its threads; /proc): the simulator's
+        own work, which competes with the workload for this machine's cores. 0.0 once it has exited."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def close(self) -> None:
         if self.proc.poll() is None:
             subprocess.run(["fusermount3", "-u", "-z", str(self.mountpoint)], capture_output=True, check=False)

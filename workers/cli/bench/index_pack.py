@@ -216,12 +216,12 @@ def run_on_nfsim(args: argparse.Namespace, base: Path, pack: Path, env: dict[str
             for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
                 repo = m.mountpoint / f"{side}-{rnd}.git"
                 common.git("init", "-q", "--bare", str(repo))
-                before = m.counters()
+                before = nfsim_side.probe(m)
                 cmd = git_cmd(repo, args.strict) if side == "git" else packyard_cmd(repo, args.processes, args.strict)
                 wall, _, rc, _, _ = measured(cmd, pack, env, base / "rss.txt")
                 if rc != 0:
                     raise SystemExit(f"{side} failed on nfsim with status {rc}")
-                calls[side].append(nfsim_side.calls_between(m.counters(), before))
+                calls[side].append(nfsim_side.calls_between(nfsim_side.probe(m), before))
                 walls[side].append(wall)
                 print(f"  nfsim round {rnd + 1} {side:8} wall {wall:7.2f}s", flush=True)
                 shutil.rmtree(repo)

@@ -190,7 +190,7 @@ def run_nfsim(args: argparse.Namespace) -> int:
         with nfsim_side.mounted(base, args.nfsim_latency) as m:
             print(f"\n-- the same on nfsim ({m.mountpoint}) --", flush=True)
             if run_in(args, m.mountpoint / "bench", keep=False, src_base=base, times_out=mounted,
-                      probe=m.counters, calls_out=calls):
+                      probe=lambda: nfsim_side.probe(m), calls_out=calls):
                 return 1
         nfsim_side.report(args.nfsim_latency, local, mounted, calls)
         return 0

@@ -8,6 +8,7 @@ round trips per run by kind (the mount's counters).
 """
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 from contextlib import contextmanager
@@ -41,10 +42,30 @@ def mounted(base: Path, latency: str) -> Iterator[Any]:
         m.close()
 
 
+#: In a probe and in calls_between's answer: the daemon's CPU milliseconds (not a metadata call).
+CPU_KEY = "nfsim_cpu_ms"
+
+
+def probe(mount: Any) -> dict[str, Any]:
+    """The mount's counters as of now, with the daemon's CPU time so far (``CPU_KEY``)."""
+    out = dict(mount.counters())
+    out[CPU_KEY] = round(mount.cpu_seconds() * 1000)
+    return out
+
+
 def calls_between(after: dict[str, Any], before: dict[str, Any]) -> dict[str, int]:
+    """The metadata calls by kind between two probes (kinds with 0 left out), and the daemon's CPU
+    milliseconds in between (``CPU_KEY``) when both probes have it."""
     from packyard.workers.nfsim.fs import METADATA_KINDS
 
-    return {k: after[k] - before[k] for k in METADATA_KINDS if after[k] - before[k]}
+    out = {k: after[k] - before[k] for k in METADATA_KINDS if after[k] - before[k]}
+    if CPU_KEY in after and CPU_KEY in before:
+        out[CPU_KEY] = after[CPU_KEY] - before[CPU_KEY]
+    return out
+
+
+def _metadata(calls: dict[str, int]) -> dict[str, int]:
+    return {k: v for k, v in calls.items() if k != CPU_KEY}
 
 
 def report(latency: str, local: dict[str, list[float]], mounted_: dict[str, list[float]],
@@ -54,12 +75,18 @@ def report(latency: str, local: dict[str, list[float]], mounted_: dict[str, list
     print(f"{'':10} {'local s':>9} {'nfsim s':>9} {'slowdown':>9} {'metadata calls/run':>19}")
     med = {s: (statistics.median(local[s]), statistics.median(mounted_[s])) for s in local}
     for side, (lo, mo) in med.items():
-        total = statistics.median(sum(c.values()) for c in calls[side])
+        total = statistics.median(sum(_metadata(c).values()) for c in calls[side])
         print(f"{side:10} {lo:9.2f} {mo:9.2f} {mo / lo:8.2f}x {total:19.0f}")
     if "packyard" in med and "git" in med:
         print(f"packyard / git on the same nfsim mount: {med['packyard'][1] / med['git'][1]:.2f}x "
               f"(locally {med['packyard'][0] / med['git'][0]:.2f}x)")
+    cpu = {side: [c[CPU_KEY] for c in calls[side] if CPU_KEY in c] for side in calls}
+    if all(cpu.values()):
+        # The simulator's own CPU (FUSE requests, data copies) on this machine's cores: part of every slowdown above
+        # that no client-side change removes, and more of it where the cores are few.
+        print(f"  nfsim daemon CPU per run (median; {os.cpu_count()} cores): "
+              + ", ".join(f"{side} {statistics.median(v) / 1000:.2f} s" for side, v in cpu.items()))
     for side in calls:
-        last = calls[side][-1]
+        last = _metadata(calls[side][-1])
         print(f"  {side} calls by kind (last run): " + ", ".join(f"{k} {v}" for k, v in sorted(last.items())))
     sys.stdout.flush()
