@@ -309,6 +309,22 @@ def fresh_copies(template: Path, dest_dir: Path, name: str, runs: int) -> dict[t
     return copies
 
 
+def warm(repo: Path) -> int:
+    """Read every file of ``repo`` once, untimed, right before its timed run; returns the bytes read. The copies
+    of all rounds are made before the first run (:func:`fresh_copies`), so a later round's input has waited in
+    the page cache for a minute or more, and a VM that reclaims idle page cache (this one's DAMON pageout takes
+    pages idle for 60 s) evicts some inputs and not others: that round would time the disk as well. Both sides,
+    local and on nfsim (its backing directory: the mount's own cache stays cold, as a client's is for files
+    another host wrote), start with their input in the page cache."""
+    total = 0
+    for p in sorted(repo.rglob("*")):
+        if p.is_file() and not p.is_symlink():
+            with open(p, "rb", buffering=0) as f:
+                while chunk := f.read(1 << 20):
+                    total += len(chunk)
+    return total
+
+
 def alternating(runs: int) -> Iterator[tuple[int, str]]:
     """(round, side) in the order the timed runs go: git first in even rounds, packyard first in odd ones."""
     for rnd in range(runs):
@@ -330,7 +346,8 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
         cmd = ([a.replace("{repo}", str(path)) for a in theirs] if theirs[:1] == ["sh"] else
                ["git", "--git-dir", str(path)] + theirs) if side == "git" else \
             (common.packyard_entry() + ["repack", "--repo", str(path), "--json", "--no-progress"] + ours)
-        before = mount.counters() if mount is not None else None
+        warm(repo)
+        before = nfsim_side.probe(mount) if mount is not None else None
         wall, rss, out = measured(cmd, env, work / "rss.txt")
         sizes = pack_sizes(repo)
         row: dict[str, Any] = {"wall": wall, "rss": rss, "packs": len(sizes),
@@ -338,7 +355,7 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
                                "cruft": cruft_size(repo), "bitmap": bitmap_size(repo),
                                "graph": graph_size(repo)}
         if mount is not None and before is not None:
-            row["calls"] = nfsim_side.calls_between(mount.counters(), before)
+            row["calls"] = nfsim_side.calls_between(nfsim_side.probe(mount), before)
         if side == "packyard":
             res = json.loads(out)
             row["phases"] = {k.removeprefix("elapsed_us_"): v / 1e6 for k, v in res["counters"].items()
