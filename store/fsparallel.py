@@ -104,4 +104,35 @@ def each(fn: Callable[[T], R], items: Iterable[T], *, where: str | Path | None =
     return out
 
 
-__all__ = ["DEFAULT_IO_THREADS", "SHARED_FILESYSTEMS", "each", "io_threads", "is_shared", "set_io_threads"]
+def together(*steps: Callable[[], R], where: str | Path | None = None) -> list[R]:
+    """``[step() for step in steps]``, the steps running at once (a thread each) when ``where`` is on a shared
+    filesystem (:func:`is_shared`), one after the other in this thread on a local one. For independent sets of
+    calls (each usually an :func:`each` of its own) whose round trips wait on different directories' locks: one
+    after the other, the second set's round trips would wait for the first set's to end.
+
+    Results come in the steps' order. Every step runs to its end even when another raises; then the first
+    exception (in the steps' order) is raised."""
+    if len(steps) <= 1 or where is None or not is_shared(str(where)):
+        out: list[R] = []
+        first: BaseException | None = None
+        for step in steps:
+            try:
+                out.append(step())
+            except Exception as err:   # (the others still run; KeyboardInterrupt and the like stop at once)
+                first = first or err
+        if first is not None:
+            raise first
+        return out
+    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix=f"packyard-steps-{os.getpid()}") as pool:
+        futures = [pool.submit(step) for step in steps]
+    results: list[R] = []
+    for f in futures:          # (all done: the pool's exit waited for them)
+        failed = f.exception()
+        if failed is not None:
+            raise failed
+        results.append(f.result())
+    return results
+
+
+__all__ = ["DEFAULT_IO_THREADS", "SHARED_FILESYSTEMS", "each", "io_threads", "is_shared", "set_io_threads",
+           "together"]

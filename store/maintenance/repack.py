@@ -364,11 +364,13 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
     names a pack that is gone; the new packs' own bitmap was installed with them, and the commit-graph is
     written after the repack (serving.py), so neither can describe what is deleted here. Then each doomed
     pack moves to ``objects/pack/preserved/`` (``options.preserve``; idx first, so a reader never finds an
-    idx without its pack) or is removed; then the doomed loose files (git's ``prune-packed``); then the
-    bitmaps of old packs that stay (git keeps one bitmap: the new pack's); last, preserved packs past
-    ``preserve_for`` expire (JGit's ``prunePreserved``). Fault points: ``repack.before_delete``,
-    ``repack.after_lease_check``, ``repack.midx.after_*``, ``repack.after_idx_preserved``,
-    ``repack.after_pack_preserved``, ``repack.after_loose_deleted``, ``repack.after_delete``."""
+    idx without its pack) or is removed, and the doomed loose files are unlinked (git's ``prune-packed``;
+    on a shared filesystem at the same time as the pack moves, which wait on other directories' locks:
+    ``fsparallel.together``; one after the other on a local disk); then the bitmaps of old packs that stay
+    (git keeps one bitmap: the new pack's); last, preserved packs past ``preserve_for`` expire (JGit's
+    ``prunePreserved``). Fault points: ``repack.before_delete``, ``repack.after_lease_check``,
+    ``repack.midx.after_*``, ``repack.after_idx_preserved``, ``repack.after_pack_preserved``,
+    ``repack.after_loose_deleted``, ``repack.after_delete``."""
     c = result.counters
     pack_dir = Path(repo.objects.path) / "pack"
     # -- which: the snapshot's packs and loose objects this repack replaced, minus what must stay -------
@@ -391,17 +393,27 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
     with fence_of(lease, repo.path, doing, dur, FenceKind.MAINTENANCE):
         # FIRST the new multi-pack-index: no MIDX ever names a pack deleted or preserved below.
         _publish_midx(repo, plan, options, pack_dir, {p.name for p in doomed_packs}, dur, c)
-        # The packs, then the loose files, each set together (no order inside one matters: :mod:`..fsparallel`).
-        retire_packs(pack_dir, [p.name for p in doomed_packs], preserve=options.preserve, now=now,
-                     after_each=lambda _name: fault_point("repack.after_pack_preserved"))
+        # The packs and the loose files, each set together (no order inside one matters: :mod:`..fsparallel`),
+        # and the two sets at once on a shared filesystem: the pack moves wait on the locks of objects/pack and
+        # preserved/, the loose unlinks on the fan-out directories' (no order between the two matters either:
+        # every object they hold is in a new pack, installed and durable before this).
+        def packs() -> list[int | None]:
+            retire_packs(pack_dir, [p.name for p in doomed_packs], preserve=options.preserve, now=now,
+                         after_each=lambda _name: fault_point("repack.after_pack_preserved"))
+            return []
+
+        def loose() -> list[int | None]:
+            return fsparallel.each(_unlink_loose(repo, plan.loose_sizes), sorted(doomed_loose),
+                                   where=repo.objects.path)
+
+        _, sizes = fsparallel.together(packs, loose, where=pack_dir) if doomed_loose else (packs(), [])
         for pack in doomed_packs:
             c.bytes_in += pack.size
             c.objects_in += len(pack)
             c.preserved_moved += 1 if options.preserve else 0
             c.packs_merged += 1
             result.packs_deleted.append(pack.name)
-        for size in fsparallel.each(_unlink_loose(repo, plan.loose_sizes), sorted(doomed_loose),
-                                     where=repo.objects.path):
+        for size in sizes:
             if size is not None:
                 c.loose_deleted += 1
                 c.objects_in += 1

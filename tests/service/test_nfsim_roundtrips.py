@@ -9,6 +9,7 @@ the packs to ``preserved/`` and deletes the loose files. git checks the result o
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -57,6 +58,13 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
     renamed = {path: i for i, (kind, path) in enumerate(lines) if kind == "rename" and "/tmp_" in path}
     assert len(renamed) >= 3
     assert [(kind, path) for path, i in renamed.items() for kind, p in lines[i + 1:] if p == path] == []
+    # The pack moves and the loose deletes went at once (fsparallel.together: they wait on different directories'
+    # locks): the first loose file went before the last old pack file (one after the other, every loose unlink
+    # came after the last pack's).
+    first_loose = min(i for i, (kind, p) in enumerate(lines)
+                      if kind == "unlink" and re.search(r"/objects/[0-9a-f]{2}/", p))
+    last_pack = max(i for i, (kind, p) in enumerate(lines) if kind == "unlink" and "/objects/pack/pack-" in p)
+    assert first_loose < last_pack
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
     assert not [d for d in (bare / "objects").iterdir() if len(d.name) == 2 and any(d.iterdir())]

@@ -64,3 +64,31 @@ def test_on_a_local_filesystem_the_calls_run_one_after_the_other(tmp_path) -> No
     me = threading.get_ident()
     assert set(fsparallel.each(lambda _i: threading.get_ident(), range(50), where=tmp_path, threads=8)) == {me}
     assert not fsparallel.is_shared(str(tmp_path / "not-there"))   # (unopenable: not remembered, not shared)
+
+
+def test_steps_together_run_one_after_the_other_on_a_local_filesystem_in_order(tmp_path) -> None:
+    me, ran = threading.get_ident(), []
+
+    def step(n: int):
+        def run() -> tuple[int, int]:
+            ran.append(n)
+            return n, threading.get_ident()
+        return run
+
+    assert fsparallel.together(step(1), step(2), step(3), where=tmp_path) == [(1, me), (2, me), (3, me)]
+    assert ran == [1, 2, 3]
+    assert fsparallel.together(where=tmp_path) == []
+
+
+def test_every_step_together_runs_to_its_end_before_the_first_error_is_raised(tmp_path) -> None:
+    ran: list[str] = []
+
+    def fails(name: str):
+        def run() -> None:
+            ran.append(name)
+            raise FileNotFoundError(name)
+        return run
+
+    with pytest.raises(FileNotFoundError) as exc:
+        fsparallel.together(fails("a"), lambda: ran.append("b"), fails("c"), where=tmp_path)
+    assert exc.value.args == ("a",) and ran == ["a", "b", "c"]
