@@ -11,6 +11,10 @@ from .objects import ObjectType, decode_loose, hash_object
 from .pack.packdir import is_gone
 
 _HEX = frozenset("0123456789abcdef")
+#: Bytes per read of a loose file: most fit in one (a loose object is one zlib stream, usually small), and a
+#: buffer this size stays below malloc's mmap threshold (a larger one would be an mmap and munmap per read).
+READ_CHUNK = 1 << 16
+MAX_READ = 1 << 24
 
 
 class LooseObjects:
@@ -29,13 +33,26 @@ class LooseObjects:
         return self.path_for(oid).is_file()
 
     def _read_file(self, oid: bytes, limit: int | None = None) -> bytes | None:
-        """The file's bytes (None: it is larger than ``limit``); ObjectMissingError if it is gone."""
+        """The file's bytes (None: it is larger than ``limit``); ObjectMissingError if it is gone.
+
+        An open and reads to the end, nothing else: no ``fstat`` (Python's ``open`` and ``read`` make three), which
+        over FUSE is a request to the daemon each (its attributes are not cached in the kernel) and over NFS a
+        GETATTR once the attribute cache has expired. A full repack reads hundreds of loose files at once."""
         path = self.path_for(oid)
         try:
-            with open(path, "rb") as f:
-                if limit is not None and os.fstat(f.fileno()).st_size > limit:
-                    return None
-                return f.read()
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                parts: list[bytes] = []
+                size, n = 0, READ_CHUNK
+                while chunk := os.read(fd, n):
+                    size += len(chunk)
+                    if limit is not None and size > limit:
+                        return None
+                    parts.append(chunk)
+                    n = min(n * 4, MAX_READ)   # (a large file: fewer, larger reads)
+            finally:
+                os.close(fd)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
         except OSError as err:
             # ENOENT, or ESTALE over NFS: another host deleted the file between our open and read (a
             # loose repack moved it into a pack). Either way it is gone here: the caller re-lists packs.
