@@ -17,6 +17,7 @@ spelled out (:mod:`.install`); within one replaced pack the idx still moves firs
 """
 from __future__ import annotations
 
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -93,8 +94,14 @@ def each(fn: Callable[[T], R], items: Iterable[T], *, where: str | Path | None =
     n = min(threads or _io_threads, len(work))
     if n <= 1 or len(work) < MIN_PARALLEL_ITEMS:
         return [fn(x) for x in work]
-    with ThreadPoolExecutor(max_workers=n, thread_name_prefix=f"packyard-io-{os.getpid()}") as pool:
-        futures = [pool.submit(fn, x) for x in work]
+    return _pooled([functools.partial(fn, x) for x in work], n, "io")
+
+
+def _pooled(calls: list[Callable[[], R]], threads: int, kind: str) -> list[R]:
+    """The calls in a fresh pool of ``threads``; their results in order once all have ended, or the first
+    exception (in the calls' order)."""
+    with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"packyard-{kind}-{os.getpid()}") as pool:
+        futures = [pool.submit(call) for call in calls]
     out: list[R] = []
     for f in futures:          # (all done: the pool's exit waited for them)
         err = f.exception()
@@ -123,15 +130,7 @@ def together(*steps: Callable[[], R], where: str | Path | None = None) -> list[R
         if first is not None:
             raise first
         return out
-    with ThreadPoolExecutor(max_workers=len(steps), thread_name_prefix=f"packyard-steps-{os.getpid()}") as pool:
-        futures = [pool.submit(step) for step in steps]
-    results: list[R] = []
-    for f in futures:          # (all done: the pool's exit waited for them)
-        failed = f.exception()
-        if failed is not None:
-            raise failed
-        results.append(f.result())
-    return results
+    return _pooled(list(steps), len(steps), "steps")
 
 
 __all__ = ["DEFAULT_IO_THREADS", "SHARED_FILESYSTEMS", "each", "io_threads", "is_shared", "set_io_threads",
