@@ -21,7 +21,7 @@ import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Any, Callable, Iterable, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -111,7 +111,7 @@ def _pooled(calls: list[Callable[[], R]], threads: int, kind: str) -> list[R]:
     return out
 
 
-def together(*steps: Callable[[], R], where: str | Path | None = None) -> list[R]:
+def together(*steps: Callable[[], Any], where: str | Path | None = None) -> list[Any]:
     """``[step() for step in steps]``, the steps running at once (a thread each) when ``where`` is on a shared
     filesystem (:func:`is_shared`), one after the other in this thread on a local one. For independent sets of
     calls (each usually an :func:`each` of its own) whose round trips wait on different directories' locks: one
@@ -120,7 +120,7 @@ def together(*steps: Callable[[], R], where: str | Path | None = None) -> list[R
     Results come in the steps' order. Every step runs to its end even when another raises; then the first
     exception (in the steps' order) is raised."""
     if len(steps) <= 1 or where is None or not is_shared(str(where)):
-        out: list[R] = []
+        out: list[Any] = []
         first: BaseException | None = None
         for step in steps:
             try:

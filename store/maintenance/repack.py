@@ -397,16 +397,15 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
         # and the two sets at once on a shared filesystem: the pack moves wait on the locks of objects/pack and
         # preserved/, the loose unlinks on the fan-out directories' (no order between the two matters either:
         # every object they hold is in a new pack, installed and durable before this).
-        def packs() -> list[int | None]:
+        def packs() -> None:
             retire_packs(pack_dir, [p.name for p in doomed_packs], preserve=options.preserve, now=now,
                          after_each=lambda _name: fault_point("repack.after_pack_preserved"))
-            return []
 
         def loose() -> list[int | None]:
             return fsparallel.each(_unlink_loose(repo, plan.loose_sizes), sorted(doomed_loose),
                                    where=repo.objects.path)
 
-        _, sizes = fsparallel.together(packs, loose, where=pack_dir) if doomed_loose else (packs(), [])
+        sizes: list[int | None] = fsparallel.together(packs, loose, where=pack_dir)[1]
         for pack in doomed_packs:
             c.bytes_in += pack.size
             c.objects_in += len(pack)
