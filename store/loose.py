@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 from pathlib import Path
 
 from . import fsparallel
@@ -35,16 +36,21 @@ class LooseObjects:
     def _read_file(self, oid: bytes, limit: int | None = None) -> bytes | None:
         """The file's bytes (None: it is larger than ``limit``); ObjectMissingError if it is gone.
 
-        An open and reads to the end, nothing else: no ``fstat`` (Python's ``open`` and ``read`` make three), which
-        over FUSE is a request to the daemon each (its attributes are not cached in the kernel) and over NFS a
-        GETATTR once the attribute cache has expired. A full repack reads hundreds of loose files at once."""
+        An open and reads to the end, nothing else for a file that fits one read: no ``fstat`` (Python's ``open``
+        and ``read`` make three), which over FUSE is a request to the daemon each (its attributes are not cached in
+        the kernel) and over NFS a GETATTR once the attribute cache has expired. A full repack reads hundreds of
+        loose files at once. A file that fills the first read is checked once to be a regular file, so the loop
+        ends: a name that leads to a device (a symlink to ``/dev/zero``) is a CorruptObjectError, and a FIFO
+        (opened without blocking) reads as empty, which no object is."""
         path = self.path_for(oid)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
                 parts: list[bytes] = []
                 size, n = 0, READ_CHUNK
                 while chunk := os.read(fd, n):
+                    if not parts and len(chunk) == n and not stat.S_ISREG(os.fstat(fd).st_mode):
+                        raise CorruptObjectError("loose object is not a regular file", oid=oid, path=path)
                     size += len(chunk)
                     if limit is not None and size > limit:
                         return None

@@ -61,3 +61,25 @@ def test_reading_a_loose_file_makes_no_stat_call_on_it(tmp_path):
     calls = [line.split("(", 1)[0].split()[-1] for line in log.read_text().splitlines() if name in line]
     assert calls[0] == "openat" and calls[-1] == "close", calls
     assert not {"fstat", "newfstatat", "statx"} & set(calls), calls
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo"])
+def test_a_loose_name_that_is_no_regular_file_is_refused_without_reading_forever(tmp_path, kind):
+    """A hostile repository's loose name leading to /dev/zero (endless bytes) or a FIFO (an open that would block):
+    the read ends with a typed error naming the file, in a child process that would otherwise never return (the raw
+    read the prefetch makes gives nothing for the device, the FIFO's empty contents, which no object decodes from)."""
+    oid = hash_object(ObjectType.BLOB, b"x")
+    path = tmp_path / oid.hex()[:2] / oid.hex()[2:]
+    path.parent.mkdir()
+    if kind == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        os.mkfifo(path)
+    code = ("import sys; from pathlib import Path; from packyard.store.loose import LooseObjects; "
+            "from packyard.store.errors import CorruptObjectError\n"
+            f"lo = LooseObjects(Path({str(tmp_path)!r})); oid = bytes.fromhex({oid.hex()!r})\n"
+            f"assert lo.read_raw(oid, 1 << 30) == {None if kind == 'device' else b''!r}\n"
+            "try:\n    lo.read(oid)\nexcept CorruptObjectError as err:\n    print(type(err).__name__, err)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("CorruptObjectError") and str(path) in proc.stdout, proc.stdout
