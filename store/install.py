@@ -22,6 +22,7 @@ thousands of files, renames that never replace an existing object).
 from __future__ import annotations
 
 import enum
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,8 +178,9 @@ def fsync_dirs(dirs: Iterable[Path | str], counters: durable.DurabilityCounters)
 LISTING_TICK = 0.012
 
 
-def advance_listing(pack_dir: Path) -> None:
-    """Change ``pack_dir`` once more, a clock tick after the renames (create and remove an empty temp file).
+def advance_listing(pack_dir: Path, *more: Path) -> None:
+    """Change ``pack_dir`` (and each of ``more``) once more, a clock tick after the renames (create and remove an
+    empty temp file in each).
 
     Why: an NFS client revalidates a directory listing on ``opendir`` by the directory's change token
     (mtime, ctime, size, nlink). Renames within one tick of the server's timestamp clock leave mtime and
@@ -189,6 +191,7 @@ def advance_listing(pack_dir: Path) -> None:
     read (nfsim's race across two hosts found it: tests/service/test_nfsim.py). One more change a tick
     later moves the token, so the next ``opendir`` anywhere reads the directory afresh. The temp file has
     a pack writer's temp name (the leftovers table's rule removes it if this process dies in between).
+    Several directories wait for one tick together, and their changes are made at once (:mod:`.fsparallel`).
 
     Only where other hosts' clients cache listings: a network or FUSE mount (or a filesystem fstatfs
     cannot name). On a local filesystem the kernel's directory cache is coherent, and the wait would
@@ -196,18 +199,22 @@ def advance_listing(pack_dir: Path) -> None:
     import secrets
     import time
 
-    from .fsparallel import is_shared
+    from .fsparallel import is_shared, together
     from .pack.write import this_host_tag
 
     if not is_shared(str(pack_dir)):
         return
     time.sleep(LISTING_TICK)
-    tmp = pack_dir / f"tmp_pack_{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"
-    try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
-        os.unlink(tmp)
-    except OSError:    # only a hint to other hosts' caches: the pack is installed and durable already
-        durable.unlink_if_present(tmp)
+
+    def change(directory: Path) -> None:
+        tmp = Path(directory) / f"tmp_pack_{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444))
+            os.unlink(tmp)
+        except OSError:    # only a hint to other hosts' caches: the pack is installed and durable already
+            durable.unlink_if_present(tmp)
+
+    together(*(functools.partial(change, d) for d in (pack_dir, *more)), where=pack_dir)
 
 
 def update_refs(repo, updates: Sequence, counters: durable.DurabilityCounters,

@@ -20,6 +20,16 @@ only objects/pack, so the moves of several packs overlap (``retire_packs``). Whe
 the idx is renamed, still first. The preserved idx's mtime is set to the time of the move, which is what
 expiry measures. Expiry removes the idx first, then the rest.
 
+On a shared filesystem a repack links its replaceable packs' ``.pack`` and ``.rev`` into preserved/ ahead
+(:func:`link_ahead`, in a child process while the new pack is planned and written: :mod:`.repack`), so that
+the delete waits only for the idx links and the unlinks: each link there is a round trip holding preserved/'s
+lock (two on a FUSE mount, whose kernel client looks the new name up first). Never the ``.idx``: a pack whose
+idx is in preserved/ is a half-finished move that the leftovers rules finish (``half_preserved``), and the pack
+is still live. A ``.pack`` there without its idx is invisible to readers (packs are found by their idx) and is
+a second name of the live file; the delete checks each one is still that file before it relies on it
+(:func:`preserve_pack`'s ``ahead``), and removes those of packs it did not replace (:func:`unlink_ahead`). One
+left by a repack that ended before its delete expires by its own mtime, as a crashed move's file does.
+
 Files git maps at a fixed path are kept the same way. git mmaps ``objects/pack/multi-pack-index`` (and the
 MIDX's ``multi-pack-index-<checksum>.bitmap`` and ``.rev``, which a new MIDX removes),
 ``objects/info/commit-graph`` and ``packed-refs`` (from 32 KiB), and over NFS a reader on another host
@@ -64,10 +74,12 @@ _NO_LINK = frozenset({errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOSYS, errn
 
 
 def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, present: Iterable[str] = _EXTS,
-                  dest_ready: bool = False) -> int:
+                  dest_ready: bool = False, ahead: bool = False) -> int:
     """Move ``pack-<sha>.*`` into preserved/, the pack whole in one directory at every moment (the module doc);
     returns the files moved. ``present``: the extensions to move (default all; :func:`retire_packs` passes
-    what a fresh listing showed); ``dest_ready``: preserved/ exists (no mkdir round trip).
+    what a fresh listing showed); ``dest_ready``: preserved/ exists (no mkdir round trip); ``ahead``: its
+    ``.pack`` and ``.rev`` were linked there before (:func:`link_ahead`; each is checked to be the same file,
+    and linked again if not).
 
     Steps: link ``.pack`` and ``.rev`` into preserved/ (fault point ``repack.after_pack_linked``); link the
     ``.idx`` there and set its mtime, then unlink its old name -- or, where links are refused, rename it
@@ -80,7 +92,7 @@ def preserve_pack(pack_dir: Path, name: str, *, now: float | None = None, presen
         dest.mkdir(exist_ok=True)
     wanted = set(present)
     moved = 0
-    linked = [e for e in (".pack", ".rev") if e in wanted and _link_into(pack_dir / f"{name}{e}", dest)]
+    linked = [e for e in (".pack", ".rev") if e in wanted and _link_into(pack_dir / f"{name}{e}", dest, ahead=ahead)]
     if linked:
         fault_point("repack.after_pack_linked")
     if ".idx" in wanted and _move_idx(pack_dir / f"{name}.idx", dest, now):
@@ -111,10 +123,18 @@ def _move_idx(idx: Path, dest: Path, now: float | None) -> bool:
     return True
 
 
-def _link_into(src: Path, dest: Path) -> bool:
+def _link_into(src: Path, dest: Path, *, ahead: bool = False) -> bool:
     """Hard-link ``src`` into ``dest`` under its name; False if ``src`` is gone or links are refused here. A
-    file of that name already there is kept if it is the same file (a crashed move's link), else replaced."""
+    file of that name already there is kept if it is the same file (a crashed move's link), else replaced.
+    ``ahead``: it was linked there before (:func:`link_ahead`): two stats, which wait on no directory's lock,
+    say whether it still is; only if not is it linked."""
     target = dest / src.name
+    if ahead:
+        try:
+            if _same_file(src, target):
+                return True
+        except FileNotFoundError:
+            pass
     try:
         os.link(src, target)
         return True
@@ -180,25 +200,67 @@ def pack_files_present(pack_dir: Path) -> dict[str, set[str]]:
     return out
 
 
+def link_ahead(pack_dir: Path, names: Sequence[str]) -> list[str]:
+    """Hard-link the ``.pack`` and ``.rev`` of each pack of ``names`` into preserved/, never its ``.idx`` (the
+    module doc); returns the names whose files are all there now. One listing says which files exist; the links
+    are made together (:mod:`..fsparallel`). For a repack on a shared filesystem, before it knows which of the
+    packs it will replace: :func:`retire_packs` takes the names as ``ahead``, :func:`unlink_ahead` removes the
+    links of packs that stay."""
+    pack_dir = Path(pack_dir)
+    present = pack_files_present(pack_dir)
+    if not names:
+        return []
+    dest = preserved_dir(pack_dir)
+    dest.mkdir(exist_ok=True)
+
+    def one(name: str) -> bool:
+        files = present.get(name, set())
+        return ".idx" in files and all(_link_into(pack_dir / f"{name}{e}", dest) for e in (".pack", ".rev")
+                                       if e in files)
+
+    done = fsparallel.each(one, list(names), where=pack_dir)
+    return [name for name, ok in zip(names, done) if ok]
+
+
+def unlink_ahead(pack_dir: Path, names: Iterable[str]) -> int:
+    """Remove the links :func:`link_ahead` made for packs that stay in objects/pack (a repack spared them or
+    wrote them again under the same name); returns how many. A file there that is not the live pack's (its
+    name preserved earlier, then replaced) is left to expire."""
+    pack_dir = Path(pack_dir)
+    dest = preserved_dir(pack_dir)
+    removed = 0
+    for name in names:
+        for ext in (".pack", ".rev"):
+            try:
+                if _same_file(pack_dir / f"{name}{ext}", dest / f"{name}{ext}"):
+                    os.unlink(dest / f"{name}{ext}")
+                    removed += 1
+            except FileNotFoundError:
+                continue
+    return removed
+
+
 def retire_packs(pack_dir: Path, names: Sequence[str], *, preserve: bool, now: float | None = None,
-                 after_each: Callable[[str], None] | None = None) -> list[int]:
+                 after_each: Callable[[str], None] | None = None, ahead: Iterable[str] = ()) -> list[int]:
     """Move each pack of ``names`` to preserved/ (``preserve``) or unlink it; returns the files of each.
 
     One listing of ``pack_dir`` says which of each pack's files exist (no rename or unlink of a file that is
     not there: over NFS each would be a round trip answering ENOENT, three per pack of a repository without
     ``.mtimes`` and ``.bitmap``); preserved/ is made once; the packs are moved together (each pack's idx
     first, as :func:`preserve_pack` does; :mod:`..fsparallel`), since no order between two packs matters
-    to a reader or a crash. ``after_each(name)`` runs once each pack is done (a fault point).
+    to a reader or a crash. ``after_each(name)`` runs once each pack is done (a fault point). ``ahead``: the
+    packs whose ``.pack`` and ``.rev`` :func:`link_ahead` linked into preserved/ already.
     """
     pack_dir = Path(pack_dir)
     present = pack_files_present(pack_dir)
+    linked = set(ahead)
     if preserve and names:
         preserved_dir(pack_dir).mkdir(exist_ok=True)
 
     def one(name: str) -> int:
         files = present.get(name, set())
-        n = (preserve_pack(pack_dir, name, now=now, present=files, dest_ready=True) if preserve
-             else remove_pack_files(pack_dir, name, files))
+        n = (preserve_pack(pack_dir, name, now=now, present=files, dest_ready=True, ahead=name in linked)
+             if preserve else remove_pack_files(pack_dir, name, files))
         if after_each is not None:
             after_each(name)
         return n
@@ -207,9 +269,7 @@ def retire_packs(pack_dir: Path, names: Sequence[str], *, preserve: bool, now: f
     if names:
         # Both directories change once more a clock tick later (on shared filesystems only): a listing another
         # host took in the tick of the last move would otherwise stay cached with the pack in neither place.
-        advance_listing(pack_dir)
-        if preserve:
-            advance_listing(preserved_dir(pack_dir))
+        advance_listing(pack_dir, *([preserved_dir(pack_dir)] if preserve else []))
     return moved
 
 
@@ -299,4 +359,5 @@ def expire_preserved_mapped(pack_dir: Path, older_than: float = DEFAULT_PRESERVE
 
 
 __all__ = ["DEFAULT_PRESERVE_SECONDS", "preserve_pack", "expire_preserved", "remove_pack_files", "preserved_dir",
-           "pack_files_present", "retire_packs", "preserve_mapped", "expire_preserved_mapped"]
+           "pack_files_present", "retire_packs", "link_ahead", "unlink_ahead", "preserve_mapped",
+           "expire_preserved_mapped"]

@@ -45,6 +45,7 @@ from .. import durable, fsparallel
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..fence import FenceKind
+from ..forked import ForkedCall
 from ..lease import Lease, fence_of, token_of
 from ..lease import check as check_lease
 from ..objects import ObjectType
@@ -60,7 +61,14 @@ from .leftovers import remove_stale_temp_files
 from .looseread import LooseKeeper
 from .midxbitmap import midx_bitmap_for
 from .names import names_in
-from .preserved import DEFAULT_PRESERVE_SECONDS, expire_preserved, expire_preserved_mapped, retire_packs
+from .preserved import (
+    DEFAULT_PRESERVE_SECONDS,
+    expire_preserved,
+    expire_preserved_mapped,
+    link_ahead,
+    retire_packs,
+    unlink_ahead,
+)
 from .sources import SourceIndex
 from .tips import read_tips
 from .walk import CommitMeta, Reachable, parse_tree_entries, walk
@@ -128,6 +136,7 @@ class RepackCounters:
     kept_for_recheck: int = 0     # old copies kept because the tips read before deleting reach them
     kept_freshened: int = 0       # old copies kept because a writer freshened them during the repack
     preserved_moved: int = 0      # packs moved to preserved/
+    preserved_ahead: int = 0      # of them, packs whose .pack and .rev were linked there while writing (shared FS)
     preserved_expired: int = 0    # preserved packs removed after preserve_for
     preserved_mapped_expired: int = 0   # preserved old MIDXs, commit-graphs, packed-refs removed after preserve_for
     stale_tmp_removed: int = 0    # temp files of dead repacks removed
@@ -240,12 +249,15 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     replaceable = [p for p in snapshot.packs if not p.is_kept()]
     timer.lap("snapshot")
 
+    ahead: ForkedCall[list[str]] | None = None
     if options.mode is RepackMode.FULL:
+        ahead = _start_link_ahead(pack_dir, replaceable, options)
         sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
         timer.lap("sources")
         plan = _plan_full(repo, sources, replaceable, options, now, progress, timer)
     elif options.mode is RepackMode.GEOMETRIC:
         rolled = geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
+        ahead = _start_link_ahead(pack_dir, rolled, options)
         sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
         plan = _plan_geometric(sources, rolled, snapshot)
         plan.snapshot_packs = [p for p in replaceable if not p.is_cruft]
@@ -273,11 +285,36 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         else:
             new_names = _write_and_install(plan, sources, options, progress, result, timer, dur, pack_dir, lease)
             delete_old_packs(repo, plan, sources, options, new_names, result, now=now, lease=lease, hooks=hooks,
-                             timer=timer, dur=dur)
+                             timer=timer, dur=dur, ahead=ahead)
         _finish_counters(result, repo, rescans0, dur)
         return result
     finally:
         sources.release()
+        if ahead is not None:
+            ahead.close()   # (killed if still running: its links are a live pack's second names, left to expire)
+
+
+def _start_link_ahead(pack_dir: Path, packs: list[PackFile], options: RepackOptions) -> ForkedCall[list[str]] | None:
+    """On a shared filesystem, when the repack preserves what it replaces: link the replaceable packs' ``.pack``
+    and ``.rev`` into preserved/ in a child process while this one plans and writes (preserved.py's
+    ``link_ahead``; a thread would be forked mid-call by the walk and the search). Each link is a round trip
+    holding preserved/'s lock, so the delete would otherwise wait for them one by one. None on a local disk,
+    where a link costs microseconds and a fork more."""
+    if not (options.preserve and packs and fsparallel.is_shared(str(pack_dir))):
+        return None
+    names = [p.name for p in packs]
+    return ForkedCall.start(lambda: link_ahead(pack_dir, names), what="preserved links")
+
+
+def _linked_ahead(ahead: ForkedCall[list[str]] | None) -> set[str]:
+    """The packs the child linked ahead; none if it failed (the delete then links them itself, and meets any
+    error of its own)."""
+    if ahead is None:
+        return set()
+    try:
+        return set(ahead.result())
+    except StoreError:
+        return set()
 
 
 def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptions, progress: Progress | None,
@@ -338,7 +375,8 @@ def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptio
 
 def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, new_names: set[str],
                      result: RepackResult, *, now: float, lease: Lease | None, hooks: RepackHooks,
-                     timer: "_Timer", dur: durable.DurabilityCounters) -> None:
+                     timer: "_Timer", dur: durable.DurabilityCounters,
+                     ahead: ForkedCall[list[str]] | None = None) -> None:
     """The delete rule: what a repack (full, geometric, loose; a full one's cruft pack included) may delete
     once its new packs are installed, and in which order. JGit's ``GC.deleteOldPacks`` and git's
     ``builtin/repack.c`` (``-d``: ``DELETE_PACK`` marks, ``write_midx_included_packs``,
@@ -364,8 +402,10 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
     names a pack that is gone; the new packs' own bitmap was installed with them, and the commit-graph is
     written after the repack (serving.py), so neither can describe what is deleted here. Then each doomed
     pack moves to ``objects/pack/preserved/`` (``options.preserve``; idx first, so a reader never finds an
-    idx without its pack) or is removed, and the doomed loose files are unlinked (git's ``prune-packed``;
-    on a shared filesystem at the same time as the pack moves, which wait on other directories' locks:
+    idx without its pack; on a shared filesystem its ``.pack`` and ``.rev`` were linked there while the new
+    pack was written, ``ahead``, and such links of packs that stay are removed) or is removed, and the doomed
+    loose files are unlinked (git's ``prune-packed``; on a shared filesystem at the same time as the pack
+    moves, which wait on other directories' locks:
     ``fsparallel.together``; one after the other on a local disk); then the bitmaps of old packs that stay
     (git keeps one bitmap: the new pack's); last, preserved packs past ``preserve_for`` expire (JGit's
     ``prunePreserved``). Fault points: ``repack.before_delete``, ``repack.after_lease_check``,
@@ -398,8 +438,12 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
         # preserved/, the loose unlinks on the fan-out directories' (no order between the two matters either:
         # every object they hold is in a new pack, installed and durable before this).
         def packs() -> None:
-            retire_packs(pack_dir, [p.name for p in doomed_packs], preserve=options.preserve, now=now,
+            linked = _linked_ahead(ahead)
+            doomed = [p.name for p in doomed_packs]
+            retire_packs(pack_dir, doomed, preserve=options.preserve, now=now, ahead=linked,
                          after_each=lambda _name: fault_point("repack.after_pack_preserved"))
+            c.preserved_ahead = len(linked.intersection(doomed))
+            unlink_ahead(pack_dir, sorted(linked.difference(doomed)))
 
         def loose() -> list[int | None]:
             return fsparallel.each(_unlink_loose(repo, plan.loose_sizes), sorted(doomed_loose),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gitutil import commit_blobs, git
 from packyard.store import fsparallel
+from packyard.store import leftovers as lo
 
 
 def _pushed_repo(backing: Path, scratch: Path, packs: int, loose_files: int) -> tuple[Path, int]:
@@ -65,6 +66,47 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
                       if kind == "unlink" and re.search(r"/objects/[0-9a-f]{2}/", p))
     last_pack = max(i for i, (kind, p) in enumerate(lines) if kind == "unlink" and "/objects/pack/pack-" in p)
     assert first_loose < last_pack
+    # The old packs' .pack files were linked into preserved/ while the new pack was written (preserved.py's
+    # link_ahead, in a child process): each before the new idx was renamed into place; their idx files only in
+    # the delete, after it. preserved/ then holds every old pack whole.
+    new_idx = max(i for i, (kind, p) in enumerate(lines) if kind == "rename" and "/tmp_idx_" in p)
+    links = {Path(p).name: i for i, (kind, p) in enumerate(lines) if kind == "link" and "/preserved/pack-" in p}
+    assert counters["preserved_ahead"] == counters["preserved_moved"] == 6
+    assert sorted(n for n, i in links.items() if i < new_idx and n.endswith(".pack")) == sorted(
+        n for n in links if n.endswith(".pack")) and len(links) == 12
+    assert all(i > new_idx for n, i in links.items() if n.endswith(".idx"))
+    kept = bare / "objects" / "pack" / "preserved"
+    assert {p.suffix for p in kept.iterdir()} == {".idx", ".pack"} and len(list(kept.iterdir())) == 12
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
     assert not [d for d in (bare / "objects").iterdir() if len(d.name) == 2 and any(d.iterdir())]
+
+
+def test_a_repack_killed_after_linking_ahead_leaves_only_links_that_expire(nfsim_hosts, tmp_path, pk):
+    """SIGKILLed once the new pack is written (fault point ``repack.after_write``), the repack has linked the old
+    packs' .pack files into preserved/ (link_ahead) and installed nothing: every old pack is still whole in
+    objects/pack, no leftovers rule removes or "finishes" one of them, and the rerun moves them all."""
+    bare, _loose = _pushed_repo(nfsim_hosts.backing, tmp_path, packs=4, loose_files=8)
+    listing = git("rev-list", "--objects", "--all", git_dir=bare)
+    pack_dir = bare / "objects" / "pack"
+    old = sorted(p.stem for p in pack_dir.glob("pack-*.idx"))
+    a = nfsim_hosts("a", ac_attr=3.0, ac_dir=3.0, latency=0.001)
+    cmd = ["packyard", "repack", "--repo", str(a.mountpoint / bare.name), "--mode", "full", "--json", "--no-progress"]
+    killed = subprocess.run(cmd, env=pk.cli_env(PACKYARD_FAULT="repack.after_write"), capture_output=True,
+                            text=True, timeout=300)
+    assert killed.returncode == -9, killed.stderr
+
+    kept = pack_dir / "preserved"
+    assert sorted(p.stem for p in pack_dir.glob("pack-*.idx")) == old
+    assert sorted(p.name for p in kept.glob("pack-*")) == [f"{s}.pack" for s in old]   # the links, no idx
+    assert all((kept / f"{s}.pack").stat().st_ino == (pack_dir / f"{s}.pack").stat().st_ino for s in old)
+    found = [item for finder in lo.FINDERS.values() for item in finder(bare)]
+    assert not [item for item in found if item.path.name.startswith("pack-") and item.verdict.removes], found
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
+
+    rerun = subprocess.run(cmd, env=pk.cli_env(), capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["counters"]["preserved_moved"] == 4
+    assert sorted(p.name for p in kept.glob("pack-*")) == sorted(f"{s}{e}" for s in old for e in (".idx", ".pack"))
+    git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
+    assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
