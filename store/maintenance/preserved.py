@@ -56,7 +56,9 @@ from typing import Callable, Iterable, Sequence
 
 from .. import fsparallel
 from .. import leftovers as lo
+from ..errors import StoreError
 from ..faults import fault_point
+from ..forked import ForkedCall
 from ..install import advance_listing
 from ..objdir import PRESERVED_DIR
 
@@ -222,6 +224,27 @@ def link_ahead(pack_dir: Path, names: Sequence[str]) -> list[str]:
     return [name for name, ok in zip(names, done) if ok]
 
 
+def start_link_ahead(pack_dir: Path, names: Sequence[str], preserve: bool) -> ForkedCall[list[str]] | None:
+    """A repack's :func:`link_ahead`, on a shared filesystem (:func:`..fsparallel.is_shared`) when it preserves what
+    it replaces: in a child process, while the repack plans and writes (a thread would be forked by its walk and
+    its search); :func:`linked_ahead` waits for it. None on a local disk, where a link costs microseconds and a
+    fork more."""
+    if not (preserve and names and fsparallel.is_shared(str(pack_dir))):
+        return None
+    return ForkedCall.start(lambda: link_ahead(pack_dir, names), what="preserved links")
+
+
+def linked_ahead(call: ForkedCall[list[str]] | None) -> set[str]:
+    """The packs :func:`start_link_ahead`'s child linked; none if it failed (the delete then links them itself
+    and meets any error of its own)."""
+    if call is None:
+        return set()
+    try:
+        return set(call.result())
+    except StoreError:
+        return set()
+
+
 def unlink_ahead(pack_dir: Path, names: Iterable[str]) -> int:
     """Remove the links :func:`link_ahead` made for packs that stay in objects/pack (a repack spared them or
     wrote them again under the same name); returns how many. A file there that is not the live pack's (its
@@ -359,5 +382,6 @@ def expire_preserved_mapped(pack_dir: Path, older_than: float = DEFAULT_PRESERVE
 
 
 __all__ = ["DEFAULT_PRESERVE_SECONDS", "preserve_pack", "expire_preserved", "remove_pack_files", "preserved_dir",
-           "pack_files_present", "retire_packs", "link_ahead", "unlink_ahead", "preserve_mapped",
+           "pack_files_present", "retire_packs", "link_ahead", "start_link_ahead",
+           "linked_ahead", "unlink_ahead", "preserve_mapped",
            "expire_preserved_mapped"]

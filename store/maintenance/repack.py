@@ -65,8 +65,9 @@ from .preserved import (
     DEFAULT_PRESERVE_SECONDS,
     expire_preserved,
     expire_preserved_mapped,
-    link_ahead,
+    linked_ahead,
     retire_packs,
+    start_link_ahead,
     unlink_ahead,
 )
 from .sources import SourceIndex
@@ -251,13 +252,13 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
 
     ahead: ForkedCall[list[str]] | None = None
     if options.mode is RepackMode.FULL:
-        ahead = _start_link_ahead(pack_dir, replaceable, options)
+        ahead = start_link_ahead(pack_dir, [p.name for p in replaceable], options.preserve)
         sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
         timer.lap("sources")
         plan = _plan_full(repo, sources, replaceable, options, now, progress, timer)
     elif options.mode is RepackMode.GEOMETRIC:
         rolled = geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
-        ahead = _start_link_ahead(pack_dir, rolled, options)
+        ahead = start_link_ahead(pack_dir, [p.name for p in rolled], options.preserve)
         sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
         plan = _plan_geometric(sources, rolled, snapshot)
         plan.snapshot_packs = [p for p in replaceable if not p.is_cruft]
@@ -292,29 +293,6 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         sources.release()
         if ahead is not None:
             ahead.close()   # (killed if still running: its links are a live pack's second names, left to expire)
-
-
-def _start_link_ahead(pack_dir: Path, packs: list[PackFile], options: RepackOptions) -> ForkedCall[list[str]] | None:
-    """On a shared filesystem, when the repack preserves what it replaces: link the replaceable packs' ``.pack``
-    and ``.rev`` into preserved/ in a child process while this one plans and writes (preserved.py's
-    ``link_ahead``; a thread would be forked mid-call by the walk and the search). Each link is a round trip
-    holding preserved/'s lock, so the delete would otherwise wait for them one by one. None on a local disk,
-    where a link costs microseconds and a fork more."""
-    if not (options.preserve and packs and fsparallel.is_shared(str(pack_dir))):
-        return None
-    names = [p.name for p in packs]
-    return ForkedCall.start(lambda: link_ahead(pack_dir, names), what="preserved links")
-
-
-def _linked_ahead(ahead: ForkedCall[list[str]] | None) -> set[str]:
-    """The packs the child linked ahead; none if it failed (the delete then links them itself, and meets any
-    error of its own)."""
-    if ahead is None:
-        return set()
-    try:
-        return set(ahead.result())
-    except StoreError:
-        return set()
 
 
 def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptions, progress: Progress | None,
@@ -438,7 +416,7 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
         # preserved/, the loose unlinks on the fan-out directories' (no order between the two matters either:
         # every object they hold is in a new pack, installed and durable before this).
         def packs() -> None:
-            linked = _linked_ahead(ahead)
+            linked = linked_ahead(ahead)
             doomed = [p.name for p in doomed_packs]
             retire_packs(pack_dir, doomed, preserve=options.preserve, now=now, ahead=linked,
                          after_each=lambda _name: fault_point("repack.after_pack_preserved"))
