@@ -21,13 +21,14 @@ the idx is renamed, still first. The preserved idx's mtime is set to the time of
 expiry measures. Expiry removes the idx first, then the rest.
 
 On a shared filesystem a repack links its replaceable packs' ``.pack`` and ``.rev`` into preserved/ ahead
-(:func:`link_ahead`, in a child process while the new pack is planned and written: :mod:`.repack`), so that
-the delete waits only for the idx links and the unlinks: each link there is a round trip holding preserved/'s
-lock (two on a FUSE mount, whose kernel client looks the new name up first). Never the ``.idx``: a pack whose
-idx is in preserved/ is a half-finished move that the leftovers rules finish (``half_preserved``), and the pack
-is still live. A ``.pack`` there without its idx is invisible to readers (packs are found by their idx) and is
-a second name of the live file; the delete checks each one is still that file before it relies on it
-(:func:`preserve_pack`'s ``ahead``), and removes those of packs it did not replace (:func:`unlink_ahead`). One
+(:func:`link_ahead`, in a child process while the new pack is planned and written: :mod:`.repack`), so that the
+delete waits only for the idx links and the unlinks: each link there is a round trip holding preserved/'s lock (two
+on a FUSE mount, whose kernel client looks the new name up first). Never the ``.idx``: its link is the move's switch
+and its mtime, set then, is what expiry measures; linked ahead, a pack still live would be a whole preserved pack
+too (readers that miss would map it a second time from there, and one left by a failed repack would count as
+preserved with the live idx's age). A ``.pack`` there without its idx is invisible to readers (packs are found by
+their idx) and is a second name of the live file; the delete checks each one is still that file before it relies on
+it (:func:`preserve_pack`'s ``ahead``), and removes those of packs it did not replace (:func:`unlink_ahead`). One
 left by a repack that ended before its delete expires by its own mtime, as a crashed move's file does.
 
 Files git maps at a fixed path are kept the same way. git mmaps ``objects/pack/multi-pack-index`` (and the
