@@ -273,7 +273,8 @@ def retire_packs(pack_dir: Path, names: Sequence[str], *, preserve: bool, now: f
     ``.mtimes`` and ``.bitmap``); preserved/ is made once; the packs are moved together (each pack's idx
     first, as :func:`preserve_pack` does; :mod:`..fsparallel`), since no order between two packs matters
     to a reader or a crash. ``after_each(name)`` runs once each pack is done (a fault point). ``ahead``: the
-    packs whose ``.pack`` and ``.rev`` :func:`link_ahead` linked into preserved/ already.
+    packs whose ``.pack`` and ``.rev`` :func:`link_ahead` linked into preserved/ already. Then the caller calls
+    :func:`advance_after_moves`.
     """
     pack_dir = Path(pack_dir)
     present = pack_files_present(pack_dir)
@@ -289,12 +290,16 @@ def retire_packs(pack_dir: Path, names: Sequence[str], *, preserve: bool, now: f
             after_each(name)
         return n
 
-    moved = fsparallel.each(one, list(names), where=pack_dir)
+    return fsparallel.each(one, list(names), where=pack_dir)
+
+
+def advance_after_moves(pack_dir: Path, names: Sequence[str], *, preserve: bool) -> None:
+    """After :func:`retire_packs` moved ``names``: both directories change once more a clock tick later
+    (install.advance_listing, on shared filesystems only). A listing another host took in the tick of the last
+    move would otherwise stay cached with the pack in neither place. The caller may do other work meanwhile (a
+    repack expires old preserved packs during the tick's wait)."""
     if names:
-        # Both directories change once more a clock tick later (on shared filesystems only): a listing another
-        # host took in the tick of the last move would otherwise stay cached with the pack in neither place.
         advance_listing(pack_dir, *([preserved_dir(pack_dir)] if preserve else []))
-    return moved
 
 
 def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECONDS, *,
@@ -383,6 +388,6 @@ def expire_preserved_mapped(pack_dir: Path, older_than: float = DEFAULT_PRESERVE
 
 
 __all__ = ["DEFAULT_PRESERVE_SECONDS", "preserve_pack", "expire_preserved", "remove_pack_files", "preserved_dir",
-           "pack_files_present", "retire_packs", "link_ahead", "start_link_ahead",
+           "pack_files_present", "retire_packs", "advance_after_moves", "link_ahead", "start_link_ahead",
            "linked_ahead", "unlink_ahead", "preserve_mapped",
            "expire_preserved_mapped"]

@@ -63,6 +63,7 @@ from .midxbitmap import midx_bitmap_for
 from .names import names_in
 from .preserved import (
     DEFAULT_PRESERVE_SECONDS,
+    advance_after_moves,
     expire_preserved,
     expire_preserved_mapped,
     linked_ahead,
@@ -383,12 +384,13 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
     idx without its pack; on a shared filesystem its ``.pack`` and ``.rev`` were linked there while the new
     pack was written, ``ahead``, and such links of packs that stay are removed) or is removed, and the doomed
     loose files are unlinked (git's ``prune-packed``; on a shared filesystem at the same time as the pack
-    moves, which wait on other directories' locks:
-    ``fsparallel.together``; one after the other on a local disk); then the bitmaps of old packs that stay
-    (git keeps one bitmap: the new pack's); last, preserved packs past ``preserve_for`` expire (JGit's
-    ``prunePreserved``). Fault points: ``repack.before_delete``, ``repack.after_lease_check``,
-    ``repack.midx.after_*``, ``repack.after_idx_preserved``, ``repack.after_pack_preserved``,
-    ``repack.after_loose_deleted``, ``repack.after_delete``."""
+    moves, which wait on other directories' locks: ``fsparallel.together``; one after the other on a local
+    disk). Once the packs are moved, preserved packs past ``preserve_for`` expire (JGit's ``prunePreserved``;
+    never before the moves end: a pack just moved is judged by its idx's mtime, which the move sets), during
+    the clock tick both directories wait for (``advance_after_moves``). Last, the bitmaps of old packs that
+    stay go (git keeps one bitmap: the new pack's). Fault points: ``repack.before_delete``,
+    ``repack.after_lease_check``, ``repack.midx.after_*``, ``repack.after_idx_preserved``,
+    ``repack.after_pack_preserved``, ``repack.after_loose_deleted``, ``repack.after_delete``."""
     c = result.counters
     pack_dir = Path(repo.objects.path) / "pack"
     # -- which: the snapshot's packs and loose objects this repack replaced, minus what must stay -------
@@ -423,6 +425,15 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
             c.preserved_ahead = len(linked.intersection(doomed))
             unlink_ahead(pack_dir, sorted(linked.difference(doomed)))
 
+            # Last for preserved/: what is past ``preserve_for`` expires (only now: a pack just moved there is
+            # judged by its idx's mtime, set by the move), while the tick passes after the moves.
+            def expire() -> None:
+                c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
+                c.preserved_mapped_expired = len(expire_preserved_mapped(pack_dir, options.preserve_for, now=now))
+
+            fsparallel.together(lambda: advance_after_moves(pack_dir, doomed, preserve=options.preserve), expire,
+                                where=pack_dir)
+
         def loose() -> list[int | None]:
             return fsparallel.each(_unlink_loose(repo, plan.loose_sizes), sorted(doomed_loose),
                                    where=repo.objects.path)
@@ -443,8 +454,6 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
         if c.bitmap_commits:   # (git uses one bitmap: a pack kept above keeps none beside the new one's)
             c.bitmaps_removed = sum(durable.unlink_if_present(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
                                     if p.name not in new_names and p.name not in result.packs_deleted)
-        c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
-        c.preserved_mapped_expired = len(expire_preserved_mapped(pack_dir, options.preserve_for, now=now))
     fault_point("repack.after_delete")
     timer.lap("delete")
 
