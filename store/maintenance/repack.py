@@ -150,7 +150,6 @@ class RepackCounters:
     search_skipped: int = 0       # objects left out of the search: whole in one source pack, as all around them
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
     loose_prefetched: int = 0     # loose objects read together before the walk (looseread.LooseKeeper.prefetch)
-    read_ahead: int = 0           # 1: the kernel was asked to read the packs in ahead (shared FS: sources.read_ahead)
     whole_settled: int = 0        # whole objects taken from the main source pack instead of another copy
     search_processes: int = 0     # processes the search ran in
     window_peak_bytes: int = 0    # most bytes one search window held (objects and block indexes)
@@ -267,7 +266,6 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     else:
         sources = SourceIndex(snapshot, [], kept, read_fresh=repo.objects.read)
         plan = _plan_loose(repo, sources, snapshot, progress)
-    c.read_ahead = int(sources.read_ahead)
     # Only an expiring plan compares them (_spare_freshened): no stat per pack otherwise.
     plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs} if plan.expired else {}
     c.reachable = len(plan.reach) if plan.reach is not None else 0

@@ -31,37 +31,6 @@ _walk_c = native.walk()
 #: next drop_pages). The re-reads it costs come from the page cache: a full repack of git-v2.0.0 in 50 packs,
 #: peak RSS 219-246 -> 189-207 MiB for 2-8k more minor faults of 86k (docs/performance.md).
 DROP_PAGES_EVERY = 4 << 20
-#: Of the machine's memory, the share a repack's packs may take when it asks for them all to be read ahead.
-READ_AHEAD_SHARE = 4
-#: The kernel's default read-ahead window (``read_ahead_kb``, 128): it reads at most this much per advice.
-READ_AHEAD_CHUNK = 128 << 10
-
-
-def read_ahead(packs: list[PackFile]) -> bool:
-    """On a shared filesystem, ask the kernel to read the packs' bytes in now (``MADV_WILLNEED`` on each map),
-    in the background; True if asked. Why: a repack reads every byte of the packs it replaces (the walk its
-    commits and trees, the write every entry), mostly through faults on their maps, and over NFS or FUSE each
-    fault that misses the page cache waits for its own read from the server, one after the other. Read ahead,
-    they arrive together while the walk starts (a full repack of git-v2.0.0 in 50 packs on a 1 ms nfsim mount:
-    its walk took 0.21-0.30 s longer than locally, now 0.02 s less, in two rounds each way). A best effort: the
-    kernel may drop read-ahead when the mount's queue is full (FUSE's congestion threshold); what it drops is
-    read on its fault, as before. Not when the packs are more than a quarter of the machine's memory (they
-    would push out what the walk needs first), nor on a local disk, where the page cache serves them or the
-    kernel's own read-ahead on each fault does."""
-    if not packs or not fsparallel.is_shared(str(packs[0].pack_path.parent)):
-        return False
-    try:
-        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError):
-        return False
-    if sum(p.size for p in packs) > memory // READ_AHEAD_SHARE:
-        return False
-    for p in packs:
-        m = p.buffer()
-        # One call per read-ahead window: the kernel cuts a longer advice to its first window (ra_pages).
-        for off in range(0, len(m), READ_AHEAD_CHUNK):
-            m.madvise(mmap.MADV_WILLNEED, off, min(READ_AHEAD_CHUNK, len(m) - off))
-    return True
 
 
 @dataclass
@@ -122,7 +91,6 @@ class SourceIndex:
         total = 0
         # Every pack is mapped first, together (an open is a round trip over NFS: :mod:`..fsparallel`).
         fsparallel.each(lambda p: p.buffer(), packs, where=packs[0].idx_path.parent if packs else None)
-        self.read_ahead = read_ahead(packs)
         for pack in packs:
             t = pack.tables()
             trailer = pack.end
@@ -253,4 +221,4 @@ class SourceIndex:
         return str(self.snapshot.loose.path_for(oid)), None
 
 
-__all__ = ["READ_AHEAD_SHARE", "SourceIndex", "read_ahead"]
+__all__ = ["SourceIndex"]

@@ -9,20 +9,13 @@ the packs to ``preserved/`` and deletes the loose files. git checks the result o
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
-import time
 from pathlib import Path
-
-import pytest
 
 from gitutil import commit_blobs, git
 from packyard.store import fsparallel
 from packyard.store import leftovers as lo
-from packyard.store.maintenance.sources import SourceIndex
-from packyard.store.repo import Repository
 
 
 def _pushed_repo(backing: Path, scratch: Path, packs: int, loose_files: int) -> tuple[Path, int]:
@@ -117,56 +110,3 @@ def test_a_repack_killed_after_linking_ahead_leaves_only_links_that_expire(nfsim
     assert sorted(p.name for p in kept.glob("pack-*")) == sorted(f"{s}{e}" for s in old for e in (".idx", ".pack"))
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
-
-
-def _resident(path: Path) -> int:
-    """Bytes of ``path`` in the page cache (util-linux ``fincore``; on a mount, the mount's own cache)."""
-    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)], capture_output=True,
-                         text=True, check=True).stdout
-    return int(out.split()[0])
-
-
-def test_a_repacks_sources_ask_for_their_packs_to_be_read_ahead_on_a_mount(nfsim_hosts, tmp_path):
-    """sources.read_ahead: on a shared filesystem a repack's packs are read in together once mapped, instead of
-    one page fault's read at a time; on a local disk nothing is asked."""
-    if shutil.which("fincore") is None:
-        pytest.skip("util-linux fincore is not installed")
-    bare = nfsim_hosts.backing / "r.git"
-    work = tmp_path / "w"
-    git("init", "-q", "--bare", str(bare))
-    git("init", "-q", "-b", "main", str(work))
-    for i in range(3):     # three packs of 1.5 MB that do not compress
-        (work / f"f{i}").write_bytes(os.urandom(3 << 19))
-        git("add", "-A", cwd=work)
-        git("commit", "-q", "-m", f"c{i}", cwd=work)
-        git("push", "-q", str(bare), "HEAD:refs/heads/main", cwd=work)
-        git("repack", "-q", "-d", git_dir=bare)
-    a = nfsim_hosts("a", ac_attr=3.0, ac_dir=3.0)
-    repo = Repository.open(a.mountpoint / "r.git")
-    snap = repo.objects.snapshot()
-    packs = list(snap.packs)
-    assert len(packs) == 3
-    for p in packs:
-        p.buffer()     # mapped: only the header was read through the mount
-        assert _resident(p.pack_path) < p.size // 2, p.pack_path
-
-    sources = SourceIndex(snap, packs, [])
-    try:
-        assert sources.read_ahead
-        # The reads arrive in the background, and are a best effort (FUSE drops read-ahead beyond its congestion
-        # threshold): most of the bytes, where without the advice only the header's window was read.
-        total = sum(p.size for p in packs)
-        deadline = time.monotonic() + 60
-        while sum(_resident(p.pack_path) for p in packs) < total * 3 // 4 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert sum(_resident(p.pack_path) for p in packs) >= total * 3 // 4
-    finally:
-        sources.release()
-
-    local = Repository.open(bare)       # the backing directory: a local disk
-    local_snap = local.objects.snapshot()
-    local_sources = SourceIndex(local_snap, list(local_snap.packs), [])
-    try:
-        assert not local_sources.read_ahead
-    finally:
-        local_sources.release()
