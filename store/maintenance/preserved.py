@@ -209,10 +209,10 @@ def link_ahead(pack_dir: Path, names: Sequence[str]) -> list[str]:
     are made together (:mod:`..fsparallel`). For a repack on a shared filesystem, before it knows which of the
     packs it will replace: :func:`retire_packs` takes the names as ``ahead``, :func:`unlink_ahead` removes the
     links of packs that stay."""
-    pack_dir = Path(pack_dir)
-    present = pack_files_present(pack_dir)
     if not names:
         return []
+    pack_dir = Path(pack_dir)
+    present = pack_files_present(pack_dir)
     dest = preserved_dir(pack_dir)
     dest.mkdir(exist_ok=True)
 
