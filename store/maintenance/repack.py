@@ -251,35 +251,38 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     replaceable = [p for p in snapshot.packs if not p.is_kept()]
     timer.lap("snapshot")
 
-    ahead: ForkedCall[list[str]] | None = None
-    if options.mode is RepackMode.FULL:
-        ahead = start_link_ahead(pack_dir, [p.name for p in replaceable], options.preserve)
-        sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
-        timer.lap("sources")
-        plan = _plan_full(repo, sources, replaceable, options, now, progress, timer)
-    elif options.mode is RepackMode.GEOMETRIC:
-        rolled = geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
-        ahead = start_link_ahead(pack_dir, [p.name for p in rolled], options.preserve)
-        sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
-        plan = _plan_geometric(sources, rolled, snapshot)
-        plan.snapshot_packs = [p for p in replaceable if not p.is_cruft]
-    else:
-        sources = SourceIndex(snapshot, [], kept, read_fresh=repo.objects.read)
-        plan = _plan_loose(repo, sources, snapshot, progress)
-    # Only an expiring plan compares them (_spare_freshened): no stat per pack otherwise.
-    plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs} if plan.expired else {}
-    c.reachable = len(plan.reach) if plan.reach is not None else 0
-    if plan.reach is not None and plan.reach.commit_meta is not None:
-        result.walked = (plan.reach.commits, plan.reach.commit_meta)
-    c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
-    c.cruft_walked = plan.cruft_walked
-    c.loose_prefetched = plan.prefetched
-    timer.lap("plan")
-    fault_point("repack.after_plan")
-    if hooks.after_plan is not None:
-        hooks.after_plan()
-
+    rolled = (geometric_split([p for p in replaceable if not p.is_cruft], options.factor)
+              if options.mode is RepackMode.GEOMETRIC else [])
+    # On a shared filesystem the packs it may replace are linked into preserved/ ahead, by a child process
+    # (preserved.start_link_ahead); it is waited for in the delete, and killed if the repack ends before that.
+    ahead = start_link_ahead(pack_dir, [p.name for p in (replaceable if options.mode is RepackMode.FULL else rolled)],
+                             options.preserve)
+    sources: SourceIndex | None = None
     try:
+        if options.mode is RepackMode.FULL:
+            sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
+            timer.lap("sources")
+            plan = _plan_full(repo, sources, replaceable, options, now, progress, timer)
+        elif options.mode is RepackMode.GEOMETRIC:
+            sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
+            plan = _plan_geometric(sources, rolled, snapshot)
+            plan.snapshot_packs = [p for p in replaceable if not p.is_cruft]
+        else:
+            sources = SourceIndex(snapshot, [], kept, read_fresh=repo.objects.read)
+            plan = _plan_loose(repo, sources, snapshot, progress)
+        # Only an expiring plan compares them (_spare_freshened): no stat per pack otherwise.
+        plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs} if plan.expired else {}
+        c.reachable = len(plan.reach) if plan.reach is not None else 0
+        if plan.reach is not None and plan.reach.commit_meta is not None:
+            result.walked = (plan.reach.commits, plan.reach.commit_meta)
+        c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
+        c.cruft_walked = plan.cruft_walked
+        c.loose_prefetched = plan.prefetched
+        timer.lap("plan")
+        fault_point("repack.after_plan")
+        if hooks.after_plan is not None:
+            hooks.after_plan()
+
         if not plan.main and not plan.cruft and not plan.packs and not plan.loose:
             result.nothing_to_do = True
             if _wants_midx(options, pack_dir) and midx_status(pack_dir).wanted:
@@ -291,7 +294,8 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         _finish_counters(result, repo, rescans0, dur)
         return result
     finally:
-        sources.release()
+        if sources is not None:
+            sources.release()
         if ahead is not None:
             ahead.close()   # (killed if still running: its links are a live pack's second names, left to expire)
 

@@ -13,9 +13,14 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from gitutil import commit_blobs, git
 from packyard.store import fsparallel
 from packyard.store import leftovers as lo
+from packyard.store.errors import ObjectMissingError
+from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.repo import Repository
 
 
 def _pushed_repo(backing: Path, scratch: Path, packs: int, loose_files: int) -> tuple[Path, int]:
@@ -114,3 +119,29 @@ def test_a_repack_killed_after_linking_ahead_leaves_only_links_that_expire(nfsim
     assert sorted(p.name for p in kept.glob("pack-*")) == sorted(f"{s}{e}" for s in old for e in (".idx", ".pack"))
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
+
+
+def _children() -> set[int]:
+    """This process's child processes, reaped or not (a zombie is listed until it is waited for)."""
+    out: set[int] = set()
+    for task in Path("/proc/self/task").iterdir():
+        out.update(int(pid) for pid in (task / "children").read_text().split())
+    return out
+
+
+def test_a_repack_that_fails_in_its_plan_leaves_no_link_child_behind(nfsim_hosts, tmp_path):
+    """The child that links ahead is started before the plan; a plan that fails (a ref naming a missing object)
+    ends the repack, and the child is killed and reaped with it: no zombie, no pipe left in a worker that runs
+    repack after repack. Its links are the live .pack files' second names."""
+    bare, _loose = _pushed_repo(nfsim_hosts.backing, tmp_path, packs=4, loose_files=8)
+    (bare / "refs" / "heads" / "ghost").write_text("1" * 40 + "\n")
+    a = nfsim_hosts("a", ac_attr=3.0, ac_dir=3.0, latency=0.001)
+    before = _children()
+    with pytest.raises(ObjectMissingError):
+        repack(Repository.open(a.mountpoint / bare.name), RepackOptions(mode=RepackMode.FULL))
+    assert _children() == before
+    pack_dir = bare / "objects" / "pack"
+    kept = pack_dir / "preserved"
+    linked = sorted(p.name for p in kept.glob("pack-*")) if kept.exists() else []
+    assert all(n.endswith(".pack") and (kept / n).stat().st_ino == (pack_dir / n).stat().st_ino for n in linked)
+    assert len(list(pack_dir.glob("pack-*.idx"))) == 4
