@@ -217,9 +217,24 @@ def link_ahead(pack_dir: Path, names: Sequence[str]) -> list[str]:
     dest.mkdir(exist_ok=True)
 
     def one(name: str) -> bool:
+        # Never over a file already there: a pack of that name preserved before may be mapped by a reader on
+        # another host, and replacing it (which the delete does only for a pack it replaces) would end its inode.
         files = present.get(name, set())
-        return ".idx" in files and all(_link_into(pack_dir / f"{name}{e}", dest) for e in (".pack", ".rev")
-                                       if e in files)
+        if ".idx" not in files:
+            return False
+        try:
+            for e in (".pack", ".rev"):
+                if e in files:
+                    os.link(pack_dir / f"{name}{e}", dest / f"{name}{e}")
+        except FileExistsError:
+            try:
+                return all(_same_file(pack_dir / f"{name}{e}", dest / f"{name}{e}") for e in (".pack", ".rev")
+                           if e in files)
+            except OSError:
+                return False
+        except OSError:
+            return False     # (gone, or links refused: the delete does what it does without them)
+        return True
 
     done = fsparallel.each(one, list(names), where=pack_dir)
     return [name for name, ok in zip(names, done) if ok]
