@@ -318,6 +318,12 @@ def _script(A: Path, B: Path) -> list:
     os.unlink(A / "d" / "g")
     out.append(_errno(os.pread, fd, 10, 0))
     os.close(fd)
+    (A / "d" / "m").write_bytes(b"m" * 10)
+    fd = os.open(B / "d" / "m", os.O_RDONLY)
+    os.link(A / "d" / "m", A / "d" / "n")      # another link keeps the file: B's read is served (kept_reads)
+    os.unlink(A / "d" / "m")
+    out.append(_errno(os.pread, fd, 10, 0))
+    os.close(fd)
     with open(A / "d" / "f", "rb") as f:
         os.unlink(A / "d" / "f")
         out.append(f.read())
@@ -336,7 +342,8 @@ def _script(A: Path, B: Path) -> list:
 @pytest.mark.skipif("c" not in IMPLS, reason="nfsim's C filesystem is not built here (libfuse3's headers)")
 def test_the_c_filesystem_answers_and_counts_as_its_python_specification(tmp_path):
     """_nfsimd.c against fs.py: one workload through two hosts of each gives the same answers and, on both
-    hosts, the same counters (every round trip of every kind, cache hit, ESTALE, refused rename, byte)."""
+    hosts, the same counters (every round trip of every kind, cache hit, ESTALE, kept read, refused rename,
+    byte)."""
     seen = {}
     for impl in IMPLS:
         backing = tmp_path / impl / "server"
@@ -349,9 +356,11 @@ def test_the_c_filesystem_answers_and_counts_as_its_python_specification(tmp_pat
         seen[impl] = (answers, counts)
     assert seen["c"][0] == seen["python"][0]
     # (an NFS client's answers: B's stale handle is ESTALE, A's own removed file still reads, NOREPLACE refused)
-    assert seen["python"][0] == [100, ["f"], ["f", "g"], 2, 2_000_000_000, "0o100600", "f", b"fff", "ESTALE", b"fff",
-                                 errno.EEXIST, ["k", "s"], "ENOTEMPTY", "ENOENT", True]
+    assert seen["python"][0] == [100, ["f"], ["f", "g"], 2, 2_000_000_000, "0o100600", "f", b"fff", "ESTALE",
+                                 b"m" * 10, b"fff", errno.EEXIST, ["k", "n", "s"], "ENOTEMPTY", "ENOENT", True]
     assert seen["c"][1] == seen["python"][1]
+    # kept reads: B's read of m (kept by n); A's read of f after its own unlink (kept by h)
+    assert [c["kept_reads"] for c in seen["python"][1]] == [1, 1], seen["python"][1]
 
 
 def _packed_repo(base: Path) -> Path:

@@ -40,12 +40,12 @@
 /* ---- counters: fs.py's METADATA_KINDS, then the rest (names as in its JSON) ------------------------------ */
 enum { K_LOOKUP, K_GETATTR, K_OPEN, K_CREATE, K_READDIR, K_RENAME, K_UNLINK, K_FSYNC, K_SETATTR, K_MKDIR,
        K_RMDIR, K_LINK, K_SYMLINK, K_READLINK, K_STATFS, K_ACCESS, N_METADATA,
-       C_ATTR_HITS = N_METADATA, C_READDIR_HITS, C_ESTALE, C_READS, C_WRITES, C_READ_BYTES, C_WRITTEN_BYTES,
+       C_ATTR_HITS = N_METADATA, C_READDIR_HITS, C_ESTALE, C_KEPT_READS, C_READS, C_WRITES, C_READ_BYTES, C_WRITTEN_BYTES,
        C_FAILED_RENAMES, C_FAILED_UNLINKS, C_MAX_IN_FLIGHT, N_COUNTERS };
 static const char *const COUNTER_NAMES[N_COUNTERS] = {
     "lookup", "getattr", "open", "create", "readdir", "rename", "unlink", "fsync", "setattr", "mkdir", "rmdir",
     "link", "symlink", "readlink", "statfs", "access",
-    "attr_hits", "readdir_hits", "estale", "reads", "writes", "read_bytes", "written_bytes", "failed_renames",
+    "attr_hits", "readdir_hits", "estale", "kept_reads", "reads", "writes", "read_bytes", "written_bytes", "failed_renames",
     "failed_unlinks", "max_in_flight"};
 
 /* ---- a string-keyed table (chained, doubling); values owned by the caller's free function ---------------- */
@@ -702,11 +702,23 @@ static void count_data(int calls, int bytes, ssize_t n) {
     pthread_mutex_unlock(&S.lock);
 }
 
+/* A read of a file that has a link but no longer the name it was opened by (removed or replaced, through any
+ * mount): an NFS server serves it through the file handle, and without that other link it would be ESTALE
+ * (fs.py _kept_read). */
+static void kept_read(struct handle *h, const struct stat *st) {
+    char b[PATH_MAX];
+    struct stat now;
+    if (st->st_nlink == 0 || bpath(b, h->path) != 0) return;
+    if (lstat(b, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino) return;
+    bump(C_KEPT_READS, 1);
+}
+
 static int op_read(const char *path, char *buf, size_t size, off_t off, struct fuse_file_info *fi) {
     struct handle *h = HANDLE(fi);
     struct stat st;
     int e = stale(h, &st);
     if (e) return e;
+    kept_read(h, &st);
     ssize_t n = pread(h->fd, buf, size, off);
     if (n < 0) return -errno;
     count_data(C_READS, C_READ_BYTES, n);

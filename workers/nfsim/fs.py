@@ -15,7 +15,9 @@ Each mount is one simulated host. What it models (docs/nfs.md has the why of eac
 * **close-to-open for files**: ``open`` always goes to the server (a deleted file is ENOENT at once).
 * **ESTALE**: a read, write or fstat on a handle whose file was unlinked or replaced through another
   mount (its inode has no links left) fails with ESTALE -- NFS without silly-rename. A file unlinked
-  through *this* mount while open stays readable (the client's silly-rename).
+  through *this* mount while open stays readable (the client's silly-rename). A read of a file that lost the
+  name it was opened by but still has a link elsewhere (a preserved/ link) is served, as an NFS server serves a
+  file handle while its inode lives, and counted (``kept_reads``: the reads another link saved from ESTALE).
 * **latency**: every metadata round trip (lookup, getattr, open, create, readdir, rename, unlink,
   fsync, setattr, mkdir, ...) sleeps ``latency`` seconds; reads and writes of open files do not.
 * **counters**: round trips per kind, cache hits, ESTALE answers, renames and unlinks the server refused, the
@@ -118,8 +120,8 @@ class NfsimOps(mfusepy.Operations):
         self._next_fh = 1
         self._silly: set[tuple[int, int]] = set()   # inodes this mount unlinked while it had them open
         self._count: dict[str, int] = dict.fromkeys(METADATA_KINDS, 0)
-        self._count.update(attr_hits=0, readdir_hits=0, estale=0, reads=0, writes=0, read_bytes=0, written_bytes=0,
-                           failed_renames=0, failed_unlinks=0, max_in_flight=0)
+        self._count.update(attr_hits=0, readdir_hits=0, estale=0, kept_reads=0, reads=0, writes=0, read_bytes=0,
+                           written_bytes=0, failed_renames=0, failed_unlinks=0, max_in_flight=0)
         self._in_flight = 0
         self._oversleep = 0.0
         self._slept = 0.0
@@ -245,6 +247,20 @@ class NfsimOps(mfusepy.Operations):
             self._gone(h.path, h.ino)
             raise OSError(errno.ESTALE, os.strerror(errno.ESTALE), h.path)
         return st
+
+    def _kept_read(self, h: _Handle, st: os.stat_result) -> None:
+        """A read of a file that has a link but no longer the name it was opened by (removed or replaced, through
+        any mount): an NFS server serves it through the file handle; without that other link (a preserved/ link)
+        it would be ESTALE. Counted as ``kept_reads``."""
+        if st.st_nlink == 0:
+            return
+        try:
+            now = os.lstat(self._b(h.path))
+            if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino):
+                return
+        except OSError:
+            pass
+        self._bump("kept_reads")
 
     def _gone(self, path: str, ino: int | None = None) -> None:
         """The server said ``path`` (or the inode ``ino`` it named) is gone: drop the name's cached attributes,
@@ -527,7 +543,7 @@ class NfsimOps(mfusepy.Operations):
 
     def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
         h = self._files[fh]
-        self._stale(h)
+        self._kept_read(h, self._stale(h))
         data = os.pread(h.fd, size, offset)
         with self._lock:
             self._count["reads"] += 1
