@@ -41,6 +41,7 @@ record and no pid in the name, or another host's)::
     preserved_mapped  objects/pack/preserved/{multi-pack-index,       -   3600     (the preserve time)
                       commit-graph,packed-refs,multi-pack-index-
                       <checksum>.{bitmap,rev}}-<hex>.old
+    preserved_loose   objects/pack/preserved/loose-<hex>/              -   3600     (the preserve time)
 
 A live owner's leftover is never removed by age. The table itself is :mod:`.table` (names, kinds,
 rules), the finders :mod:`.find`; this module adds :func:`remove`. Each row's ``reason`` says why its ages are what
@@ -48,10 +49,12 @@ they are; ``docs/operating.md`` shows the table.
 """
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 from typing import Callable, Iterable, Protocol
 
-from .. import durable, lockfile
+from .. import durable, fsparallel, lockfile
 from .find import (
     FINDERS,
     create_batch_marker,
@@ -66,6 +69,7 @@ from .find import (
     find_pack_temps,
     find_packed_refs_new,
     find_packed_refs_temps,
+    find_preserved_loose,
     find_preserved_mapped,
     find_quarantines,
     find_ref_claims,
@@ -79,6 +83,8 @@ from .table import (
     DEAD_WRITER_AFTER,
     LOOSE_TMP_PREFIX,
     MIDX_SIDE_RE,
+    PRESERVED_LOOSE_PREFIX,
+    PRESERVED_LOOSE_RE,
     PRESERVED_MAPPED,
     PRESERVED_MAPPED_RE,
     PRUNE_EXPIRE,
@@ -104,6 +110,18 @@ _CLAIM_KINDS = frozenset({Kind.MIDX_LOCK, Kind.SERVING_LOCK, Kind.REF_CLAIM})
 
 
 
+def remove_fanned_out(path: Path) -> bool:
+    """A directory of fan-out directories (preserved loose files), its subdirectories' unlinks at once where they
+    are round trips (:mod:`..fsparallel`: each unlink holds its own directory's lock)."""
+    try:
+        subdirs = [Path(e.path) for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return False
+    fsparallel.each(lambda d: shutil.rmtree(d, ignore_errors=True), subdirs, where=path)
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
+
+
 def remove(leftovers: Iterable[Leftover], lease: "_Checked | Callable[[], None] | None" = None) -> list[Leftover]:
     """Remove each of ``leftovers`` (as given: filter with :func:`removable` for the table's verdict); returns
     those removed. ``lease`` (a lease with ``check()``, or a fence callable) is checked before each one: a
@@ -125,6 +143,8 @@ def remove(leftovers: Iterable[Leftover], lease: "_Checked | Callable[[], None] 
         elif item.kind is Kind.QUARANTINE:
             shutil.rmtree(item.path, ignore_errors=True)
             gone = not item.path.exists()
+        elif item.kind is Kind.PRESERVED_LOOSE:
+            gone = remove_fanned_out(item.path)
         elif item.kind is Kind.HALF_PRESERVED:
             from ..maintenance.preserved import preserve_pack
 
@@ -141,6 +161,8 @@ __all__ = ["Kind", "Verdict", "Rule", "RULES", "Leftover", "FINDERS", "removable
            "find_loose_tmp", "find_batch_markers", "find_pack_temps", "find_orphan_packs", "find_half_preserved",
            "find_orphan_idx", "find_midx_lock", "find_keeps", "find_quarantines", "find_serving_locks",
            "find_graph_temps", "find_packed_refs_temps", "find_packed_refs_new", "find_ref_claims", "find_ref_temps",
-           "find_preserved_mapped", "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE", "MIDX_SIDE_RE",
-           "create_batch_marker", "remove_batch_marker", "LOOSE_TMP_PREFIX", "QUARANTINE_PREFIX", "QUARANTINE_OWNER",
+           "find_preserved_mapped", "find_preserved_loose", "PRESERVED_LOOSE_PREFIX", "PRESERVED_LOOSE_RE",
+           "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE", "MIDX_SIDE_RE",
+           "create_batch_marker", "remove_batch_marker", "remove_fanned_out", "LOOSE_TMP_PREFIX", "QUARANTINE_PREFIX",
+           "QUARANTINE_OWNER",
            "SERVING_LOCKS", "PRUNE_EXPIRE", "CLAIM_EXPIRE", "DEAD_WRITER_AFTER"]

@@ -19,6 +19,7 @@ from .table import (
     GRAPH_TMP_RE,
     LOOSE_TMP_PREFIX,
     LOOSE_TMP_RE,
+    PRESERVED_LOOSE_RE,
     PRESERVED_MAPPED_RE,
     QUARANTINE_OWNER,
     QUARANTINE_PREFIX,
@@ -333,6 +334,23 @@ def find_preserved_mapped(repo: object, *, now: float | None = None, rule: Rule 
     return out
 
 
+def find_preserved_loose(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``objects/pack/preserved/loose-<hex>/``: a repack's second names of the loose files it deleted on a shared
+    filesystem (store/maintenance/preservedloose.py), aged by the directory's mtime (set when the delete ended)."""
+    from ..objdir import PRESERVED_DIR
+
+    now, rule = _now(now), rule or RULES[Kind.PRESERVED_LOOSE]
+    out = []
+    for e in sorted(_scan(_git_dir(repo) / "objects" / "pack" / PRESERVED_DIR), key=lambda e: e.name):
+        if PRESERVED_LOOSE_RE.match(e.name) is None or not e.is_dir(follow_symlinks=False):
+            continue
+        mtime = _mtime(e.path)
+        if mtime is not None:
+            out.append(Leftover(Path(e.path), Kind.PRESERVED_LOOSE, None, now - mtime,
+                                rule.verdict(None, now - mtime)))
+    return out
+
+
 def find_keeps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``pack-*.keep`` files carrying packyard's owner record (an operator's ``.keep`` is not listed)."""
     now, rule = _now(now), rule or RULES[Kind.KEEP]
@@ -432,6 +450,7 @@ FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
     Kind.SERVING_LOCK: find_serving_locks, Kind.GRAPH_TMP: find_graph_temps,
     Kind.PACKED_REFS_TMP: find_packed_refs_temps, Kind.PACKED_REFS_NEW: find_packed_refs_new,
     Kind.REF_CLAIM: find_ref_claims, Kind.REF_TMP: find_ref_temps, Kind.PRESERVED_MAPPED: find_preserved_mapped,
+    Kind.PRESERVED_LOOSE: find_preserved_loose,
 }
 
 

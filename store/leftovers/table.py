@@ -36,6 +36,10 @@ GRAPH_TMP_RE = re.compile(r"^tmp_(graph|chain)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})
 PRESERVED_MAPPED = {"multi-pack-index": "objects/pack/multi-pack-index",
                     "commit-graph": "objects/info/commit-graph", "packed-refs": "packed-refs"}
 MIDX_SIDE_RE = re.compile(r"^multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev)$")
+#: A repack's directory of the loose files it deleted on a shared filesystem (store/maintenance/preservedloose.py):
+#: ``objects/pack/preserved/loose-<16 hex>/``; no pack file's name (``pack-*``) and no ``.old`` name can be one.
+PRESERVED_LOOSE_PREFIX = "loose-"
+PRESERVED_LOOSE_RE = re.compile(r"^loose-[0-9a-f]{16}$")
 PRESERVED_MAPPED_RE = re.compile(r"^(multi-pack-index|commit-graph|packed-refs"
                                  r"|multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev))"
                                  r"-([0-9a-f]{16})\.old$")
@@ -66,6 +70,7 @@ class Kind(enum.Enum):
     REF_CLAIM = "ref_claim"
     REF_TMP = "ref_tmp"
     PRESERVED_MAPPED = "preserved_mapped"
+    PRESERVED_LOOSE = "preserved_loose"
 
 
 class Verdict(enum.Enum):
@@ -168,6 +173,11 @@ _RULES: tuple[Rule, ...] = (
          "a new file over it or removed it: a reader on another NFS host that has it open or mapped keeps a "
          "valid handle only while the inode lives (else ESTALE, SIGBUS for a mapping). Nobody owns it: it goes "
          "after the preserve time (PACKYARD_MAINTENANCE_PRESERVE_FOR, one hour by default), as preserved packs."),
+    Rule(Kind.PRESERVED_LOOSE, "objects/pack/preserved/loose-<hex>/", None, HOUR,
+         "Second names of the loose files a repack on a shared filesystem deleted, linked here first (the "
+         "directory's mtime set when its delete ended): git on another NFS host maps a loose object to read it, "
+         "and dies of SIGBUS if the file's last link goes meanwhile. Nobody owns it: the whole directory goes after "
+         "the preserve time (PACKYARD_MAINTENANCE_PRESERVE_FOR, one hour by default), as preserved packs."),
 )
 #: The table: one rule per kind.
 RULES: dict[Kind, Rule] = {r.kind: r for r in _RULES}

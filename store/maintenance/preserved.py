@@ -23,7 +23,9 @@ expiry measures. Expiry removes the idx first, then the rest.
 On a shared filesystem a repack links its replaceable packs' ``.pack`` and ``.rev`` into preserved/ ahead
 (:func:`link_ahead`, in a child process while the new pack is planned and written: :mod:`.repack`), so that the
 delete waits only for the idx links and the unlinks: each link there is a round trip holding preserved/'s lock (two
-on a FUSE mount, whose kernel client looks the new name up first). Never the ``.idx``: its link is the move's switch
+on a FUSE mount, whose kernel client looks the new name up first). The same child links the loose files a full or
+loose repack may delete into ``preserved/loose-<hex>/`` (:mod:`.preservedloose`: git maps loose objects too).
+Never the ``.idx``: its link is the move's switch
 and its mtime, set then, is what expiry measures; linked ahead, a pack still live would be a whole preserved pack
 too (readers that miss would map it a second time from there, and one left by a failed repack would count as
 preserved with the live idx's age). A ``.pack`` there without its idx is invisible to readers (packs are found by
@@ -52,6 +54,7 @@ import errno
 import os
 import secrets
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -62,6 +65,7 @@ from ..faults import fault_point
 from ..forked import ForkedCall
 from ..install import advance_listing
 from ..objdir import PRESERVED_DIR
+from .preservedloose import link_loose
 
 #: JGit's default: replaced packs stay readable in preserved/ for an hour.
 DEFAULT_PRESERVE_SECONDS = 3600.0
@@ -240,25 +244,47 @@ def link_ahead(pack_dir: Path, names: Sequence[str]) -> list[str]:
     return [name for name, ok in zip(names, done) if ok]
 
 
-def start_link_ahead(pack_dir: Path, names: Sequence[str], preserve: bool) -> ForkedCall[list[str]] | None:
-    """A repack's :func:`link_ahead`, on a shared filesystem (:func:`..fsparallel.is_shared`) when it preserves what
-    it replaces: in a child process, while the repack plans and writes (a thread would be forked by its walk and
-    its search); :func:`linked_ahead` waits for it. None on a local disk, where a link costs microseconds and a
-    fork more."""
-    if not (preserve and names and fsparallel.is_shared(str(pack_dir))):
+@dataclass(frozen=True)
+class Ahead:
+    """What :func:`start_link_ahead`'s child linked: packs (by name) and loose files (by id)."""
+
+    packs: frozenset[str] = frozenset()
+    loose: frozenset[bytes] = frozenset()
+
+
+@dataclass(frozen=True)
+class LooseAhead:
+    """The loose files a repack may delete, to link into ``keep`` (:mod:`.preservedloose`)."""
+
+    keep: Path
+    path_for: Callable[[bytes], Path]
+    ids: frozenset[bytes]
+
+
+def start_link_ahead(pack_dir: Path, names: Sequence[str], preserve: bool,
+                     loose: LooseAhead | None = None) -> ForkedCall[Ahead] | None:
+    """A repack's :func:`link_ahead` (and :func:`.preservedloose.link_loose` of ``loose``), on a shared filesystem
+    (:func:`..fsparallel.is_shared`) when it preserves what it replaces: in a child process, while the repack plans
+    and writes (a thread would be forked by its walk and its search); :func:`linked_ahead` waits for it. None on a
+    local disk, where a link costs microseconds and a fork more."""
+    if not (preserve and (names or loose is not None and loose.ids) and fsparallel.is_shared(str(pack_dir))):
         return None
-    return ForkedCall.start(lambda: link_ahead(pack_dir, names), what="preserved links")
+
+    def work() -> Ahead:
+        packs = frozenset(link_ahead(pack_dir, names))
+        return Ahead(packs, link_loose(loose.keep, loose.path_for, loose.ids) if loose is not None else frozenset())
+    return ForkedCall.start(work, what="preserved links")
 
 
-def linked_ahead(call: ForkedCall[list[str]] | None) -> set[str]:
-    """The packs :func:`start_link_ahead`'s child linked; none if it failed (the delete then links them itself
-    and meets any error of its own)."""
+def linked_ahead(call: ForkedCall[Ahead] | None) -> Ahead:
+    """What :func:`start_link_ahead`'s child linked; nothing if it failed (the delete then links them itself and
+    meets any error of its own)."""
     if call is None:
-        return set()
+        return Ahead()
     try:
-        return set(call.result())
+        return call.result()
     except StoreError:
-        return set()
+        return Ahead()
 
 
 def unlink_ahead(pack_dir: Path, names: Iterable[str]) -> int:
@@ -404,5 +430,5 @@ def expire_preserved_mapped(pack_dir: Path, older_than: float = DEFAULT_PRESERVE
 
 __all__ = ["DEFAULT_PRESERVE_SECONDS", "preserve_pack", "expire_preserved", "remove_pack_files", "preserved_dir",
            "pack_files_present", "retire_packs", "advance_after_moves", "link_ahead", "start_link_ahead",
-           "linked_ahead", "unlink_ahead", "preserve_mapped",
+           "linked_ahead", "unlink_ahead", "Ahead", "LooseAhead", "preserve_mapped",
            "expire_preserved_mapped"]

@@ -63,6 +63,8 @@ from .midxbitmap import midx_bitmap_for
 from .names import names_in
 from .preserved import (
     DEFAULT_PRESERVE_SECONDS,
+    Ahead,
+    LooseAhead,
     advance_after_moves,
     expire_preserved,
     expire_preserved_mapped,
@@ -71,6 +73,7 @@ from .preserved import (
     start_link_ahead,
     unlink_ahead,
 )
+from .preservedloose import expire_preserved_loose, keep_one, new_keep_dir, settle_keep
 from .sources import SourceIndex
 from .tips import read_tips
 from .walk import CommitMeta, Reachable, parse_tree_entries, walk
@@ -131,6 +134,7 @@ class RepackCounters:
     packs_merged: int = 0         # packs replaced (moved to preserved/ or deleted)
     loose_packed: int = 0         # loose objects written into a new pack
     loose_deleted: int = 0        # loose files deleted
+    loose_preserved: int = 0      # of them, kept alive in preserved/loose-<hex>/ for readers on other hosts (shared FS)
     reachable: int = 0            # full: objects the tips reach
     cruft_kept: int = 0           # unreachable objects kept in the cruft pack (young, or reached from young)
     cruft_expired: int = 0        # unreachable objects older than the grace period: not kept
@@ -140,6 +144,7 @@ class RepackCounters:
     preserved_moved: int = 0      # packs moved to preserved/
     preserved_ahead: int = 0      # of them, packs whose .pack and .rev were linked there while writing (shared FS)
     preserved_expired: int = 0    # preserved packs removed after preserve_for
+    preserved_loose_expired: int = 0    # repacks' preserved loose-file directories removed after preserve_for
     preserved_mapped_expired: int = 0   # preserved old MIDXs, commit-graphs, packed-refs removed after preserve_for
     stale_tmp_removed: int = 0    # temp files of dead repacks removed
     relisted_hits: int = 0        # lookups that found an object only after re-listing objects/pack
@@ -255,8 +260,10 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
               if options.mode is RepackMode.GEOMETRIC else [])
     # On a shared filesystem the packs it may replace are linked into preserved/ ahead, by a child process
     # (preserved.start_link_ahead); it is waited for in the delete, and killed if the repack ends before that.
+    # So are the loose files a full or loose repack may delete (preservedloose.py: git on another host maps them).
+    keep = _loose_keep(repo, snapshot, options, pack_dir)
     ahead = start_link_ahead(pack_dir, [p.name for p in (replaceable if options.mode is RepackMode.FULL else rolled)],
-                             options.preserve)
+                             options.preserve, keep)
     sources: SourceIndex | None = None
     try:
         if options.mode is RepackMode.FULL:
@@ -290,7 +297,7 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         else:
             new_names = _write_and_install(plan, sources, options, progress, result, timer, dur, pack_dir, lease)
             delete_old_packs(repo, plan, sources, options, new_names, result, now=now, lease=lease, hooks=hooks,
-                             timer=timer, dur=dur, ahead=ahead)
+                             timer=timer, dur=dur, ahead=ahead, keep=keep)
         _finish_counters(result, repo, rescans0, dur)
         return result
     finally:
@@ -359,7 +366,7 @@ def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptio
 def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, new_names: set[str],
                      result: RepackResult, *, now: float, lease: Lease | None, hooks: RepackHooks,
                      timer: "_Timer", dur: durable.DurabilityCounters,
-                     ahead: ForkedCall[list[str]] | None = None) -> None:
+                     ahead: ForkedCall[Ahead] | None = None, keep: LooseAhead | None = None) -> None:
     """The delete rule: what a repack (full, geometric, loose; a full one's cruft pack included) may delete
     once its new packs are installed, and in which order. JGit's ``GC.deleteOldPacks`` and git's
     ``builtin/repack.c`` (``-d``: ``DELETE_PACK`` marks, ``write_midx_included_packs``,
@@ -421,8 +428,10 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
         # and the two sets at once on a shared filesystem: the pack moves wait on the locks of objects/pack and
         # preserved/, the loose unlinks on the fan-out directories' (no order between the two matters either:
         # every object they hold is in a new pack, installed and durable before this).
+        got = linked_ahead(ahead)
+
         def packs() -> None:
-            linked = linked_ahead(ahead)
+            linked = got.packs
             doomed = [p.name for p in doomed_packs]
             retire_packs(pack_dir, doomed, preserve=options.preserve, now=now, ahead=linked,
                          after_each=lambda _name: fault_point("repack.after_pack_preserved"))
@@ -434,26 +443,31 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
             def expire() -> None:
                 c.preserved_expired = len(expire_preserved(pack_dir, options.preserve_for, now=now))
                 c.preserved_mapped_expired = len(expire_preserved_mapped(pack_dir, options.preserve_for, now=now))
+                c.preserved_loose_expired = len(expire_preserved_loose(
+                    pack_dir, options.preserve_for, now=now, spare=keep.keep.name if keep is not None else None))
 
             fsparallel.together(lambda: advance_after_moves(pack_dir, doomed, preserve=options.preserve), expire,
                                 where=pack_dir)
 
-        def loose() -> list[int | None]:
-            return fsparallel.each(_unlink_loose(repo, plan.loose_sizes), sorted(doomed_loose),
-                                   where=repo.objects.path)
+        def loose() -> list[tuple[int, bool] | None]:
+            return fsparallel.each(_unlink_loose(repo, plan.loose_sizes, keep, got.loose, plan.expired),
+                                   sorted(doomed_loose), where=repo.objects.path)
 
-        sizes: list[int | None] = fsparallel.together(packs, loose, where=pack_dir)[1]
+        sizes: list[tuple[int, bool] | None] = fsparallel.together(packs, loose, where=pack_dir)[1]
         for pack in doomed_packs:
             c.bytes_in += pack.size
             c.objects_in += len(pack)
             c.preserved_moved += 1 if options.preserve else 0
             c.packs_merged += 1
             result.packs_deleted.append(pack.name)
-        for size in sizes:
-            if size is not None:
+        for done in sizes:
+            if done is not None:
                 c.loose_deleted += 1
+                c.loose_preserved += done[1]
                 c.objects_in += 1
-                c.bytes_in += size
+                c.bytes_in += done[0]
+        if keep is not None:
+            settle_keep(keep.keep, kept=c.loose_preserved > 0, now=now)
         fault_point("repack.after_loose_deleted")
         if c.bitmap_commits:   # (git uses one bitmap: a pack kept above keeps none beside the new one's)
             c.bitmaps_removed = sum(durable.unlink_if_present(p.pack_path.with_suffix(".bitmap")) for p in plan.packs
@@ -503,23 +517,42 @@ def _finish_counters(result: RepackResult, repo, rescans0: int, dur: durable.Dur
     result.durability = dur.as_dict()
 
 
-def _unlink_loose(repo, sizes: dict[bytes, int]) -> Callable[[bytes], int | None]:
+def _loose_keep(repo, snapshot, options: RepackOptions, pack_dir: Path) -> LooseAhead | None:
+    """Where a full or loose repack keeps the loose files it deletes (:mod:`.preservedloose`): on a shared
+    filesystem, when it preserves what it replaces; else None."""
+    if (options.mode is RepackMode.GEOMETRIC or not options.preserve or not snapshot.loose_ids
+            or not fsparallel.is_shared(str(pack_dir))):
+        return None
+    return LooseAhead(new_keep_dir(pack_dir), repo.objects.loose.path_for, snapshot.loose_ids)
+
+
+def _unlink_loose(repo, sizes: dict[bytes, int], keep: LooseAhead | None, linked: frozenset[bytes],
+                  expired: set[bytes]) -> Callable[[bytes], tuple[int, bool] | None]:
     """A loose object's delete for :func:`delete_old_packs`: its file's size (from ``sizes``, what the plan read,
-    else a stat: over NFS a round trip, and the attribute cache has expired by now), or None if it was gone."""
+    else a stat: over NFS a round trip, and the attribute cache has expired by now) and whether a second name
+    keeps it alive in ``keep``; None if it was gone.
+
+    Kept (:mod:`.preservedloose`): every file whose object lives on in a pack, linked ahead (``linked``) or here
+    before the unlink. Not an ``expired`` one: its deletion is the point (git's ``prune``), so a link made ahead
+    goes too, after the file."""
     path_for = repo.objects.loose.path_for
 
-    def unlink(oid: bytes) -> int | None:
+    def unlink(oid: bytes) -> tuple[int, bool] | None:
         path = path_for(oid)
+        dropped = keep is not None and oid in expired
         try:
             size = sizes.get(oid)
             if size is None:
                 size = os.stat(path).st_size
+            kept = keep is not None and not dropped and (oid in linked or keep_one(keep.keep, path, oid.hex()))
             os.unlink(path)
         except OSError as err:
             if is_gone(err):
                 return None
             raise
-        return size
+        if keep is not None and dropped and oid in linked:
+            durable.unlink_if_present(keep.keep / oid.hex()[0] / oid.hex())
+        return size, kept
     return unlink
 
 

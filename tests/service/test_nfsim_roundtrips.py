@@ -81,7 +81,17 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
         n for n in links if n.endswith(".pack")) and len(links) == 12
     assert all(i > new_idx for n, i in links.items() if n.endswith(".idx"))
     kept = bare / "objects" / "pack" / "preserved"
-    assert {p.suffix for p in kept.iterdir()} == {".idx", ".pack"} and len(list(kept.iterdir())) == 12
+    assert {p.suffix for p in kept.glob("pack-*")} == {".idx", ".pack"} and len(list(kept.glob("pack-*"))) == 12
+    # Every loose file was linked into one preserved/loose-<hex>/ by the same child, before the new idx (git on
+    # another host may be reading one through its map: preservedloose.py), then unlinked from objects/.
+    (keep,) = kept.glob("loose-*")
+    loose_links = {Path(p).name: i for i, (kind, p) in enumerate(lines)
+                   if kind == "link" and f"/preserved/{keep.name}/" in p}
+    loose_unlinks = {Path(p).parent.name + Path(p).name: i for i, (kind, p) in enumerate(lines)
+                     if kind == "unlink" and re.search(r"/objects/[0-9a-f]{2}/", p)}
+    assert counters["loose_preserved"] == loose == len(loose_links) == len(loose_unlinks)
+    assert all(loose_links[h] < i for h, i in loose_unlinks.items())   # each file's second name before its unlink
+    assert len([f for f in keep.glob("?/*") if f.stat().st_nlink == 1]) == loose
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert git("rev-list", "--objects", "--all", git_dir=bare) == listing
     assert not [d for d in (bare / "objects").iterdir() if len(d.name) == 2 and any(d.iterdir())]
@@ -110,12 +120,18 @@ def test_a_repack_killed_after_linking_ahead_leaves_only_links_that_expire(nfsim
     assert all((kept / n).stat().st_ino == (pack_dir / n).stat().st_ino for n in linked)
     found = [item for finder in lo.FINDERS.values() for item in finder(bare)]
     assert not [item for item in found if item.path.name.startswith("pack-") and item.verdict.removes], found
+    # The loose files' second names (preservedloose.py): a young preserved_loose directory, kept until it expires.
+    (keep,) = kept.glob("loose-*")
+    assert [(item.kind, item.verdict) for item in found if item.path == keep] == [
+        (lo.Kind.PRESERVED_LOOSE, lo.Verdict.KEEP_YOUNG)]
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
 
     rerun = subprocess.run(cmd, env=pk.cli_env(), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr
     counters = json.loads(rerun.stdout)["counters"]
     assert counters["preserved_moved"] == counters["preserved_ahead"] == 4
+    assert counters["loose_preserved"] == counters["loose_deleted"] > 0
+    assert keep.is_dir() and len(list(kept.glob("loose-*"))) == 2   # the killed run's stays until it expires
     assert sorted(p.name for p in kept.glob("pack-*")) == sorted(f"{s}{e}" for s in old for e in (".idx", ".pack"))
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
     assert git("rev-list", "--objects", "--all", git_dir=bare) == listing

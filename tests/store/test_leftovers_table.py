@@ -159,6 +159,12 @@ def ref_tmp(g: Path) -> Path:
     return _write(g / "packyard" / "tmp" / "ref-1234-abcdef012345")
 
 
+def preserved_loose(g: Path) -> Path:
+    d = g / "objects" / "pack" / "preserved" / "loose-0123456789abcdef"
+    _write(d / "a" / ("a" * 40))
+    return d
+
+
 def preserved_mapped(name: str) -> Callable[[Path], Path]:
     return lambda g: _write(g / "objects" / "pack" / "preserved" / f"{name}-0123456789abcdef.old")
 
@@ -255,6 +261,8 @@ CASES = [
          V.REMOVE_EXPIRED),
     Case("preserved packed-refs, 59 min", Kind.PRESERVED_MAPPED, preserved_mapped("packed-refs"), 59 * MIN,
          V.KEEP_YOUNG),
+    Case("preserved loose files, 59 min", Kind.PRESERVED_LOOSE, preserved_loose, 59 * MIN, V.KEEP_YOUNG),
+    Case("preserved loose files, 61 min", Kind.PRESERVED_LOOSE, preserved_loose, 61 * MIN, V.REMOVE_EXPIRED),
 ]
 
 

@@ -68,5 +68,6 @@ def run(args: argparse.Namespace) -> int:
                       "stale_pack_temps_removed": removed["pack_temps"],
                       "preserved_packs_expired": removed["preserved_packs"],
                       "preserved_mapped_expired": removed["preserved_mapped"],
+                      "preserved_loose_expired": removed["preserved_loose"],
                       "dead_locks_removed": removed["dead_locks"]}))
     return 0

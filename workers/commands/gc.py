@@ -38,6 +38,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
            lease: Lease | None = None, progress: Progress | None = None) -> dict[str, Any]:
     from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
     from packyard.store.maintenance.preserved import expire_preserved, expire_preserved_mapped
+    from packyard.store.maintenance.preservedloose import expire_preserved_loose
     from packyard.store.pack.quarantine import remove_stale_quarantines
     from packyard.store.refs import remove_dead_claims
     from packyard.store.repo import Repository
@@ -61,6 +62,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     step(3, "preserved packs")
     preserved = expire_preserved(pack_dir, preserve_for, fence=check)
     preserved_mapped = expire_preserved_mapped(pack_dir, preserve_for, fence=check)
+    preserved_loose = expire_preserved_loose(pack_dir, preserve_for, fence=check)
     step(4, "dead claims")
     dead_locks = [c.as_dict() for c in remove_dead_claims(r.path)]
     serving = remove_serving_leftovers(r.path, fence=check)   # commit-graph and pack-refs locks and temps
@@ -71,9 +73,10 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
         "counters": {**tmp, "stale_quarantines_removed": len(quarantines),
                      "stale_pack_temps_removed": pack_temps, "preserved_packs_expired": len(preserved),
                      "preserved_mapped_expired": len(preserved_mapped),
+                     "preserved_loose_expired": len(preserved_loose),
                      "dead_locks_removed": len(dead_locks), "serving_leftovers_removed": serving},
         "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved,
-                    "preserved_mapped": preserved_mapped,
+                    "preserved_mapped": preserved_mapped, "preserved_loose": preserved_loose,
                     "dead_locks": dead_locks},
     }
 

@@ -165,7 +165,7 @@ class RaceSummary:
                "estale_store": self.estale_store, "aims": self.aims, "aimed_reads": self.aimed_reads,
                "aimed_estale": self.aimed_estale, "aimed_gone": self.aimed_gone}
         for host, c in sorted(self.nfsim.items()):
-            for k in ("estale", "metadata_calls"):
+            for k in ("estale", "kept_reads", "metadata_calls"):
                 out[f"nfsim_{k}_host_{host.lower()}"] = int(c.get(k, 0))
         for ph in self.phases:
             n = ph["phase"]
@@ -242,11 +242,16 @@ class RaceSummary:
                 f"{ph['repack_host']} (full {r['full']}, loose {r['loose']}, geometric {r['geometric']}; job rows: "
                 f"{_per_host(ph['repacks_on'])}), pushes on host {ph['reader_host']} ({ph['ingests']}; job rows: "
                 f"{_per_host(ph['ingests_on'])}), readers on host {ph['reader_host']}; ESTALE recoveries "
-                f"{ph['estale']}, nfsim ESTALE answers {_per_host(ph['nfsim_estale'])}")
+                f"{ph['estale']}, nfsim ESTALE answers {_per_host(ph['nfsim_estale'])}, kept reads "
+                f"{_per_host(ph['nfsim_kept_reads'])}")
         lines.append(f"  ESTALE    {self.estale:,} reads met ESTALE and recovered; the readers' store took "
                      f"{self.estale_store:,} ESTALE answers as gone; {self.aims} aims, {self.aimed_reads:,} aimed cold "
                      f"reads ({self.aimed_estale:,} met ESTALE, {self.aimed_gone:,} found the file gone); nfsim "
                      f"ESTALE answers {_per_host({h: c.get('estale', 0) for h, c in self.nfsim.items()})}")
+        kept = _per_host({h: c.get('kept_reads', 0) for h, c in self.nfsim.items()})
+        lines.append(f"  kept      nfsim served {kept} "
+                     "reads of files another link kept after their name went (preserved packs, MIDXs, loose files): "
+                     "each ESTALE (SIGBUS in a map) without that link")
         return lines
 
 
@@ -336,8 +341,8 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
         _race(settings, options, app, fe, summary, say, progress, nfsim)
         if nfsim is not None:
             try:
-                kept = ("estale", "metadata_calls", "readdir", "readdir_hits")
-                summary.nfsim = {h: {k: int(c.get(k, 0)) for k in kept} for h, c in nfsim().items()}
+                kinds = ("estale", "kept_reads", "metadata_calls", "readdir", "readdir_hits")
+                summary.nfsim = {h: {k: int(c.get(k, 0)) for k in kinds} for h, c in nfsim().items()}
             except (OSError, ValueError) as err:
                 say(f"could not read the nfsim counters: {err}")
         if options.hosts > 1:
@@ -529,6 +534,8 @@ class _Phase:
                 "repacks_on": {}, "ingests_on": {}, "estale": 0,
                 "nfsim_estale": {h: int(nfsim_after.get(h, {}).get("estale", 0)) -
                                  int(self.nfsim_before.get(h, {}).get("estale", 0)) for h in nfsim_after},
+                "nfsim_kept_reads": {h: int(nfsim_after.get(h, {}).get("kept_reads", 0)) -
+                                     int(self.nfsim_before.get(h, {}).get("kept_reads", 0)) for h in nfsim_after},
                 "nfsim_calls": {h: int(nfsim_after.get(h, {}).get("metadata_calls", 0)) -
                                 int(self.nfsim_before.get(h, {}).get("metadata_calls", 0)) for h in nfsim_after}}
 

@@ -39,7 +39,11 @@ are gone -- each read *cold*: the file's cached pages dropped first (``posix_fad
 host under memory pressure would have evicted them), so that each read asks the server, as a host's
 first read of the object does. A read whose file was deleted between its open and its read meets
 ESTALE; the snapshot falls back to the object directory's lookup (re-listing), which finds the new
-pack. Without aiming, 2-minute two-host races met no ESTALE at all.
+pack. Without aiming, 2-minute two-host races met no ESTALE at all. Since 2026-12-04 a repack that preserves
+(the default) keeps each loose file it deletes linked in ``objects/pack/preserved/loose-<hex>/`` (git maps
+loose objects: store/maintenance/preservedloose.py), so such a read is served through that link instead --
+nfsim counts it as a kept read (``kept_reads``) -- and only ``--unsafe-delete`` (or an expired object's
+delete) still makes it meet ESTALE.
 
 Nothing here imports Celery, Redis or SQLAlchemy: the reader is what a frontend would run.
 """
