@@ -40,7 +40,8 @@ record and no pid in the name, or another host's)::
     ref_tmp           packyard/tmp/ref-*                                -   600
     preserved_mapped  objects/pack/preserved/{multi-pack-index,       -   3600     (the preserve time)
                       commit-graph,packed-refs,multi-pack-index-
-                      <checksum>.{bitmap,rev}}-<hex>.old
+                      <checksum>.{bitmap,rev},pack-<checksum>.<ext>}
+                      -<hex>.old
     preserved_loose   objects/pack/preserved/loose-<hex>/              -   3600     (the preserve time)
 
 A live owner's leftover is never removed by age. The table itself is :mod:`.table` (names, kinds,
@@ -83,6 +84,7 @@ from .table import (
     DEAD_WRITER_AFTER,
     LOOSE_TMP_PREFIX,
     MIDX_SIDE_RE,
+    PACK_FILE_RE,
     PRESERVED_LOOSE_PREFIX,
     PRESERVED_LOOSE_RE,
     PRESERVED_MAPPED,
@@ -162,7 +164,7 @@ __all__ = ["Kind", "Verdict", "Rule", "RULES", "Leftover", "FINDERS", "removable
            "find_orphan_idx", "find_midx_lock", "find_keeps", "find_quarantines", "find_serving_locks",
            "find_graph_temps", "find_packed_refs_temps", "find_packed_refs_new", "find_ref_claims", "find_ref_temps",
            "find_preserved_mapped", "find_preserved_loose", "PRESERVED_LOOSE_PREFIX", "PRESERVED_LOOSE_RE",
-           "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE", "MIDX_SIDE_RE",
+           "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE", "MIDX_SIDE_RE", "PACK_FILE_RE",
            "create_batch_marker", "remove_batch_marker", "remove_fanned_out", "LOOSE_TMP_PREFIX", "QUARANTINE_PREFIX",
            "QUARANTINE_OWNER",
            "SERVING_LOCKS", "PRUNE_EXPIRE", "CLAIM_EXPIRE", "DEAD_WRITER_AFTER"]

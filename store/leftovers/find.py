@@ -316,39 +316,36 @@ def find_midx_lock(repo: object, *, now: float | None = None, rule: Rule | None 
     return _claims([path] if path.exists() else [], Kind.MIDX_LOCK, rule or RULES[Kind.MIDX_LOCK], _now(now))
 
 
-def find_preserved_mapped(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
-    """``objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs,multi-pack-index-<checksum>.{bitmap,rev}}
-    -<hex>.old``: old inodes of the files git mmaps, kept for readers on other hosts, aged by their mtime (set
-    when they were linked there)."""
+def _preserved_entries(repo: object, kind: Kind, wanted: Callable[[os.DirEntry[str]], bool], now: float | None,
+                       rule: Rule | None) -> list[Leftover]:
+    """The entries of ``objects/pack/preserved/`` that ``wanted`` picks, as ``kind`` leftovers aged by their mtime
+    (nobody owns them)."""
     from ..objdir import PRESERVED_DIR
 
-    now, rule = _now(now), rule or RULES[Kind.PRESERVED_MAPPED]
+    now, rule = _now(now), rule or RULES[kind]
     out = []
     for e in sorted(_scan(_git_dir(repo) / "objects" / "pack" / PRESERVED_DIR), key=lambda e: e.name):
-        if PRESERVED_MAPPED_RE.match(e.name) is None:
+        if not wanted(e):
             continue
         mtime = _mtime(e.path)
         if mtime is not None:
-            out.append(Leftover(Path(e.path), Kind.PRESERVED_MAPPED, None, now - mtime,
-                                rule.verdict(None, now - mtime)))
+            out.append(Leftover(Path(e.path), kind, None, now - mtime, rule.verdict(None, now - mtime)))
     return out
+
+
+def find_preserved_mapped(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs,multi-pack-index-<checksum>.{bitmap,rev},
+    pack-<checksum>.<ext>}-<hex>.old``: old inodes of the files git mmaps, kept for readers on other hosts, aged by
+    their mtime (set when they were linked there)."""
+    return _preserved_entries(repo, Kind.PRESERVED_MAPPED, lambda e: PRESERVED_MAPPED_RE.match(e.name) is not None,
+                              now, rule)
 
 
 def find_preserved_loose(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``objects/pack/preserved/loose-<hex>/``: a repack's second names of the loose files it deleted on a shared
     filesystem (store/maintenance/preservedloose.py), aged by the directory's mtime (set when the delete ended)."""
-    from ..objdir import PRESERVED_DIR
-
-    now, rule = _now(now), rule or RULES[Kind.PRESERVED_LOOSE]
-    out = []
-    for e in sorted(_scan(_git_dir(repo) / "objects" / "pack" / PRESERVED_DIR), key=lambda e: e.name):
-        if PRESERVED_LOOSE_RE.match(e.name) is None or not e.is_dir(follow_symlinks=False):
-            continue
-        mtime = _mtime(e.path)
-        if mtime is not None:
-            out.append(Leftover(Path(e.path), Kind.PRESERVED_LOOSE, None, now - mtime,
-                                rule.verdict(None, now - mtime)))
-    return out
+    return _preserved_entries(repo, Kind.PRESERVED_LOOSE, lambda e: PRESERVED_LOOSE_RE.match(e.name) is not None
+                              and e.is_dir(follow_symlinks=False), now, rule)
 
 
 def find_keeps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:

@@ -30,18 +30,23 @@ SERVING_LOCKS = ("packed-refs.lock", "objects/info/commit-graphs/commit-graph-ch
 GRAPH_TMP_RE = re.compile(r"^tmp_(graph|chain)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 #: The fixed-path files git mmaps that maintenance replaces (or removes), by their path under the git dir: the old
 #: inode of each is hard-linked into ``objects/pack/preserved/`` as ``<name>-<16 hex>.old`` first
-#: (store/maintenance/preserved.py). No pack file's name (``pack-*``) and no temp file's (``tmp_*``) can be one.
+#: (store/maintenance/preserved.py). No pack file's name (``pack-*`` ends in its extension) and no temp file's
+#: (``tmp_*``) can be one.
 #: A MIDX's bitmap and reverse index (``multi-pack-index-<checksum>.bitmap``/``.rev``, mapped too) are removed, not
 #: replaced, when a new MIDX is installed: kept the same way, under their own names plus the suffix.
 PRESERVED_MAPPED = {"multi-pack-index": "objects/pack/multi-pack-index",
                     "commit-graph": "objects/info/commit-graph", "packed-refs": "packed-refs"}
 MIDX_SIDE_RE = re.compile(r"^multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev)$")
+#: A preserved pack's file that a later move of a pack of the same name replaces in preserved/ (same name, same
+#: bytes, another inode: a reader on another host may map either): the older is kept the same way.
+PACK_FILE_RE = re.compile(r"^pack-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:idx|pack|rev|bitmap|mtimes)$")
 #: A repack's directory of the loose files it deleted on a shared filesystem (store/maintenance/preservedloose.py):
 #: ``objects/pack/preserved/loose-<16 hex>/``; no pack file's name (``pack-*``) and no ``.old`` name can be one.
 PRESERVED_LOOSE_PREFIX = "loose-"
 PRESERVED_LOOSE_RE = re.compile(r"^loose-[0-9a-f]{16}$")
 PRESERVED_MAPPED_RE = re.compile(r"^(multi-pack-index|commit-graph|packed-refs"
-                                 r"|multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev))"
+                                 r"|multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev)"
+                                 r"|pack-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:idx|pack|rev|bitmap|mtimes))"
                                  r"-([0-9a-f]{16})\.old$")
 
 HOUR = 3600.0
@@ -167,10 +172,11 @@ _RULES: tuple[Rule, ...] = (
          "A ref file being written, live only while its writer holds the ref's claim: orphans after the "
          "claim's age."),
     Rule(Kind.PRESERVED_MAPPED, "objects/pack/preserved/{multi-pack-index,commit-graph,packed-refs,"
-         "multi-pack-index-<checksum>.{bitmap,rev}}-<hex>.old",
+         "multi-pack-index-<checksum>.{bitmap,rev},pack-<checksum>.<ext>}-<hex>.old",
          None, HOUR,
          "The old inode of a file git mmaps, linked here (its mtime set to then) just before maintenance renamed "
-         "a new file over it or removed it: a reader on another NFS host that has it open or mapped keeps a "
+         "a new file over it or removed it (a preserved pack's file too, when a pack of the same name is preserved "
+         "again): a reader on another NFS host that has it open or mapped keeps a "
          "valid handle only while the inode lives (else ESTALE, SIGBUS for a mapping). Nobody owns it: it goes "
          "after the preserve time (PACKYARD_MAINTENANCE_PRESERVE_FOR, one hour by default), as preserved packs."),
     Rule(Kind.PRESERVED_LOOSE, "objects/pack/preserved/loose-<hex>/", None, HOUR,

@@ -44,7 +44,9 @@ hard-links the current file into preserved/ as ``<name>-<16 hex>.old`` (:func:`p
 git never reads, that no pack or temp file can have) and sets its mtime to now; :func:`expire_preserved_mapped`
 removes it after the same preserve time (the leftovers table's ``preserved_mapped`` row). Nothing is
 fsynced for it (a crash ends every mapping anyway); a crash between the link and the rename leaves one
-more link of the file still in place, which expires like the others. Where hard links are refused,
+more link of the file still in place, which expires like the others. A preserved pack's file that a later move of a
+pack of the same name replaces in preserved/ (the same bytes written again as new files) is kept the same way, as
+``pack-<checksum>.<ext>-<16 hex>.old`` (:func:`_link_into`). Where hard links are refused,
 nothing is preserved (a copy would be another inode: no use to a reader). The writers' ``preserve``
 flag (a repack's ``preserve`` with ``preserve_for`` > 0) turns it off.
 """
@@ -124,7 +126,7 @@ def _move_idx(idx: Path, dest: Path, now: float | None) -> bool:
         os.utime(dest / idx.name, (t, t))
         idx.unlink(missing_ok=True)
         return True
-    if not _move(idx, dest):
+    if not _rename_into(idx, dest):
         return False
     os.utime(dest / idx.name, (t, t))
     return True
@@ -132,9 +134,10 @@ def _move_idx(idx: Path, dest: Path, now: float | None) -> bool:
 
 def _link_into(src: Path, dest: Path, *, ahead: bool = False) -> bool:
     """Hard-link ``src`` into ``dest`` under its name; False if ``src`` is gone or links are refused here. A
-    file of that name already there is kept if it is the same file (a crashed move's link), else replaced.
-    ``ahead``: it was linked there before (:func:`link_ahead`): two stats, which wait on no directory's lock,
-    say whether it still is; only if not is it linked."""
+    file of that name already there is kept if it is the same file (a crashed move's link), else replaced, its
+    inode kept under a name of its own for the preserve time (:func:`preserve_mapped`). ``ahead``: it was linked
+    there before (:func:`link_ahead`): two stats, which wait on no directory's lock, say whether it still is; only
+    if not is it linked."""
     target = dest / src.name
     if ahead:
         try:
@@ -149,7 +152,10 @@ def _link_into(src: Path, dest: Path, *, ahead: bool = False) -> bool:
         try:
             if _same_file(src, target):
                 return True
-            os.unlink(target)    # (an older preserved copy of the same name: objects/pack still has the pack)
+            # An older preserved copy of the same name (same bytes, another inode: the pack was preserved, then
+            # written again). A reader on another host may map it: it keeps a name of its own, then goes.
+            preserve_mapped(target, dest.parent)
+            os.unlink(target)
             os.link(src, target)
             return True
         except FileNotFoundError:
@@ -163,9 +169,17 @@ def _link_into(src: Path, dest: Path, *, ahead: bool = False) -> bool:
 
 
 def _move(src: Path, dest: Path) -> bool:
-    """Rename ``src`` into ``dest`` under its name (False if it is gone). (Never over a hard link of the same
-    file, which rename(2) would leave both of: only ``.pack``, ``.rev`` and ``.idx`` are ever linked, and a
-    linked one is never renamed.)"""
+    """Move ``src`` into ``dest`` under its name (False if it is gone): hard-linked there (:func:`_link_into`,
+    which keeps an older file of that name under a name of its own: git maps a pack's ``.bitmap`` too), then
+    unlinked; renamed where links are refused."""
+    if _link_into(src, dest):
+        src.unlink(missing_ok=True)
+        return True
+    return _rename_into(src, dest)
+
+
+def _rename_into(src: Path, dest: Path) -> bool:
+    """Rename ``src`` into ``dest`` under its name (False if it is gone): where hard links are refused."""
     try:
         os.replace(src, dest / src.name)
     except FileNotFoundError:
@@ -384,13 +398,15 @@ def expire_preserved(pack_dir: Path, older_than: float = DEFAULT_PRESERVE_SECOND
 
 def preserve_mapped(path: Path, pack_dir: Path, *, now: float | None = None) -> Path | None:
     """Keep the inode now at ``path`` (``multi-pack-index``, ``commit-graph`` or ``packed-refs``: a file git mmaps
-    at a fixed path; or a MIDX's ``.bitmap``/``.rev``, removed when a new MIDX is installed) alive for readers
+    at a fixed path; a MIDX's ``.bitmap``/``.rev``, removed when a new MIDX is installed; a preserved pack's file
+    that a pack of the same name moved there replaces: :func:`_link_into`) alive for readers
     that have it open: hard-link it into ``pack_dir``'s preserved/ as
     ``<name>-<16 hex>.old`` and set its mtime to ``now`` (what :func:`expire_preserved_mapped` measures). Call it
     right before the rename over ``path`` (or its unlink). Returns the link; None when there is no file at
     ``path`` or hard links are refused here (nothing is copied)."""
     path = Path(path)
-    if path.name not in lo.PRESERVED_MAPPED and lo.MIDX_SIDE_RE.match(path.name) is None:
+    if (path.name not in lo.PRESERVED_MAPPED and lo.MIDX_SIDE_RE.match(path.name) is None
+            and lo.PACK_FILE_RE.match(path.name) is None):
         raise ValueError(f"not a file git maps at a fixed path: {path.name}")
     dest = preserved_dir(pack_dir)
     for _ in range(4):

@@ -317,7 +317,7 @@ def preserved_packs(pack_dir: Path) -> dict[str, tuple[float, list[Path]]]:
         return out
     with it:
         for e in it:
-            if not e.name.startswith("pack-") or not e.is_file(follow_symlinks=False):
+            if not e.name.startswith("pack-") or e.name.endswith(".old") or not e.is_file(follow_symlinks=False):
                 continue
             stem = e.name.split(".", 1)[0]
             try:

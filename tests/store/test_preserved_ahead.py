@@ -96,6 +96,9 @@ def test_a_link_gone_or_no_longer_the_live_file_is_made_again(bare):
 
     retire_packs(pack_dir, stems, preserve=True, ahead=ahead)
 
+    (replaced,) = kept.glob("*.old")             # the file it replaced keeps a name of its own (a reader may map it)
+    assert replaced.name.startswith(f"{stems[1]}.rev-") and replaced.read_bytes() == b"not the live file"
+    replaced.unlink()
     assert _inodes(kept) == before                                       # every file of every pack, the same inodes
     assert not list(pack_dir.glob("pack-*"))
 

@@ -272,3 +272,48 @@ def test_a_new_midx_keeps_the_old_midx_bitmap_and_reverse_index_git_maps(bare):
     git("multi-pack-index", "write", "--bitmap", "--no-progress", git_dir=bare)
     write_midx(pack_dir, stems[:2], preserve=False)
     assert _preserved(bare) == {}
+
+
+def test_a_pack_preserved_again_under_its_name_keeps_the_older_preserved_files_inodes(tmp_path):
+    """A pack is preserved, written again (same name, same bytes, new files: a repack wrote the same pack) and
+    preserved again. Its older preserved files may be mapped by a reader on another host, so the second move
+    does not end their inodes: each (``.idx``, ``.pack``, ``.bitmap``) keeps a ``<name>-<hex>.old`` link, which
+    expires after the preserve time as the other mapped files do."""
+    from packyard.store.maintenance.preserved import preserve_pack
+
+    bare = tmp_path / "r.git"
+    work = tmp_path / "w"
+    git("init", "-q", "-b", "main", str(work))
+    (work / "f").write_text("one\n")
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", "c", cwd=work)
+    git("clone", "-q", "--bare", str(work), str(bare))
+    git("repack", "-a", "-d", "-q", "--write-bitmap-index", git_dir=bare)
+    pack_dir = bare / "objects" / "pack"
+    (stem,) = installed_stems(pack_dir)
+    exts = (".idx", ".pack", ".bitmap")
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    for e in exts:
+        (copies / f"{stem}{e}").write_bytes((pack_dir / f"{stem}{e}").read_bytes())
+    kept = pack_dir / "preserved"
+    assert preserve_pack(pack_dir, stem) == 3
+    fds = {e: os.open(kept / f"{stem}{e}", os.O_RDONLY) for e in exts}     # a reader maps the preserved pack
+    try:
+        for e in exts:                                                      # the same pack, written again
+            (pack_dir / f"{stem}{e}").write_bytes((copies / f"{stem}{e}").read_bytes())
+        git("fsck", "--full", "--strict", git_dir=bare)
+        assert preserve_pack(pack_dir, stem) == 3
+        assert all(os.fstat(fd).st_nlink == 1 for fd in fds.values())       # still linked: the .old names
+        old = sorted(p.name for p in kept.glob("*.old"))
+        assert [n.rsplit("-", 1)[0] for n in old] == sorted(f"{stem}{e}" for e in exts)
+        assert all(os.fstat(fds[e]).st_ino != (kept / f"{stem}{e}").stat().st_ino for e in exts)
+        found = lo.find_preserved_mapped(bare)
+        assert sorted(f.path.name for f in found) == old and not lo.removable(found)
+        assert list(preserved_packs(pack_dir)) == [stem]                     # one preserved pack, not a second
+        assert sorted(expire_preserved_mapped(pack_dir, 3600, now=time.time() + 3601)) == old
+        assert all(os.fstat(fd).st_nlink == 0 for fd in fds.values())       # gone after the preserve time
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    assert not list(pack_dir.glob(f"{stem}.*"))
