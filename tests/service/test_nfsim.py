@@ -571,7 +571,7 @@ def test_loose_objects_repacked_on_host_a_while_open_on_host_b_are_read_despite_
 
 
 def test_git_reads_a_ref_pruned_through_another_host_from_packed_refs(hosts, tmp_path):
-    """The clone that failed in the two-host race (docs/nfs.md): host B's pack-refs (here git's own, ``git
+    """The clone that failed in the two-host race (docs/nfs-log.md): host B's pack-refs (here git's own, ``git
     pack-refs --all --prune``) folds the loose refs into packed-refs and deletes them while git on host A has
     listed ``refs/heads`` and cached the refs' attributes. git's read of a loose ref is lstat, then open (three
     tries when they disagree): lstat answered "exists" from host A's attribute cache, every open said ENOENT,

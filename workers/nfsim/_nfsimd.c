@@ -4,7 +4,7 @@
  * fs.py's NfsimOps is the reference: every operation here does what its method there does, in the same order
  * (the round trip first, then the server's call, then the caches), counts the same counters and writes them as
  * the same JSON. tests/service/test_nfsim.py runs one scripted workload through both and compares the
- * counters and what each answered. Why a C twin at all (docs/nfs.md, "nfsim's own cost"): each request through
+ * counters and what each answered. Why a C twin at all (docs/nfs-log.md, "nfsim in C"): each request through
  * mfusepy costs ~0.2-0.9 ms of a core (ctypes, the interpreter lock among 64 serving threads), which on two
  * cores is more than the 1 ms of simulated latency it models; a kernel NFS client costs microseconds.
  *
