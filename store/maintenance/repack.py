@@ -4,7 +4,7 @@ One repack, step by step (each step timed in :attr:`RepackResult.elapsed`)::
 
     cleanup   temp files of dead repacks (ours by name: dead pid on this host), orphaned pack files
     snapshot  ONE listing of objects/pack and the loose objects: the only things it may delete
-    plan      full: the tips (refs, HEAD, reflogs) read after the snapshot, everything they reach
+    plan      (repackplan.py) full: the tips (refs, HEAD, reflogs) read after the snapshot, everything they reach
               (walk.py), the unreachable rest with its ages (young -> cruft pack, old -> expired; an old
               one a young one links to stays: cruft.py, a walk only when some are old), timed as
               ``sources``, ``walk``, ``ages``, ``young`` and the rest as ``plan``;
@@ -39,28 +39,24 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 from .. import durable, fsparallel
-from ..errors import InvalidInputError, ObjectMissingError, StoreError
+from ..errors import InvalidInputError
 from ..faults import fault_point
 from ..fence import FenceKind
 from ..forked import ForkedCall
 from ..lease import Lease, fence_of, token_of
 from ..lease import check as check_lease
-from ..objects import ObjectType
 from ..pack.midx import MIDX_NAME, installed_stems, midx_pack_names, midx_status, remove_midx, write_midx
-from ..pack.packdir import PackFile, is_gone
+from ..pack.packdir import is_gone
 from ..pack.search import DEFAULT_DEPTH, DEFAULT_WINDOW, DEFAULT_WINDOW_MEMORY, SearchOptions
 from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..progress import Progress
-from ..tuning import gc_paused, release_free_heap
+from ..tuning import gc_paused
 from .bitmap import BitmapOptions, read_header, write_pack_bitmap
-from .cruft import reached_from
 from .leftovers import remove_stale_temp_files
-from .looseread import LooseKeeper
 from .midxbitmap import midx_bitmap_for
-from .names import names_in
 from .preserved import (
     DEFAULT_PRESERVE_SECONDS,
     Ahead,
@@ -74,13 +70,22 @@ from .preserved import (
     unlink_ahead,
 )
 from .preservedloose import expire_preserved_loose, keep_one, new_keep_dir, settle_keep
+from .repackplan import (
+    PhaseTimer,
+    RepackPlan,
+    file_mtime,
+    geometric_split,
+    plan_full,
+    plan_geometric,
+    plan_loose,
+    recheck_tips,
+    spare,
+    spare_freshened,
+)
 from .sources import SourceIndex
-from .tips import read_tips
-from .walk import CommitMeta, Reachable, parse_tree_entries, walk
-from .writeplan import ByBase, DeltaPlan, Names, write_plan
+from .walk import CommitMeta
+from .writeplan import DeltaPlan, write_plan
 
-#: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
-PRELOAD_BYTES = 256 << 20
 #: git's gc.pruneExpire default: unreachable objects younger than this are kept (in the cruft pack).
 DEFAULT_EXPIRE_SECONDS = 14 * 24 * 3600.0
 
@@ -200,37 +205,6 @@ class RepackHooks:
     before_delete: Callable[[], None] | None = None
 
 
-@dataclass
-class _Plan:
-    main: list[bytes] = field(default_factory=list)         # ids for the new pack, in write order
-    cruft: list[bytes] = field(default_factory=list)        # ids for the cruft pack
-    mtimes: dict[bytes, int] = field(default_factory=dict)  # cruft id -> mtime
-    packs: list[PackFile] = field(default_factory=list)     # packs this repack replaces
-    loose: set[bytes] = field(default_factory=set)          # loose ids this repack deletes
-    expired: set[bytes] = field(default_factory=set)        # unreachable ids not kept anywhere
-    reach: Reachable | None = None
-    tips: dict[str, bytes] = field(default_factory=dict)
-    names: Names | None = None                              # id -> the name it is reached by (delta search order)
-    cruft_names: Names | None = None                        # the same for the cruft pack (names.py)
-    preloaded: dict[bytes, tuple[int, bytes]] = field(default_factory=dict)   # read (and checked) while planning
-    prefetched: int = 0                              # loose objects read together before the walk
-    loose_sizes: dict[bytes, int] = field(default_factory=dict)   # their files' sizes
-    mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
-    snapshot_packs: list[PackFile] = field(default_factory=list)    # geometric: the progression's packs
-    cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
-
-
-class _Timer:
-    def __init__(self, elapsed: dict[str, float]) -> None:
-        self.elapsed = elapsed
-        self.t = time.monotonic()
-
-    def lap(self, phase: str) -> None:
-        now = time.monotonic()
-        self.elapsed[phase] = self.elapsed.get(phase, 0.0) + now - self.t
-        self.t = now
-
-
 @gc_paused()   # hundreds of thousands of long-lived acyclic objects (ids, arrays): see store/tuning.py
 def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress | None = None,
            lease: Lease | None = None, hooks: RepackHooks | None = None) -> RepackResult:
@@ -243,7 +217,7 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     now = time.time() if options.now is None else options.now
     result = RepackResult(mode=options.mode, fence_token=token_of(lease))
     c = result.counters
-    timer = _Timer(result.elapsed)
+    timer = PhaseTimer(result.elapsed)
     dur = durable.DurabilityCounters()
     pack_dir = Path(repo.objects.path) / "pack"
     rescans0 = repo.objects.counters.relisted_hits
@@ -269,16 +243,16 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         if options.mode is RepackMode.FULL:
             sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
             timer.lap("sources")
-            plan = _plan_full(repo, sources, replaceable, options, now, progress, timer)
+            plan = plan_full(repo, sources, replaceable, options, now, progress, timer)
         elif options.mode is RepackMode.GEOMETRIC:
             sources = SourceIndex(snapshot, rolled, kept, read_fresh=repo.objects.read)
-            plan = _plan_geometric(sources, rolled, snapshot)
+            plan = plan_geometric(sources, rolled, snapshot)
             plan.snapshot_packs = [p for p in replaceable if not p.is_cruft]
         else:
             sources = SourceIndex(snapshot, [], kept, read_fresh=repo.objects.read)
-            plan = _plan_loose(repo, sources, snapshot, progress)
-        # Only an expiring plan compares them (_spare_freshened): no stat per pack otherwise.
-        plan.mtime_at_plan = {p.name: _mtime(p.pack_path) for p in plan.packs} if plan.expired else {}
+            plan = plan_loose(repo, sources, snapshot, progress)
+        # Only an expiring plan compares them (spare_freshened): no stat per pack otherwise.
+        plan.mtime_at_plan = {p.name: file_mtime(p.pack_path) for p in plan.packs} if plan.expired else {}
         c.reachable = len(plan.reach) if plan.reach is not None else 0
         if plan.reach is not None and plan.reach.commit_meta is not None:
             result.walked = (plan.reach.commits, plan.reach.commit_meta)
@@ -307,8 +281,8 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
             ahead.close()   # (killed if still running: its links are a live pack's second names, left to expire)
 
 
-def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptions, progress: Progress | None,
-                       result: RepackResult, timer: "_Timer", dur: durable.DurabilityCounters,
+def _write_and_install(plan: "RepackPlan", sources: SourceIndex, options: RepackOptions, progress: Progress | None,
+                       result: RepackResult, timer: "PhaseTimer", dur: durable.DurabilityCounters,
                        pack_dir: Path, lease: Lease | None) -> set[str]:
     """Write the plan's new pack(s) (the main one, then the cruft one) and install each through the pack
     writer's install (store/install.py: temp files -> flush -> renames, idx last -> directory fsync), once
@@ -363,9 +337,9 @@ def _write_and_install(plan: "_Plan", sources: SourceIndex, options: RepackOptio
     return new_names
 
 
-def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackOptions, new_names: set[str],
+def delete_old_packs(repo, plan: "RepackPlan", sources: SourceIndex, options: RepackOptions, new_names: set[str],
                      result: RepackResult, *, now: float, lease: Lease | None, hooks: RepackHooks,
-                     timer: "_Timer", dur: durable.DurabilityCounters,
+                     timer: "PhaseTimer", dur: durable.DurabilityCounters,
                      ahead: ForkedCall[Ahead] | None = None, keep: LooseAhead | None = None) -> None:
     """The delete rule: what a repack (full, geometric, loose; a full one's cruft pack included) may delete
     once its new packs are installed, and in which order. JGit's ``GC.deleteOldPacks`` and git's
@@ -411,9 +385,9 @@ def delete_old_packs(repo, plan: "_Plan", sources: SourceIndex, options: RepackO
     doomed_packs = [p for p in plan.packs if p.name not in new_names]
     doomed_loose = set(plan.loose)
     if options.mode is RepackMode.FULL:
-        needed = _recheck_tips(repo, plan, sources)
-        doomed_packs, doomed_loose = _spare(needed, doomed_packs, doomed_loose, sources, c)
-    doomed_packs, doomed_loose = _spare_freshened(plan, doomed_packs, doomed_loose, sources, options, now, c)
+        needed = recheck_tips(repo, plan, sources)
+        doomed_packs, doomed_loose = spare(needed, doomed_packs, doomed_loose, sources, c)
+    doomed_packs, doomed_loose = spare_freshened(plan, doomed_packs, doomed_loose, sources, options, now, c)
     timer.lap("recheck")
     check_lease(lease)
     # A holder that stalls here, past its lease, is stopped by the maintenance fence below.
@@ -480,7 +454,7 @@ def _wants_midx(options: RepackOptions, pack_dir: Path) -> bool:
     return options.midx and (options.mode is not RepackMode.FULL or (pack_dir / MIDX_NAME).exists())
 
 
-def _publish_midx(repo, plan: "_Plan", options: RepackOptions, pack_dir: Path, doomed: set[str],
+def _publish_midx(repo, plan: "RepackPlan", options: RepackOptions, pack_dir: Path, doomed: set[str],
                   dur: durable.DurabilityCounters, c: RepackCounters) -> None:
     """Before any pack is deleted or preserved: the new multi-pack-index over every installed pack that stays
     (geometric, loose; a full repack rewrites one that exists), with its bitmap for a geometric repack (unless
@@ -554,254 +528,6 @@ def _unlink_loose(repo, sizes: dict[bytes, int], keep: LooseAhead | None, linked
             durable.unlink_if_present(keep.keep / oid.hex()[0] / oid.hex())
         return size, kept
     return unlink
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except FileNotFoundError:
-        return 0.0
-
-
-# -- plans ------------------------------------------------------------------------------------------
-
-def _plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: RepackOptions, now: float,
-               progress: Progress | None, timer: "_Timer") -> _Plan:
-    """Everything reachable into the new pack; the unreachable rest into the cruft pack or expired.
-    Phases (``timer``): ``prefetch`` (the loose objects, read together: looseread.py), ``walk`` (from the
-    tips), ``ages`` (every unreachable copy's age), ``young`` (the old objects young ones link to: cruft.py),
-    then ``plan`` for the rest (the cruft pack's order)."""
-    tips = read_tips(repo)
-    preloaded: dict[bytes, tuple[int, bytes]] = {}
-    keeper = LooseKeeper(sources, preloaded, PRELOAD_BYTES // 4)
-    prefetched = keeper.prefetch()
-    timer.lap("prefetch")
-    reach = walk(sorted(tips.items()), keeper.read, progress=progress, processes=options.processes, packs=sources)
-    timer.lap("walk")
-    plan = _Plan(reach=reach, tips=tips, packs=list(replaceable), loose=set(sources.loose_ids),
-                 names=lambda: reach.names, preloaded=preloaded,   # (names built only if the search runs)
-                 prefetched=prefetched, loose_sizes=keeper.file_sizes)
-    plan.main = sources.present(reach.ids())
-    seen = reach.reached()
-    # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
-    ages: dict[bytes, int] = {}
-    kept = sources.kept_ids
-    for p, unreached in zip(sources.packs, sources.unreached(seen)):   # (positions neither reached nor kept)
-        pack_mtime = int(_mtime(p.pack.pack_path))
-        oids = p.oids
-        for i in unreached:
-            oid = oids[20 * i:20 * i + 20]
-            t = p.mtimes[i] if p.mtimes is not None else pack_mtime
-            if t > ages.get(oid, -1):
-                ages[oid] = t
-    for oid in sources.loose_ids:
-        if oid in seen or oid in kept:
-            continue
-        t = int(_mtime(repo.objects.loose.path_for(oid)))
-        if t > ages.get(oid, -1):
-            ages[oid] = t
-    cutoff = now - options.expire
-    keep = {oid for oid, t in ages.items() if t >= cutoff}
-    timer.lap("ages")
-    young = _in_source_order(keep, sources)   # (pack order: the walk below reads them as git wrote them)
-    rescued: set[bytes] = set()
-    if keep and len(keep) < len(ages):   # (all young, or all old: no old object for a young one to save)
-        # The main walk's pages of the packs and its freed caches go back first: otherwise the walk below
-        # adds its own on top of them (cruft-expire: peak 183 -> 148 MiB; git's `repack --cruft -d` 150).
-        sources.drop_pages()
-        release_free_heap()
-        rescued, plan.cruft_walked = reached_from(keep, ages, sources.read, reach=reach, c_packs=sources.c_packs,
-                                                  order=young)
-        keep |= rescued
-    reach.drop_index()   # (membership in bulk is done; the rare recheck of changed tips rebuilds it)
-    sources.drop_pages()  # (the commits and trees the walks read: the writer faults in what it copies)
-    release_free_heap()   # (the walkers' seen sets and caches: the search and the writer need their own)
-    timer.lap("young")
-    plan.cruft = _in_source_order(keep, sources) if rescued else young
-    plan.cruft_names = ByBase(lambda: reach.names)   # (through their bases: writeplan.ByBase; if the search runs)
-    plan.mtimes = {oid: ages[oid] for oid in keep}
-    plan.expired = set(ages) - keep
-    return plan
-
-
-def _in_source_order(ids: set[bytes], sources: SourceIndex) -> list[bytes]:
-    """``ids`` in the order their copies lie in the sources (packs in snapshot order, then loose by id).
-
-    Each id's copy is the one ``sources.packed`` names (an id in two packs is listed once, where that copy
-    lies); sorted by (pack, offset), which is the order of a pass over every pack in pack order, without
-    the pass (cruft-expire: 39,000 ids of 164,000 entries, 0.33 s -> 0.06 s)."""
-    if not ids:
-        return []   # (the common case: no young unreachable object)
-    placed: list[tuple[int, int, bytes]] = []
-    rest: list[bytes] = []
-    packed, pack_no, packs = sources.packed, sources.pack_no, sources.packs
-    for oid in ids:
-        gid = packed(oid)
-        if gid is None:
-            rest.append(oid)
-            continue
-        k = pack_no[gid]
-        p = packs[k]
-        placed.append((k, p.offsets[gid - p.base], oid))
-    placed.sort()
-    out = [oid for _k, _off, oid in placed]
-    out.extend(sorted(rest))
-    return out
-
-
-def geometric_split(packs: Iterable[PackFile], factor: int) -> list[PackFile]:
-    """The packs to roll up so that object counts form a geometric progression (git's split_pack_geometry).
-
-    Sorted by object count; from the largest down, the packs already in progression (each at least
-    ``factor`` times the one below it) stay; the rest is rolled up, and then every pack that is
-    smaller than ``factor`` times the rolled-up total joins it too.
-    """
-    packs = sorted(packs, key=lambda p: (len(p), p.name))
-    n = len(packs)
-    if not n:
-        return []
-    i = n - 1
-    while i > 0:
-        if len(packs[i]) < factor * len(packs[i - 1]):
-            break
-        i -= 1
-    split = i + 1 if i else 0
-    total = sum(len(p) for p in packs[:split])
-    for k in range(split, n):
-        if len(packs[k]) < factor * total:
-            split += 1
-            total += len(packs[k])
-        else:
-            break
-    return packs[:split]
-
-
-def _plan_geometric(sources: SourceIndex, rolled: list[PackFile], snapshot) -> _Plan:
-    """Every object of the rolled-up packs (each pack in pack order, dedup) that no pack staying behind holds
-    (as git's ``pack-objects --stdin-packs`` leaves out the excluded packs' objects), and every unpacked
-    loose object."""
-    plan = _Plan(packs=list(rolled))
-    rolled_names = {p.name for p in rolled}
-    # Packs that stay (not cruft: a cruft copy may expire; kept packs' objects are not in the sources).
-    staying = [p for p in snapshot.packs if p.name not in rolled_names and not p.is_cruft]
-    ids: list[bytes] = []
-    for p in sources.packs:
-        oids = p.oids
-        for i in p.order:
-            oid = oids[20 * i:20 * i + 20]
-            if sources.packed(oid) == p.base + i and not any(s.find_offset(oid) is not None for s in staying):
-                ids.append(oid)
-    ids.extend(_unpacked_loose(sources, snapshot))
-    plan.main = ids
-    plan.loose = set(sources.loose_ids)
-    plan.names = lambda: names_in(sources, ids)   # (no walk named them; only if the search runs)
-    return plan
-
-
-def _unpacked_loose(sources: SourceIndex, snapshot) -> list[bytes]:
-    """Loose objects not in a replaceable pack nor in any non-cruft pack (git's ``--unpacked``), by id."""
-    out = []
-    for oid in sorted(sources.loose_ids):
-        if sources.packed(oid) is None and snapshot.packs.find_not_cruft(oid) is None:
-            out.append(oid)
-    return out
-
-
-def _plan_loose(repo, sources: SourceIndex, snapshot, progress: Progress | None) -> _Plan:
-    """Every loose object not already in a pack, commits first, then tags, trees, blobs (by id within a type).
-
-    Each loose file is read once, here (checked against its name): the delta search and the writer take
-    the objects from ``preloaded`` (up to PRELOAD_BYTES of them), and the loose trees' entries give the
-    objects below them their names, so that the search's order puts versions of one file together.
-    """
-    plan = _Plan(loose=set(sources.loose_ids))
-    by_type: dict[int, list[bytes]] = {1: [], 4: [], 2: [], 3: []}
-    loose = repo.objects.loose
-    held = 0
-    trees: list[tuple[bytes, bytes]] = []
-    for oid in _unpacked_loose(sources, snapshot):
-        try:
-            typ, data = loose.read(oid, verify=True)
-        except ObjectMissingError:
-            plan.loose.discard(oid)   # gone since the snapshot: someone else's business
-            continue
-        by_type[int(typ)].append(oid)
-        if typ == ObjectType.TREE:
-            trees.append((oid, data))
-        if held + len(data) <= PRELOAD_BYTES:
-            plan.preloaded[oid] = (int(typ), data)
-            held += len(data)
-    plan.main = [oid for t in (1, 4, 2, 3) for oid in by_type[t]]
-    plan.names = names_below(trees, plan.preloaded.keys() | set(plan.main))
-    return plan
-
-
-def names_below(trees: list[tuple[bytes, bytes]], wanted) -> dict[bytes, bytes]:
-    """{object id: entry name} for every entry of ``trees`` whose id is in ``wanted`` (a tree with a
-    malformed entry names nothing: the write checks it anyway)."""
-    names: dict[bytes, bytes] = {}
-    for oid, data in trees:
-        try:
-            entries = parse_tree_entries(data, oid)
-        except StoreError:
-            continue
-        for _mode, name, eid in entries:
-            if eid in wanted and eid not in names:
-                names[eid] = name
-    return names
-
-
-# -- before deleting ----------------------------------------------------------------------------------
-
-def _recheck_tips(repo, plan: _Plan, sources: SourceIndex) -> set[bytes]:
-    """Tips read again right before deleting: the objects they reach that no new pack holds."""
-    tips = read_tips(repo)
-    changed = [(name, oid) for name, oid in sorted(tips.items()) if plan.tips.get(name) != oid]
-    if not changed:
-        return set()
-    in_new = plan.reach.reached() if plan.reach is not None else set()
-    cruft = set(plan.cruft)
-    reach = walk(changed, sources.read, known=lambda oid: oid in in_new or oid in cruft)
-    return {oid for oid, _t in reach.in_order() if oid in plan.expired}
-
-
-def _spare(needed: set[bytes], packs: list[PackFile], loose: set[bytes], sources: SourceIndex,
-           c: RepackCounters) -> tuple[list[PackFile], set[bytes]]:
-    """Keep every old copy of the ``needed`` objects (their pack, or their loose file)."""
-    if not needed:
-        return packs, loose
-    keep_packs: set[str] = set()
-    for oid in needed:
-        gid = sources.packed(oid)
-        if gid is not None:
-            keep_packs.add(sources.entry(gid)[0].pack.name)
-        # Every other copy too (another pack may hold it): keep any replaceable pack that has it.
-        for p in sources.packs:
-            if p.pack.name not in keep_packs and p.pack.find_offset(oid) is not None:
-                keep_packs.add(p.pack.name)
-    spared_loose = loose & needed
-    c.kept_for_recheck += len(keep_packs) + len(spared_loose)
-    return [p for p in packs if p.name not in keep_packs], loose - spared_loose
-
-
-def _spare_freshened(plan: _Plan, packs: list[PackFile], loose: set[bytes], sources: SourceIndex,
-                     options: RepackOptions, now: float, c: RepackCounters) -> tuple[list[PackFile], set[bytes]]:
-    """A writer that found an expired object and freshened its copy (instead of writing it) is relying on
-    that copy: keep packs touched since the plan that hold expired objects, and freshened loose files."""
-    if not plan.expired:
-        return packs, loose
-    cutoff = now - options.expire
-    keep_packs = set()
-    for p in packs:
-        if _mtime(p.pack_path) != plan.mtime_at_plan.get(p.name, 0.0):
-            keep_packs.add(p.name)
-    spared = set()
-    for oid in loose & plan.expired:
-        if _mtime(Path(sources.snapshot.loose.path_for(oid))) >= cutoff:
-            spared.add(oid)
-    if keep_packs or spared:
-        c.kept_freshened += len(keep_packs) + len(spared)
-    return [p for p in packs if p.name not in keep_packs], loose - spared
 
 
 __all__ = ["RepackMode", "RepackOptions", "RepackCounters", "RepackResult", "RepackHooks", "repack",
