@@ -13,6 +13,9 @@
   ingest the pushes (index_pack, unpack_objects, write_objects) through the queue while N readers
   read; every miss becomes a ``race_events`` row (written in batches), the run a ``packyard.race``
   job row; the summary; the final check that every pushed object is readable.
+* :mod:`.summary` -- the run's options and its summary (the job row's counters, the printed report);
+  :mod:`.hosts` -- ``--hosts 2``: which host repacks and which reads in each phase, and where the job rows
+  say each job ran.
 
 The negative controls prove the harness can fail: ``unsafe_dir_cache`` flips the readers' one
 unsafe option (git's rejected stat_validity patch, ``Repository(unsafe_trust_dir_mtime=True)``),

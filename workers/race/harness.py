@@ -51,212 +51,28 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from packyard.store.progress import Progress
 from packyard.workers.race.clones import CLONE_FAILED, Cloner, CloneTotals, overlapping
+from packyard.workers.race.hosts import Hosts, Phase, check_routing
 from packyard.workers.race.pushes import PUSH_KINDS, Frontend, Push
 from packyard.workers.race.readers import ESTALE, KINDS, LOST, ReaderConfig, reader_main
+from packyard.workers.race.summary import (
+    HOSTS,
+    REPACK_MODES,
+    NfsimCounters,
+    RaceOptions,
+    RaceSummary,
+    Say,
+)
 from packyard.workers.settings import Settings
 
-REPACK_MODES = ("full", "loose", "geometric")
 DELETES_LOOSE = ("full", "loose")   # repack modes that delete the loose files they packed
 LOOSE_PUSHES = ("unpack_objects", "write_objects", "rewrite")   # pushes whose objects land as loose files
-HOSTS = ("A", "B")
-HOST_B_NAME = "race-host-b"         # host B's worker's host name (its own UTS namespace; cli/race.py HOST_B)
-Say = Callable[[str], None]
-NfsimCounters = Callable[[], dict[str, dict[str, Any]]]   # each host's nfsim counters, as of now
-
-
-@dataclass(frozen=True)
-class RaceOptions:
-    repo: Path
-    readers: int = 4
-    duration: float = 60.0
-    repack_every: float = 3.0
-    ingest_every: float = 1.0
-    seed: int | None = None
-    unsafe_dir_cache: bool = False
-    unsafe_delete: bool = False
-    expire: float = 5.0              # seconds: unreachable objects older than this are deleted by full repacks
-    rewrite_every: int = 4           # every Nth push is a force push of a topic (while topics remain)
-    reader_rate: float = 1500.0      # lookups per second per reader, at most
-    job_timeout: float = 300.0       # seconds a job may take before the run gives up on it
-    reader_repo: Path | None = None  # --hosts 2: the same repository through host B's mount (None: ``repo``)
-    hosts: int = 1                   # 2: workers and readers on both hosts' nfsim mounts (even readers on B)
-    nfsim_trust_listing: bool = False  # NEGATIVE CONTROL (--hosts 2): host B's mount trusts cached listings
-    cloners: int = 1                 # clone readers (git clone --no-local + fsck, one after another); 0: none
-    host_b_queue: str | None = None  # --hosts 2: host B's worker's only queue (host A's consume the default one)
-    clone_pause: float = 0.2         # seconds between one clone reader's clones
-    phases: int = 2                  # --hosts 2: phase 1 repacks on A (reads, pushes on B), phase 2 the reverse, ...
-    aim_threads: int = 0             # --hosts 2: threads per reader of aimed cold reads (see .readers.AimedReads)
-
-    @property
-    def mode(self) -> str:
-        unsafe = [n for n, on in (("unsafe-dir-cache", self.unsafe_dir_cache), ("unsafe-delete", self.unsafe_delete),
-                                  ("nfsim-trust-listing", self.nfsim_trust_listing)) if on]
-        return "+".join(unsafe) if unsafe else "safe"
-
-
-@dataclass
-class RaceSummary:
-    run_id: str
-    repo: str
-    mode: str
-    seed: int
-    duration: float = 0.0
-    readers: int = 0
-    lookups: int = 0
-    reads: int = 0
-    quick: int = 0
-    probes: int = 0
-    repacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPACK_MODES, 0))
-    ingests: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*PUSH_KINDS, "rewrite"), 0))
-    events: dict[str, int] = field(default_factory=lambda: dict.fromkeys((*KINDS, CLONE_FAILED), 0))
-    events_recorded: int = 0
-    clones: dict[str, int] = field(default_factory=lambda: CloneTotals().counters())
-    clone_examples: list[dict[str, Any]] = field(default_factory=list)   # the first failed clones' details
-    pushed_objects: int = 0
-    final_missing: int = 0
-    failures: list[str] = field(default_factory=list)
-    reader_errors: list[str] = field(default_factory=list)
-    lost_examples: list[dict[str, Any]] = field(default_factory=list)
-    pushed_ids: list[str] = field(default_factory=list)   # every object a landed push carried (hex)
-    hosts: int = 1
-    phases: list[dict[str, Any]] = field(default_factory=list)   # --hosts 2: what ran where, phase by phase
-    nfsim: dict[str, dict[str, int]] = field(default_factory=dict)   # host -> its mount's counters (the run's)
-    estale_store: int = 0     # ESTALE answers the readers' store took as "gone" (LooseObjects.estale)
-    aims: int = 0
-    aimed_reads: int = 0
-    aimed_estale: int = 0
-    aimed_gone: int = 0
-
-    @property
-    def lost(self) -> int:
-        return self.events[LOST]
-
-    @property
-    def estale(self) -> int:
-        """Reads that met ESTALE and still returned the object (recovered)."""
-        return self.events[ESTALE]
-
-    @property
-    def recovered(self) -> int:
-        return self.events["relisted"] + self.events["preserved"] + self.events[ESTALE]
-
-    @property
-    def clones_failed(self) -> int:
-        return self.events[CLONE_FAILED]
-
-    @property
-    def ok(self) -> bool:
-        return self.lost == 0 and self.clones_failed == 0 and not self.failures and not self.reader_errors
-
-    def counters(self) -> dict[str, Any]:
-        out = {"lookups": self.lookups, "repacks": sum(self.repacks.values()), "ingests": sum(self.ingests.values()),
-               **self.events, "reads": self.reads, "quick": self.quick, "probes": self.probes,
-               **{f"repacks_{k}": v for k, v in self.repacks.items()},
-               **{f"ingests_{k}": v for k, v in self.ingests.items()},
-               **self.clones, "pushed_objects": self.pushed_objects, "final_missing": self.final_missing,
-               "failures": len(self.failures), "readers": self.readers, "duration_s": round(self.duration, 1),
-               "estale_store": self.estale_store, "aims": self.aims, "aimed_reads": self.aimed_reads,
-               "aimed_estale": self.aimed_estale, "aimed_gone": self.aimed_gone}
-        for host, c in sorted(self.nfsim.items()):
-            for k in ("estale", "kept_reads", "metadata_calls"):
-                out[f"nfsim_{k}_host_{host.lower()}"] = int(c.get(k, 0))
-        for ph in self.phases:
-            n = ph["phase"]
-            out[f"phase{n}_repacks_on_a"] = ph["repacks_on"].get("A", 0)
-            out[f"phase{n}_repacks_on_b"] = ph["repacks_on"].get("B", 0)
-            out[f"phase{n}_ingests_on_a"] = ph["ingests_on"].get("A", 0)
-            out[f"phase{n}_ingests_on_b"] = ph["ingests_on"].get("B", 0)
-            out[f"phase{n}_estale"] = ph["estale"]
-        return out
-
-    def as_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.update(lost=self.lost, recovered=self.recovered, estale=self.estale, clones_failed=self.clones_failed,
-                 ok=self.ok)
-        return d
-
-    def render(self) -> str:
-        r, i = self.repacks, self.ingests
-        lines = [
-            f"packyard race {self.run_id[:8]}: {self.duration:.0f} s, {self.readers} readers ({self.mode}), "
-            f"seed {self.seed}, {self.repo}",
-            f"  lookups   {self.lookups:,} (reads {self.reads:,}, quick checks {self.quick:,}, "
-            f"absent-id probes {self.probes:,})",
-            f"  repacks   {sum(r.values())} (full {r['full']}, loose {r['loose']}, geometric {r['geometric']})",
-            f"  ingests   {sum(i.values())} (index_pack {i['index_pack']}, unpack_objects {i['unpack_objects']}, "
-            f"write_objects {i['write_objects']}, force pushes {i['rewrite']}); {self.pushed_objects} objects pushed",
-            "  misses (race_events rows: `packyard races`):",
-            f"    relisted      {self.events['relisted']:>8,}  recovered by re-listing objects/pack",
-            f"    preserved     {self.events['preserved']:>8,}  recovered from objects/pack/preserved/",
-            f"    estale        {self.events[ESTALE]:>8,}  met ESTALE (deleted through another host after the open),"
-            " recovered",
-            f"    quick_absent  {self.events['quick_absent']:>8,}  a quick check said absent for an object that existed"
-            " (expected)",
-            f"    lost          {self.events['lost']:>8,}  an object that existed could not be read"
-            + (f" ({self.final_missing} in the final check)" if self.final_missing else ""),
-            f"  clones    {self.clones['clones']:,} by git through upload-pack, each fscked "
-            f"({self.clones['clones_bitmap']:,} served through a bitmap, {self.clones['clones_during_repack']:,} "
-            f"during a repack): {self.clones_failed:,} failed",
-        ]
-        if self.hosts > 1:
-            lines.extend(self._render_hosts())
-        shown: set[str] = set()
-        for ex in self.lost_examples:
-            oid = str(ex.get("oid"))
-            if oid in shown or len(shown) >= 3:
-                continue
-            shown.add(oid)
-            lines.append(f"      e.g. {ex.get('oid')} ({ex.get('op')}, reader {ex.get('reader')}): "
-                         f"{ex.get('error', '')[:140]}")
-        for ex in self.clone_examples[:3]:
-            lines.append(f"      clone failed ({ex.get('op')}, {ex.get('step')}): {str(ex.get('error', ''))[:200]}")
-        for f in self.failures[:5]:
-            lines.append(f"  job failed: {f}")
-        for e in self.reader_errors[:5]:
-            lines.append(f"  reader error: {e}")
-        if self.ok:
-            verdict = "PASS: no lost reads" + ("" if self.recovered else " (but no miss was recovered: no race?)") + \
-                (f", no failed clone of {self.clones['clones']}" if self.clones["clones"] else "")
-        else:
-            verdict = "FAIL: " + ", ".join(filter(None, (
-                f"{self.lost} lost reads" if self.lost else "",
-                f"{self.clones_failed} failed clones" if self.clones_failed else "",
-                f"{len(self.failures)} failed jobs" if self.failures
-                else "", f"{len(self.reader_errors)} reader errors" if self.reader_errors else "")))
-        lines.append(f"  verdict   {verdict}")
-        return "\n".join(lines)
-
-    def _render_hosts(self) -> list[str]:
-        lines = []
-        for ph in self.phases:
-            r = ph["repacks"]
-            lines.append(
-                f"  phase {ph['phase']}   {ph['started_s']:.0f}-{ph['ended_s']:.0f} s: repacks on host "
-                f"{ph['repack_host']} (full {r['full']}, loose {r['loose']}, geometric {r['geometric']}; job rows: "
-                f"{_per_host(ph['repacks_on'])}), pushes on host {ph['reader_host']} ({ph['ingests']}; job rows: "
-                f"{_per_host(ph['ingests_on'])}), readers on host {ph['reader_host']}; ESTALE recoveries "
-                f"{ph['estale']}, nfsim ESTALE answers {_per_host(ph['nfsim_estale'])}, kept reads "
-                f"{_per_host(ph['nfsim_kept_reads'])}")
-        lines.append(f"  ESTALE    {self.estale:,} reads met ESTALE and recovered; the readers' store took "
-                     f"{self.estale_store:,} ESTALE answers as gone; {self.aims} aims, {self.aimed_reads:,} aimed cold "
-                     f"reads ({self.aimed_estale:,} met ESTALE, {self.aimed_gone:,} found the file gone); nfsim "
-                     f"ESTALE answers {_per_host({h: c.get('estale', 0) for h, c in self.nfsim.items()})}")
-        kept = _per_host({h: c.get('kept_reads', 0) for h, c in self.nfsim.items()})
-        lines.append(f"  kept      nfsim served {kept} "
-                     "reads of files another link kept after their name went (preserved packs, MIDXs, loose files): "
-                     "each ESTALE (SIGBUS in a map) without that link")
-        return lines
-
-
-def _per_host(counts: dict[str, int]) -> str:
-    return ", ".join(f"{h} {counts.get(h, 0)}" for h in HOSTS)
 
 
 class _EventSink(threading.Thread):
@@ -346,7 +162,7 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
             except (OSError, ValueError) as err:
                 say(f"could not read the nfsim counters: {err}")
         if options.hosts > 1:
-            _check_routing(settings, summary, say)
+            check_routing(settings, summary, say)
         _final_check(settings, fe, summary)
         summary.pushed_ids = list(fe.pushed)
     finally:
@@ -375,7 +191,7 @@ def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summ
     readies = [ctx.Event() for _ in range(options.readers)]
     two = options.hosts > 1 and options.reader_repo is not None
     # --hosts 2: every reader reads through the host that does not repack in the current phase (0: A, 1: B)
-    hosts = _Hosts(options, fe.served, ctx.Value("i", 1 if two else 0), [ctx.Queue() for _ in range(options.readers)],
+    hosts = Hosts(options, fe.served, ctx.Value("i", 1 if two else 0), [ctx.Queue() for _ in range(options.readers)],
                    nfsim)
     procs = [ctx.Process(target=reader_main, name=f"race-reader-{i}", daemon=True, args=(
         ReaderConfig(repo=str(fe.served), index=i, seed=summary.seed * 1000 + i, run_mode=options.mode,
@@ -464,85 +280,9 @@ class _InFlight:
     n: int = -1   # a repack's number (its aim's)
 
 
-class _Hosts:
-    """--hosts 2: which host reads (a shared value the reader processes follow), the readers' aim queues,
-    the queue each host's worker consumes, and the nfsim counters at phase boundaries. With one host:
-    the default queue and the one path for everything."""
-
-    def __init__(self, options: RaceOptions, served: Path, reading: Any, aims: list[Any],
-                 nfsim: NfsimCounters | None) -> None:
-        self.options, self.served, self.reading, self.aims, self.nfsim = options, served, reading, aims, nfsim
-        self.two = options.hosts > 1 and options.reader_repo is not None
-
-    def plan(self) -> list[tuple[str | None, str | None]]:
-        """(repack host, reading host) per phase: A repacks first, then B, and so on (None: one host)."""
-        if not self.two:
-            return [(None, None)]
-        return [(HOSTS[k % 2], HOSTS[(k + 1) % 2]) for k in range(max(1, self.options.phases))]
-
-    def queue(self, host: str | None) -> str | None:
-        """Host A's workers consume the default queue (None), host B's worker only its own."""
-        return self.options.host_b_queue if host == "B" else None
-
-    def read_through(self, host: str | None) -> None:
-        if host is not None:
-            self.reading.value = HOSTS.index(host)
-
-    def reader_path(self) -> Path:
-        if self.two and self.reading.value == 1:
-            return Path(self.options.reader_repo)   # type: ignore[arg-type]
-        return Path(self.served)
-
-    def aim(self, n: int, ids: Iterable[str]) -> None:
-        msg = ("aim", n, list(ids))
-        for q in self.aims:
-            q.put(msg)
-
-    def stop_aim(self, n: int) -> None:
-        for q in self.aims:
-            q.put(("stop", n))
-
-    def counters(self) -> dict[str, dict[str, Any]]:
-        if self.nfsim is None:
-            return {}
-        try:
-            return self.nfsim()
-        except (OSError, ValueError):   # a counters file being replaced: this phase's figures are left out
-            return {}
-
-
-@dataclass
-class _Phase:
-    n: int
-    repack_host: str | None
-    reader_host: str | None
-    started: float
-    wall_start: float
-    repacks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REPACK_MODES, 0))
-    ingests: int = 0
-    repack_jobs: list[str] = field(default_factory=list)
-    push_jobs: list[str] = field(default_factory=list)
-    aims: int = 0
-    nfsim_before: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def record(self, t0: float, ended: float, nfsim_after: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return {"phase": self.n, "repack_host": self.repack_host, "reader_host": self.reader_host,
-                "started_s": round(self.started - t0, 1), "ended_s": round(ended - t0, 1),
-                "wall_start": self.wall_start, "wall_end": float("inf"),
-                "repacks": dict(self.repacks), "ingests": self.ingests, "aims": self.aims,
-                "repack_jobs": list(self.repack_jobs), "push_jobs": list(self.push_jobs),
-                "repacks_on": {}, "ingests_on": {}, "estale": 0,
-                "nfsim_estale": {h: int(nfsim_after.get(h, {}).get("estale", 0)) -
-                                 int(self.nfsim_before.get(h, {}).get("estale", 0)) for h in nfsim_after},
-                "nfsim_kept_reads": {h: int(nfsim_after.get(h, {}).get("kept_reads", 0)) -
-                                     int(self.nfsim_before.get(h, {}).get("kept_reads", 0)) for h in nfsim_after},
-                "nfsim_calls": {h: int(nfsim_after.get(h, {}).get("metadata_calls", 0)) -
-                                int(self.nfsim_before.get(h, {}).get("metadata_calls", 0)) for h in nfsim_after}}
-
-
 def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary, say: Say,
               progress: Progress | None, sink: _EventSink, repacks: list[tuple[float, float]],
-              hosts: _Hosts) -> None:
+              hosts: Hosts) -> None:
     """Queue repacks and pushes on their timers, phase by phase, until the duration is over; wait for the last
     ones. Each repack job's (sent, seen ended) monotonic interval is appended to ``repacks``; each phase's
     record to ``summary.phases`` (--hosts 2)."""
@@ -556,7 +296,7 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
     for k, (repack_host, reader_host) in enumerate(plan, 1):
         start = time.monotonic()
         hosts.read_through(reader_host)
-        phase = _Phase(k, repack_host, reader_host, start, time.time(), nfsim_before=hosts.counters())
+        phase = Phase(k, repack_host, reader_host, start, time.time(), nfsim_before=hosts.counters())
         if reader_host is not None:
             say(f"phase {k}/{len(plan)}: repacks on host {repack_host}; readers, clones and pushes on host "
                 f"{reader_host}")
@@ -642,53 +382,6 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
     summary.duration = time.monotonic() - t0
 
 
-def _check_routing(settings: Settings, summary: RaceSummary, say: Say) -> None:
-    """--hosts 2: where each phase's jobs really ran, from their job rows (``worker_hostname``: host B's worker
-    runs with host name ``race-host-b``); a job on the other phase's host fails the run."""
-    ids = [t for ph in summary.phases for t in ph["repack_jobs"] + ph["push_jobs"]]
-    where = _job_hosts(settings, ids)
-    for ph in summary.phases:
-        for jobs, key, should in ((ph["repack_jobs"], "repacks_on", ph["repack_host"]),
-                                  (ph["push_jobs"], "ingests_on", ph["reader_host"])):
-            on: dict[str, int] = {}
-            for t in jobs:
-                host = where.get(t) or "?"
-                on[host] = on.get(host, 0) + 1
-            ph[key] = on
-            wrong = {h: n for h, n in on.items() if h != should}
-            if wrong:
-                what = "repacks" if key == "repacks_on" else "pushes"
-                summary.failures.append(f"phase {ph['phase']}: {what} meant for host {should} ran on "
-                                        f"{', '.join(f'{h} ({n})' for h, n in sorted(wrong.items()))} (job rows)")
-    for ph in summary.phases:
-        say(f"phase {ph['phase']}: repacks on {_per_host(ph['repacks_on'])}, pushes on {_per_host(ph['ingests_on'])} "
-            "(job rows' worker host)")
-
-
-def _job_hosts(settings: Settings, task_ids: list[str], wait: float = 30.0) -> dict[str, str]:
-    """task id -> "A" or "B" by the job row's worker host name; rows not yet written are waited for (bounded)."""
-    from sqlalchemy import select
-
-    from packyard.workers.records import session_scope
-    from packyard.workers.records.models import Job
-
-    found: dict[str, str] = {}
-    deadline = time.monotonic() + wait
-    while True:
-        left = [t for t in task_ids if t not in found]
-        if not left:
-            return found
-        with session_scope(settings) as s:
-            for i in range(0, len(left), 500):
-                for task_id, hostname in s.execute(select(Job.task_id, Job.worker_hostname)
-                                                   .where(Job.task_id.in_(left[i:i + 500]))):
-                    if hostname:
-                        found[task_id] = "B" if hostname.endswith(f"@{HOST_B_NAME}") else "A"
-        if time.monotonic() >= deadline:
-            return found
-        time.sleep(0.5)
-
-
 def _landed(job: _InFlight, fe: Frontend, summary: RaceSummary) -> None:
     res = job.result
     if not res.successful():
@@ -734,3 +427,6 @@ def _final_check(settings: Settings, fe: Frontend, summary: RaceSummary) -> None
     if served != expected:
         differ = sorted(set(served.items()) ^ set(expected.items()))[:4]
         summary.failures.append(f"the served refs differ from the frontend's: {differ}")
+
+
+__all__ = ["RaceOptions", "RaceSummary", "run_race", "REPACK_MODES", "HOSTS"]
