@@ -61,14 +61,7 @@ from packyard.workers.race.clones import CLONE_FAILED, Cloner, CloneTotals, over
 from packyard.workers.race.hosts import Hosts, Phase, check_routing
 from packyard.workers.race.pushes import PUSH_KINDS, Frontend, Push
 from packyard.workers.race.readers import ESTALE, KINDS, LOST, ReaderConfig, reader_main
-from packyard.workers.race.summary import (
-    HOSTS,
-    REPACK_MODES,
-    NfsimCounters,
-    RaceOptions,
-    RaceSummary,
-    Say,
-)
+from packyard.workers.race.summary import HOSTS, REPACK_MODES, NfsimCounters, RaceOptions, RaceSummary, Say
 from packyard.workers.settings import Settings
 
 DELETES_LOOSE = ("full", "loose")   # repack modes that delete the loose files they packed
