@@ -1,7 +1,7 @@
 """Work done in a forked child process, its outcome sent back to the parent over a pipe.
 
 Three hot loops fork: the reachability walk's helper (:mod:`.maintenance.walk`), the delta search's
-segments (:mod:`.pack.search`) and index-pack's delta resolvers (:mod:`.pack.indexpack`). Each child
+segments (:mod:`.pack.search`) and index-pack's delta resolvers (:mod:`.pack.resolvedeltas`). Each child
 inherits the parent's state copy-on-write (pack maps, caches, the object lists so far), does its
 share, reports and exits. One protocol for all of them:
 

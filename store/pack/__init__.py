@@ -18,6 +18,8 @@ Writing
 
 Ingesting
 * :mod:`.indexpack` — index-pack: a pushed pack verified in quarantine and installed;
+* :mod:`.receive` — index-pack's receive phase: the incoming stream parsed while it is quarantined;
+* :mod:`.resolvedeltas` — index-pack's delta resolution, in process or on forked workers;
 * :mod:`.quarantine` — index-pack's ``incoming-*`` quarantines and ``.keep`` files (stale ones by the leftovers table);
 * :mod:`.unpack` — unpack-objects: a small pack exploded into loose objects.
 """

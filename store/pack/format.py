@@ -1,7 +1,7 @@
 """The pack format's byte-level pieces, decoded in one place.
 
-Readers of ``.pack`` data (the read path in :mod:`packyard.store.pack.packdir`, index-pack in
-:mod:`packyard.store.pack.indexpack`, unpack-objects in :mod:`packyard.store.pack.unpack`) all decode the
+Readers of ``.pack`` data (the read path in :mod:`packyard.store.pack.packdir`, index-pack's receiver in
+:mod:`packyard.store.pack.receive`, unpack-objects in :mod:`packyard.store.pack.unpack`) all decode the
 same three things; they live here so that every reader applies the same bounds
 and names the same offsets in its errors:
 

@@ -1,55 +1,59 @@
 """index-pack: turn an incoming packfile into an installed pack (+ idx + rev) in a repository.
 
-Pipeline (each phase timed in :attr:`IndexPackResult.elapsed`):
+Pipeline (each phase timed in :attr:`IndexPackResult.elapsed`), run in order by
+:class:`IncomingPack`: ``begin`` does phases 1-5, ``commit`` phases 6-7.
 
-1. **receive** — the source (path or stream) is read ONCE, in chunks, and
-   written into ``objects/incoming-<random>/tmp_pack_*`` while it is parsed:
-   header, object count, each entry's type/size header, the bounds of each
+1. **receive** (:mod:`.receive`) — the source (path or stream) is read ONCE, in
+   chunks, and written into ``objects/incoming-<random>/tmp_pack_*`` while it is
+   parsed: header, object count, each entry's type/size header, the bounds of each
    zlib stream (inflated to verify; non-delta objects are hashed), CRC32 per
    entry, the trailing SHA-1. Nothing is allocated from a declared size: a
    zlib stream is inflated with ``max_length = declared size + 1`` (large
    objects in bounded chunks), so a 2^60-byte header costs nothing.
-2. **resolve** — OFS_DELTA and REF_DELTA children are resolved depth-first
-   from each base, holding only the current chain of inflated objects. The
-   bases are shared out to forked worker processes (one per core) which read
-   the quarantined pack with pread and write the object ids and types into a
-   shared anonymous mmap; they report collisions/strict links over a pipe.
-3. **thin** (``fix_thin``) — REF_DELTA bases missing from the pack are read
-   from the repository, appended as full objects (zlib level 1, in the order
-   ``git index-pack --fix-thin`` uses), the header count and trailer are
-   rewritten. For many unresolved deltas all bases are appended at once and
-   their subtrees resolved on all cores, then checked to be exactly git's order
-   (else redone sequentially, as git does). A delta reached twice (duplicate
-   base object) is refused, as git refuses it.
-4. **check** — collision check: an incoming object whose id already exists
-   must have the same content. Existence comes from ONE
-   :meth:`ObjectDirectory.snapshot` taken before the pack is read: no
+2. **resolve** (:mod:`.resolvedeltas`) — OFS_DELTA and REF_DELTA children are
+   resolved depth-first from each base, holding only the current chain of
+   inflated objects. The bases are shared out to forked worker processes (one
+   per core) which read the quarantined pack with pread and write the object ids
+   and types into a shared anonymous mmap; they report collisions/strict links
+   over a pipe.
+3. **thin** (``fix_thin``; :meth:`IncomingPack._fix_unresolved`, here) —
+   REF_DELTA bases missing from the pack are read from the repository, appended
+   as full objects (zlib level 1, in the order ``git index-pack --fix-thin``
+   uses), the header count and trailer are rewritten; the appended bases'
+   subtrees are resolved by phase 2's resolver. For many unresolved deltas all
+   bases are appended at once and their subtrees resolved on all cores, then
+   checked to be exactly git's order (else redone sequentially, as git does).
+   A delta reached twice (duplicate base object) is refused, as git refuses it.
+4. **check** (:meth:`IncomingPack._check_collisions` and ``_check_links``, here) —
+   collision check: an incoming object whose id already exists must have the
+   same content. Existence comes from ONE :meth:`ObjectDirectory.snapshot` taken
+   before the pack is read (held by :class:`.receive._ExistingIds`): no
    per-object stat/open/readdir (seed 000_9777a3acf68a3210.txt). With
    ``strict``, objects linked from incoming commits/trees/tags must exist.
-5. **index** — ``.idx`` v2 and ``.rev`` written, byte-identical to git's.
-6. **install** — see :meth:`IncomingPack.commit` for the durability order.
+5. **index** — ``.idx`` v2 and ``.rev`` written (:mod:`.idxwrite`), byte-identical to git's.
+6. **install** — see :meth:`IncomingPack.commit` for the durability order (:mod:`..install`).
 7. **refs** — optional all-or-nothing compare-and-swap ref updates.
 
 Any failure before install raises a typed :class:`StoreError` naming the
 entry offset, removes the quarantine and leaves the repository unchanged.
+
+Phases 1 and 2 are modules of their own: the stream parser (with the entry table
+it fills) and the delta resolver (with its forked workers). This module keeps the
+orchestration -- :class:`IncomingPack`, phases 3-7 and the choice to fork
+(:data:`FORK_MIN_DELTAS`) -- with :class:`IndexPackResult` and :func:`index_pack`.
 """
 from __future__ import annotations
 
-import bisect
 import hashlib
-import mmap
 import os
 import resource
-import select
 import shutil
 import struct
 import tempfile
 import time
 import zlib
-from array import array
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ContextManager, Sequence
 
@@ -58,42 +62,41 @@ from ..errors import (
     CollisionError,
     CorruptObjectError,
     InvalidInputError,
-    LimitExceededError,
     ObjectMissingError,
     PackFormatError,
-    StoreError,
     WriteFailedError,
 )
 from ..faults import fault_point
-from ..forked import child_main, kill_and_reap, read_outcome
 from ..fsck import STRICT, FsckChecker, FsckOptions, FsckState
 from ..fsck.linkset import select20, sort_unique20
 from ..install import InstallOutcome, PackFiles, install_pack, update_refs
 from ..lease import Lease, token_of
 from ..lease import check as check_lease
-from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID, ObjectType, hash_object
+from ..objects import ObjectType, hash_object
 from ..owner import with_owner
 from ..refs import RefUpdate
-from .format import PACK_HEADER_SIZE, decode_entry_header, encode_entry_header, parse_pack_header
+from .format import encode_entry_header
 from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
 from .quarantine import create_quarantine
-from .resolve import apply_delta_checked
+from .receive import (
+    READ_CHUNK,
+    _Entries,
+    _ExistingIds,
+    _open_source,
+    _Receiver,
+    _source_label,
+    _Stats,
+    _strong_digest,
+)
+from .resolvedeltas import _check_no_double_resolution, _Resolver, _run_workers
 
 if TYPE_CHECKING:
     from ..objdir import ObjectSnapshot
 
 from ..progress import Progress
 
-READ_CHUNK = 1 << 20            # bytes read from the source per call
-LARGE_OBJECT = 16 << 20         # objects above this are inflated in bounded pieces
-INFLATE_PIECE = 4 << 20         # output piece size for large objects
-HEADER_ROOM = 64                # an entry header is at most 1+9+10 (OFS) or 1+9+20 (REF) bytes
 THIN_ZLIB_LEVEL = 1             # git's default core.compression for objects index-pack appends
 FORK_MIN_DELTAS = 2000          # below this, resolving in-process beats forking
-#: Ids of the smallest existing packs are copied into one set (<= ~5 MB); larger packs are probed via their idx (~3 us).
-SMALL_PACK_IDS = 50_000
-
-_TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
 
 
 @dataclass(frozen=True)
@@ -138,609 +141,7 @@ class IndexPackResult:
 
 
 # --------------------------------------------------------------------------------------
-# Existence: answered from one snapshot, in memory.
-
-
-class _ExistingIds:
-    """Membership of object ids in one :class:`ObjectSnapshot`, with no filesystem calls.
-
-    Loose ids come from the snapshot's listing. Ids of small packs are copied
-    into one set (cheaper than probing every idx per object); large packs are
-    probed through their already-mmapped idx.
-    """
-
-    def __init__(self, snapshot) -> None:
-        self.snapshot = snapshot
-        self.loose = snapshot.loose_ids
-        packs = list(snapshot.packs)
-        small: set[bytes] = set()
-        large = []
-        budget = SMALL_PACK_IDS
-        for pack in sorted(packs, key=len):
-            n = len(pack)
-            if n <= budget:
-                small.update(pack.iter_ids())
-                budget -= n
-            else:
-                large.append(pack)
-        self.small = small
-        self.large = tuple(large)
-        self.empty = not self.loose and not small and not large
-        self.late: set[bytes] = set()   # thin bases the snapshot lacked, found by a normal lookup
-
-    def learn(self, oids) -> None:  # type: ignore[no-untyped-def]
-        """One normal lookup (one re-listing) for each of ``oids`` the snapshot lacks: a listing can miss
-        an object that exists -- the snapshot lists objects/pack, then every loose fan-out dir, and a loose
-        repack elsewhere (another NFS host: those listings are hundreds of round trips) can move it from
-        loose to a new pack in between. Used for thin bases and for links the snapshot lacks (a handful:
-        a missing link is an error), never per incoming object."""
-        if self.snapshot.objects is None:
-            return
-        for oid in set(oids):
-            if oid not in self and self.snapshot.has(oid):
-                self.late.add(oid)
-                self.empty = False
-
-    def __contains__(self, oid: bytes) -> bool:
-        if self.empty:
-            return False
-        if oid in self.loose or oid in self.small or oid in self.late:
-            return True
-        for pack in self.large:
-            if pack.find_offset(oid) is not None:
-                return True
-        return False
-
-
-# --------------------------------------------------------------------------------------
-# Parsed entries (pack order), compact: arrays, not per-object Python objects.
-
-
-class _Entries:
-    def __init__(self) -> None:
-        self.offsets = array("Q")        # entry start; one sentinel (trailer offset) appended at the end
-        self.types = bytearray()         # pack type 1-4, 6, 7
-        self.hdrlens = bytearray()       # bytes of entry header (zlib data starts at offset + hdrlen)
-        self.sizes = array("Q")          # declared (inflated) size of the entry's data
-        self.crcs = array("I")
-        self.oids = bytearray()          # 20 bytes per entry, zeros for deltas until resolved
-        self.first_child = array("i")    # OFS children of this entry (index), -1 = none
-        self.next_sibling = array("i")   # next child of the same base (OFS or REF), -1 = none
-        self.ref_first: dict[bytes, int] = {}   # REF base id -> first child index
-        self.deltas = 0
-        self.ref_deltas = 0
-
-    def __len__(self) -> int:
-        return len(self.types)
-
-
-class _Stats:
-    def __init__(self) -> None:
-        self.collisions: list[tuple[int, bytes]] = []   # (entry index, sha256 of incoming content)
-        self.fsck: FsckState | None = None              # --strict: links by type, .gitmodules blobs
-
-
-def _checker(opts: FsckOptions | None, stats: _Stats) -> FsckChecker | None:
-    if opts is None:
-        return None
-    if stats.fsck is None:
-        stats.fsck = FsckState()
-    return FsckChecker(opts, stats.fsck)
-
-
-# --------------------------------------------------------------------------------------
-# Phase 1: receive.
-
-
-class _Receiver:
-    """Copies the source into the quarantined pack file while parsing it."""
-
-    def __init__(self, source: BinaryIO, fd: int, label: str, *, max_pack_bytes: int | None,
-                 existing: _ExistingIds, fsck: FsckOptions | None, progress: Progress | None) -> None:
-        self.source = source
-        self.fd = fd
-        self.where = label
-        self.max_pack_bytes = max_pack_bytes
-        self.existing = existing
-        self.strict = fsck is not None
-        self.fsck_opts = fsck
-        self.progress = progress
-        self.sha = hashlib.sha1()
-        self.buf = b""
-        self.mv = memoryview(b"")
-        self.bpos = 0        # parse position in buf
-        self.hpos = 0        # bytes of buf[0:hpos] already hashed
-        self.boff = 0        # pack offset of buf[0]
-        self.total = 0       # bytes read from the source
-        self.eof = False
-        self.stats = _Stats()
-
-    # -- source ------------------------------------------------------------
-    def _read_more(self) -> bool:
-        """Drop consumed bytes, append one chunk from the source; False at end of input."""
-        if self.eof:
-            return False
-        try:
-            chunk = self.source.read(READ_CHUNK)
-        except OSError as err:
-            raise InvalidInputError(f"cannot read the pack source: {err}", path=self.where,
-                                    offset=self.total) from err
-        if not chunk:
-            self.eof = True
-            return False
-        self.total += len(chunk)
-        if self.max_pack_bytes is not None and self.total > self.max_pack_bytes:
-            raise LimitExceededError(f"pack is larger than the limit of {self.max_pack_bytes} bytes",
-                                     path=self.where, offset=self.max_pack_bytes)
-        view = memoryview(chunk)
-        while view:
-            n = os.write(self.fd, view)
-            view = view[n:]
-        if self.hpos < self.bpos:
-            self.sha.update(self.mv[self.hpos:self.bpos])
-        self.boff += self.bpos
-        rest = self.buf[self.bpos:]
-        self.buf = rest + chunk if rest else chunk
-        self.mv = memoryview(self.buf)
-        self.bpos = self.hpos = 0
-        return True
-
-    def _ensure(self, need: int) -> int:
-        """Make ``need`` unparsed bytes available if the source has them; return how many are."""
-        while len(self.buf) - self.bpos < need and self._read_more():
-            pass
-        return len(self.buf) - self.bpos
-
-    # -- parsing -----------------------------------------------------------
-    def run(self) -> tuple[_Entries, int, bytes]:
-        """Parse everything; returns (entries, trailer offset, pack checksum)."""
-        if self._ensure(12) < 12:
-            raise PackFormatError("pack truncated: no complete header", path=self.where, offset=0)
-        _version, count = parse_pack_header(bytes(self.mv[0:PACK_HEADER_SIZE]), path=self.where)
-        self.bpos = PACK_HEADER_SIZE
-        entries = _Entries()
-        self._parse_entries(entries, count)
-        # Everything hashed so far is the pack minus its trailer.
-        if self.hpos < self.bpos:
-            self.sha.update(self.mv[self.hpos:self.bpos])
-            self.hpos = self.bpos
-        trailer_off = self.boff + self.bpos
-        checksum = self.sha.digest()
-        avail = self._ensure(21)
-        if avail < 20:
-            raise PackFormatError(f"pack truncated: {avail} of 20 trailer bytes", path=self.where,
-                                  offset=trailer_off)
-        trailer = bytes(self.mv[self.bpos:self.bpos + 20])
-        if avail > 20:
-            self._classify_extra(count, trailer_off)
-        if trailer != checksum:
-            raise PackFormatError(f"pack trailer checksum mismatch: trailer {trailer.hex()}, "
-                                  f"content hashes to {checksum.hex()}", path=self.where, offset=trailer_off)
-        entries.offsets.append(trailer_off)  # sentinel: end of the last entry
-        return entries, trailer_off, checksum
-
-    def _classify_extra(self, count: int, trailer_off: int) -> None:
-        """Data follows the declared objects: more objects than the header says, or junk."""
-        sha = self.sha.copy()
-        lag = b""
-        # Hash all remaining bytes but the last 20; if those 20 are the hash, objects were miscounted.
-        while True:
-            data = lag + bytes(self.mv[self.bpos:])
-            self.bpos = len(self.buf)
-            if len(data) > 20:
-                sha.update(data[:-20])
-                lag = data[-20:]
-            else:
-                lag = data
-            if not self._read_more():
-                break
-        if sha.digest() == lag:
-            raise PackFormatError(f"object count mismatch: header declares {count} objects but the pack "
-                                  f"holds more", path=self.where, offset=trailer_off)
-        raise PackFormatError("pack has junk after the trailer, or the trailer checksum is wrong",
-                              path=self.where, offset=trailer_off)
-
-    def _count_mismatch_if_trailer(self, count: int, parsed: int, offset: int) -> None:
-        """At an entry boundary with exactly 20 bytes left that hash-match: the header over-counted."""
-        if self._ensure(21) == 20:
-            sha = self.sha.copy()
-            sha.update(self.mv[self.hpos:self.bpos])
-            if sha.digest() == bytes(self.mv[self.bpos:self.bpos + 20]):
-                raise PackFormatError(f"object count mismatch: header declares {count} objects, pack ends "
-                                      f"after {parsed}", path=self.where, offset=offset)
-
-    def _parse_entries(self, e: _Entries, count: int) -> None:
-        where = self.where
-        offsets, types, hdrlens, sizes, crcs = e.offsets, e.types, e.hdrlens, e.sizes, e.crcs
-        oids, first_child, next_sibling, ref_first = e.oids, e.first_child, e.next_sibling, e.ref_first
-        existing = self.existing
-        check_existing = not existing.empty
-        stats = self.stats
-        fsck = _checker(self.fsck_opts, stats)
-        crc32 = zlib.crc32
-        sha1 = hashlib.sha1
-        decompressobj = zlib.decompressobj
-        zero_oid = ZERO_OID
-        progress = self.progress
-        step = max(1, min(1000, count // 100))
-        i = 0
-        while i < count:
-            if len(self.buf) - self.bpos < HEADER_ROOM:
-                avail = self._ensure(HEADER_ROOM)
-                if avail == 0:
-                    raise PackFormatError(f"pack truncated: header declares {count} objects, input ends "
-                                          f"after {i}", path=where, offset=self.boff + self.bpos)
-                if avail == 20:
-                    self._count_mismatch_if_trailer(count, i, self.boff + self.bpos)
-            buf = self.buf
-            blen = len(buf)
-            bpos = self.bpos
-            start = self.boff + bpos
-            # Entry header: format's one decoder (bounds, messages and offsets; a call per entry costs
-            # about 3% of this phase's CPU, measured, which one copy of the bounds is worth).
-            typ, size, base, p = decode_entry_header(buf, bpos, blen, start, where)
-            if typ == OFS_DELTA:
-                base_off: int = base  # type: ignore[assignment]  # OFS_DELTA: an offset (format's contract)
-                b = bisect.bisect_left(offsets, base_off)
-                if b >= i or offsets[b] != base_off:
-                    raise PackFormatError(f"OFS_DELTA base offset {base_off} does not start an entry",
-                                          path=where, offset=start)
-                next_sibling.append(first_child[b])
-                first_child[b] = i
-                e.deltas += 1
-            elif typ == REF_DELTA:
-                base_id: bytes = base  # type: ignore[assignment]  # REF_DELTA: the base's id
-                next_sibling.append(ref_first.get(base_id, -1))
-                ref_first[base_id] = i
-                e.deltas += 1
-                e.ref_deltas += 1
-            else:
-                next_sibling.append(-1)
-            first_child.append(-1)
-            offsets.append(start)
-            types.append(typ)
-            hdrlens.append(p - bpos)
-            sizes.append(size)
-
-            # Inflate: fast path when the whole zlib stream is in the buffer.
-            done = False
-            if size <= LARGE_OBJECT:
-                fed_end = min(p + size + 64, blen)
-                d = decompressobj()
-                out = d.decompress(self.mv[p:fed_end], size + 1)
-                if d.eof:
-                    if len(out) != size:
-                        raise PackFormatError(f"entry inflates to {len(out)} bytes, header says {size}",
-                                              path=where, offset=start)
-                    end = fed_end - len(d.unused_data)
-                    crcs.append(crc32(self.mv[bpos:end]))
-                    if typ < 6:
-                        h = sha1(_TYPE_HEADER[typ])
-                        h.update(b"%d\0" % size)
-                        h.update(out)
-                        oid = h.digest()
-                        oids += oid
-                        if check_existing and oid in existing:
-                            stats.collisions.append((i, _strong_digest(typ, out)))
-                        if fsck is not None:
-                            fsck.check_received(typ, out, oid, size, where=where, offset=start)
-                    else:
-                        oids += zero_oid
-                    self.bpos = end
-                    done = True
-                elif len(out) > size:
-                    raise PackFormatError(f"entry inflates to more than the {size} bytes its header says",
-                                          path=where, offset=start)
-            if not done:
-                self.bpos = p
-                crc, oid, digest, body = self._inflate_slow(typ, size, start, bpos)
-                crcs.append(crc)
-                if typ < 6:
-                    oids += oid
-                    if check_existing and oid in existing:
-                        stats.collisions.append((i, digest))
-                    if fsck is not None:
-                        fsck.check_received(typ, body, oid, size, where=where, offset=start)
-                else:
-                    oids += zero_oid
-            i += 1
-            if progress is not None and i % step == 0:
-                progress("receiving", i, count)
-        if progress is not None:
-            progress("receiving", count, count)
-
-    def _inflate_slow(self, typ: int, size: int, start: int, hdr_pos: int):
-        """Inflate an entry whose stream crosses buffer refills (or is large), in bounded pieces."""
-        where = self.where
-        crc = zlib.crc32(self.mv[hdr_pos:self.bpos])
-        h: Any = None
-        h2: Any = None
-        pieces: list[bytes] | None = None
-        if typ < 6:
-            h = hashlib.sha1(_TYPE_HEADER[typ] + b"%d\0" % size)
-            h2 = hashlib.sha256(_TYPE_HEADER[typ] + b"%d\0" % size)
-            if self.strict and typ != 3:
-                pieces = []
-        d = zlib.decompressobj()
-        got = 0
-        seg = self.bpos
-        while True:
-            data: bytes | memoryview = self.mv[seg:]
-            while True:
-                try:
-                    out = d.decompress(data, INFLATE_PIECE)
-                except zlib.error as err:
-                    raise PackFormatError(f"corrupt zlib stream: {err}", path=where, offset=start) from err
-                got += len(out)
-                if got > size:
-                    raise PackFormatError(f"entry inflates to more than the {size} bytes its header says",
-                                          path=where, offset=start)
-                if h is not None:
-                    h.update(out)
-                    h2.update(out)
-                    if pieces is not None:
-                        pieces.append(out)
-                if d.eof or not d.unconsumed_tail:
-                    break
-                data = d.unconsumed_tail
-            if d.eof:
-                end = len(self.buf) - len(d.unused_data)
-                crc = zlib.crc32(self.mv[seg:end], crc)
-                self.bpos = end
-                break
-            crc = zlib.crc32(self.mv[seg:], crc)
-            self.bpos = len(self.buf)
-            if not self._read_more():
-                raise PackFormatError("pack truncated inside a zlib stream", path=where, offset=start)
-            seg = self.bpos
-        if got != size:
-            raise PackFormatError(f"entry inflates to {got} bytes, header says {size}", path=where, offset=start)
-        if h is None:
-            return crc, None, None, None
-        return crc, h.digest(), h2.digest(), (b"".join(pieces) if pieces is not None else None)
-
-
-# --------------------------------------------------------------------------------------
-# Phase 2: resolve deltas (depth-first from each base; only the chain is held).
-
-
-class _Resolver:
-    """Shared state for resolving; forked workers inherit it (copy-on-write + shared mmaps)."""
-
-    def __init__(self, e: _Entries, fd: int, where: str, existing: _ExistingIds, fsck: FsckOptions | None,
-                 nslots: int) -> None:
-        self.e = e
-        self.fd = fd
-        self.where = where
-        self.existing = existing
-        self.fsck_opts = fsck
-        n = len(e)
-        self.n = n
-        # Shared between processes: object ids, resolved types, per-worker progress, work counter.
-        self.shared_oids = mmap.mmap(-1, max(20 * n, 1))
-        self.shared_oids[:20 * n] = e.oids
-        self.rtypes = mmap.mmap(-1, max(n, 1))
-        rt = bytes(t if t < 6 else 0 for t in e.types)
-        self.rtypes[:n] = rt
-        self.ctl = mmap.mmap(-1, 8 * (nslots + 4))
-        self.nslots = nslots
-        self.skip_duplicates = False             # the parallel thin path checks duplicates afterwards
-        self.progress: Progress | None = None   # in-process only; forked workers report via ctl
-        self.progress_base = 0
-        self.progress_total = e.deltas
-
-    def close(self) -> None:
-        for m in (self.shared_oids, self.rtypes, self.ctl):
-            m.close()
-
-    # -- control block: [0] next root index, [1] abort flag, [4+w] progress of worker w
-    def _ctl_get(self, k: int) -> int:
-        return struct.unpack_from("<q", self.ctl, 8 * k)[0]
-
-    def _ctl_set(self, k: int, v: int) -> None:
-        struct.pack_into("<q", self.ctl, 8 * k, v)
-
-    def resolved_count(self) -> int:
-        return sum(self._ctl_get(4 + w) for w in range(self.nslots))
-
-    def inflate(self, i: int) -> bytes:
-        e = self.e
-        start = e.offsets[i] + e.hdrlens[i]
-        end = e.offsets[i + 1]
-        raw = os.pread(self.fd, end - start, start)
-        try:
-            return zlib.decompress(raw, 15, max(e.sizes[i], 1))
-        except zlib.error as err:  # verified while receiving; the file changed under us
-            raise PackFormatError(f"entry no longer inflates: {err}", path=self.where, offset=e.offsets[i]) from err
-
-    def children(self, i: int, oid: bytes) -> list[int]:
-        e = self.e
-        kids = []
-        nxt = e.next_sibling
-        c = e.first_child[i]
-        while c >= 0:
-            kids.append(c)
-            c = nxt[c]
-        c = e.ref_first.get(oid, -1)
-        while c >= 0:
-            kids.append(c)
-            c = nxt[c]
-        return kids
-
-    def resolve_tree(self, root: int, base: bytes, rtype: int, oid: bytes, stats: _Stats, slot: int,
-                     counted: list[int]) -> None:
-        """Resolve every delta below ``root`` depth-first, keeping only the current chain in memory."""
-        e = self.e
-        where = self.where
-        offsets = e.offsets
-        rtypes = self.rtypes
-        shared = self.shared_oids
-        existing = self.existing
-        check_existing = not existing.empty
-        fsck = _checker(self.fsck_opts, stats)
-        sha1 = hashlib.sha1
-        header = _TYPE_HEADER[rtype]
-        kids = self.children(root, oid)
-        stack: list[list] = [[base, kids, 0]] if kids else []
-        del base
-        while stack:
-            frame = stack[-1]
-            base, kids, k = frame
-            ch = kids[k]
-            if k + 1 == len(kids):
-                stack.pop()          # last child: the base is no longer needed after this one
-            else:
-                frame[2] = k + 1
-            if rtypes[ch]:
-                # Reached twice: two objects with this delta's base id (git dies here too).
-                if self.skip_duplicates:
-                    continue
-                raise PackFormatError("REF_DELTA already resolved (duplicate base object in the pack?)",
-                                      path=where, offset=offsets[ch])
-            delta = self.inflate(ch)
-            obj = apply_delta_checked(base, delta, path=where, offset=offsets[ch])
-            del delta
-            h = sha1(header)
-            h.update(b"%d\0" % len(obj))
-            h.update(obj)
-            coid = h.digest()
-            shared[20 * ch:20 * ch + 20] = coid
-            rtypes[ch] = rtype
-            if check_existing and coid in existing:
-                stats.collisions.append((ch, _strong_digest(rtype, obj)))
-            if fsck is not None:
-                fsck.check(rtype, obj, coid, where=where, offset=offsets[ch])
-            counted[0] += 1
-            if counted[0] & 255 == 0:
-                self._ctl_set(4 + slot, counted[0])
-                if self.progress is not None:
-                    self.progress("resolving", self.progress_base + counted[0], self.progress_total)
-            ckids = self.children(ch, coid)
-            if ckids:
-                stack.append([obj, ckids, 0])
-            del obj
-        self._ctl_set(4 + slot, counted[0])
-
-    def resolve_roots(self, roots: Sequence[int], slot: int, batch: int, lock) -> _Stats:
-        """Take batches of roots from the shared counter until none are left (or another worker failed)."""
-        stats = _Stats()
-        counted = [0]
-        e = self.e
-        while True:
-            with lock if lock is not None else nullcontext():
-                start = self._ctl_get(0)
-                self._ctl_set(0, start + batch)
-            if start >= len(roots) or self._ctl_get(1):
-                break
-            for r in roots[start:start + batch]:
-                self.resolve_tree(r, self.inflate(r), e.types[r], bytes(self.shared_oids[20 * r:20 * r + 20]),
-                                  stats, slot, counted)
-        return stats
-
-
-def _check_no_double_resolution(res: _Resolver, e: _Entries, where: str, among: Sequence[int] | None = None) -> None:
-    """Two workers may both resolve a delta reachable twice (duplicate base): the counts tell."""
-    rt = res.rtypes
-    types = e.types
-    idx = range(len(types)) if among is None else among
-    distinct = sum(1 for i in idx if types[i] >= 6 and rt[i])
-    if res.resolved_count() > distinct:
-        raise PackFormatError("a REF_DELTA was resolved twice (duplicate base object in the pack?)", path=where)
-
-
-def _resolve_share(res: "_Resolver", roots: list[int], slot: int, batch: int,
-                   lock: Any) -> tuple[list[tuple[int, bytes]], FsckState | None]:
-    """In a forked resolver: resolve this slot's share of ``roots``; what the parent merges."""
-    stats = res.resolve_roots(roots, slot, batch, lock)
-    return stats.collisions, stats.fsck
-
-
-def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progress | None,
-                 total_deltas: int, progress_base: int = 0) -> tuple[list[_Stats], int]:
-    """Fork ``nproc`` workers over ``roots``; returns their stats and the max RSS among them (bytes)."""
-    import multiprocessing
-
-    lock = multiprocessing.get_context("fork").Lock()
-    batch = max(1, min(32, len(roots) // (nproc * 64) or 1))
-    children: dict[int, tuple[int, int]] = {}   # pid -> (read fd, slot)
-    results: dict[int, bytearray] = {}
-    peak = 0
-    try:
-        for slot in range(nproc):
-            rfd, wfd = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # ---- child: never returns (store/forked.py's protocol)
-                os.close(rfd)
-                child_main(wfd, partial(_resolve_share, res, roots, slot, batch, lock),
-                           on_failure=partial(res._ctl_set, 1, 1))   # tells the siblings to stop
-            os.close(wfd)
-            children[pid] = (rfd, slot)
-            results[pid] = bytearray()
-        open_fds = {rfd: pid for pid, (rfd, _slot) in children.items()}
-        last = 0.0
-        while open_fds:
-            ready, _, _ = select.select(list(open_fds), [], [], 0.1)
-            for rfd in ready:
-                chunk = os.read(rfd, 1 << 20)
-                if chunk:
-                    results[open_fds[rfd]] += chunk
-                else:
-                    os.close(rfd)
-                    del open_fds[rfd]
-            now = time.monotonic()
-            if progress is not None and now - last >= 0.1:
-                last = now
-                progress("resolving", progress_base + res.resolved_count(), total_deltas)
-        outs: list[_Stats] = []
-        errors: list[StoreError] = []
-        crashes: list[str] = []
-        for pid in list(children):
-            _pid, status, rusage = os.wait4(pid, 0)
-            del children[pid]
-            peak = max(peak, rusage.ru_maxrss * 1024)
-            out = read_outcome(bytes(results[pid]), status)
-            if out.error is not None:
-                errors.append(out.error)
-            elif out.crash is not None:
-                crashes.append(out.crash)
-            else:
-                st = _Stats()
-                st.collisions, st.fsck = out.value
-                outs.append(st)
-        if errors:
-            raise min(errors, key=lambda err: err.offset if err.offset is not None else 1 << 62)
-        if crashes:
-            raise StoreError(f"delta resolver process failed: {crashes[0]}", path=res.where)
-        return outs, peak
-    finally:
-        for pid, (rfd, _slot) in children.items():
-            kill_and_reap(pid)
-            try:
-                os.close(rfd)
-            except OSError:
-                pass
-
-
-# --------------------------------------------------------------------------------------
 # The incoming pack: begin (receive → index in quarantine), commit (install), abort.
-
-
-def _source_label(source) -> str:
-    if isinstance(source, (str, os.PathLike)):
-        return os.fspath(source)
-    name = getattr(source, "name", None)
-    return name if isinstance(name, str) else "<stream>"
-
-
-def _open_source(source) -> tuple[BinaryIO, bool]:
-    if isinstance(source, (str, os.PathLike)):
-        try:
-            return open(source, "rb", buffering=0), True
-        except OSError as err:
-            raise InvalidInputError(f"cannot open pack: {err.strerror}", path=str(source)) from err
-    if not hasattr(source, "read"):
-        raise InvalidInputError(f"pack source must be a path or a binary stream, not {type(source).__name__}")
-    return source, False
 
 
 class IncomingPack:
@@ -1302,13 +703,6 @@ class IncomingPack:
 
 
 # --------------------------------------------------------------------------------------
-
-def _strong_digest(typ: int, data: bytes) -> bytes:
-    """SHA-256 of an object (git header + content): compares incoming with existing content."""
-    h = hashlib.sha256(_TYPE_HEADER[typ] + b"%d\0" % len(data))
-    h.update(data)
-    return h.digest()
-
 
 def _encode_entry(typ: int, data: bytes) -> bytes:
     return encode_entry_header(typ, len(data)) + zlib.compress(data, THIN_ZLIB_LEVEL)
