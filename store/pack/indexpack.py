@@ -27,7 +27,7 @@ Pipeline (each phase timed in :attr:`IndexPackResult.elapsed`), run in order by
 4. **check** (:meth:`IncomingPack._check_collisions` and ``_check_links``, here) —
    collision check: an incoming object whose id already exists must have the
    same content. Existence comes from ONE :meth:`ObjectDirectory.snapshot` taken
-   before the pack is read (held by :class:`.receive._ExistingIds`): no
+   before the pack is read (held by :class:`.receive.ExistingIds`): no
    per-object stat/open/readdir (seed 000_9777a3acf68a3210.txt). With
    ``strict``, objects linked from incoming commits/trees/tags must exist.
 5. **index** — ``.idx`` v2 and ``.rev`` written (:mod:`.idxwrite`), byte-identical to git's.
@@ -80,15 +80,15 @@ from .idxwrite import DEFAULT_OFF32_LIMIT, write_index
 from .quarantine import create_quarantine
 from .receive import (
     READ_CHUNK,
-    _Entries,
-    _ExistingIds,
-    _open_source,
-    _Receiver,
-    _source_label,
-    _Stats,
-    _strong_digest,
+    Entries,
+    ExistingIds,
+    Receiver,
+    Stats,
+    open_source,
+    source_label,
+    strong_digest,
 )
-from .resolvedeltas import _check_no_double_resolution, _Resolver, _run_workers
+from .resolvedeltas import Resolver, check_no_double_resolution, run_workers
 
 if TYPE_CHECKING:
     from ..objdir import ObjectSnapshot
@@ -182,7 +182,7 @@ class IncomingPack:
         t0 = time.monotonic()
         # One snapshot of what exists, before the pack is read: every existence question is answered from it.
         snapshot = repo.objects.snapshot()
-        existing = _ExistingIds(snapshot)
+        existing = ExistingIds(snapshot)
         self.snapshot = snapshot
         self.quarantine = create_quarantine(objects_dir)
         self._writing = self.quarantine   # the file being written: what a full disk's error names
@@ -204,7 +204,7 @@ class IncomingPack:
             raise
         return self
 
-    def _build(self, source, existing: _ExistingIds, *, fix_thin, strict, max_pack_bytes, processes,
+    def _build(self, source, existing: ExistingIds, *, fix_thin, strict, max_pack_bytes, processes,
                progress, off32_limit, t0) -> None:
         q = self.quarantine
         self.strict = strict is not None
@@ -212,11 +212,11 @@ class IncomingPack:
         fd_pack, tmp_pack = tempfile.mkstemp(prefix="tmp_pack_", dir=q)
         self.tmp_pack = self._writing = Path(tmp_pack)
         self.fd_pack = fd_pack
-        stream, close_stream = _open_source(source)
+        stream, close_stream = open_source(source)
         # Errors name the input (offsets are offsets in it), not the quarantine file that is removed.
-        self.label = label = _source_label(source)
+        self.label = label = source_label(source)
         try:
-            rx = _Receiver(stream, fd_pack, label, max_pack_bytes=max_pack_bytes, existing=existing,
+            rx = Receiver(stream, fd_pack, label, max_pack_bytes=max_pack_bytes, existing=existing,
                            fsck=strict, progress=progress)
             try:
                 entries, trailer_off, checksum = rx.run()
@@ -235,7 +235,7 @@ class IncomingPack:
         n = len(entries)
         nproc = processes if processes is not None else len(os.sched_getaffinity(0))
         nproc = max(1, nproc)
-        res = _Resolver(entries, fd_pack, label, existing, strict, nslots=max(nproc, 1))
+        res = Resolver(entries, fd_pack, label, existing, strict, nslots=max(nproc, 1))
         entries.oids = bytearray()  # the shared map holds them now
         self.peak_rss_workers = 0
         self.workers = 1
@@ -248,10 +248,10 @@ class IncomingPack:
                 if nproc > 1 and entries.deltas >= FORK_MIN_DELTAS and len(roots) > 1:
                     # Big trees first so the last batches are small ones.
                     roots.sort(key=lambda r: -self._direct_children(entries, r, shared))
-                    outs, self.peak_rss_workers = _run_workers(res, roots, nproc, progress, entries.deltas)
+                    outs, self.peak_rss_workers = run_workers(res, roots, nproc, progress, entries.deltas)
                     stats_all.extend(outs)
                     self.workers = nproc
-                    _check_no_double_resolution(res, entries, label)
+                    check_no_double_resolution(res, entries, label)
                 else:
                     res.progress = progress
                     stats_all.append(res.resolve_roots(roots, 0, len(roots) or 1, None))
@@ -316,7 +316,7 @@ class IncomingPack:
         self.elapsed["index"] = time.monotonic() - t4
 
     @staticmethod
-    def _direct_children(e: _Entries, i: int, oids) -> int:
+    def _direct_children(e: Entries, i: int, oids) -> int:
         k = 0
         c = e.first_child[i]
         while c >= 0:
@@ -339,8 +339,8 @@ class IncomingPack:
         return Path(path)
 
     # -- thin packs --------------------------------------------------------------
-    def _fix_unresolved(self, e: _Entries, res: _Resolver, oids: bytearray, rtypes: bytearray,
-                        unresolved: list[int], fix_thin: bool, existing: _ExistingIds, stats_all: list[_Stats],
+    def _fix_unresolved(self, e: Entries, res: Resolver, oids: bytearray, rtypes: bytearray,
+                        unresolved: list[int], fix_thin: bool, existing: ExistingIds, stats_all: list[Stats],
                         trailer_off: int, progress, nproc: int = 1) -> int:
         """Append missing REF_DELTA bases from the repository (git's fix_unresolved_deltas order)."""
         where = self.label
@@ -373,7 +373,7 @@ class IncomingPack:
         e.offsets.pop()  # sentinel
         write_off = trailer_off
         added = 0
-        stats = _Stats()
+        stats = Stats()
         counted = [0]
         res.progress = progress
         res.progress_base = e.deltas - len(unresolved)
@@ -403,7 +403,7 @@ class IncomingPack:
         self._raise_if_unresolved(e, rtypes, unresolved, ref_base)
         return added
 
-    def _raise_if_unresolved(self, e: _Entries, rtypes: bytearray, unresolved: list[int],
+    def _raise_if_unresolved(self, e: Entries, rtypes: bytearray, unresolved: list[int],
                              ref_base: dict[int, bytes]) -> None:
         """After appending thin bases: name the first delta still unresolved (its missing base if REF)."""
         still = [i for i in unresolved if not rtypes[i]]
@@ -417,10 +417,10 @@ class IncomingPack:
             raise PackFormatError(f"delta could not be resolved; {len(still)} unresolved deltas", path=self.label,
                                   offset=e.offsets[i])
 
-    def _append_base(self, e: _Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes,
+    def _append_base(self, e: Entries, oids: bytearray, rtypes: bytearray, base_oid: bytes,
                      write_off: int) -> tuple[int, int, bytes]:
         """Append one repository object as a full entry at ``write_off``: (next offset, type, data)."""
-        btype, data = self.snapshot.read(base_oid)   # (a base _ExistingIds.learn found late: a fresh lookup)
+        btype, data = self.snapshot.read(base_oid)   # (a base ExistingIds.learn found late: a fresh lookup)
         if hash_object(btype, data) != base_oid:
             raise CorruptObjectError("local object is corrupt (does not hash to its name)", oid=base_oid)
         entry = _encode_entry(int(btype), data)
@@ -441,9 +441,9 @@ class IncomingPack:
         rtypes.append(int(btype))
         return write_off + len(entry), int(btype), data
 
-    def _fix_thin_parallel(self, e: _Entries, oids: bytearray, rtypes: bytearray, candidates: list[int],
-                           ref_base: dict[int, bytes], unresolved: list[int], existing: _ExistingIds,
-                           stats_all: list[_Stats], trailer_off: int, progress, nproc: int) -> int | None:
+    def _fix_thin_parallel(self, e: Entries, oids: bytearray, rtypes: bytearray, candidates: list[int],
+                           ref_base: dict[int, bytes], unresolved: list[int], existing: ExistingIds,
+                           stats_all: list[Stats], trailer_off: int, progress, nproc: int) -> int | None:
         """Append every missing base at once and resolve their subtrees on all cores.
 
         git appends, for each still-unresolved REF_DELTA in pack order, its base. That is the
@@ -470,13 +470,13 @@ class IncomingPack:
             write_off, _btype, _data = self._append_base(e, oids, rtypes, b, write_off)
         e.offsets.append(write_off)
         e.oids = oids  # copied into the new resolver's shared map
-        res2 = _Resolver(e, self.fd_pack, self.label, existing, self.fsck_opts, nslots=nproc)
+        res2 = Resolver(e, self.fd_pack, self.label, existing, self.fsck_opts, nslots=nproc)
         res2.skip_duplicates = True
         e.oids = bytearray()
         try:
             res2.rtypes[:len(rtypes)] = bytes(rtypes)   # phase-1 results: resolved deltas stay resolved
             roots = list(range(n, len(e.types)))
-            outs, peak = _run_workers(res2, roots, nproc, progress, e.deltas,
+            outs, peak = run_workers(res2, roots, nproc, progress, e.deltas,
                                       progress_base=e.deltas - len(unresolved))
             self.peak_rss_workers = max(self.peak_rss_workers, peak)
             new_oids = bytes(res2.shared_oids)
@@ -521,13 +521,13 @@ class IncomingPack:
         return digest
 
     # -- checks ------------------------------------------------------------------
-    def _check_collisions(self, stats_all: list[_Stats], e: _Entries, oids: bytearray, rtypes: bytearray) -> int:
+    def _check_collisions(self, stats_all: list[Stats], e: Entries, oids: bytearray, rtypes: bytearray) -> int:
         checked = 0
         for st in stats_all:
             for i, digest in st.collisions:
                 oid = bytes(oids[20 * i:20 * i + 20])
                 have_type, have = self._read_existing(oid)
-                if _strong_digest(int(have_type), have) != digest or rtypes[i] != int(have_type):
+                if strong_digest(int(have_type), have) != digest or rtypes[i] != int(have_type):
                     raise CollisionError("incoming object has the id of an existing object but different "
                                          "content (possible SHA-1 collision)", oid=oid, path=self.label,
                                          offset=e.offsets[i])
@@ -543,8 +543,8 @@ class IncomingPack:
             return found[0].read_at(found[1])
         return snap.loose.read(oid, verify=False)
 
-    def _check_links(self, opts: FsckOptions, stats_all: list[_Stats], oids: bytearray, rtypes: bytearray, n: int,
-                     existing: _ExistingIds) -> FsckChecker:
+    def _check_links(self, opts: FsckOptions, stats_all: list[Stats], oids: bytearray, rtypes: bytearray, n: int,
+                     existing: ExistingIds) -> FsckChecker:
         """--strict: every link names an object of the type it claims, in the pack or the repository.
 
         Memory: the links are packed ids (store/fsck/linkset.py); the resolvers' states are merged into
@@ -582,7 +582,7 @@ class IncomingPack:
         checker.check_links(lambda oid: None, incoming_or_repo_type, where=self.label)
         return checker
 
-    def _existing_type(self, existing: _ExistingIds) -> Callable[[bytes], int | None]:
+    def _existing_type(self, existing: ExistingIds) -> Callable[[bytes], int | None]:
         snap = self.snapshot
 
         def existing_type(oid: bytes) -> int | None:

@@ -1,14 +1,14 @@
 """index-pack's phase 1, receive: the incoming pack parsed while it is copied into the quarantine.
 
-:class:`_Receiver` reads the source (a path or a binary stream: :func:`_open_source`) ONCE, in chunks,
+:class:`Receiver` reads the source (a path or a binary stream: :func:`open_source`) ONCE, in chunks,
 writes each chunk to the quarantined ``tmp_pack_*`` and parses it on the way: the header, each entry's
 type/size header, the bounds of each zlib stream (inflated with bounded output to verify it), CRC32s,
 the ids of the non-delta objects and the trailing SHA-1. See :mod:`.indexpack` for the whole pipeline.
 
 The tables the later phases read are defined here too, beside the parser that fills them first:
-:class:`_Entries` (the parsed entries in pack order as compact arrays, with the delta graph),
-:class:`_Stats` (what one receiving or resolving process found: collisions to compare, ``--strict``
-link state) and :class:`_ExistingIds` (membership in the one snapshot taken before the pack is read).
+:class:`Entries` (the parsed entries in pack order as compact arrays, with the delta graph),
+:class:`Stats` (what one receiving or resolving process found: collisions to compare, ``--strict``
+link state) and :class:`ExistingIds` (membership in the one snapshot taken before the pack is read).
 The delta resolver (:mod:`.resolvedeltas`) and :class:`.indexpack.IncomingPack` import them from here.
 
 A module of its own because the stream parser is the hot loop of the receive phase, with its own
@@ -36,14 +36,14 @@ HEADER_ROOM = 64                # an entry header is at most 1+9+10 (OFS) or 1+9
 #: Ids of the smallest existing packs are copied into one set (<= ~5 MB); larger packs are probed via their idx (~3 us).
 SMALL_PACK_IDS = 50_000
 
-_TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
+TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
 
 
 # --------------------------------------------------------------------------------------
 # Existence: answered from one snapshot, in memory.
 
 
-class _ExistingIds:
+class ExistingIds:
     """Membership of object ids in one :class:`ObjectSnapshot`, with no filesystem calls.
 
     Loose ids come from the snapshot's listing. Ids of small packs are copied
@@ -98,7 +98,7 @@ class _ExistingIds:
 # Parsed entries (pack order), compact: arrays, not per-object Python objects.
 
 
-class _Entries:
+class Entries:
     def __init__(self) -> None:
         self.offsets = array("Q")        # entry start; one sentinel (trailer offset) appended at the end
         self.types = bytearray()         # pack type 1-4, 6, 7
@@ -116,13 +116,13 @@ class _Entries:
         return len(self.types)
 
 
-class _Stats:
+class Stats:
     def __init__(self) -> None:
         self.collisions: list[tuple[int, bytes]] = []   # (entry index, sha256 of incoming content)
         self.fsck: FsckState | None = None              # --strict: links by type, .gitmodules blobs
 
 
-def _checker(opts: FsckOptions | None, stats: _Stats) -> FsckChecker | None:
+def make_checker(opts: FsckOptions | None, stats: Stats) -> FsckChecker | None:
     if opts is None:
         return None
     if stats.fsck is None:
@@ -134,11 +134,11 @@ def _checker(opts: FsckOptions | None, stats: _Stats) -> FsckChecker | None:
 # Phase 1: receive.
 
 
-class _Receiver:
+class Receiver:
     """Copies the source into the quarantined pack file while parsing it."""
 
     def __init__(self, source: BinaryIO, fd: int, label: str, *, max_pack_bytes: int | None,
-                 existing: _ExistingIds, fsck: FsckOptions | None, progress: Progress | None) -> None:
+                 existing: ExistingIds, fsck: FsckOptions | None, progress: Progress | None) -> None:
         self.source = source
         self.fd = fd
         self.where = label
@@ -155,7 +155,7 @@ class _Receiver:
         self.boff = 0        # pack offset of buf[0]
         self.total = 0       # bytes read from the source
         self.eof = False
-        self.stats = _Stats()
+        self.stats = Stats()
 
     # -- source ------------------------------------------------------------
     def _read_more(self) -> bool:
@@ -194,13 +194,13 @@ class _Receiver:
         return len(self.buf) - self.bpos
 
     # -- parsing -----------------------------------------------------------
-    def run(self) -> tuple[_Entries, int, bytes]:
+    def run(self) -> tuple[Entries, int, bytes]:
         """Parse everything; returns (entries, trailer offset, pack checksum)."""
         if self._ensure(12) < 12:
             raise PackFormatError("pack truncated: no complete header", path=self.where, offset=0)
         _version, count = parse_pack_header(bytes(self.mv[0:PACK_HEADER_SIZE]), path=self.where)
         self.bpos = PACK_HEADER_SIZE
-        entries = _Entries()
+        entries = Entries()
         self._parse_entries(entries, count)
         # Everything hashed so far is the pack minus its trailer.
         if self.hpos < self.bpos:
@@ -251,14 +251,14 @@ class _Receiver:
                 raise PackFormatError(f"object count mismatch: header declares {count} objects, pack ends "
                                       f"after {parsed}", path=self.where, offset=offset)
 
-    def _parse_entries(self, e: _Entries, count: int) -> None:
+    def _parse_entries(self, e: Entries, count: int) -> None:
         where = self.where
         offsets, types, hdrlens, sizes, crcs = e.offsets, e.types, e.hdrlens, e.sizes, e.crcs
         oids, first_child, next_sibling, ref_first = e.oids, e.first_child, e.next_sibling, e.ref_first
         existing = self.existing
         check_existing = not existing.empty
         stats = self.stats
-        fsck = _checker(self.fsck_opts, stats)
+        fsck = make_checker(self.fsck_opts, stats)
         crc32 = zlib.crc32
         sha1 = hashlib.sha1
         decompressobj = zlib.decompressobj
@@ -317,13 +317,13 @@ class _Receiver:
                     end = fed_end - len(d.unused_data)
                     crcs.append(crc32(self.mv[bpos:end]))
                     if typ < 6:
-                        h = sha1(_TYPE_HEADER[typ])
+                        h = sha1(TYPE_HEADER[typ])
                         h.update(b"%d\0" % size)
                         h.update(out)
                         oid = h.digest()
                         oids += oid
                         if check_existing and oid in existing:
-                            stats.collisions.append((i, _strong_digest(typ, out)))
+                            stats.collisions.append((i, strong_digest(typ, out)))
                         if fsck is not None:
                             fsck.check_received(typ, out, oid, size, where=where, offset=start)
                     else:
@@ -359,8 +359,8 @@ class _Receiver:
         h2: Any = None
         pieces: list[bytes] | None = None
         if typ < 6:
-            h = hashlib.sha1(_TYPE_HEADER[typ] + b"%d\0" % size)
-            h2 = hashlib.sha256(_TYPE_HEADER[typ] + b"%d\0" % size)
+            h = hashlib.sha1(TYPE_HEADER[typ] + b"%d\0" % size)
+            h2 = hashlib.sha256(TYPE_HEADER[typ] + b"%d\0" % size)
             if self.strict and typ != 3:
                 pieces = []
         d = zlib.decompressobj()
@@ -406,14 +406,14 @@ class _Receiver:
 # The source: a path or a binary stream.
 
 
-def _source_label(source) -> str:
+def source_label(source) -> str:
     if isinstance(source, (str, os.PathLike)):
         return os.fspath(source)
     name = getattr(source, "name", None)
     return name if isinstance(name, str) else "<stream>"
 
 
-def _open_source(source) -> tuple[BinaryIO, bool]:
+def open_source(source) -> tuple[BinaryIO, bool]:
     if isinstance(source, (str, os.PathLike)):
         try:
             return open(source, "rb", buffering=0), True
@@ -428,8 +428,8 @@ def _open_source(source) -> tuple[BinaryIO, bool]:
 # Collisions: what the receiver and the resolvers record for the check phase to compare.
 
 
-def _strong_digest(typ: int, data: bytes) -> bytes:
+def strong_digest(typ: int, data: bytes) -> bytes:
     """SHA-256 of an object (git header + content): compares incoming with existing content."""
-    h = hashlib.sha256(_TYPE_HEADER[typ] + b"%d\0" % len(data))
+    h = hashlib.sha256(TYPE_HEADER[typ] + b"%d\0" % len(data))
     h.update(data)
     return h.digest()

@@ -1,8 +1,8 @@
 """index-pack's phase 2, resolve: every delta of the received pack resolved to its object id and type.
 
 Depth-first from each base, holding only the current chain of inflated objects
-(:meth:`_Resolver.resolve_tree`). With enough deltas (:data:`.indexpack.FORK_MIN_DELTAS`; the caller
-decides) the bases are shared out to forked worker processes (:func:`_run_workers`, on the protocol of
+(:meth:`Resolver.resolve_tree`). With enough deltas (:data:`.indexpack.FORK_MIN_DELTAS`; the caller
+decides) the bases are shared out to forked worker processes (:func:`run_workers`, on the protocol of
 :mod:`packyard.store.forked`) that read the quarantined pack with pread and write the object ids and types
 into shared anonymous mmaps; collisions and ``--strict`` state come back over a pipe. The thin phase
 (:meth:`.indexpack.IncomingPack._fix_unresolved`) resolves the subtrees of appended bases with the same
@@ -30,17 +30,17 @@ from ..errors import PackFormatError, StoreError
 from ..forked import child_main, kill_and_reap, read_outcome
 from ..fsck import FsckOptions, FsckState
 from ..progress import Progress
-from .receive import _TYPE_HEADER, _checker, _Entries, _ExistingIds, _Stats, _strong_digest
+from .receive import TYPE_HEADER, Entries, ExistingIds, Stats, make_checker, strong_digest
 from .resolve import apply_delta_checked
 
 # --------------------------------------------------------------------------------------
 # Phase 2: resolve deltas (depth-first from each base; only the chain is held).
 
 
-class _Resolver:
+class Resolver:
     """Shared state for resolving; forked workers inherit it (copy-on-write + shared mmaps)."""
 
-    def __init__(self, e: _Entries, fd: int, where: str, existing: _ExistingIds, fsck: FsckOptions | None,
+    def __init__(self, e: Entries, fd: int, where: str, existing: ExistingIds, fsck: FsckOptions | None,
                  nslots: int) -> None:
         self.e = e
         self.fd = fd
@@ -100,7 +100,7 @@ class _Resolver:
             c = nxt[c]
         return kids
 
-    def resolve_tree(self, root: int, base: bytes, rtype: int, oid: bytes, stats: _Stats, slot: int,
+    def resolve_tree(self, root: int, base: bytes, rtype: int, oid: bytes, stats: Stats, slot: int,
                      counted: list[int]) -> None:
         """Resolve every delta below ``root`` depth-first, keeping only the current chain in memory."""
         e = self.e
@@ -110,9 +110,9 @@ class _Resolver:
         shared = self.shared_oids
         existing = self.existing
         check_existing = not existing.empty
-        fsck = _checker(self.fsck_opts, stats)
+        fsck = make_checker(self.fsck_opts, stats)
         sha1 = hashlib.sha1
-        header = _TYPE_HEADER[rtype]
+        header = TYPE_HEADER[rtype]
         kids = self.children(root, oid)
         stack: list[list] = [[base, kids, 0]] if kids else []
         del base
@@ -140,7 +140,7 @@ class _Resolver:
             shared[20 * ch:20 * ch + 20] = coid
             rtypes[ch] = rtype
             if check_existing and coid in existing:
-                stats.collisions.append((ch, _strong_digest(rtype, obj)))
+                stats.collisions.append((ch, strong_digest(rtype, obj)))
             if fsck is not None:
                 fsck.check(rtype, obj, coid, where=where, offset=offsets[ch])
             counted[0] += 1
@@ -154,9 +154,9 @@ class _Resolver:
             del obj
         self._ctl_set(4 + slot, counted[0])
 
-    def resolve_roots(self, roots: Sequence[int], slot: int, batch: int, lock) -> _Stats:
+    def resolve_roots(self, roots: Sequence[int], slot: int, batch: int, lock) -> Stats:
         """Take batches of roots from the shared counter until none are left (or another worker failed)."""
-        stats = _Stats()
+        stats = Stats()
         counted = [0]
         e = self.e
         while True:
@@ -171,7 +171,7 @@ class _Resolver:
         return stats
 
 
-def _check_no_double_resolution(res: _Resolver, e: _Entries, where: str, among: Sequence[int] | None = None) -> None:
+def check_no_double_resolution(res: Resolver, e: Entries, where: str, among: Sequence[int] | None = None) -> None:
     """Two workers may both resolve a delta reachable twice (duplicate base): the counts tell."""
     rt = res.rtypes
     types = e.types
@@ -181,15 +181,15 @@ def _check_no_double_resolution(res: _Resolver, e: _Entries, where: str, among: 
         raise PackFormatError("a REF_DELTA was resolved twice (duplicate base object in the pack?)", path=where)
 
 
-def _resolve_share(res: "_Resolver", roots: list[int], slot: int, batch: int,
+def _resolve_share(res: "Resolver", roots: list[int], slot: int, batch: int,
                    lock: Any) -> tuple[list[tuple[int, bytes]], FsckState | None]:
     """In a forked resolver: resolve this slot's share of ``roots``; what the parent merges."""
     stats = res.resolve_roots(roots, slot, batch, lock)
     return stats.collisions, stats.fsck
 
 
-def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progress | None,
-                 total_deltas: int, progress_base: int = 0) -> tuple[list[_Stats], int]:
+def run_workers(res: Resolver, roots: list[int], nproc: int, progress: Progress | None,
+                 total_deltas: int, progress_base: int = 0) -> tuple[list[Stats], int]:
     """Fork ``nproc`` workers over ``roots``; returns their stats and the max RSS among them (bytes)."""
     import multiprocessing
 
@@ -224,7 +224,7 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
             if progress is not None and now - last >= 0.1:
                 last = now
                 progress("resolving", progress_base + res.resolved_count(), total_deltas)
-        outs: list[_Stats] = []
+        outs: list[Stats] = []
         errors: list[StoreError] = []
         crashes: list[str] = []
         for pid in list(children):
@@ -237,7 +237,7 @@ def _run_workers(res: _Resolver, roots: list[int], nproc: int, progress: Progres
             elif out.crash is not None:
                 crashes.append(out.crash)
             else:
-                st = _Stats()
+                st = Stats()
                 st.collisions, st.fsck = out.value
                 outs.append(st)
         if errors:

@@ -201,7 +201,7 @@ def test_already_present_and_identical_existing_objects(tmp_path, small_src):
 
 
 def test_existing_ids_probed_through_large_pack_idx(tmp_path, small_src, monkeypatch):
-    import packyard.store.pack.receive as receive  # _ExistingIds and its threshold live there
+    import packyard.store.pack.receive as receive  # ExistingIds and its threshold live there
 
     monkeypatch.setattr(receive, "SMALL_PACK_IDS", 0)  # every existing pack is "large": probed via its idx
     data = pack_of(small_src)
