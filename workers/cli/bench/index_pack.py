@@ -207,11 +207,19 @@ def unpack_50(base: Path, rounds: int, env: dict[str, str]) -> None:
           f"is the durable loose write (one syncfs barrier; git unpack-objects does not fsync loose objects by "
           f"default)")
 def run_on_nfsim(args: argparse.Namespace, base: Path, pack: Path, env: dict[str, str], rows: dict) -> None:
-    """The same rounds on an nfsim mount (fresh repositories there), then the nfsim table."""
+    """The same rounds on an nfsim mount per latency (fresh repositories there), each with its table; with a
+    latency of 0 among them, each side's time over its time there."""
+    by_latency = {lat: run_on_mount(args, base, pack, env, rows, lat) for lat in args.nfsim_latency}
+    nfsim_side.report_over_floor(by_latency)
+
+
+def run_on_mount(args: argparse.Namespace, base: Path, pack: Path, env: dict[str, str], rows: dict,
+                 latency: str) -> dict[str, list[float]]:
+    """The rounds on one mount; prints its table, returns each side's wall times there."""
     local = {side: [w for w, _ in rows[side]] for side in ("packyard", "git")}
     walls: dict[str, list[float]] = {"packyard": [], "git": []}
     calls: dict[str, list[dict[str, int]]] = {"packyard": [], "git": []}
-    with nfsim_side.mounted(base, args.nfsim_latency) as m:
+    with nfsim_side.mounted(base, latency) as m:
         for rnd in range(args.runs):
             for side in (("git", "packyard") if rnd % 2 == 0 else ("packyard", "git")):
                 repo = m.mountpoint / f"{side}-{rnd}.git"
@@ -223,9 +231,10 @@ def run_on_nfsim(args: argparse.Namespace, base: Path, pack: Path, env: dict[str
                     raise SystemExit(f"{side} failed on nfsim with status {rc}")
                 calls[side].append(nfsim_side.calls_between(nfsim_side.probe(m), before))
                 walls[side].append(wall)
-                print(f"  nfsim round {rnd + 1} {side:8} wall {wall:7.2f}s", flush=True)
+                print(f"  nfsim {latency} round {rnd + 1} {side:8} wall {wall:7.2f}s", flush=True)
                 shutil.rmtree(repo)
-    nfsim_side.report(args.nfsim_latency, local, walls, calls)
+    nfsim_side.report(latency, local, walls, calls)
+    return walls
 
 
 def run(args: argparse.Namespace) -> int:

@@ -333,7 +333,7 @@ def alternating(runs: int) -> Iterator[tuple[int, str]]:
 
 
 def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path,
-                 mount: Any = None) -> dict:
+                 mount: Any = None, latency: str = "") -> dict:
     """Copies first (every round, both sides), then the timed runs alternating; returns per-side figures.
     With ``mount`` (an nfsim Mount) the copies go to its backing directory and both sides run through the
     mount; each row then has the run's metadata calls by kind (``calls``)."""
@@ -362,7 +362,7 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
                              if k.startswith("elapsed_us_")}
             row["counters"] = res["counters"]
         rows[side].append(row)
-        where = " (nfsim)" if mount is not None else ""
+        where = f" (nfsim {latency})".replace(" )", ")") if mount is not None else ""
         print(f"  {name}{where} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
               f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB  cruft {row['cruft'] / 1e6:6.2f} MB",
               flush=True)
@@ -432,13 +432,13 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
     stack = contextlib.ExitStack()
     try:
         results: dict[str, dict] = {}
-        on_nfsim: dict[str, dict] = {}
-        mount = stack.enter_context(nfsim_side.mounted(work, args.nfsim_latency)) if args.nfsim_latency else None
+        on_nfsim: dict[tuple[str, str], dict] = {}   # (latency, scenario) -> its rows on that mount
+        mounts = {lat: stack.enter_context(nfsim_side.mounted(work, lat)) for lat in args.nfsim_latency or []}
 
         def scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path) -> dict:
             rows = run_scenario(name, template, ours, theirs, runs, work)
-            if mount is not None:
-                on_nfsim[name] = run_scenario(name, template, ours, theirs, runs, work, mount)
+            for lat, mount in mounts.items():
+                on_nfsim[lat, name] = run_scenario(name, template, ours, theirs, runs, work, mount, lat)
             return rows
 
         if corpus_scenarios:
@@ -480,11 +480,17 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
         print(f"\n{_load()} at the end (other work on the machine skews both sides' times)")
         for name, rows in results.items():
             report(name, rows)
-        for name, rows in on_nfsim.items():
+        for (lat, name), rows in on_nfsim.items():
             print(f"\n{name}:", end="")
-            nfsim_side.report(args.nfsim_latency, {s: [r["wall"] for r in results[name][s]] for s in rows},
+            nfsim_side.report(lat, {s: [r["wall"] for r in results[name][s]] for s in rows},
                               {s: [r["wall"] for r in rows[s]] for s in rows}, {s: [r["calls"] for r in rows[s]]
                                                                                 for s in rows})
+        for name in results:
+            walls = {lat: {s: [r["wall"] for r in rows[s]] for s in rows}
+                     for (lat, n), rows in on_nfsim.items() if n == name}
+            if len(walls) > 1:
+                print(f"\n{name}:", end="")
+                nfsim_side.report_over_floor(walls)
         return 0
     finally:
         stack.close()
