@@ -28,6 +28,7 @@ from ..fsck import FsckChecker, FsckOptions, FsckState
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID
 from ..progress import Progress
 from .format import PACK_HEADER_SIZE, decode_entry_header, parse_pack_header
+from .resolve import TYPE_HEADER
 
 READ_CHUNK = 1 << 20            # bytes read from the source per call
 LARGE_OBJECT = 16 << 20         # objects above this are inflated in bounded pieces
@@ -35,8 +36,6 @@ INFLATE_PIECE = 4 << 20         # output piece size for large objects
 HEADER_ROOM = 64                # an entry header is at most 1+9+10 (OFS) or 1+9+20 (REF) bytes
 #: Ids of the smallest existing packs are copied into one set (<= ~5 MB); larger packs are probed via their idx (~3 us).
 SMALL_PACK_IDS = 50_000
-
-TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
 
 
 # --------------------------------------------------------------------------------------

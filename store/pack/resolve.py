@@ -28,7 +28,8 @@ from .format import decode_delta_header
 
 #: A chain longer than this is refused (git's default --depth is 50; 10,000 means a cycle).
 MAX_DELTA_CHAIN = 10_000
-_TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
+#: What git hashes before an object's bytes (then the size and a NUL), by pack type number.
+TYPE_HEADER = {1: b"commit ", 2: b"tree ", 3: b"blob ", 4: b"tag "}
 
 
 def apply_delta_checked(base: bytes, delta: bytes, *, path: object, offset: int | None) -> bytes:
@@ -55,7 +56,7 @@ def apply_delta_checked(base: bytes, delta: bytes, *, path: object, offset: int 
 
 
 def object_id(type_num: int, data: bytes) -> bytes:
-    h = hashlib.sha1(_TYPE_HEADER[type_num])
+    h = hashlib.sha1(TYPE_HEADER[type_num])
     h.update(b"%d\0" % len(data))
     h.update(data)
     return h.digest()

@@ -30,8 +30,8 @@ from ..errors import PackFormatError, StoreError
 from ..forked import child_main, kill_and_reap, read_outcome
 from ..fsck import FsckOptions, FsckState
 from ..progress import Progress
-from .receive import TYPE_HEADER, Entries, ExistingIds, Stats, make_checker, strong_digest
-from .resolve import apply_delta_checked
+from .receive import Entries, ExistingIds, Stats, make_checker, strong_digest
+from .resolve import TYPE_HEADER, apply_delta_checked
 
 # --------------------------------------------------------------------------------------
 # Phase 2: resolve deltas (depth-first from each base; only the chain is held).
