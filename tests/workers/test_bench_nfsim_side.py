@@ -64,5 +64,11 @@ def test_each_side_over_its_own_time_on_the_mount_with_no_latency(capsys):
     {"0ms": {"packyard": [1.0]}},
 ])
 def test_nothing_over_the_floor_without_a_floor_and_another_latency(walls, capsys):
-    nfsim_side.report_over_floor(walls)
+    nfsim_side.report_over_floor(walls, "full: ")   # (not even the title: no heading left hanging)
     assert capsys.readouterr().out == ""
+
+
+def test_the_title_heads_the_table_over_the_floor(capsys):
+    nfsim_side.report_over_floor({"0ms": {"git": [1.0]}, "1ms": {"git": [2.0]}}, "geometric: ")
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "geometric: over the mount with no latency (0ms): the round trips' own cost", "  at 1ms: git 2.00x"]

@@ -122,15 +122,16 @@ def report(latency: str, local: dict[str, list[float]], mounted_: dict[str, list
     sys.stdout.flush()
 
 
-def report_over_floor(walls: dict[str, dict[str, list[float]]]) -> None:
+def report_over_floor(walls: dict[str, dict[str, list[float]]], title: str = "") -> None:
     """With a latency of 0 among several (``walls``: latency -> side -> wall times on that mount): each side's
     median at every other latency over its median at 0. The mount at 0 already costs the simulator's own
     work (FUSE requests, data copies through a user-space daemon, on this machine's cores); the quotient is
-    what the round trips add on top of it. Nothing is printed without a 0 latency."""
+    what the round trips add on top of it. Nothing is printed (``title`` neither) without a 0 latency and
+    another."""
     floor = next((lat for lat in walls if parse_duration(lat) == 0), None)
     if floor is None or len(walls) < 2:
         return
-    print(f"\nover the mount with no latency ({floor}): the round trips' own cost")
+    print(f"\n{title}over the mount with no latency ({floor}): the round trips' own cost")
     base = {side: statistics.median(w) for side, w in walls[floor].items() if w}
     for lat, sides in walls.items():
         if lat == floor:
@@ -138,4 +139,3 @@ def report_over_floor(walls: dict[str, dict[str, list[float]]]) -> None:
         print(f"  at {lat}: " + ", ".join(f"{side} {statistics.median(w) / base[side]:.2f}x"
                                           for side, w in sides.items() if w and side in base))
     sys.stdout.flush()
-

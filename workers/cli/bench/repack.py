@@ -333,10 +333,11 @@ def alternating(runs: int) -> Iterator[tuple[int, str]]:
 
 
 def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], runs: int, work: Path,
-                 mount: Any = None, latency: str = "") -> dict:
+                 mount: Any = None, latency: str | None = None) -> dict:
     """Copies first (every round, both sides), then the timed runs alternating; returns per-side figures.
     With ``mount`` (an nfsim Mount) the copies go to its backing directory and both sides run through the
-    mount; each row then has the run's metadata calls by kind (``calls``)."""
+    mount (its ``latency`` named in the progress lines); each row then has the run's metadata calls by kind
+    (``calls``)."""
     env = child_env()
     copies = fresh_copies(template, mount.backing if mount is not None else work, name, runs)
     rows: dict[str, list[dict]] = {"git": [], "packyard": []}
@@ -362,7 +363,7 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
                              if k.startswith("elapsed_us_")}
             row["counters"] = res["counters"]
         rows[side].append(row)
-        where = f" (nfsim {latency})".replace(" )", ")") if mount is not None else ""
+        where = "" if mount is None else f" (nfsim {latency})" if latency else " (nfsim)"
         print(f"  {name}{where} round {rnd + 1} {side:8} wall {wall:7.2f}s  peak RSS {rss / 2**20:7.1f} MiB  "
               f"packs {len(sizes):3}  largest {row['largest'] / 1e6:7.2f} MB  cruft {row['cruft'] / 1e6:6.2f} MB",
               flush=True)
@@ -486,11 +487,8 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
                               {s: [r["wall"] for r in rows[s]] for s in rows}, {s: [r["calls"] for r in rows[s]]
                                                                                 for s in rows})
         for name in results:
-            walls = {lat: {s: [r["wall"] for r in rows[s]] for s in rows}
-                     for (lat, n), rows in on_nfsim.items() if n == name}
-            if len(walls) > 1:
-                print(f"\n{name}:", end="")
-                nfsim_side.report_over_floor(walls)
+            nfsim_side.report_over_floor({lat: {s: [r["wall"] for r in rows[s]] for s in rows}
+                                          for (lat, n), rows in on_nfsim.items() if n == name}, f"{name}: ")
         return 0
     finally:
         stack.close()
