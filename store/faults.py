@@ -13,13 +13,15 @@ module is imported (so it reaches worker and child processes started with it)::
     PACKYARD_FAULT=repack.after_lease_check:stop-once   # SIGSTOP this process there (a stall: the
                                                  # test sends SIGCONT; the code then goes on)
 
-or in-process with :func:`arm` / :func:`disarm`. A process that changes
+or in-process with :func:`arm` / :func:`disarm`, or :func:`arm_call` (run a function there: a test makes
+another host act at exactly that point of a read, where a race would hit it only by luck). A process that changes
 ``PACKYARD_FAULT`` after import calls :func:`reload_env`.
 """
 from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -33,6 +35,7 @@ class _Armed:
     mode: str = "kill"
     at: int = 1
     hits: int = 0
+    call: Callable[[], None] | None = None   # mode ``local-call``: what runs there
 
 
 _armed: dict[str, _Armed] = {}
@@ -57,6 +60,11 @@ def reload_env() -> None:
 def arm(name: str, mode: str = "raise", at: int = 1) -> None:
     """Arm a point in this process only (``mode`` is ``raise`` or ``kill``)."""
     _armed[name] = _Armed(name=name, mode="local-" + mode, at=at)
+
+
+def arm_call(name: str, call: Callable[[], None], at: int = 1) -> None:
+    """Run ``call`` at the ``at``-th time this process reaches the point (once; then it is disarmed)."""
+    _armed[name] = _Armed(name=name, mode="local-call", at=at, call=call)
 
 
 def disarm(name: str | None = None) -> None:
@@ -92,6 +100,11 @@ def fault_point(name: str) -> None:
     if armed.hits < armed.at:
         return
     mode = armed.mode.removeprefix("local-")
+    if mode == "call":
+        _armed.pop(name, None)
+        assert armed.call is not None
+        armed.call()
+        return
     if mode.endswith("-once"):
         if not _first_of_all(name):
             return

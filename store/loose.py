@@ -8,6 +8,7 @@ from pathlib import Path
 
 from . import fsparallel
 from .errors import CorruptObjectError, ObjectMissingError, StoreError
+from .faults import fault_point
 from .objects import ObjectType, decode_loose, hash_object
 from .pack.packdir import is_gone
 
@@ -46,6 +47,7 @@ class LooseObjects:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
             try:
+                fault_point("loose.after_open")   # (tests: another host deletes the file here)
                 parts: list[bytes] = []
                 size, n = 0, READ_CHUNK
                 while chunk := os.read(fd, n):

@@ -36,7 +36,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -503,71 +502,65 @@ def test_a_pack_installed_through_host_a_is_found_by_a_reader_on_host_b(hosts, t
     assert c.counters()["readdir_hits"] >= 1
 
 
-#: Bound of the reader's passes over one round's objects while the repack runs (each pass takes 40 reads of
-#: a 20 ms mount: a repack that took this long would fail the round's timeout first).
-MAX_READ_PASSES = 400
-
-
 UNPRESERVED_LOOSE_REPACK = ("import sys; from packyard.workers.commands.repack import repack; "
                             "repack(sys.argv[1], mode='loose', preserve=False)")
 
 
 def test_loose_objects_repacked_on_host_a_while_open_on_host_b_are_read_despite_estale(hosts, tmp_path, pk):
-    """A loose repack on A (a new pack, then the loose files go) deletes loose files a reader on B has open: B's
+    """A loose repack on A (a new pack, then the loose files go) deletes a loose file a reader on B has open: B's
     read answers ESTALE; packyard treats that as gone (as ENOENT), re-lists objects/pack and reads the new pack.
     Before that rule, the ESTALE escaped the read. The repack runs with ``preserve=False``: by default a repack on
     a shared filesystem keeps the loose files it deletes linked in preserved/ (for git's readers, which map
     them: the next test), and no read meets ESTALE; the rule still serves a file deleted otherwise (an expired
-    object, git's own ``repack -d`` or ``prune`` on another host)."""
+    object, git's own ``repack -d`` or ``prune`` on another host).
+
+    The repack runs at the fault point between B's open and its read, so the test does not depend on luck: as
+    a race (a reader thread against the repack's process) it met no ESTALE in 30 rounds of a loaded CI run."""
+    from packyard.store import faults
     from packyard.store.repo import Repository
 
     bare = _packed_repo(hosts.backing)
     a = hosts("a", ac_attr=LONG, ac_dir=LONG)
-    b = hosts("b", ac_attr=LONG, ac_dir=LONG, latency=0.02)  # a slow reply: the window where ESTALE happens
+    b = hosts("b", ac_attr=LONG, ac_dir=LONG)
     ra, rb = a.mountpoint / bare.name, b.mountpoint / bare.name
-    errors: list[BaseException] = []
-    reads = 0
-    for rnd in range(30):
-        ids = write_blobs(ra, tmp_path, 40, f"round{rnd}")
-        expected = {oid: git("cat-file", "blob", oid, git_dir=bare) for oid in ids}
-        reader = Repository(rb)
-        reader.objects.packs.prepare()
-        done = threading.Event()
+    ids = write_blobs(ra, tmp_path, 40, "loose")
+    expected = {oid: git("cat-file", "blob", oid, git_dir=bare) for oid in ids}
+    reader = Repository(rb)
+    reader.objects.packs.prepare()          # B lists objects/pack now, and keeps that listing (LONG)
+    repacks: list[subprocess.CompletedProcess[str]] = []
 
-        def read_all(reader=reader, ids=ids, expected=expected, done=done) -> None:
-            # Pass after pass until the repack is over (and one whole pass after it), so that B is reading
-            # when A deletes, however long the repack's process takes to start on a loaded machine (one
-            # pass used to finish first: 30 rounds without a single ESTALE in a loaded CI run).
-            nonlocal reads
-            for _pass in range(MAX_READ_PASSES):
-                last = done.is_set()
-                for oid in ids:
-                    try:
-                        _, data = reader.objects.read(bytes.fromhex(oid), verify=True)
-                        assert data == expected[oid]
-                        reads += 1
-                    except BaseException as err:   # noqa: B036 - reported below, with the object
-                        errors.append(err)
-                        return
-                if last:
-                    return
-        t = threading.Thread(target=read_all)
-        t.start()
-        try:
-            proc = subprocess.run([sys.executable, "-c", UNPRESERVED_LOOSE_REPACK, str(ra)],
-                                  env=pk.cli_env(), capture_output=True, text=True, timeout=120)
-        finally:
-            done.set()
-        assert proc.returncode == 0, proc.stderr    # through host A: new pack, then the loose files go
-        t.join(timeout=120)
-        assert not t.is_alive()
-        assert not errors, f"round {rnd}: {errors[0]!r}"
-        if rnd >= 2 and b.counters()["estale"] > 0:
-            break
-    assert reads > 0
-    assert b.counters()["estale"] > 0, "no read on B ever met a file A had deleted: the race never happened"
+    def repack_on_a() -> None:
+        repacks.append(subprocess.run([sys.executable, "-c", UNPRESERVED_LOOSE_REPACK, str(ra)],
+                                      env=pk.cli_env(), capture_output=True, text=True, timeout=120))
+
+    faults.arm_call("loose.after_open", repack_on_a)
+    try:
+        first, *rest = ids
+        _, data = reader.objects.read(bytes.fromhex(first), verify=True)   # open; A repacks; read: ESTALE
+    finally:
+        faults.disarm("loose.after_open")
+    assert len(repacks) == 1 and repacks[0].returncode == 0, repacks and repacks[0].stderr
+    assert data == expected[first]
+    assert b.counters()["estale"] >= 1                    # the server answered B's read with ESTALE...
+    assert reader.objects.loose.estale == 1               # ...the store took it as gone...
+    assert reader.objects.counters.relisted_hits == 1     # ...re-listed objects/pack and found the new pack
+    for oid in rest:                                      # the others: gone as loose files, found in that pack
+        assert reader.objects.read(bytes.fromhex(oid), verify=True)[1] == expected[oid]
     assert not list((bare / "objects").glob("[0-9a-f][0-9a-f]/*"))   # every loose object was moved
     git("fsck", "--full", "--strict", git_dir=bare)
+
+    # Control: the same open, delete through A, read -- without the store's rule in between, the ESTALE
+    # reaches the reader as an error.
+    ids = write_blobs(ra, tmp_path, 1, "control")
+    path = rb / "objects" / ids[0][:2] / ids[0][2:]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        (ra / "objects" / ids[0][:2] / ids[0][2:]).unlink()
+        with pytest.raises(OSError) as err:
+            os.read(fd, 1 << 16)
+        assert err.value.errno == errno.ESTALE
+    finally:
+        os.close(fd)
 
 
 def test_git_reads_a_ref_pruned_through_another_host_from_packed_refs(hosts, tmp_path):
