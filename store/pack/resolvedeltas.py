@@ -5,7 +5,7 @@ Depth-first from each base, holding only the current chain of inflated objects
 decides) the bases are shared out to forked worker processes (:func:`run_workers`, on the protocol of
 :mod:`packyard.store.forked`) that read the quarantined pack with pread and write the object ids and types
 into shared anonymous mmaps; collisions and ``--strict`` state come back over a pipe. The thin phase
-(:meth:`.indexpack.IncomingPack._fix_unresolved`) resolves the subtrees of appended bases with the same
+(:meth:`.thinbases.ThinBases.fix_unresolved`) resolves the subtrees of appended bases with the same
 resolver. See :mod:`.indexpack` for the whole pipeline.
 
 Not :mod:`.resolve`: that module applies ONE delta, with every check git makes; this one schedules the
