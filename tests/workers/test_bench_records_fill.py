@@ -1,4 +1,4 @@
-"""The records benchmark's fill (workers/cli/bench/records.py, fill_database): the big tables' rows are loaded
+"""The records benchmark's fill (workers/cli/bench/recordsfill.py, fill_database): the big tables' rows are loaded
 before their secondary indexes (and, on PostgreSQL, foreign keys), which are then built from the migrated
 database's own definitions; the filled database has exactly the indexes and keys of a fresh ``alembic upgrade
 head``, and a fill that ends otherwise fails.
@@ -35,7 +35,7 @@ def schema_indexes(url):
 
 
 def fill(url, jobs=3000):
-    from packyard.workers.cli.bench import records as bench
+    from packyard.workers.cli.bench import recordsfill as bench
     from packyard.workers.records import get_engine, utcnow
 
     phases = bench.Phases("test fill")
@@ -44,7 +44,7 @@ def fill(url, jobs=3000):
 
 
 def test_the_filled_database_has_the_indexes_of_a_fresh_upgrade(url):
-    from packyard.workers.cli.bench import records as bench
+    from packyard.workers.cli.bench import recordsfill as bench
     from packyard.workers.records import get_engine
 
     fresh = schema_indexes(url)   # the database is at head and empty: what `alembic upgrade head` made
@@ -69,7 +69,7 @@ def test_the_filled_database_has_the_indexes_of_a_fresh_upgrade(url):
 
 
 def test_a_fill_that_ends_with_other_indexes_fails_loudly(url):
-    from packyard.workers.cli.bench import records as bench
+    from packyard.workers.cli.bench import recordsfill as bench
     from packyard.workers.records import get_engine
 
     engine = get_engine(url)
