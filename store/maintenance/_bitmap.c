@@ -2,7 +2,7 @@
  * _bitmap.c: the reachability bitmaps' closure loop (bitmap.py's build_bitmaps and its commit reads, in C).
  *
  *   bitmap_commits(packs, ids, read) -> (dates 'q', parent counts 'I') as bytes
- *       each commit's committer date and number of parents (walk.parse_commit's rules), for the selection;
+ *       each commit's committer date and number of parents (walkparse.parse_commit's rules), for the selection;
  *   bitmap_closures(packs, order, selected, read) -> [bytes] or None
  *       the closure of each selected commit (ids, in the order given: oldest first) as little-endian 64-bit
  *       words over the bit order ``order`` (20-byte ids); a finished selected commit's bitmap is ORed in where
@@ -82,7 +82,7 @@ get_object(Reader *rd, PyObject *read, const uint8_t *id, int want)
 
 #define MAX_DATE INT64_MAX
 
-/* walk.parse_commit: tree, parents (up to cap ids into parents; *np counts them all), committer date. */
+/* walkparse.parse_commit: tree, parents (up to cap ids into parents; *np counts them all), committer date. */
 static int
 parse_commit_c(const uint8_t *id, const uint8_t *d, size_t n, uint8_t *tree, uint8_t *parents, size_t cap,
                size_t *np, int64_t *when)

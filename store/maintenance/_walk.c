@@ -615,7 +615,7 @@ Walker_result(WalkerObject *w, PyObject *unused)
 /* commit_meta() -> (trees, dates, graph_dates, parent counts, graph_ok, parents): what the walk read of each
  * commit, in result()'s order: tree ids (20 bytes each), the walk's committer dates ('q'), the commit-graph's
  * dates ('Q'), parent counts ('I'), one byte each (1: the graph may take the commit as read), and every
- * commit's parent ids one after the other (20 bytes each). walk.CommitMeta reads it. */
+ * commit's parent ids one after the other (20 bytes each). walkparse.CommitMeta reads it. */
 static PyObject *
 Walker_commit_meta(WalkerObject *w, PyObject *unused)
 {

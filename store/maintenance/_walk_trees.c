@@ -115,7 +115,7 @@ bytes_repr(const uint8_t *s, size_t n, char *out, size_t cap)
     out[k] = 0;
 }
 
-/* The committer date as walk.parse_commit reads it: the second field from the end of the line
+/* The committer date as walkparse.parse_commit reads it: the second field from the end of the line
  * split at single spaces; plain digits here, anything else by Python's int() (GIL taken), 0 if that
  * fails; clamped to 64 bits as walk.py clamps it. */
 static int
@@ -179,7 +179,7 @@ heap_less(const HeapEnt *a, const HeapEnt *b)
 }
 
 /* The commit-graph's reading of a commit (commitgraph.parse_commit_for_graph and git's parse_commit_date;
- * walk.graph_fields is the specification): "tree <hex>\n", then "parent <hex>\n" lines, which must be all
+ * walkparse.graph_fields is the specification): "tree <hex>\n", then "parent <hex>\n" lines, which must be all
  * of the walk's nparents parent lines; the date from the "committer" line right after the "author" line
  * that follows them, the digits after its '>' (0 when any of that is missing). Not graph_ok: the graph
  * write reads the commit itself (and refuses it if it must). */
@@ -226,7 +226,7 @@ graph_fields(const uint8_t *d, size_t n, uint32_t nparents, uint32_t *ok, uint64
     *date = v;
 }
 
-/* Parse a commit (walk.parse_commit's rules) and queue it by date. */
+/* Parse a commit (walkparse.parse_commit's rules) and queue it by date. */
 int
 queue_commit(WalkerObject *w, const uint8_t *oid, const uint8_t *data, size_t size, long pack, long long offset,
              int have_gil)
@@ -398,7 +398,7 @@ out_add(Buf *list, Buf *names, const uint8_t *oid, const uint8_t *name, size_t n
     return buf_put(list, &e, sizeof e);
 }
 
-/* Parse a whole tree (walk.parse_tree_entries' rules: "<octal mode> <name>\0<20-byte id>" entries that
+/* Parse a whole tree (walkparse.parse_tree_entries' rules: "<octal mode> <name>\0<20-byte id>" entries that
  * cover it exactly) and keep, in tree order, the entries that are neither gitlinks nor seen yet.
  * Two passes: parse (hashing each id), then look each id up in seen with the slots of the entries
  * a few places ahead already being loaded. */

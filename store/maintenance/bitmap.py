@@ -47,7 +47,8 @@ from .. import native
 from ..errors import CorruptObjectError, StoreError
 from ..objects import ObjectType
 from . import ewah as _ewah
-from .walk import CommitMeta, c_loop_errors, name_hash_fold, parse_commit, parse_tree_entries
+from .walk import c_loop_errors
+from .walkparse import CommitMeta, name_hash_fold, parse_commit, parse_tree_entries
 
 #: The closure loop and EWAH in C (the ``_bitmap`` extension: it reads through the walk's Packs), unless
 #: PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py); :func:`build_bitmaps` is its specification.

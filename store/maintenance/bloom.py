@@ -24,7 +24,8 @@ from .. import native
 from ..errors import CorruptObjectError
 from ..objects import ObjectType
 from .sources import _layout
-from .walk import c_loop_errors, parse_tree_entries
+from .walk import c_loop_errors
+from .walkparse import parse_tree_entries
 
 #: The filters and the commit-graph's commit reads in C (the ``_bloom`` extension, reading through the walk's
 #: Packs), unless PACKYARD_PURE_PYTHON=1 or it was not built (store/native.py); this module specifies them.
@@ -268,7 +269,7 @@ c_errors = c_loop_errors
 
 _ZERO_ID = bytes(20)
 _NO_ENTRIES: frozenset[bytes] = frozenset()
-#: One whole tree entry: octal mode, space, name, NUL, 20-byte id (the fields as walk.parse_tree_entries reads them).
+#: One whole tree entry: octal mode, space, name, NUL, 20-byte id (as walkparse.parse_tree_entries reads them).
 _ENTRY = re.compile(rb"[0-7]+ [^\0]+\0.{20}", re.S)
 
 

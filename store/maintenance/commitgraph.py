@@ -28,7 +28,7 @@ from .. import native
 from ..errors import CorruptObjectError, ObjectMissingError
 from ..objects import ObjectType
 from . import bloom
-from .walk import CommitMeta, graph_commit_date
+from .walkparse import CommitMeta, graph_commit_date
 
 _c_bloom = native.bloom()   # the commit reads in C (store/native.py), or None
 
@@ -158,7 +158,7 @@ def parse_commit_for_graph(data: bytes, oid: bytes) -> Commit:
 
 
 def commits_from_walk(ids: Sequence[bytes], meta: CommitMeta) -> dict[bytes, Commit]:
-    """The commits a repack's walk read (:class:`.walk.CommitMeta`), as this module parses them: every one
+    """The commits a repack's walk read (:class:`.walkparse.CommitMeta`), as this module parses them: every one
     the walk saw as the graph reads it (``graph_ok``); the others are left for the graph write to read."""
     n = len(ids)
     if len(meta.graph_ok) != n:

@@ -20,7 +20,8 @@ from typing import Iterable
 from .. import native
 from ..errors import StoreError
 from ..objects import ObjectType
-from .walk import C_CACHE_BYTES, parse_tree_entries
+from .walk import C_CACHE_BYTES
+from .walkparse import parse_tree_entries
 
 _walk_c = native.walk()   # the C walker (store/native.py), or None
 

@@ -83,7 +83,7 @@ from .repackplan import (
     spare_freshened,
 )
 from .sources import SourceIndex
-from .walk import CommitMeta
+from .walkparse import CommitMeta
 from .writeplan import DeltaPlan, write_plan
 
 #: git's gc.pruneExpire default: unreachable objects younger than this are kept (in the cruft pack).

@@ -29,7 +29,8 @@ from .looseread import LooseKeeper
 from .names import names_in
 from .sources import SourceIndex
 from .tips import read_tips
-from .walk import Reachable, parse_tree_entries, walk
+from .walk import Reachable, walk
+from .walkparse import parse_tree_entries
 from .writeplan import ByBase, Names
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from ..lease import check as check_lease
 from ..packrefs import pack_refs
 from .commitgraph import DEFAULT_EXPIRE_AFTER, commits_from_walk
 from .graphwrite import GraphOptions, write_commit_graph
-from .walk import CommitMeta
+from .walkparse import CommitMeta
 
 
 def after_repack(repo, *, commit_graph: bool = True, pack_refs_too: bool = True, replace_graph: bool = False,
