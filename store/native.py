@@ -9,7 +9,7 @@ accessor           extension: what it holds                                    t
 :func:`delta`      ``pack._delta``: the delta encoder, the search's window     pack/_delta_py.py, search.py
 :func:`walk`       ``maintenance._walk``: the reachability walk, Packs (the    walk.py, sources.py
                    packs' id index), tree and object reads, pack_layout
-:func:`packwrite`  ``pack._packwrite``: the repack copy loop, idx/rev tables   writeplan.py, idxwrite.py
+:func:`packwrite`  ``pack._packwrite``: the repack copy loop, idx/rev tables   writeplan.py, reuse.py, idxwrite.py
 :func:`bitmap`     ``maintenance._bitmap``: bitmap closures, EWAH              bitmap.py, ewah.py
 :func:`bloom`      ``maintenance._bloom``: Bloom filters, commit-graph reads   bloom.py, commitgraph.py
 :func:`fsck`       ``fsck._fsck``: the scan of a clean tree                    fsck/rules.py

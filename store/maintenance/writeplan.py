@@ -1,7 +1,7 @@
 """Writing a repack's plan into a pack: reused deltas copied verbatim, new deltas from the delta search,
 the rest whole. Three steps, each over every object of the plan:
 
-reuse
+reuse (:mod:`.reuse`)
     Where each object's copy lies: a whole entry of a source pack, a delta entry whose base is in
     the plan too (reusable: copied verbatim, never inflated -- unless ``reuse`` is off, as
     ``git repack -f``), a delta entry whose base stays behind, or a loose file. Reused chains are
@@ -26,7 +26,6 @@ write
 """
 from __future__ import annotations
 
-import bisect
 import time
 from array import array
 from dataclasses import dataclass
@@ -35,10 +34,11 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from .. import native
 from ..errors import CorruptObjectError, ObjectMissingError, StoreError
 from ..objects import hash_object
-from ..pack.entries import entry_type, header_fields
+from ..pack.entries import header_fields
 from ..pack.search import DEFAULT_DEPTH, Candidates, SearchOptions, SearchResult, fast_name_hash, search, search_order
 from ..pack.write import WRITE_BUFFER, PackWriter
 from ..tuning import release_free_heap
+from .reuse import LOOSE, WHOLE, Reuse, find_reuse, nothing_to_try, settle_duplicates, source_base
 from .sources import SourceIndex
 
 if TYPE_CHECKING:
@@ -63,8 +63,8 @@ class ByBase:
 #: names through each object's delta base (ByBase).
 Names = dict[bytes, bytes] | Callable[[], dict[bytes, bytes]] | ByBase
 
-#: The C walk (its Packs, the search's reader) and the C write plan (find_reuse, write_order, copy_entries,
-#: check_chains), or None (store/native.py): the Python steps below are their specification.
+#: The C walk (its Packs, the search's reader) and the C write plan (write_order, copy_entries; step 1's
+#: find_reuse and check_chains: reuse.py), or None (store/native.py): the Python steps below are their specification.
 _walk_c = native.walk()
 _packwrite = native.packwrite()
 
@@ -78,10 +78,6 @@ LOOSE_HELD_BYTES = 64 << 20
 #: The delta-base cache of the C reader that serves the search's reads of packed objects.
 SEARCH_CACHE_BYTES = 32 << 20
 
-# What an object's copy in the sources is (``_Reuse.kind``).
-LOOSE, WHOLE, DELTA, DELTA_BASE_BEHIND = 0, 1, 2, 3
-
-
 @dataclass(frozen=True)
 class DeltaPlan:
     """How a plan's deltas are made: reused (``reuse``) and/or searched (``search``; None: no search,
@@ -90,18 +86,6 @@ class DeltaPlan:
     reuse: bool = True
     search: SearchOptions | None = SearchOptions()
     depth: int = DEFAULT_DEPTH
-
-
-class _Reuse:
-    """Step 1's findings, by position in ``ids``."""
-
-    def __init__(self, n: int) -> None:
-        self.kind = bytearray(n)
-        self.reused = bytearray(n)                 # 1: copied verbatim as a delta
-        self.base = array("i", [-1]) * n          # a delta entry's base (position in ids), -1: not in the plan
-        self.gid = array("q", [-1]) * n           # global entry number of its copy in the sources, -1: loose
-        self.height = array("i", [0]) * n         # longest reused chain resting on this object
-        self.dropped = 0                          # reusable deltas dropped (cycle or too deep)
 
 
 def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "RepackCounters", *,
@@ -119,15 +103,15 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
     """
     t0 = time.monotonic()
     pre = preloaded or {}
-    reuse = _find_reuse(ids, sources, deltas)
+    reuse = find_reuse(ids, sources, reuse_deltas=deltas.reuse, depth=deltas.depth)
     sources.drop_pages()   # (every entry's header was read: the pages of the whole input)
     c.deltas_dropped += reuse.dropped
     if deltas.reuse:
-        c.whole_settled += _settle_duplicates(ids, reuse, sources)
+        c.whole_settled += settle_duplicates(ids, reuse, sources)
     computed: dict[int, tuple[int, int]] = {}   # position -> (candidate, position of its new base)
     zwhole: dict[int, tuple[int, int, bytes]] = {}   # position -> (type, size, compressed object)
     found: SearchResult | None = None
-    if deltas.search is not None and not _nothing_to_try(reuse, sources, deltas):
+    if deltas.search is not None and not nothing_to_try(reuse, sources, reuse_deltas=deltas.reuse):
         found, cand = _search(ids, sources, reuse, names, pre, deltas, progress, c)
         cand_ids = cand.ids
         for i, b in enumerate(found.base):
@@ -142,172 +126,7 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
     return _write(writer, ids, sources, reuse, computed, zwhole, found, pre, c, progress, phase, mtime_of)
 
 
-# -- step 1: reuse ---------------------------------------------------------------------------------------------
-
-def _find_reuse(ids: list[bytes], sources: SourceIndex, deltas: DeltaPlan) -> _Reuse:
-    n = len(ids)
-    r = _Reuse(n)
-    c_packs = sources.c_packs if _packwrite is not None else None
-    found = _packwrite.find_reuse(c_packs, ids) if c_packs is not None else None
-    if found is None:
-        index_get = {oid: k for k, oid in enumerate(ids)}.get
-        for k in range(n):
-            _locate(r, k, ids[k], sources, index_get)
-    else:
-        kind_b, base_b, gid_b = found
-        r.kind[:] = kind_b
-        r.base = array("i")
-        r.base.frombytes(base_b)
-        r.gid = array("q")
-        r.gid.frombytes(gid_b)
-        if _UNDECIDED in kind_b:     # headers the C decoder left to Python (it raises, naming pack and offset)
-            index_get = {oid: k for k, oid in enumerate(ids)}.get
-            for k in (k for k in range(n) if kind_b[k] == _UNDECIDED):
-                _locate(r, k, ids[k], sources, index_get)
-    if deltas.reuse:
-        r.reused[:] = r.kind.translate(_REUSABLE)
-        _check_chains(r, deltas.depth)
-    return r
-
-
-_UNDECIDED = 255                                  # (the C find_reuse's kind for "Python decides")
-_REUSABLE = bytes(1 if k == DELTA else 0 for k in range(256))
-
-
-def _locate(r: _Reuse, k: int, oid: bytes, sources: SourceIndex, index_get: Callable[[bytes, int], int]) -> None:
-    """Step 1 for one object (the specification of the C ``find_reuse``)."""
-    r.kind[k], r.base[k], r.gid[k] = LOOSE, -1, -1
-    gid = sources.loc.get(oid)
-    if gid is None:
-        return
-    r.gid[k] = gid
-    p = sources.packs[sources.pack_no[gid]]
-    off = p.offsets[gid - p.base]
-    view = p.view
-    assert view is not None
-    if entry_type(view, off) < 6:
-        r.kind[k] = WHOLE
-        return
-    base_oid = _source_base(sources, p, off)
-    bk = index_get(base_oid, -1) if base_oid is not None else -1
-    r.kind[k] = DELTA if bk >= 0 else DELTA_BASE_BEHIND
-    r.base[k] = bk
-
-
-def _check_chains(r: _Reuse, limit: int) -> None:
-    """Drop reused deltas that close a cycle or pass ``limit``; record each chain's height at its root.
-    (The C extension's ``check_chains`` does the same when present.)"""
-    if _packwrite is not None:
-        height_b, dropped = _packwrite.check_chains(r.reused, r.base, limit)
-        r.height = array("i")
-        r.height.frombytes(height_b)
-        r.dropped += dropped
-        return
-    reused, base = r.reused, r.base
-    n = len(reused)
-    depth = array("i", [0]) * n
-    root = array("i", [-1]) * n
-    state = bytearray(n)            # 0: not seen, 1: on the path being followed, 2: done
-    for k0 in range(n):
-        if not reused[k0] or state[k0]:
-            continue
-        path = []
-        k = k0
-        while reused[k] and not state[k]:
-            state[k] = 1
-            path.append(k)
-            k = base[k]
-        if reused[k] and state[k] == 1:
-            reused[k] = 0           # a cycle: the delta that closes it goes to the search
-            r.dropped += 1
-        for node in reversed(path):
-            state[node] = 2
-            if not reused[node]:
-                continue
-            b = base[node]
-            d = depth[b] + 1 if reused[b] else 1
-            if d > limit:
-                reused[node] = 0    # too deep: a new chain starts here
-                r.dropped += 1
-                continue
-            depth[node] = d
-            root[node] = root[b] if reused[b] else b
-    height = r.height
-    for k in range(n):
-        if reused[k]:
-            rt = root[k]
-            if depth[k] > height[rt]:
-                height[rt] = depth[k]
-
-
-# -- step 2: search ------------------------------------------------------------------------------------------
-
-def _settle_duplicates(ids: list[bytes], reuse: _Reuse, sources: SourceIndex) -> int:
-    """Take each whole object from the source pack that holds most of the plan's whole objects when it is whole
-    there too (the same bytes either way); returns how many moved.
-
-    An object can sit in several source packs (a push's pack repeats trees and blobs its ``^`` side already
-    had: ``pack-objects --revs`` excludes only what its walk marked). Which copy step 1 takes is the first
-    pack's; a lone whole copy in another pack then makes a search of every whole object of the main pack
-    (they could be tried against it), though no pair among them can be: cruft-expire's reachable pack, one
-    such object among 24,548, searched 45,141 candidates to try 8 pairs (0.5 s of 1.6 s). Moved to the main
-    pack, the search is skipped (:func:`_nothing_to_try`) or smaller. Bounded by the plan's whole objects,
-    one idx lookup each outside the main pack."""
-    if len(sources.packs) < 2:
-        return 0
-    kind, gid, pack_no = reuse.kind, reuse.gid, sources.pack_no
-    wholes: list[int] = []
-    per_pack: dict[int, int] = {}
-    k = kind.find(WHOLE)
-    while k >= 0:   # (bounded: k grows)
-        p = pack_no[gid[k]]
-        per_pack[p] = per_pack.get(p, 0) + 1
-        wholes.append(k)
-        k = kind.find(WHOLE, k + 1)
-    if len(per_pack) < 2:
-        return 0
-    main_no = max(per_pack, key=lambda p: (per_pack[p], -p))
-    main = sources.packs[main_no]
-    view = main.view
-    moved = 0
-    for k in wholes:
-        if pack_no[gid[k]] == main_no:
-            continue
-        off = main.pack.find_offset(ids[k])
-        if off is None or entry_type(view, off) >= 6:
-            continue   # not there, or a delta there (whole where it was taken from: kept as it is)
-        j = bisect.bisect_left(main.sorted_offsets, off)
-        gid[k] = main.base + main.order[j]
-        moved += 1
-    return moved
-
-
-def _nothing_to_try(reuse: _Reuse, sources: SourceIndex, deltas: DeltaPlan) -> bool:
-    """Pure question: would the search provably try no pair? When reusing, every object without a reused
-    delta is a whole entry of one and the same source pack: the search never tries two whole objects of one
-    pack against each other (that pack's writer found no delta between them), so it would only read and hash
-    them and come back empty; the writer copies them as they are (CRC32 checked) either way. (One source
-    pack among several: the reachable pack of a full repack with a cruft pack, whose 124k objects the search
-    otherwise took in as candidates to try 8 pairs, 0.2 s.)"""
-    if not deltas.reuse:
-        return False
-    kind = reuse.kind
-    if kind.count(LOOSE) or kind.count(DELTA_BASE_BEHIND) or kind.count(DELTA) != reuse.reused.count(1):
-        return False
-    if len(sources.packs) == 1:
-        return True
-    pack_no, gid = sources.pack_no, reuse.gid
-    first = -1
-    k = kind.find(WHOLE)
-    while k >= 0:   # (bounded: k grows)
-        p = pack_no[gid[k]]
-        if first < 0:
-            first = p
-        elif p != first:
-            return False
-        k = kind.find(WHOLE, k + 1)
-    return True
-
+# -- step 2: search (step 1, reuse, is reuse.py) ----------------------------------------------------------------------
 
 class _Offered(Candidates):
     """The search's candidates, with their positions in ``ids``."""
@@ -315,7 +134,7 @@ class _Offered(Candidates):
     ids: array
 
 
-def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names | None,
+def _search(ids: list[bytes], sources: SourceIndex, reuse: Reuse, names: Names | None,
             pre: dict[bytes, tuple[int, bytes]], deltas: DeltaPlan, progress: Progress | None,
             c: "RepackCounters") -> tuple[SearchResult, _Offered]:
     # Source packs matter only when reusing: that pack's writer tried its whole objects against each other.
@@ -365,7 +184,7 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
                     raise _named(err, oid, sources) from err
         name = names_get(oid)
         if by_base and not name and kd != WHOLE and kd != LOOSE:
-            base = _source_base(sources, p, off)
+            base = source_base(sources, p, off)
             name = names_get(base) if base is not None else None
         if name:
             h = hashes.get(name)
@@ -427,13 +246,6 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: _Reuse, names: Names 
     c.search_processes = max(c.search_processes, found.processes)
     c.window_peak_bytes = max(c.window_peak_bytes, found.peak_window_bytes)
     return found, cand
-
-
-def _source_base(sources: SourceIndex, p, off: int) -> bytes | None:
-    """The id of the base of the delta entry at ``off`` of source pack ``p`` (REF_DELTA: the id it names;
-    OFS_DELTA: the entry at its base offset, None when no entry starts there)."""
-    _typ, _size, b, _data_off = header_fields(p.view, off, end=p.end, path=p.path)
-    return b if isinstance(b, bytes) else sources.oid_at(p, b) if b is not None else None
 
 
 def _without_idle(cand: _Offered, options: SearchOptions) -> tuple[_Offered, int]:
@@ -524,7 +336,7 @@ def _named(err: StoreError, oid: bytes, sources: SourceIndex) -> StoreError:
 
 # -- step 3: write -------------------------------------------------------------------------------------------
 
-def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _Reuse,
+def _write(writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: Reuse,
            computed: dict[int, tuple[int, int]], zwhole: dict[int, tuple[int, int, bytes]],
            found: SearchResult | None, pre: dict[bytes, tuple[int, bytes]], c: "RepackCounters",
            progress: Progress | None, phase: str, mtime_of: dict[bytes, int] | None) -> list[int] | None:
@@ -545,7 +357,7 @@ class _Emitter:
     """Writes one object of the plan, its delta base (if any) already written; ``offsets``: where each
     position went in the new pack."""
 
-    def __init__(self, writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: _Reuse,
+    def __init__(self, writer: PackWriter, ids: list[bytes], sources: SourceIndex, reuse: Reuse,
                  computed: dict[int, tuple[int, int]], zwhole: dict[int, tuple[int, int, bytes]],
                  found: SearchResult | None, pre: dict[bytes, tuple[int, bytes]], c: "RepackCounters") -> None:
         self.writer, self.ids, self.sources, self.reuse = writer, ids, sources, reuse

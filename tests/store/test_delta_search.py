@@ -312,11 +312,11 @@ def test_c_window_loop_gives_the_python_loops_result(seed):
 
 
 def test_reused_chains_are_cut_at_cycles_and_at_the_depth_limit():
-    """writeplan's reuse step on a hand-made plan: 0 <- 1 <- 2 <- 3 <- 4 (each a delta of the one before),
+    """The write plan's reuse step on a hand-made plan: 0 <- 1 <- 2 <- 3 <- 4 (each a delta of the one before),
     and 5 <-> 6 a delta of each other (a cycle, which only corrupt or odd inputs make)."""
-    from packyard.store.maintenance import writeplan as W
+    from packyard.store.maintenance import reuse as W
 
-    r = W._Reuse(7)
+    r = W.Reuse(7)
     for k, b in [(1, 0), (2, 1), (3, 2), (4, 3), (5, 6), (6, 5)]:
         r.kind[k] = W.DELTA
         r.base[k] = b

@@ -158,6 +158,7 @@ def test_cruft_delta_whose_base_is_reachable_takes_the_bases_name(tmp_path):
     hash (git's pack-objects makes the smaller version the delta: it sorts larger first)."""
     from packyard.store.maintenance import writeplan as wp
     from packyard.store.maintenance.repack import RepackCounters
+    from packyard.store.maintenance.reuse import DELTA_BASE_BEHIND, find_reuse
     from packyard.store.pack.search import fast_name_hash
 
     work = tmp_path / "w"
@@ -188,9 +189,9 @@ def test_cruft_delta_whose_base_is_reachable_takes_the_bases_name(tmp_path):
                if oid not in reach.reached()]
         assert old in ids
         deltas = wp.DeltaPlan()
-        reuse = wp._find_reuse(ids, sources, deltas)
+        reuse = find_reuse(ids, sources, reuse_deltas=deltas.reuse, depth=deltas.depth)
         k = ids.index(old)
-        assert reuse.kind[k] == wp.DELTA_BASE_BEHIND   # (git's pack: the side version a delta of a reachable one)
+        assert reuse.kind[k] == DELTA_BASE_BEHIND   # (git's pack: the side version a delta of a reachable one)
         _found, cand = wp._search(ids, sources, reuse, wp.ByBase(lambda: reach.names), {}, deltas, None,
                                   RepackCounters())
         i = list(cand.ids).index(k)

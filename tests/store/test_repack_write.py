@@ -74,6 +74,7 @@ def build(base: Path) -> Path:
 
 def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's next repack without the C write plan, C index or C idx tables (the Python steps)."""
+    import packyard.store.maintenance.reuse as reuse_mod
     import packyard.store.maintenance.sources as sources_mod
     import packyard.store.maintenance.writeplan as writeplan_mod
     import packyard.store.pack.idxwrite as idxwrite_mod
@@ -81,6 +82,7 @@ def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sources_mod, "_walk_c", None)
     monkeypatch.setattr(writeplan_mod, "_walk_c", None)
     monkeypatch.setattr(writeplan_mod, "_packwrite", None)
+    monkeypatch.setattr(reuse_mod, "_packwrite", None)
     monkeypatch.setattr(idxwrite_mod, "_c_index_tables", None)
 
 
@@ -265,7 +267,7 @@ def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(tem
     but in ``ids``)."""
     from array import array
 
-    from packyard.store.maintenance import writeplan
+    from packyard.store.maintenance import reuse
     from packyard.store.maintenance.sources import SourceIndex
 
     bare = tmp_path / "r.git"
@@ -291,14 +293,14 @@ def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(tem
         every = [p.oids[20 * i:20 * i + 20] for p in sources.packs for i in range(p.count)]
         ids = every + sorted(sources.loose_ids) + every[:25]
         kind_b, base_b, gid_b = native.packwrite().find_reuse(sources.c_packs, ids)
-        r = writeplan._Reuse(len(ids))
+        r = reuse.Reuse(len(ids))
         index_get = {oid: k for k, oid in enumerate(ids)}.get
         for k, oid in enumerate(ids):
-            writeplan._locate(r, k, oid, sources, index_get)
+            reuse._locate(r, k, oid, sources, index_get)
         assert bytes(r.kind) == kind_b
         assert r.base.tobytes() == base_b and r.gid.tobytes() == gid_b
         kinds = set(kind_b)
-        assert {writeplan.LOOSE, writeplan.WHOLE, writeplan.DELTA} <= kinds
+        assert {reuse.LOOSE, reuse.WHOLE, reuse.DELTA} <= kinds
         base = array("i")
         base.frombytes(base_b)
         assert any(base[k] >= 0 and ids[base[k]] in sources.kept_ids for k in range(len(ids))), \
