@@ -1,7 +1,7 @@
 /*
  * _packwrite.c: the module packyard.store.pack._packwrite, the pack writer's hot loops in C:
  *
- *   _packwrite_copy.c  a repack's write plan over the _walk extension's Packs (writeplan.py specifies it):
+ *   _packwrite_copy.c  a repack's write plan over the _walk extension's Packs (writeplan.py, reuse.py specify it):
  *                      find_reuse, write_order, copy_entries, check_chains
  *   _packwrite_idx.c   a pack's .idx v2 and .rev tables (idxwrite.write_index specifies them)
  *
@@ -13,7 +13,7 @@
 
 static PyMethodDef packwrite_methods[] = {
     {"find_reuse", find_reuse, METH_VARARGS,
-     "find_reuse(packs, ids): (kind, delta base position 'i', global entry number 'q') per id (writeplan._find_reuse)"},
+     "find_reuse(packs, ids): (kind, delta base position 'i', global entry number 'q') per id (reuse.find_reuse)"},
     {"whole_headers", whole_headers, METH_VARARGS,
      "whole_headers(packs, kind, gids 'q') -> (type bytes, size 'Q' bytes): each whole entry's header (writeplan._search)"},
     {"copy_entries", copy_entries, METH_VARARGS,
@@ -30,7 +30,7 @@ static PyMethodDef packwrite_methods[] = {
 static struct PyModuleDef packwrite_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "packyard.store.pack._packwrite",
-    .m_doc = "the pack writer's copy loop and idx tables (C); specified in writeplan.py and idxwrite.py",
+    .m_doc = "the pack writer's copy loop and idx tables (C); specified in writeplan.py, reuse.py and idxwrite.py",
     .m_size = -1,
     .m_methods = packwrite_methods,
 };

@@ -1,5 +1,5 @@
 /*
- * _packwrite_copy.c: a repack's write plan over the Packs (the _walk extension's), in C (writeplan.py specifies each step and runs it
+ * _packwrite_copy.c: a repack's write plan over the Packs (the _walk extension's), in C (writeplan.py and reuse.py specify each step and run it
  * in Python without this extension; tests/store/test_repack_write.py compares the packs both write, byte for byte):
  *
  *   find_reuse(packs, ids)     step 1: where each id's copy lies -- loose, a whole entry, a delta entry whose
