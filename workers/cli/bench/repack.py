@@ -348,6 +348,9 @@ def run_scenario(name: str, template: Path, ours: list[str], theirs: list[str], 
                ["git", "--git-dir", str(path)] + theirs) if side == "git" else \
             (common.packyard_entry() + ["repack", "--repo", str(path), "--json", "--no-progress"] + ours)
         warm(repo)
+        # sync(2) first, as the other benchmarks do, so that no run pays for flushing the previous run's pack (a
+        # mount's backing filesystem too). (Measured: no change beyond this machine's noise between runs.)
+        os.sync()
         before = nfsim_side.probe(mount) if mount is not None else None
         wall, rss, out = measured(cmd, env, work / "rss.txt")
         sizes = pack_sizes(repo)
