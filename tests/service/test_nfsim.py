@@ -723,13 +723,19 @@ def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk, sett
     moved to preserved/, loose files deleted) were served through the files' preserved links (nfsim's
     ``kept_reads``: each would be ESTALE, SIGBUS in git's maps, without them) or met ESTALE and recovered; the
     job rows say each job ran where its phase sent it."""
-    repo = store_root / "race2.git"
-    code, out, err = _race_two_hosts(pk, repo, "--readers", "2", "--duration", "20", "--repack-every", "3",
-                                     "--seed", "7", timeout=400)
-    why = {k: out.get(k) for k in ("lost", "lost_examples", "clones_failed", "clone_examples", "failures",
-                                   "reader_errors", "final_missing", "phases")}
-    assert code == 0 and out["ok"], f"{why}\n{err[-3000:]}"
-    assert out["events"]["lost"] == 0 and out["final_missing"] == 0
+    for attempt in range(2):
+        repo = store_root / ("race2.git" if attempt == 0 else f"race2-{attempt}.git")
+        code, out, err = _race_two_hosts(pk, repo, "--readers", "2", "--duration", "20", "--repack-every", "3",
+                                         "--seed", str(7 + attempt), timeout=400)
+        why = {k: out.get(k) for k in ("lost", "lost_examples", "clones_failed", "clone_examples", "failures",
+                                       "reader_errors", "final_missing", "phases")}
+        assert code == 0 and out["ok"], f"{why}\n{err[-3000:]}"
+        assert out["events"]["lost"] == 0 and out["final_missing"] == 0
+        # Whether a read was open on one host across the other host's delete is timing: a quiet run of 20 s
+        # has 7-8 such reads. A run with none is inconclusive, not a pass: once more with another seed
+        # (bounded), every run held to every assertion above.
+        if sum(c["kept_reads"] for c in out["nfsim"].values()) > 0:
+            break
     assert out["recovered"] > 0, "no miss was recovered: the readers never raced a repack"
     assert all(n >= 1 for n in out["repacks"].values()), out["repacks"]
     assert out["clones"]["clones"] >= 1 and out["clones_failed"] == 0, out["clones"]
@@ -744,7 +750,7 @@ def test_race_across_two_hosts_loses_nothing(celery_worker, store_root, pk, sett
     assert out["estale"] == estale and out["estale_store"] >= estale
     assert sum(c["estale"] for c in out["nfsim"].values()) >= estale, out["nfsim"]
     assert out["aims"] > 0 and out["aimed_reads"] > 0
-    git("fsck", "--full", "--strict", git_dir=store_root / "race2.git.nfs" / "server" / "race2.git")
+    git("fsck", "--full", "--strict", git_dir=store_root / f"{repo.name}.nfs" / "server" / repo.name)
     from sqlalchemy import func, select
 
     from packyard.workers.records import RaceEvent, session_scope
