@@ -38,9 +38,10 @@ Any failure before install raises a typed :class:`StoreError` naming the
 entry offset, removes the quarantine and leaves the repository unchanged.
 
 Phases 1-3 are modules of their own: the stream parser (with the entry table it
-fills), the delta resolver (with its forked workers) and the thin bases. This module keeps the
-orchestration -- :class:`IncomingPack`, phases 3-7 and the choice to fork
-(:data:`FORK_MIN_DELTAS`) -- with :class:`IndexPackResult` and :func:`index_pack`.
+fills), the delta resolver (with its forked workers) and the thin bases. This
+module keeps the orchestration -- :class:`IncomingPack`, which runs them, phases
+4-7 and the choice to fork (:data:`FORK_MIN_DELTAS`) -- with
+:class:`IndexPackResult` and :func:`index_pack`.
 """
 from __future__ import annotations
 
