@@ -17,6 +17,13 @@ Lookup rules (seed 000_9777a3acf68a3210.txt):
   (``locate``/``has``/``freshen``) never answer from ``preserved/``: a writer that skipped an
   object because it exists there would lose it when the preserved pack expires.
 
+Alternates (``objects/info/alternates``, :mod:`.alternates`: a fork borrowing from its pool) are
+searched by the same loop, after the repository's own packs and loose files at each stage: the
+current listings, then every directory re-listed once, then every ``preserved/``. So a fork's reader
+survives its pool's repack as it survives its own. An object found only there is
+``Location.ALTERNATE``; the snapshot's ``packs`` and ``loose_ids`` stay the repository's own (what a
+repack may replace or delete), its ``alternates`` the pool's.
+
 Bulk callers take one :class:`ObjectSnapshot` instead of asking per object; its ``read``
 falls back to a fresh lookup when a pack of the snapshot has been repacked away.
 """
@@ -26,7 +33,7 @@ import enum
 import errno
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from . import fsparallel
 from .errors import CorruptObjectError, ObjectMissingError, PackFormatError
@@ -42,6 +49,7 @@ class Location(enum.Enum):
 
     LOOSE = "loose"
     PACKED = "packed"
+    ALTERNATE = "alternate"   # only in an alternate object directory (the pool), loose or packed
     MISSING = "missing"
 
     def __bool__(self) -> bool:  # pragma: no cover - guard against "if locate(...)" bugs
@@ -60,13 +68,24 @@ class ObjectSnapshot:
     loose_ids: frozenset[bytes]
     loose: LooseObjects = field(repr=False)
     objects: "ObjectDirectory | None" = field(default=None, repr=False, compare=False)
+    #: the alternates' own snapshots, in lookup order (taken with this one; empty without alternates)
+    alternates: "tuple[ObjectSnapshot, ...]" = field(default=(), repr=False, compare=False)
 
     def locate(self, oid: bytes) -> Location:
         if oid in self.loose_ids:
             return Location.LOOSE
         if self.packs.find(oid) is not None:
             return Location.PACKED
+        for alt in self.alternates:
+            if alt.locate(oid) is not Location.MISSING:
+                return Location.ALTERNATE
         return Location.MISSING
+
+    def locate_local(self, oid: bytes) -> Location:
+        """LOOSE, PACKED or MISSING in this repository's own listings (its alternates not asked)."""
+        if oid in self.loose_ids:
+            return Location.LOOSE
+        return Location.PACKED if self.packs.find(oid) is not None else Location.MISSING
 
     def __contains__(self, oid: bytes) -> bool:
         return self.locate(oid) is not Location.MISSING
@@ -86,22 +105,25 @@ class ObjectSnapshot:
         return True
 
     def read(self, oid: bytes) -> tuple[ObjectType, bytes]:
-        """The object as the snapshot knows it; if its pack or loose file is gone since (a repack
-        moved it), or the snapshot lacks it (:meth:`has` found it afresh), a fresh lookup through the
-        object directory's rules, as :meth:`read_header` does."""
-        found = self.packs.find(oid)
-        try:
-            if found is not None:
-                pack, offset = found
-                return pack.read_at(offset)
-            if oid in self.loose_ids:
-                return self.loose.read(oid)
-        except ObjectMissingError:
-            if self.objects is None:
-                raise
-        except OSError as err:
-            if not is_gone(err) or self.objects is None:
-                raise
+        """The object as the snapshot knows it (its own listings, then its alternates'); if its pack or
+        loose file is gone since (a repack moved it), or the snapshot lacks it (:meth:`has` found it
+        afresh), a fresh lookup through the object directory's rules, as :meth:`read_header` does."""
+        for snap in (self, *self.alternates):
+            found = snap.packs.find(oid)
+            try:
+                if found is not None:
+                    pack, offset = found
+                    return pack.read_at(offset)
+                if oid in snap.loose_ids:
+                    return snap.loose.read(oid)
+            except ObjectMissingError:
+                if self.objects is None:
+                    raise
+                break
+            except OSError as err:
+                if not is_gone(err) or self.objects is None:
+                    raise
+                break
         else:
             if self.objects is None:
                 raise ObjectMissingError("object not in snapshot", oid=oid)
@@ -112,14 +134,16 @@ class ObjectSnapshot:
         """Type and size: the entry header in the pack the snapshot lists it in, else the object directory's
         lookup rules (a loose object, one not in this snapshot's packs, or one whose pack is gone since: a
         repack moved it, as :meth:`read` falls back)."""
-        found = self.packs.find(oid)
-        if found is not None:
-            try:
-                return found[0].header_at(found[1])
-            except OSError as err:
-                if not is_gone(err) or self.objects is None:
-                    raise
-                self.objects.counters.snapshot_fallbacks += 1
+        for snap in (self, *self.alternates):
+            found = snap.packs.find(oid)
+            if found is not None:
+                try:
+                    return found[0].header_at(found[1])
+                except OSError as err:
+                    if not is_gone(err) or self.objects is None:
+                        raise
+                    self.objects.counters.snapshot_fallbacks += 1
+                    break
         if self.objects is None:
             return self.loose.read_header(oid)
         return self.objects.read_header(oid)
@@ -178,45 +202,57 @@ class ObjectDirectory:
     :meth:`_pack_failed` (JGit's ``handlePackError``).
     """
 
-    def __init__(self, objects_dir: Path, *, unsafe_trust_dir_mtime: bool = False) -> None:
+    def __init__(self, objects_dir: Path, *, unsafe_trust_dir_mtime: bool = False,
+                 alternates: Sequence[Path] = ()) -> None:
         """``unsafe_trust_dir_mtime``: UNSAFE, for the race harness's negative control only -- a miss
-        re-lists objects/pack only if its stat data changed (see :class:`PackDirectory`)."""
+        re-lists objects/pack only if its stat data changed (see :class:`PackDirectory`).
+        ``alternates``: the object directories this one borrows from, in lookup order (the whole chain,
+        already read and confined: :func:`.alternates.read_chain`)."""
         self.path = objects_dir
         self.loose = LooseObjects(objects_dir)
         self.packs = PackDirectory(objects_dir / "pack", trust_mtime=unsafe_trust_dir_mtime)
         self.preserved = PackDirectory(objects_dir / "pack" / PRESERVED_DIR)
         self.counters = LookupCounters()
+        #: one ObjectDirectory per alternate (each without alternates of its own: the chain is flat here)
+        self.alternates: tuple[ObjectDirectory, ...] = tuple(
+            ObjectDirectory(Path(p), unsafe_trust_dir_mtime=unsafe_trust_dir_mtime) for p in alternates)
+        self._chain: tuple[ObjectDirectory, ...] = (self, *self.alternates)
 
     # -- the one search loop -------------------------------------------------
     def _search(self, oid: bytes, probe: Callable[[PackFile, int], T | None],
-                loose: Callable[[bytes], T | None] | None, *, relist: bool, preserved: bool,
-                skip_cruft: bool = False) -> tuple[T, Stage] | None:
+                loose: Callable[[LooseObjects, bytes], T | None] | None, *, relist: bool, preserved: bool,
+                skip_cruft: bool = False) -> tuple[T, Stage, ObjectDirectory] | None:
         """The lookup rule, in one place: the current pack list (then the loose file), a miss re-lists
         ``objects/pack`` once (then the loose file again), and a read that still misses looks in
-        ``preserved/``. ``probe(pack, offset)`` reads what the caller wants from one pack; a pack found
-        gone or unreadable under it is handled by :meth:`_pack_failed` and stays out of this lookup's
-        candidates across every re-listing, so the loop ends (a finite number of packs, a bounded
-        number of re-listings) even when dead packs keep being listed."""
+        ``preserved/``; at each stage this directory first, then each alternate (the pool) the same way.
+        ``probe(pack, offset)`` reads what the caller wants from one pack, ``loose(loose_objects, oid)``
+        from one loose half; a pack found gone or unreadable under it is handled by :meth:`_pack_failed` and
+        stays out of this lookup's candidates across every re-listing, so the loop ends (a finite number of
+        packs and directories, a bounded number of re-listings) even when dead packs keep being listed.
+        Returns (what the probe gave, the stage, the directory that answered)."""
         search = _Search()
-        got = self._in_packs(oid, self.packs, self.packs.prepare(), probe, search, skip_cruft)
-        if got is None and loose is not None:
-            got = loose(oid)
-        if got is not None:
-            return got, Stage.CURRENT
-        if relist:
-            # A concurrent repack may have packed (and pruned) it since our listing.
-            got = self._in_packs(oid, self.packs, self.packs.reprepare(), probe, search, skip_cruft)
+        for where in self._chain:
+            got = self._in_packs(oid, where.packs, where.packs.prepare(), probe, search, skip_cruft)
             if got is None and loose is not None:
-                got = loose(oid)
+                got = loose(where.loose, oid)
             if got is not None:
-                self.counters.relisted_hits += 1
-                return got, Stage.RELISTED
+                return got, Stage.CURRENT, where
+        if relist:
+            # A concurrent repack (here or in the pool) may have packed (and pruned) it since our listing.
+            for where in self._chain:
+                got = self._in_packs(oid, where.packs, where.packs.reprepare(), probe, search, skip_cruft)
+                if got is None and loose is not None:
+                    got = loose(where.loose, oid)
+                if got is not None:
+                    self.counters.relisted_hits += 1
+                    return got, Stage.RELISTED, where
         if preserved:
             # ...or replaced the pack this reader's view of the refs still needs: preserved/ has it for a while.
-            got = self._in_packs(oid, self.preserved, self.preserved.reprepare(), probe, search, skip_cruft)
-            if got is not None:
-                self.counters.preserved_hits += 1
-                return got, Stage.PRESERVED
+            for where in self._chain:
+                got = self._in_packs(oid, where.preserved, where.preserved.reprepare(), probe, search, skip_cruft)
+                if got is not None:
+                    self.counters.preserved_hits += 1
+                    return got, Stage.PRESERVED, where
         if search.unreadable:   # it may be in a pack that cannot be read: say so rather than "missing"
             raise next(iter(search.unreadable.values()))
         return None
@@ -278,14 +314,14 @@ class ObjectDirectory:
         def in_pack(pack: PackFile, offset: int) -> Location:
             return Location.PACKED
 
-        def in_loose(oid: bytes) -> Location | None:
-            return Location.LOOSE if self.loose.has(oid) else None
+        def in_loose(loose: LooseObjects, oid: bytes) -> Location | None:
+            return Location.LOOSE if loose.has(oid) else None
 
         try:
             got = self._search(oid, in_pack, in_loose, relist=not quick, preserved=False)
         except PackFormatError:   # only in a pack that cannot be read: not an answer to "does it exist?"
             return Location.MISSING
-        return Location.MISSING if got is None else got[0]
+        return _located(got, self)
 
     def has(self, oid: bytes, *, quick: bool = False) -> bool:
         return self.locate(oid, quick=quick) is not Location.MISSING
@@ -300,21 +336,22 @@ class ObjectDirectory:
                                          path=pack.pack_path, offset=offset)
             return obj_type, data
 
-        return self._found(oid, in_pack, lambda o: self.loose.read(o, verify=verify))
+        return self._found(oid, in_pack, lambda lo, o: lo.read(o, verify=verify))
 
     def read_header(self, oid: bytes) -> tuple[ObjectType, int]:
         """Type and size; the same rules as :meth:`read` (one re-listing, then preserved/)."""
         def in_pack(pack: PackFile, offset: int) -> tuple[ObjectType, int]:
             return pack.header_at(offset)
 
-        return self._found(oid, in_pack, self.loose.read_header)
+        return self._found(oid, in_pack, LooseObjects.read_header)
 
-    def _found(self, oid: bytes, in_pack: Callable[[PackFile, int], T], loose: Callable[[bytes], T]) -> T:
-        """A read's search (current list, re-listed, preserved/; loose files between): the answer, or
-        ObjectMissingError once every place was looked at."""
-        def in_loose(oid: bytes) -> T | None:
+    def _found(self, oid: bytes, in_pack: Callable[[PackFile, int], T],
+               loose: Callable[[LooseObjects, bytes], T]) -> T:
+        """A read's search (current list, re-listed, preserved/; loose files between; each alternate after
+        this directory): the answer, or ObjectMissingError once every place was looked at."""
+        def in_loose(lo: LooseObjects, oid: bytes) -> T | None:
             try:
-                return loose(oid)
+                return loose(lo, oid)
             except ObjectMissingError:
                 return None
 
@@ -332,6 +369,7 @@ class ObjectDirectory:
         snapshot make no filesystem calls and survive a concurrent repack
         deleting the files.
         """
+        alternates = tuple(alt.snapshot() for alt in self.alternates)
         packs = self.packs.reprepare()
 
         def open_index(pack: PackFile) -> bool:
@@ -347,10 +385,12 @@ class ObjectDirectory:
         opened = [p for p, ok in zip(packs, fsparallel.each(open_index, packs, where=self.packs.path)) if ok]
         if len(opened) != len(packs):
             packs = PackList(tuple(opened))
-        return ObjectSnapshot(packs=packs, loose_ids=self.loose.list_ids(), loose=self.loose, objects=self)
+        return ObjectSnapshot(packs=packs, loose_ids=self.loose.list_ids(), loose=self.loose, objects=self,
+                              alternates=alternates)
 
     def iter_ids(self) -> Iterator[bytes]:
-        """Every object id (duplicates across packs/loose removed)."""
+        """Every object id of this directory's own (duplicates across packs/loose removed; not the
+        alternates')."""
         seen: set[bytes] = set()
         snap = self.snapshot()
         for pack in snap.packs:
@@ -364,8 +404,9 @@ class ObjectDirectory:
                 yield oid
 
     def freshen(self, oid: bytes) -> Location:
-        """Touch the object's loose file or containing pack (git's check-and-freshen); an object found
-        only in a cruft pack is MISSING (the caller writes it anew, as git does)."""
+        """Touch the object's loose file or containing pack (git's check-and-freshen, which freshens an
+        alternate's copy too: the pool keeps what a fork just relied on); an object found only in a cruft
+        pack is MISSING (the caller writes it anew, as git does)."""
         if self.loose.freshen(oid):
             return Location.LOOSE
 
@@ -374,9 +415,19 @@ class ObjectDirectory:
                 return Location.PACKED
             raise FileNotFoundError(errno.ENOENT, "pack vanished before it could be freshened", str(pack.pack_path))
 
+        def touch_alternate_loose(loose: LooseObjects, oid: bytes) -> Location | None:
+            return Location.LOOSE if loose is not self.loose and loose.freshen(oid) else None
+
         try:
             # a cruft pack's mtime is never touched: an object only there is written anew
-            got = self._search(oid, touch, None, relist=True, preserved=False, skip_cruft=True)
+            got = self._search(oid, touch, touch_alternate_loose, relist=True, preserved=False, skip_cruft=True)
         except PackFormatError:
             return Location.MISSING
-        return Location.MISSING if got is None else got[0]
+        return _located(got, self)
+
+
+def _located(got: tuple[Location, Stage, ObjectDirectory] | None, own: ObjectDirectory) -> Location:
+    """A search's Location: MISSING when nothing answered, ALTERNATE when an alternate did."""
+    if got is None:
+        return Location.MISSING
+    return got[0] if got[2] is own else Location.ALTERNATE

@@ -4,8 +4,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Sequence
 
 from . import durable
+from .alternates import AlternatesChain, read_chain
 from .errors import InvalidInputError, NotARepositoryError
 from .objdir import ObjectDirectory, ObjectSnapshot
 from .refs import RefStore
@@ -82,20 +84,28 @@ def check_layout_contained(git_dir: Path) -> None:
 
 
 class Repository:
-    """A bare git repository on disk (local or NFS)."""
+    """A bare git repository on disk (local or NFS), with the object directories it borrows from
+    (``objects/info/alternates``: :mod:`.alternates`) read once when it is opened."""
 
-    def __init__(self, git_dir: Path, *, unsafe_trust_dir_mtime: bool = False) -> None:
+    def __init__(self, git_dir: Path, *, unsafe_trust_dir_mtime: bool = False,
+                 alternate_roots: Sequence[Path] | None = None) -> None:
+        """``alternate_roots``: every alternate must resolve inside one of these (the storage roots), or the
+        repository is refused (:class:`~.alternates.AlternatesRefused`); None: not confined."""
         self.path = git_dir
+        self.alternates: AlternatesChain = read_chain(git_dir / "objects", roots=alternate_roots)
         # unsafe_trust_dir_mtime: the race harness's negative control only (store/objdir.py).
-        self.objects = ObjectDirectory(git_dir / "objects", unsafe_trust_dir_mtime=unsafe_trust_dir_mtime)
+        self.objects = ObjectDirectory(git_dir / "objects", unsafe_trust_dir_mtime=unsafe_trust_dir_mtime,
+                                       alternates=self.alternates.paths)
         self.refs = RefStore(git_dir, objects=self.objects)
 
     def __repr__(self) -> str:
         return f"Repository({str(self.path)!r})"
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, unsafe_trust_dir_mtime: bool = False) -> "Repository":
-        return cls(find_git_dir(path), unsafe_trust_dir_mtime=unsafe_trust_dir_mtime)
+    def open(cls, path: str | os.PathLike[str], *, unsafe_trust_dir_mtime: bool = False,
+             alternate_roots: Sequence[Path] | None = None) -> "Repository":
+        return cls(find_git_dir(path), unsafe_trust_dir_mtime=unsafe_trust_dir_mtime,
+                   alternate_roots=alternate_roots)
 
     @classmethod
     def init(cls, path: str | os.PathLike[str], *, initial_branch: str = "main") -> "Repository":

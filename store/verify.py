@@ -1,5 +1,10 @@
 """verify_repository: every object checked (hash, parse), then connectivity from the refs.
 
+With alternates (a fork and its pool), the alternates' packs and loose objects are checked too and
+count toward connectivity, as ``git fsck --full`` checks "the ones found in alternate object pools";
+an alternates entry git would skip (a directory that does not exist, nesting too deep) fails the
+verification, naming the alternates file.
+
 Packs are walked delta-chain by delta-chain by the one resolver (:mod:`.pack.resolve`), so
 each object is resolved once (as ``git index-pack --verify`` does), rather than resolving
 chains per object; every zlib stream must end exactly where the next entry starts.
@@ -35,6 +40,8 @@ class VerifyReport:
     loose_objects: int = 0    # loose objects checked
     unreachable: int = 0
     pack_rescans: int = 0
+    alternates: int = 0       # alternate object directories (the pool) read
+    alternate_objects: int = 0  # of the objects checked, those in the alternates
 
     def as_counters(self) -> dict[str, int]:
         return asdict(self)
@@ -64,8 +71,9 @@ class _Tick:
             self.progress(self.phase, self.done, self.total)
 
 
-def verify_repository(path: str | os.PathLike[str], progress: Progress | None = None) -> VerifyReport:
-    """Check every object and that everything reachable from the refs is present.
+def verify_repository(path: "str | os.PathLike[str] | Repository", progress: Progress | None = None) -> VerifyReport:
+    """Check every object and that everything reachable from the refs is present (``path``: a path, or a
+    repository already opened, e.g. with its alternates confined).
 
     Raises the first problem found (NotARepositoryError, CorruptObjectError,
     PackFormatError, ObjectMissingError) with the partial report attached as
@@ -73,7 +81,8 @@ def verify_repository(path: str | os.PathLike[str], progress: Progress | None = 
     """
     report = VerifyReport()
     try:
-        return _verify(Repository.open(path), report, progress)
+        repo = path if isinstance(path, Repository) else Repository.open(path)
+        return _verify(repo, report, progress)
     except StoreError as err:
         err.report = report  # type: ignore[attr-defined]
         raise
@@ -83,14 +92,38 @@ def _verify(repo: Repository, report: VerifyReport, progress: Progress | None) -
     refs = repo.refs.as_dict()
     head = repo.refs.resolve("HEAD")
     report.refs = len(refs)
+    for problem in repo.alternates.problems:
+        raise CorruptObjectError(f"alternates: {problem}", path=repo.objects.path / "info" / "alternates")
+    report.alternates = len(repo.alternates.alternates)
     _orphaned_idx_files(repo.objects.packs.path)
     snap = repo.objects.snapshot()
     report.packs = len(snap.packs)
     # oid -> (type, size, links as bytes: 20-byte oid + 1 type byte per link)
     known: dict[bytes, tuple[int, int, bytes]] = {}
 
+    # This repository's own objects, then each alternate's (git fsck --full checks the pools too).
+    for where, own in ((snap, True), *((alt, False) for alt in snap.alternates)):
+        before = len(known)
+        _verify_objects(where, known, report, progress, own)
+        if not own:
+            report.alternate_objects += len(known) - before
+
+    tips = list(refs.items())
+    if head is not None:
+        tips.append(("HEAD", head))
+    _connectivity(repo, known, tips, report, progress)
+    report.unreachable = len(known) - report.objects
+    report.pack_rescans = repo.objects.packs.rescans
+    return report
+
+
+def _verify_objects(snap, known: dict, report: VerifyReport, progress: Progress | None, own: bool) -> None:
+    """Every pack and loose object one snapshot lists (the repository's own, or one alternate's)."""
+    if not own:
+        _orphaned_idx_files(snap.loose.path / "pack")
     total_packed = sum(len(p) for p in snap.packs)
-    tick = _Tick(progress, "checking packed objects", total_packed)
+    where = "" if own else f" in {snap.loose.path}"
+    tick = _Tick(progress, f"checking packed objects{where}", total_packed)
     for pack in snap.packs:
         try:
             _verify_pack(pack, known, report, tick)
@@ -100,21 +133,13 @@ def _verify(repo: Repository, report: VerifyReport, progress: Progress | None) -
     tick.finish()
 
     loose_ids = [oid for oid in snap.loose_ids if oid not in known]
-    tick = _Tick(progress, "checking loose objects", len(loose_ids))
+    tick = _Tick(progress, f"checking loose objects{where}", len(loose_ids))
     for oid in loose_ids:
-        obj_type, data = repo.objects.loose.read(oid, verify=True)
-        known[oid] = (int(obj_type), len(data), _pack_links(obj_type, data, oid, repo.objects.loose.path_for(oid)))
+        obj_type, data = snap.loose.read(oid, verify=True)
+        known[oid] = (int(obj_type), len(data), _pack_links(obj_type, data, oid, snap.loose.path_for(oid)))
         report.loose_objects += 1
         tick.add()
     tick.finish()
-
-    tips = list(refs.items())
-    if head is not None:
-        tips.append(("HEAD", head))
-    _connectivity(repo, known, tips, report, progress)
-    report.unreachable = len(known) - report.objects
-    report.pack_rescans = repo.objects.packs.rescans
-    return report
 
 
 def _orphaned_idx_files(pack_dir: Path) -> None:

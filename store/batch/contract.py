@@ -33,6 +33,7 @@ class WriteResult(enum.Enum):
     QUEUED = "queued"                        # tmp file written; renamed into place on commit
     EXISTS_LOOSE = "exists_loose"            # in the snapshot as a loose file (freshened)
     EXISTS_PACKED = "exists_packed"          # in the snapshot in a pack (pack freshened)
+    EXISTS_ALTERNATE = "exists_alternate"    # only in an alternate (the pool), freshened there
     DUPLICATE_IN_BATCH = "duplicate_in_batch"  # added earlier in this batch
 
 
@@ -51,6 +52,7 @@ class BatchCounters:
     objects_skipped: int = 0       # existed already (loose or packed) -- freshened, not written
     skipped_loose: int = 0
     skipped_packed: int = 0
+    skipped_alternate: int = 0     # of them, found only in an alternate (the pool): freshened there
     duplicates: int = 0            # same object added twice in one batch
     exists_at_rename: int = 0      # appeared between snapshot and rename (another writer)
     bytes_in: int = 0              # uncompressed object bytes offered
@@ -71,7 +73,7 @@ class BatchCounters:
 
     def as_dict(self) -> dict:
         d = {k: getattr(self, k) for k in (
-            "objects_written", "objects_skipped", "skipped_loose", "skipped_packed", "duplicates",
+            "objects_written", "objects_skipped", "skipped_loose", "skipped_packed", "skipped_alternate", "duplicates",
             "exists_at_rename", "bytes_in", "bytes_written", "freshened_packs", "stale_tmp_removed")}
         if self.write_path == "pack":
             d.update(pack_bytes=self.pack_bytes, deltas_computed=self.deltas_computed, deltas_tried=self.deltas_tried,
@@ -139,7 +141,9 @@ def skip_if_exists(repo, snapshot, oid: bytes, counters: BatchCounters, freshene
     where = snapshot.locate(oid)
     if where is Location.MISSING:
         return WriteResult.QUEUED
-    if where is Location.LOOSE:
+    if where is Location.ALTERNATE:
+        pass   # only in the pool: freshened there below (git's check_and_freshen_nonlocal), or written here
+    elif where is Location.LOOSE:
         if repo.objects.loose.freshen(oid):
             counters.skipped_loose += 1
             return WriteResult.EXISTS_LOOSE
@@ -165,6 +169,9 @@ def skip_if_exists(repo, snapshot, oid: bytes, counters: BatchCounters, freshene
     if again is Location.PACKED:
         counters.skipped_packed += 1
         return WriteResult.EXISTS_PACKED
+    if again is Location.ALTERNATE:
+        counters.skipped_alternate += 1
+        return WriteResult.EXISTS_ALTERNATE
     return WriteResult.QUEUED
 
 

@@ -355,11 +355,15 @@ class IncomingPack:
     def _read_existing(self, oid: bytes) -> tuple[ObjectType, bytes]:
         # Read what the repository stores under ``oid`` without checking it hashes to its name: a
         # different content under the same name is exactly what the collision check must report.
-        snap = self.snapshot
-        found = snap.packs.find(oid)
-        if found is not None:
-            return found[0].read_at(found[1])
-        return snap.loose.read(oid, verify=False)
+        for snap in (self.snapshot, *self.snapshot.alternates):   # (this repository's copy, else the pool's)
+            found = snap.packs.find(oid)
+            if found is not None:
+                return found[0].read_at(found[1])
+            if oid in snap.loose_ids:
+                return snap.loose.read(oid, verify=False)
+        if self.snapshot.objects is not None:   # found by a fresh lookup (ExistingIds.learn): read as found
+            return self.snapshot.objects.read(oid)
+        return self.snapshot.loose.read(oid, verify=False)
 
     def _check_links(self, opts: FsckOptions, stats_all: list[Stats], oids: bytearray, rtypes: bytearray, n: int,
                      existing: ExistingIds) -> FsckChecker:

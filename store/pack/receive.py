@@ -47,12 +47,15 @@ class ExistingIds:
 
     Loose ids come from the snapshot's listing. Ids of small packs are copied
     into one set (cheaper than probing every idx per object); large packs are
-    probed through their already-mmapped idx.
+    probed through their already-mmapped idx. The snapshot's alternates (a fork's
+    pool) answer too, each the same way, after the repository's own.
     """
 
-    def __init__(self, snapshot) -> None:
+    def __init__(self, snapshot, *, _alternate: bool = False) -> None:
         self.snapshot = snapshot
         self.loose = snapshot.loose_ids
+        self.alternates: tuple[ExistingIds, ...] = (
+            () if _alternate else tuple(ExistingIds(a, _alternate=True) for a in snapshot.alternates))
         packs = list(snapshot.packs)
         small: set[bytes] = set()
         large = []
@@ -66,7 +69,7 @@ class ExistingIds:
                 large.append(pack)
         self.small = small
         self.large = tuple(large)
-        self.empty = not self.loose and not small and not large
+        self.empty: bool = not self.loose and not small and not large and all(a.empty for a in self.alternates)
         self.late: set[bytes] = set()   # thin bases the snapshot lacked, found by a normal lookup
 
     def learn(self, oids) -> None:  # type: ignore[no-untyped-def]
@@ -90,7 +93,7 @@ class ExistingIds:
         for pack in self.large:
             if pack.find_offset(oid) is not None:
                 return True
-        return False
+        return any(oid in alt for alt in self.alternates)
 
 
 # --------------------------------------------------------------------------------------

@@ -41,10 +41,10 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     from packyard.store.maintenance.preservedloose import expire_preserved_loose
     from packyard.store.pack.quarantine import remove_stale_quarantines
     from packyard.store.refs import remove_dead_claims
-    from packyard.store.repo import Repository
+    from packyard.workers.repos import open_repository
 
     check = lease.check if lease is not None else (lambda: None)
-    r = Repository.open(repo)
+    r = open_repository(repo)
     steps = 5
 
     def step(n: int, name: str) -> None:
@@ -104,10 +104,10 @@ def remove_unowned_leftovers(git_dir: str | Path, *, quarantine_after: float = Q
     from packyard.store import leftovers as lo
     from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
     from packyard.store.refs import remove_dead_claims
-    from packyard.store.repo import Repository
+    from packyard.workers.repos import open_repository
 
     check = fence or (lambda: None)
-    r = Repository.open(git_dir)
+    r = open_repository(git_dir)
     check()
     tmp = remove_dead_batches(r, fence=check)
     rule = RULES[Kind.QUARANTINE].aged(dead_after=quarantine_after, unjudged_after=quarantine_after)

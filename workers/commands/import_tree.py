@@ -8,8 +8,8 @@ from packyard.store.importtree import Identity
 from packyard.store.importtree import import_tree as store_import_tree
 from packyard.store.lease import Lease
 from packyard.store.progress import Progress
-from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import flat_counters, flush_options, fsck_options_of, pack_threshold_of
+from packyard.workers.repos import open_repository
 
 
 def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str = "Import",
@@ -21,7 +21,7 @@ def import_tree(repo: str | Path, ref: str, source: str | Path, *, message: str 
     (InvalidInputError: nothing written; LimitExceededError past ``max_files`` entries or ``max_bytes``),
     RefUpdateError if the ref moved meanwhile. At least ``pack_threshold`` objects (default:
     PACKYARD_PACK_THRESHOLD; 0: never) are written as one pack: ``counters["write_path"]`` says which."""
-    r = Repository.open(repo)
+    r = open_repository(repo)
     res = store_import_tree(r, ref, source, message=message,
                             author=Identity(author_name, author_email, author_time),
                             max_files=max_files, max_bytes=max_bytes, progress=progress,

@@ -15,8 +15,8 @@ from typing import Any, BinaryIO, Callable, ContextManager
 from packyard.store.fsck import FsckOptions
 from packyard.store.pack.indexpack import IncomingPack, IndexPackResult
 from packyard.store.progress import Progress
-from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import parse_ref_updates
+from packyard.workers.repos import open_repository
 
 LockFactory = Callable[[], ContextManager[Any]]
 
@@ -60,7 +60,7 @@ def index_pack(repo: str | Path, pack: str | Path | BinaryIO, *, fix_thin: bool 
     ``ref_updates``: ``[{"ref": "refs/heads/x", "old": hex | None, "new": hex}, ...]`` (all or nothing).
     Raises the store's typed errors for bad input; the repository is then unchanged.
     """
-    r = Repository.open(repo)
+    r = open_repository(repo)
     updates = parse_ref_updates(ref_updates)
     source: BinaryIO | Path
     if hasattr(pack, "read"):

@@ -11,8 +11,8 @@ from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode
 from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.maintenance.serving import after_repack
 from packyard.store.progress import Progress
-from packyard.store.repo import Repository
 from packyard.workers.durations import parse_duration
+from packyard.workers.repos import open_repository
 
 
 def parse_expire(value: str | float | int | None, default: float = DEFAULT_EXPIRE_SECONDS) -> float:
@@ -67,7 +67,7 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
                             bitmap=not no_bitmap, midx=not no_midx,
                             bitmap_options=BitmapOptions(lookup_table=settings.bitmap_lookup_table,
                                                          prefer_tips=settings.bitmap_prefer_tips), **search)
-    r = Repository.open(repo)
+    r = open_repository(repo)
     result = store_repack(r, options, progress=progress, lease=lease)
     counters = result.as_counters()
     counters.update(after_repack(r, commit_graph=commit_graph, pack_refs_too=pack_refs,

@@ -10,8 +10,8 @@ from packyard.store.lease import Lease
 from packyard.store.pack.unpack import DEFAULT_MAX_OBJECTS
 from packyard.store.pack.unpack import unpack_objects as store_unpack
 from packyard.store.progress import Progress
-from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import flat_counters, flush_options, parse_ref_updates
+from packyard.workers.repos import open_repository
 
 
 def read_pack(pack: str | Path | BinaryIO, max_bytes: int | None) -> tuple[bytes, str]:
@@ -40,7 +40,7 @@ def unpack_objects(repo: str | Path, pack_path: str | Path | BinaryIO, *, ref_up
 
     ``pack_path``: a path or an open binary file (a queued job's file, opened by the task boundary).
     """
-    r = Repository.open(repo)
+    r = open_repository(repo)
     data, where = read_pack(pack_path, max_bytes)
     res = store_unpack(r, data, ref_updates=parse_ref_updates(ref_updates), where=where,
                        max_objects=max_objects, progress=progress, strict=strict,

@@ -6,9 +6,11 @@ from typing import Any
 
 from packyard.store.progress import Progress
 from packyard.store.verify import verify_repository
+from packyard.workers.repos import open_repository
 
 
 def verify_repo(repo: str | Path, *, progress: Progress | None = None) -> dict[str, Any]:
-    """Verify ``repo`` (read-only). Raises the store's typed error for the first bad object."""
-    report = verify_repository(Path(repo), progress=progress)
+    """Verify ``repo`` (read-only; its pool too, when it has alternates). Raises the store's typed error for
+    the first bad object."""
+    report = verify_repository(open_repository(repo), progress=progress)
     return {"repo": str(Path(repo).resolve()), "counters": report.as_counters()}

@@ -18,7 +18,6 @@ from packyard.store.errors import InvalidInputError, LimitExceededError
 from packyard.store.lease import Lease
 from packyard.store.objectsfile import read_objects_file
 from packyard.store.progress import Progress
-from packyard.store.repo import Repository
 from packyard.workers.commands._bulk import (
     flat_counters,
     flush_options,
@@ -26,6 +25,7 @@ from packyard.workers.commands._bulk import (
     pack_threshold_of,
     parse_ref_updates,
 )
+from packyard.workers.repos import open_repository
 
 #: What a message's ``"type"`` may say: git's names only. A number (even git's 3 for a blob) is refused, so a
 #: frontend that sends pack type numbers or a null learns it at once instead of writing the wrong type.
@@ -99,7 +99,7 @@ def write_objects(repo: str | Path, objects: list[dict[str, Any]] | None = None,
     ``pack_threshold`` objects (default: PACKYARD_PACK_THRESHOLD; 0: never) are written as one pack:
     ``counters["write_path"]`` says which.
     """
-    r = Repository.open(repo)
+    r = open_repository(repo)
     decoded: list[tuple[Any, bytes]] = list(decode_objects(objects or [], max_payload_bytes))
     if objects_file is not None:
         decoded += objects_from_file(objects_file, max_file_bytes)

@@ -1,0 +1,30 @@
+"""The one way a worker (queued or in-process) opens a repository: its alternates confined to the storage roots.
+
+A repository inside a storage root (every queued job's: :mod:`.confine` checked it) may borrow only from
+object directories inside a storage root too (``objects/info/alternates``: a fork's pool); one that leads
+elsewhere is refused (:class:`~packyard.store.alternates.AlternatesRefused`, naming the file and the path) before
+anything is read through it. A repository outside every root is reachable only from the CLI's in-process
+commands, which run as the user on any path the user names; its alternates are the user's to choose.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from packyard.store.repo import Repository, find_git_dir
+from packyard.workers.settings import Settings, get_settings
+
+
+def alternate_roots(git_dir: Path, settings: Settings) -> tuple[Path, ...] | None:
+    """The roots a repository's alternates must lie inside: the storage roots for a repository in one,
+    None (not confined) for one outside them all."""
+    roots = tuple(Path(os.path.realpath(root)) for _name, root in settings.storage_roots)
+    real = Path(os.path.realpath(git_dir))
+    return roots if any(root in real.parents for root in roots) else None
+
+
+def open_repository(path: str | os.PathLike[str], settings: Settings | None = None) -> Repository:
+    """``Repository.open`` with the alternates rule above."""
+    s = settings or get_settings()
+    git_dir = find_git_dir(path)
+    return Repository(git_dir, alternate_roots=alternate_roots(git_dir, s))
