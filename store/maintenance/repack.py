@@ -86,6 +86,10 @@ from .sources import SourceIndex
 from .walkparse import CommitMeta
 from .writeplan import DeltaPlan, write_plan
 
+#: The marker of an object pool (pool/layout.py's MARKER; a test checks they agree): its full repack expires
+#: objects only with its members' reach in hand.
+POOL_MARKER = Path("packyard") / "pool"
+
 #: git's gc.pruneExpire default: unreachable objects younger than this are kept (in the cruft pack).
 DEFAULT_EXPIRE_SECONDS = 14 * 24 * 3600.0
 
@@ -112,6 +116,11 @@ class RepackOptions:
     midx: bool = True                                # geometric/loose: write a multi-pack-index over what stays
     bitmap: bool = True                              # full: a reachability bitmap with the pack (bitmap.py)
     bitmap_options: BitmapOptions = BitmapOptions()  # hash cache, lookup table, pack.preferBitmapTips
+    #: a pool's repack (pool/members.py): given "already reached?", the objects its members reach; they are kept
+    #: as young (cruft pack, this repack's time), at the plan and again right before the delete
+    keep_reached: Callable[[Callable[[bytes], bool]], set[bytes]] | None = None
+    #: UNSAFE, the race harness's and the tests' negative control only: repack a pool as a plain repository
+    unsafe_ignore_pool_members: bool = False
 
     @property
     def preserve_mapped(self) -> bool:
@@ -141,6 +150,7 @@ class RepackCounters:
     loose_deleted: int = 0        # loose files deleted
     loose_preserved: int = 0      # of them, kept alive in preserved/loose-<hex>/ for readers on other hosts (shared FS)
     reachable: int = 0            # full: objects the tips reach
+    borrowed: int = 0             # full, with alternates: of them, those left in the pool (not packed here)
     cruft_kept: int = 0           # unreachable objects kept in the cruft pack (young, or reached from young)
     cruft_expired: int = 0        # unreachable objects older than the grace period: not kept
     cruft_walked: int = 0         # objects the walk from young unreachable ones went through (0: no old ones)
@@ -213,6 +223,10 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     fence around the deletions."""
     if options.factor < 2 and options.mode is RepackMode.GEOMETRIC:
         raise InvalidInputError(f"geometric factor must be at least 2, not {options.factor}")
+    if (options.mode is RepackMode.FULL and options.keep_reached is None and not options.unsafe_ignore_pool_members
+            and (Path(repo.path) / POOL_MARKER).is_file()):
+        raise InvalidInputError("this repository is an object pool: a full repack must keep what its members "
+                                "reach (store/maintenance/pool: repack_pool)", path=repo.path)
     hooks = hooks or RepackHooks()
     now = time.time() if options.now is None else options.now
     result = RepackResult(mode=options.mode, fence_token=token_of(lease))
@@ -241,7 +255,9 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
     sources: SourceIndex | None = None
     try:
         if options.mode is RepackMode.FULL:
-            sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read)
+            # A fork's pool: its packs are read by the walk, never rewritten here (git's repack -a -d -l).
+            sources = SourceIndex(snapshot, replaceable, kept, read_fresh=repo.objects.read,
+                                  borrowed=snapshot.alternates)
             timer.lap("sources")
             plan = plan_full(repo, sources, replaceable, options, now, progress, timer)
         elif options.mode is RepackMode.GEOMETRIC:
@@ -254,6 +270,7 @@ def repack(repo, options: RepackOptions = RepackOptions(), *, progress: Progress
         # Only an expiring plan compares them (spare_freshened): no stat per pack otherwise.
         plan.mtime_at_plan = {p.name: file_mtime(p.pack_path) for p in plan.packs} if plan.expired else {}
         c.reachable = len(plan.reach) if plan.reach is not None else 0
+        c.borrowed = plan.borrowed_reached
         if plan.reach is not None and plan.reach.commit_meta is not None:
             result.walked = (plan.reach.commits, plan.reach.commit_meta)
         c.cruft_kept, c.cruft_expired = len(plan.cruft), len(plan.expired)
@@ -306,7 +323,10 @@ def _write_and_install(plan: "RepackPlan", sources: SourceIndex, options: Repack
                                 names=plan.cruft_names if is_cruft else plan.names, preloaded=plan.preloaded,
                                 deltas=options.delta_plan(), timings=searched)
             writer.finish(mtimes=mtimes)
-            if not is_cruft and options.bitmap and options.mode is RepackMode.FULL and plan.reach is not None:
+            if not is_cruft and plan.borrowed_reached and options.bitmap and options.mode is RepackMode.FULL:
+                c.bitmap_skipped = 1   # the pack lacks closure: git disables bitmaps ("some objects are not
+                # being packed"), as for a repository with alternates
+            elif not is_cruft and options.bitmap and options.mode is RepackMode.FULL and plan.reach is not None:
                 t0 = time.monotonic()
                 n = write_pack_bitmap(writer, plan.reach, plan.tips, sources.read, options.bitmap_options,
                                       packs=sources.c_packs)
@@ -386,6 +406,10 @@ def delete_old_packs(repo, plan: "RepackPlan", sources: SourceIndex, options: Re
     doomed_loose = set(plan.loose)
     if options.mode is RepackMode.FULL:
         needed = recheck_tips(repo, plan, sources)
+        if options.keep_reached is not None and plan.expired:   # a pool: its members' refs, read again now
+            in_new = plan.reach.reached() if plan.reach is not None else set()
+            cruft = set(plan.cruft)
+            needed |= options.keep_reached(lambda oid: oid in in_new or oid in cruft) & plan.expired
         doomed_packs, doomed_loose = spare(needed, doomed_packs, doomed_loose, sources, c)
     doomed_packs, doomed_loose = spare_freshened(plan, doomed_packs, doomed_loose, sources, options, now, c)
     timer.lap("recheck")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
 from ..errors import ObjectMissingError, StoreError
+from ..objdir import Location
 from ..objects import ObjectType
 from ..pack.packdir import PackFile
 from ..progress import Progress
@@ -58,6 +59,7 @@ class RepackPlan:
     mtime_at_plan: dict[str, float] = field(default_factory=dict)  # pack name -> mtime when planned
     snapshot_packs: list[PackFile] = field(default_factory=list)    # geometric: the progression's packs
     cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
+    borrowed_reached: int = 0                               # reachable objects left in an alternate (the pool)
 
 
 class PhaseTimer:
@@ -97,6 +99,8 @@ def plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: 
                  names=lambda: reach.names, preloaded=preloaded,   # (names built only if the search runs)
                  prefetched=prefetched, loose_sizes=keeper.file_sizes)
     plan.main = sources.present(reach.ids())
+    if sources.alternates:   # (a fork: what it reaches that only its pool holds stays there)
+        plan.borrowed_reached = len(reach) - len(plan.main)
     seen = reach.reached()
     # Every unreachable copy with its age: a loose file's mtime, a pack's, or a cruft pack's own record.
     ages: dict[bytes, int] = {}
@@ -115,8 +119,13 @@ def plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: 
         t = int(file_mtime(repo.objects.loose.path_for(oid)))
         if t > ages.get(oid, -1):
             ages[oid] = t
+    members_keep: set[bytes] = set()
+    if options.keep_reached is not None and ages:   # a pool: what its members reach stays, as if young
+        members_keep = {oid for oid in options.keep_reached(lambda oid: oid in seen) if oid in ages}
+        for oid in members_keep:
+            ages[oid] = max(ages[oid], int(now))   # (its cruft mtime: this repack's time)
     cutoff = now - options.expire
-    keep = {oid for oid, t in ages.items() if t >= cutoff}
+    keep = {oid for oid, t in ages.items() if t >= cutoff} | members_keep
     timer.lap("ages")
     young = _in_source_order(keep, sources)   # (pack order: the walk below reads them as git wrote them)
     rescued: set[bytes] = set()
@@ -214,10 +223,12 @@ def plan_geometric(sources: SourceIndex, rolled: list[PackFile], snapshot) -> Re
 
 
 def _unpacked_loose(sources: SourceIndex, snapshot) -> list[bytes]:
-    """Loose objects not in a replaceable pack nor in any non-cruft pack (git's ``--unpacked``), by id."""
+    """Loose objects not in a replaceable pack nor in any non-cruft pack (git's ``--unpacked``) nor in an alternate
+    (git's ``--local``: the pool has it), by id."""
     out = []
     for oid in sorted(sources.loose_ids):
-        if sources.packed(oid) is None and snapshot.packs.find_not_cruft(oid) is None:
+        if sources.packed(oid) is None and snapshot.packs.find_not_cruft(oid) is None and not any(
+                alt.locate(oid) is not Location.MISSING for alt in snapshot.alternates):
             out.append(oid)
     return out
 

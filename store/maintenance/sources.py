@@ -10,6 +10,13 @@ With the walk's C extension (:mod:`.walk`), ``loc`` is its ``Packs`` index (``ge
 and ``[]`` as a dict; no 500,000-entry dict to build) and the packs' layout, ``oid_at`` and
 ``unreached`` are computed in C; without it, the same answers come from a dict and Python loops
 (tests/workers/test_walk.py compares both).
+
+A repository with alternates (a fork and its pool) also gives its alternates' snapshots as ``borrowed``
+(a copy into a pool gives the pool's): their packs are
+listed after its own packs (so an object it holds itself is found in its own copy first), read by the
+walk as fast as its own, and never offered for rewriting: :meth:`present`, ``in`` and :meth:`unreached`
+leave out every object an alternate holds (git's ``pack-objects --local``: "an object that is borrowed
+from an alternate object store is ignored even if it would have otherwise been packed").
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ from dataclasses import dataclass
 
 from .. import fsparallel, native
 from ..errors import ObjectMissingError
-from ..objdir import ObjectSnapshot
+from ..objdir import Location, ObjectSnapshot
 from ..pack.packdir import PackFile
 
 #: The C tables (Packs, pack_layout) of the walk extension, or None (store/native.py).
@@ -74,7 +81,7 @@ class SourceIndex:
     """The objects a repack may rewrite, and how to read and copy each."""
 
     def __init__(self, snapshot: ObjectSnapshot, packs: list[PackFile], kept: list[PackFile], *,
-                 read_fresh=None, progress=None) -> None:
+                 read_fresh=None, progress=None, borrowed: "tuple[ObjectSnapshot, ...]" = ()) -> None:
         from ..pack.mtimes import read_mtimes
 
         self.snapshot = snapshot
@@ -89,17 +96,29 @@ class SourceIndex:
             t = pack.tables()
             self.kept_ids.update(t.oids[20 * i:20 * i + 20] for i in range(t.count))
         total = 0
+        #: the borrowed snapshots (the pool): an object any of them holds is never rewritten here
+        self.alternates: tuple[ObjectSnapshot, ...] = tuple(borrowed)
+        borrowed_packs = [p for alt in self.alternates for p in alt.packs]
         # Every pack is mapped first, together (an open is a round trip over NFS: :mod:`..fsparallel`).
         fsparallel.each(lambda p: p.buffer(), packs, where=packs[0].idx_path.parent if packs else None)
-        for pack in packs:
+        fsparallel.each(lambda p: p.buffer(), borrowed_packs,
+                        where=borrowed_packs[0].idx_path.parent if borrowed_packs else None)
+        #: the first global entry number of a borrowed pack, and the first borrowed pack's position
+        self.local_end, self.local_packs = 0, len(packs)
+        for k, pack in enumerate([*packs, *borrowed_packs]):
+            if k == len(packs):
+                self.local_end = total
             t = pack.tables()
             trailer = pack.end
             order, sorted_offsets, ends = _layout(t.offsets, trailer)
-            mtimes = read_mtimes(pack.mtimes_path, t.count, t.pack_checksum) if pack.is_cruft else None
+            mtimes = (read_mtimes(pack.mtimes_path, t.count, t.pack_checksum)
+                      if pack.is_cruft and k < len(packs) else None)
             self.packs.append(_PackEntries(pack, total, t.count, t.oids, t.offsets, t.crcs, ends, sorted_offsets,
                                            order, mtimes, pack.buffer(), memoryview(pack.buffer()), trailer,
                                            str(pack.pack_path), len(self.packs)))
             total += t.count
+        if not borrowed_packs:
+            self.local_end = total
         # id -> global entry number: the first pack holding an id, never an id of a .keep pack. With the C
         # walk that index is the C one (it answers get() and ``in`` as the dict does, and the walk uses it).
         self.c_packs = None
@@ -136,28 +155,42 @@ class SourceIndex:
     def is_loose(self, oid: bytes) -> bool:
         return oid in self.loose_ids
 
+    def borrowed(self, oid: bytes) -> bool:
+        """Does an alternate (the pool) hold ``oid``? Then this repository's repack leaves it out."""
+        if not self.alternates:
+            return False
+        gid = self.loc.get(oid)
+        if gid is not None and gid >= self.local_end:
+            return True
+        return any(alt.locate(oid) is not Location.MISSING for alt in self.alternates)
+
     def __contains__(self, oid: bytes) -> bool:
-        """Is ``oid`` one of the objects this repack may rewrite (not in a .keep pack)?"""
-        return oid in self.loc or (oid in self.loose_ids and oid not in self.kept_ids)
+        """Is ``oid`` one of the objects this repack may rewrite (not in a .keep pack, not borrowed)?"""
+        return (oid in self.loc or (oid in self.loose_ids and oid not in self.kept_ids)) and not self.borrowed(oid)
 
     def unreached(self, seen) -> list[list[int]]:
         """For each pack of :attr:`packs`, the idx positions whose id is neither in ``seen`` nor in a .keep
         pack: the copies a full repack did not reach."""
         if self.c_packs is not None:
-            return self.c_packs.unreached(seen, self.kept_ids)
-        out = []
-        for p in self.packs:
+            got = self.c_packs.unreached(seen, self.kept_ids)
+            return [*got[:self.local_packs], *([] for _ in got[self.local_packs:])]   # (never a borrowed copy)
+        out: list[list[int]] = []
+        for p in self.packs[:self.local_packs]:
             oids, kept = p.oids, self.kept_ids
             out.append([i for i in range(p.count)
                         if (oid := oids[20 * i:20 * i + 20]) not in seen and oid not in kept])
-        return out
+        return out + [[] for _ in self.packs[self.local_packs:]]
 
     def present(self, ids: list[bytes]) -> list[bytes]:
         """The ids of ``ids`` this repack may rewrite (what ``in`` answers), in their order."""
         if self.c_packs is not None:
-            return self.c_packs.present(ids, self.loose_ids, self.kept_ids)
-        loc, loose, kept = self.loc, self.loose_ids, self.kept_ids
-        return [oid for oid in ids if oid in loc or (oid in loose and oid not in kept)]
+            got = self.c_packs.present(ids, self.loose_ids, self.kept_ids)
+        else:
+            loc, loose, kept = self.loc, self.loose_ids, self.kept_ids
+            got = [oid for oid in ids if oid in loc or (oid in loose and oid not in kept)]
+        if self.alternates:
+            got = [oid for oid in got if not self.borrowed(oid)]
+        return got
 
     def oid_at(self, p: _PackEntries, offset: int) -> bytes | None:
         """The id of the entry starting at ``offset`` in ``p`` (None if no entry starts there)."""

@@ -285,3 +285,74 @@ def test_missing_everywhere_is_still_missing(network: tuple[Path, Path]) -> None
     with pytest.raises(ObjectMissingError):
         repo.objects.read(b"\x01" * 20)
     assert repo.objects.locate(b"\x01" * 20) is Location.MISSING
+
+
+# -- a fork's repack: its own objects only (git repack -a -d -l) ------------------------------------------
+
+def _objects(repo: Path) -> list[str]:
+    return sorted(git("rev-list", "--objects", "--all", git_dir=repo).decode().splitlines())
+
+
+def _local_ids(repo: Path) -> set[str]:
+    ids: set[str] = set()
+    for idx in (repo / "objects" / "pack").glob("*.idx"):
+        ids.update(git("show-index", input=idx.read_bytes()).decode().split()[1::3])
+    for f in (repo / "objects").glob("??/*"):
+        ids.add(f.parent.name + f.name)
+    return ids
+
+
+def test_a_forks_full_repack_packs_only_its_own_objects(network: tuple[Path, Path], tmp_path: Path) -> None:
+    """A fork made with git clone --shared, with a commit of its own, loose: packyard's repack (which failed with
+    "reachable object is missing" before alternates) packs just the fork's objects, writes no bitmap (git disables
+    it: the pack lacks closure), leaves the pool's files alone; git fsck and rev-list agree before and after, and
+    git's own repack -a -d -l keeps the same set of objects in the fork."""
+    from packyard.store.maintenance.repack import RepackOptions, repack
+
+    pool, fork = network
+    work = tmp_path / "w"
+    git("clone", "-q", "--no-local", str(pool), str(work))
+    (work / "fork.txt").write_text("the fork's own file\n")
+    git("add", "fork.txt", cwd=work)
+    git("commit", "-qm", "fork commit", cwd=work)
+    new = git("rev-parse", "HEAD", cwd=work).decode().strip()
+    pack = git("pack-objects", "--stdout", "--revs", "-q", cwd=work, input=f"{new}\n^HEAD~1\n".encode())
+    git("unpack-objects", "-q", git_dir=fork, input=pack)
+    git("update-ref", "refs/heads/main", new, git_dir=fork)
+    twin = tmp_path / "twin.git"
+    git("clone", "-q", "--bare", "--shared", str(pool), str(twin))
+    git("unpack-objects", "-q", git_dir=twin, input=pack)
+    git("update-ref", "refs/heads/main", new, git_dir=twin)
+    pool_files = sorted(p.name for p in (pool / "objects" / "pack").iterdir())
+    before = _objects(fork)
+
+    result = repack(Repository.open(fork), RepackOptions())
+    assert result.counters.borrowed > 0 and result.counters.bitmap_skipped == 1
+    assert not list((fork / "objects" / "pack").glob("*.bitmap"))
+    git("repack", "-a", "-d", "-l", "-q", git_dir=twin)
+    assert _local_ids(fork) == _local_ids(twin) == {new, *git("rev-parse", f"{new}^{{tree}}", f"{new}:fork.txt",
+                                                             git_dir=fork).decode().split()}
+    assert sorted(p.name for p in (pool / "objects" / "pack").iterdir()) == pool_files
+    assert _objects(fork) == before
+    fsck(fork)
+    fsck(pool)
+
+
+def test_repacking_a_full_copy_after_linking_drops_what_the_pool_has(network: tuple[Path, Path],
+                                                                    tmp_path: Path) -> None:
+    """A fork that holds everything itself and is then given the pool as its alternate (the link step): one
+    full repack leaves it nothing the pool has, as git repack -a -d -l does, and it reads the same."""
+    from packyard.store.maintenance.repack import RepackOptions, repack
+
+    pool, _fork = network
+    full = tmp_path / "full.git"
+    git("clone", "-q", "--bare", "--no-local", str(pool), str(full))
+    git("repack", "-adq", git_dir=full)
+    (full / "objects" / "info" / "alternates").write_text(f"{pool / 'objects'}\n")
+    before = _objects(full)
+    assert _local_ids(full)
+    result = repack(Repository.open(full), RepackOptions())
+    assert result.packs_deleted and not result.packs_written
+    assert _local_ids(full) == set()
+    assert _objects(full) == before
+    fsck(full)

@@ -1,0 +1,276 @@
+"""Object pools, store level: create, fetch, link, disconnect, delete, and the pool's repack keeping what its
+members reach. git is the oracle: git fsck --full in the pool and every member, rev-list --objects before and
+after each step, count-objects for the sizes; every step killed at each of its fault points leaves all of them
+complete."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gitutil import GIT_ENV, fsck, git
+
+from packyard.store.errors import InvalidInputError
+from packyard.store.maintenance.pool.layout import MARKER, member_key, read_members
+from packyard.store.maintenance.pool.lifecycle import (
+    PoolStep,
+    create_pool,
+    delete_pool,
+    disconnect_member,
+    fetch_into_pool,
+    link_member,
+    repack_pool,
+)
+from packyard.store.maintenance.repack import POOL_MARKER, RepackOptions, repack
+from packyard.store.repo import Repository
+
+
+def _commit(work: Path, name: str, text: str, message: str) -> str:
+    (work / name).write_text(text)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", message, cwd=work)
+    return git("rev-parse", "HEAD", cwd=work).decode().strip()
+
+
+def _source(tmp: Path, commits: int = 4) -> tuple[Path, Path]:
+    """(bare source repository, its work tree) made with git, packed as git packs it."""
+    work = tmp / "src-work"
+    git("init", "-q", "-b", "main", str(work))
+    for i in range(commits):
+        _commit(work, "big.txt", "".join(f"shared line {k}\n" for k in range(300)) + f"version {i}\n", f"c{i}")
+        _commit(work, f"f{i}.txt", f"file {i}\n" * 20, f"f{i}")
+    git("tag", "-a", "-m", "a tag", "v1", cwd=work)
+    bare = tmp / "src.git"
+    git("clone", "-q", "--bare", "--no-local", str(work), str(bare))
+    git("repack", "-adq", git_dir=bare)
+    git("remote", "add", "origin", str(bare), cwd=work)
+    return bare, work
+
+
+def _fork(tmp: Path, source: Path, name: str, own_commits: int = 2) -> Path:
+    """A full copy of ``source`` (git clone --bare) with commits of its own pushed by git."""
+    fork = tmp / f"{name}.git"
+    git("clone", "-q", "--bare", "--no-local", str(source), str(fork))
+    work = tmp / f"{name}-work"
+    git("clone", "-q", "--no-local", str(fork), str(work))
+    for i in range(own_commits):
+        _commit(work, f"{name}-{i}.txt", f"{name} {i}\n" * 30, f"{name} {i}")
+    git("push", "-q", "origin", "main", cwd=work)
+    return fork
+
+
+def _objects(repo: Path) -> list[str]:
+    return sorted(git("rev-list", "--objects", "--all", git_dir=repo).decode().splitlines())
+
+
+def _count(repo: Path) -> dict[str, int]:
+    """git count-objects -v: loose ``count`` and ``in-pack`` objects of the repository itself."""
+    return {k: int(v) for k, v in (line.split(": ") for line in
+                                   git("count-objects", "-v", git_dir=repo).decode().splitlines()) if v.isdigit()}
+
+
+def _size(repo: Path) -> int:
+    """Bytes of the repository's installed packs (preserved/ not counted: it expires)."""
+    return sum(f.stat().st_size for f in (repo / "objects" / "pack").glob("*.pack"))
+
+
+def _refs(repo: Path) -> dict[str, str]:
+    out = git("for-each-ref", "--format=%(refname) %(objectname)", git_dir=repo).decode().splitlines()
+    return {name: oid for name, oid in (line.split(" ", 1) for line in out)}
+
+
+@pytest.fixture
+def network(tmp_path: Path):
+    source, work = _source(tmp_path)
+    forks = [_fork(tmp_path, source, f"fork{i}") for i in range(2)]
+    return tmp_path, source, work, forks
+
+
+def test_markers_agree() -> None:
+    assert POOL_MARKER == MARKER
+
+
+def test_a_fork_networks_life_from_create_to_delete(network) -> None:
+    tmp, source, work, forks = network
+    before = {r: _objects(r) for r in (source, *forks)}
+    sizes = {r: _size(r) for r in (source, *forks)}
+    pool_dir = tmp / "pool.git"
+
+    # create: the source's objects and its refs under its namespace
+    created = create_pool(pool_dir, Repository.open(source))
+    pool = Repository.open(pool_dir)
+    assert created.copied is not None and created.copied.objects == len(before[source])
+    key = member_key(source)
+    src_refs = _refs(source)
+    pool_refs = _refs(pool_dir)
+    assert {name.replace(f"refs/virtual/{key}/", "refs/", 1): oid for name, oid in pool_refs.items()} == src_refs
+    fsck(pool_dir)
+
+    # link the source and both forks: each keeps only what the pool lacks
+    for repo in (source, *forks):
+        link_member(Repository.open(repo), pool)
+    assert set(read_members(pool_dir)) == {source, *forks}
+    for repo in (source, *forks):
+        assert _objects(repo) == before[repo]
+        fsck(repo)
+        assert (repo / "objects" / "info" / "alternates").read_text().startswith("..")
+    assert _count(source)["in-pack"] == _count(source)["count"] == 0
+    for fork in forks:
+        own = len(set(_objects(fork)) - set(before[source]))
+        assert _count(fork)["in-pack"] == own and _count(fork)["count"] == 0
+    assert _size(pool_dir) <= 1.05 * sizes[source] and _size(source) == 0
+    assert all(_size(fork) < sizes[fork] / 3 for fork in forks)
+
+    # linking again finds nothing to do
+    assert link_member(Repository.open(forks[0]), pool).step is PoolStep.ALREADY
+
+    # fetch: the source's new commit and ref reach the pool
+    git("fetch", "-q", "origin", cwd=work)
+    new = _commit(work, "big.txt", "".join(f"shared line {k}\n" for k in range(300)) + "newer\n", "newer")
+    git("push", "-q", "origin", "main", cwd=work)
+    fetched = fetch_into_pool(pool, Repository.open(source))
+    assert fetched.refs_updated == 1 and fetched.copied is not None and fetched.copied.objects == 3
+    assert _refs(pool_dir)[f"refs/virtual/{key}/heads/main"] == new
+    assert fetch_into_pool(pool, Repository.open(source)).step is PoolStep.ALREADY
+
+    # the pool's repack (islands and bitmaps of its own) and every member still complete
+    repack_pool(pool, RepackOptions())
+    for repo in (pool_dir, source, *forks):
+        fsck(repo)
+
+    # delete is refused while members link to the pool
+    with pytest.raises(InvalidInputError, match="member"):
+        delete_pool(pool)
+
+    # disconnect every member: each stands alone, with every object it reaches
+    for repo in (source, *forks):
+        objs = _objects(repo)
+        disconnect_member(Repository.open(repo), pool)
+        assert not (repo / "objects" / "info" / "alternates").exists()
+        assert _objects(repo) == objs
+        fsck(repo)
+    assert read_members(pool_dir) == ()
+    assert disconnect_member(Repository.open(forks[0]), pool).step is PoolStep.ALREADY
+    delete_pool(Repository.open(pool_dir))
+    assert not pool_dir.exists() and not list(tmp.glob("pool.git.deleting-*"))
+
+
+def _force_pushed_network(tmp: Path) -> tuple[Path, Path]:
+    """(pool, fork): the fork linked (its copies dropped), then the source's history rewritten and fetched, so
+    the old history is reachable from no pool ref, only from the fork."""
+    source, work = _source(tmp)
+    fork = _fork(tmp, source, "fork")
+    pool_dir = tmp / "pool.git"
+    create_pool(pool_dir, Repository.open(source))
+    pool = Repository.open(pool_dir)
+    link_member(Repository.open(fork), pool)
+    git("checkout", "-q", "--orphan", "rewritten", cwd=work)
+    _commit(work, "other.txt", "a history of its own\n", "rewritten root")
+    git("push", "-q", "--force", "origin", "rewritten:main", cwd=work)
+    fetch_into_pool(pool, Repository.open(source))
+    return pool_dir, fork
+
+
+def test_pool_repack_keeps_what_only_a_member_reaches(tmp_path: Path) -> None:
+    """The pool's repack expiring at once keeps what the fork reaches; the negative control (the same repack
+    ignoring the members) loses it, and git fsck in the fork says so."""
+    pool_dir, fork = _force_pushed_network(tmp_path / "kept")
+    pool = Repository.open(pool_dir)
+    # (v1 and the old main: the namespace's main moved; its tag stays: a deleted ref is kept, a moved one not)
+    git("update-ref", "-d", f"refs/virtual/{member_key(tmp_path / 'kept' / 'src.git')}/tags/v1", git_dir=pool_dir)
+    with pytest.raises(InvalidInputError, match="object pool"):
+        repack(pool, RepackOptions(expire=0))          # a plain full repack of a pool is refused
+    result = repack_pool(pool, RepackOptions(expire=0))
+    assert result.counters.cruft_kept > 0
+    fsck(fork)
+    fsck(pool_dir)
+    # ...and again: still kept, while the fork reaches it
+    repack_pool(Repository.open(pool_dir), RepackOptions(expire=0))
+    fsck(fork)
+
+    c_pool, c_fork = _force_pushed_network(tmp_path / "control")
+    git("update-ref", "-d", f"refs/virtual/{member_key(tmp_path / 'control' / 'src.git')}/tags/v1", git_dir=c_pool)
+    bad = repack(Repository.open(c_pool), RepackOptions(expire=0, unsafe_ignore_pool_members=True))
+    assert bad.counters.cruft_expired > 0
+    env = {**os.environ, **GIT_ENV}
+    broken = subprocess.run(["git", "--git-dir", str(c_fork), "fsck", "--full"], env=env, capture_output=True)
+    assert broken.returncode != 0 and b"missing" in broken.stderr + broken.stdout
+
+
+def test_link_refuses_a_repository_that_is_not_a_pool_and_a_second_pool(network) -> None:
+    tmp, source, _work, forks = network
+    with pytest.raises(InvalidInputError, match="not an object pool"):
+        link_member(Repository.open(forks[0]), Repository.open(source))
+    create_pool(tmp / "a.git", Repository.open(source))
+    create_pool(tmp / "b.git", Repository.open(source))
+    pool_a, pool_b = Repository.open(tmp / "a.git"), Repository.open(tmp / "b.git")
+    link_member(Repository.open(forks[0]), pool_a)
+    with pytest.raises(InvalidInputError, match="disconnect it first"):
+        link_member(Repository.open(forks[0]), pool_b)
+    with pytest.raises(InvalidInputError, match="own member|member of another pool"):
+        link_member(pool_a, pool_b)
+    with pytest.raises(InvalidInputError, match="has objects or refs"):
+        create_pool(forks[1], Repository.open(source))
+
+
+_KILL = r"""
+import sys
+from pathlib import Path
+from packyard.store.repo import Repository
+from packyard.store.maintenance.pool import lifecycle as lc
+step, pool, member = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+if step == "create":
+    lc.create_pool(pool, Repository.open(member))
+elif step == "link":
+    lc.link_member(Repository.open(member), Repository.open(pool))
+elif step == "fetch":
+    lc.fetch_into_pool(Repository.open(pool), Repository.open(member))
+elif step == "disconnect":
+    lc.disconnect_member(Repository.open(member), Repository.open(pool))
+"""
+
+_POINTS = {
+    "create": ["pool.create.after_marker", "pool.fetch.after_flush", "pool.fetch.after_fsync_dirs",
+               "pool.fetch.after_copy"],
+    "link": ["pool.link.after_members", "pool.link.after_alternates", "repack.after_write", "repack.before_delete",
+             "repack.after_pack_preserved", "repack.after_delete"],
+    "fetch": ["pool.fetch.after_renames", "pool.fetch.after_copy"],
+    "disconnect": ["pool.disconnect.after_renames", "pool.disconnect.after_copy", "pool.disconnect.after_check",
+                   "pool.disconnect.after_alternates"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step,point", [(s, p) for s, ps in _POINTS.items() for p in ps])
+def test_every_pool_step_killed_at_each_fault_point_loses_nothing(network, step: str, point: str) -> None:
+    tmp, source, work, forks = network
+    pool_dir = tmp / "pool.git"
+    fork = forks[0]
+    if step != "create":
+        create_pool(pool_dir, Repository.open(source))
+    if step in ("fetch", "disconnect"):
+        link_member(Repository.open(fork), Repository.open(pool_dir))
+    if step == "fetch":
+        _commit(work, "late.txt", "late\n", "late")
+        git("push", "-q", "origin", "main", cwd=work)
+    member = source if step in ("create", "fetch") else fork
+    before = {r: _objects(r) for r in (source, fork)}
+    env = {**os.environ, "PACKYARD_FAULT": point}
+    proc = subprocess.run([sys.executable, "-c", _KILL, step, str(pool_dir), str(member)], env=env,
+                          capture_output=True)
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    for r in (source, fork):
+        assert _objects(r) == before[r]
+        fsck(r)
+    if pool_dir.exists() and (pool_dir / "objects").is_dir():
+        fsck(pool_dir)
+    # run again: the step completes
+    env.pop("PACKYARD_FAULT")
+    done = subprocess.run([sys.executable, "-c", _KILL, step, str(pool_dir), str(member)], env=env,
+                          capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    for r in (source, fork, pool_dir):
+        fsck(r)
+    assert _objects(source) == before[source] or step == "fetch"
