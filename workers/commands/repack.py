@@ -9,6 +9,8 @@ from packyard.store.lease import Lease
 from packyard.store.maintenance.bitmap import BitmapOptions
 from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
 from packyard.store.maintenance.repack import repack as store_repack
+from packyard.store.maintenance.pool.layout import is_pool
+from packyard.store.maintenance.pool.lifecycle import repack_pool
 from packyard.store.maintenance.serving import after_repack
 from packyard.store.progress import Progress
 from packyard.workers.durations import parse_duration
@@ -56,7 +58,7 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
     settings = get_settings()
     if preserve_for is None:
         preserve_for = settings.maintenance_preserve_for
-    search: dict[str, int] = {}
+    search: dict[str, Any] = {}
     for name, value in (("window", window), ("depth", depth), ("window_memory", window_memory)):
         if value is not None:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -68,7 +70,10 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
                             bitmap_options=BitmapOptions(lookup_table=settings.bitmap_lookup_table,
                                                          prefer_tips=settings.bitmap_prefer_tips), **search)
     r = open_repository(repo)
-    result = store_repack(r, options, progress=progress, lease=lease)
+    if is_pool(r.path):   # a pool's full repack keeps what its members reach (store/maintenance/pool)
+        result = repack_pool(r, options, progress=progress, lease=lease)
+    else:
+        result = store_repack(r, options, progress=progress, lease=lease)
     counters = result.as_counters()
     counters.update(after_repack(r, commit_graph=commit_graph, pack_refs_too=pack_refs,
                                  replace_graph=result.counters.cruft_expired > 0,
