@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from gitutil import GIT_ENV, fsck, git
 
+from gitutil import GIT_ENV, fsck, git
 from packyard.store.errors import InvalidInputError
 from packyard.store.maintenance.pool.layout import MARKER, member_key, read_members
 from packyard.store.maintenance.pool.lifecycle import (

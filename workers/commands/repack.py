@@ -7,10 +7,10 @@ from typing import Any
 from packyard.store.errors import InvalidInputError
 from packyard.store.lease import Lease
 from packyard.store.maintenance.bitmap import BitmapOptions
-from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
-from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.maintenance.pool.layout import is_pool
 from packyard.store.maintenance.pool.lifecycle import repack_pool
+from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
+from packyard.store.maintenance.repack import repack as store_repack
 from packyard.store.maintenance.serving import after_repack
 from packyard.store.progress import Progress
 from packyard.workers.durations import parse_duration

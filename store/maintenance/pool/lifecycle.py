@@ -269,13 +269,14 @@ def delete_pool(pool, *, recorded_members: Sequence[Path] = (), lease: Lease | N
     return PoolResult()
 
 
-def repack_pool(pool, options: RepackOptions = RepackOptions(), *, progress: Progress | None = None,
+def repack_pool(pool, options: RepackOptions | None = None, *, progress: Progress | None = None,
                 lease: Lease | None = None) -> RepackResult:
     """The pool's repack: a full one keeps, as young, everything its members reach (:mod:`.members`)."""
     import dataclasses
 
     _require_pool(pool)
-    options = dataclasses.replace(options, keep_reached=lambda known: members_reach(Path(pool.path), known))
+    options = dataclasses.replace(options or RepackOptions(),
+                                  keep_reached=lambda known: members_reach(Path(pool.path), known))
     return repack(pool, options, progress=progress, lease=lease)
 
 
