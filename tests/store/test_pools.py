@@ -78,7 +78,8 @@ def _size(repo: Path) -> int:
 
 def _refs(repo: Path) -> dict[str, str]:
     out = git("for-each-ref", "--format=%(refname) %(objectname)", git_dir=repo).decode().splitlines()
-    return {name: oid for name, oid in (line.split(" ", 1) for line in out)}
+    pairs = [line.split(" ", 1) for line in out]
+    return {pair[0]: pair[1] for pair in pairs}
 
 
 @pytest.fixture
