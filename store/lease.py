@@ -55,4 +55,22 @@ def fence_of(lease: Lease | None, git_dir: str | Path, doing: str, counters: dur
     return fenced(Path(git_dir), lease.token, doing, counters, kind=kind)
 
 
-__all__ = ["Lease", "check", "token_of", "fence_of"]
+class Joint:
+    """Several leases held together, in the order they were taken (a pool's, then its member's): ``check()``
+    checks every one, ``token`` is the last one's (the repository the step writes into fences with it)."""
+
+    def __init__(self, *leases: Lease) -> None:
+        if not leases:
+            raise ValueError("a joint lease needs at least one lease")
+        self.leases = leases
+
+    @property
+    def token(self) -> int:
+        return self.leases[-1].token
+
+    def check(self) -> None:
+        for lease in self.leases:
+            lease.check()
+
+
+__all__ = ["Joint", "Lease", "check", "token_of", "fence_of"]

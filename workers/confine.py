@@ -15,6 +15,8 @@ module; the CLI's in-process commands do not: they run as the user, on any path 
   It is opened here (``O_NOFOLLOW | O_NONBLOCK``: a symlink or FIFO swapped in after the check
   cannot redirect or stall the open), checked again on the open descriptor (``fstat``: regular;
   ``/proc/self/fd``: still inside), and the job reads that descriptor.
+* **Another repository** (``pool=``, ``source=`` of the pool jobs, declared ``InputKind.REPOSITORY``): the
+  rules of ``repo=``, so a queued job can never make one repository read another outside the roots.
 * **Input tree** (``source=`` of import_tree): the same rules, but a directory is accepted too
   (the importer walks it without following symlinks). It is checked, not opened.
 
@@ -48,6 +50,9 @@ class InputKind(enum.Enum):
 
     FILE = "a regular file"
     FILE_OR_DIRECTORY = "a regular file or a directory"
+    #: Another repository the job reads or writes beside ``repo`` (a pool, a pool's source): confined to the
+    #: storage roots exactly as ``repo`` is, and passed on as its resolved absolute path.
+    REPOSITORY = "a repository inside a storage root"
 
 
 def _kind_of(mode: int) -> str:

@@ -489,6 +489,59 @@ def maintenance_lease(settings: Settings, repo: str | Path, wait: float | None =
             raise
 
 
+# -- pools and their members: one lease order ------------------------------------------------------------
+
+def pool_lease_order(pool: str | Path, member: str | Path | None = None, *, refs: bool = False,
+                     ingest: bool = False) -> tuple[tuple[str, LeaseKind], ...]:
+    """THE order in which a job takes the leases of a pool and of one of its members, so that no two jobs
+    deadlock: the pool's maintenance lease first, then (``refs``: a fetch moving the pool's refs) the pool's
+    repository lease, then the member's maintenance lease, then (``ingest``: a disconnect, which must not
+    let a push land between its copy and the removal of the alternates) the member's repository lease.
+
+    Every job holds a prefix of this order and nothing else: a pool repack the pool's maintenance lease, a
+    member's repack or push the member's own, link pool + member maintenance, disconnect all of the member's.
+    So no job holding a member's lease ever waits for its pool's."""
+    order = [(str(pool), LeaseKind.MAINTENANCE)]
+    if refs:
+        order.append((str(pool), LeaseKind.REPO))
+    if member is not None:
+        order.append((str(member), LeaseKind.MAINTENANCE))
+        if ingest:
+            order.append((str(member), LeaseKind.REPO))
+    return tuple(order)
+
+
+@contextmanager
+def pool_leases(settings: Settings, pool: str | Path, member: str | Path | None = None, *, refs: bool = False,
+                ingest: bool = False, wait: float | None = None, job_id: str | None = None,
+                client: redis.Redis | None = None, on_event: OnEvent | None = None,
+                on_held: Callable[[Lease], None] | None = None) -> Iterator[StoreLease]:
+    """Hold the leases :func:`pool_lease_order` names, in that order, for the block; yields one
+    :class:`~packyard.store.lease.Joint` (``check()`` checks them all; ``token`` is the last one's, the lease of
+    the repository the step writes into). Maintenance leases as :func:`maintenance_lease` takes them (fence
+    claimed, renewed); repository leases renewed too. LockTimeout if one stays taken past ``wait``."""
+    from contextlib import ExitStack
+
+    from packyard.store.lease import Joint
+
+    client = client if client is not None else redis_client(settings)
+    on_event = on_event if on_event is not None else db_event_recorder(settings)
+    held: list[Lease] = []
+    with ExitStack() as stack:
+        for path, kind in pool_lease_order(pool, member, refs=refs, ingest=ingest):
+            if kind is LeaseKind.MAINTENANCE:
+                lease = stack.enter_context(maintenance_lease(settings, path, wait, job_id, client=client,
+                                                              on_event=on_event, on_held=on_held))
+            else:
+                lease = acquire(client, path, settings.lock_ttl, job_id, on_event,
+                                wait=settings.maintenance_wait if wait is None else float(wait), kind=kind)
+                stack.enter_context(hold(lease, auto_renew=True))
+                if on_held is not None:
+                    on_held(lease)
+            held.append(lease)
+        yield Joint(*held)
+
+
 _RELEASE_HELD_BY = """
 local value = redis.call('get', KEYS[1])
 if value and string.find(value, ':' .. ARGV[1] .. ':', 1, true) then return redis.call('del', KEYS[1]) end

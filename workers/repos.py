@@ -28,3 +28,20 @@ def open_repository(path: str | os.PathLike[str], settings: Settings | None = No
     s = settings or get_settings()
     git_dir = find_git_dir(path)
     return Repository(git_dir, alternate_roots=alternate_roots(git_dir, s))
+
+
+def open_beside(path: str | os.PathLike[str], anchor: str | os.PathLike[str],
+                settings: Settings | None = None) -> Repository:
+    """Open ``path``, a repository a job on ``anchor`` reads or writes beside it (a pool, a pool's source): when
+    ``anchor`` lies in a storage root, ``path`` must lie in one too (InvalidInputError naming it), so no job on a
+    repository in the roots reaches one outside them. Then :func:`open_repository`."""
+    from packyard.store.errors import InvalidInputError
+
+    s = settings or get_settings()
+    roots = alternate_roots(Path(anchor), s)   # (realpath: also for a pool not made yet)
+    if roots is not None:
+        real = Path(os.path.realpath(path))
+        if not any(root in real.parents for root in roots):
+            raise InvalidInputError(f"a repository beside {anchor} must lie inside a storage root too "
+                                    f"({', '.join(map(str, roots))})", path=os.fspath(path))
+    return open_repository(path, s)

@@ -25,67 +25,13 @@ from packyard.store.maintenance.pool.lifecycle import (
 )
 from packyard.store.maintenance.repack import POOL_MARKER, RepackOptions, repack
 from packyard.store.repo import Repository
-
-
-def _commit(work: Path, name: str, text: str, message: str) -> str:
-    (work / name).write_text(text)
-    git("add", "-A", cwd=work)
-    git("commit", "-q", "-m", message, cwd=work)
-    return git("rev-parse", "HEAD", cwd=work).decode().strip()
-
-
-def _source(tmp: Path, commits: int = 4) -> tuple[Path, Path]:
-    """(bare source repository, its work tree) made with git, packed as git packs it."""
-    work = tmp / "src-work"
-    git("init", "-q", "-b", "main", str(work))
-    for i in range(commits):
-        _commit(work, "big.txt", "".join(f"shared line {k}\n" for k in range(300)) + f"version {i}\n", f"c{i}")
-        _commit(work, f"f{i}.txt", f"file {i}\n" * 20, f"f{i}")
-    git("tag", "-a", "-m", "a tag", "v1", cwd=work)
-    bare = tmp / "src.git"
-    git("clone", "-q", "--bare", "--no-local", str(work), str(bare))
-    git("repack", "-adq", git_dir=bare)
-    git("remote", "add", "origin", str(bare), cwd=work)
-    return bare, work
-
-
-def _fork(tmp: Path, source: Path, name: str, own_commits: int = 2) -> Path:
-    """A full copy of ``source`` (git clone --bare) with commits of its own pushed by git."""
-    fork = tmp / f"{name}.git"
-    git("clone", "-q", "--bare", "--no-local", str(source), str(fork))
-    work = tmp / f"{name}-work"
-    git("clone", "-q", "--no-local", str(fork), str(work))
-    for i in range(own_commits):
-        _commit(work, f"{name}-{i}.txt", f"{name} {i}\n" * 30, f"{name} {i}")
-    git("push", "-q", "origin", "main", cwd=work)
-    return fork
-
-
-def _objects(repo: Path) -> list[str]:
-    return sorted(git("rev-list", "--objects", "--all", git_dir=repo).decode().splitlines())
-
-
-def _count(repo: Path) -> dict[str, int]:
-    """git count-objects -v: loose ``count`` and ``in-pack`` objects of the repository itself."""
-    return {k: int(v) for k, v in (line.split(": ") for line in
-                                   git("count-objects", "-v", git_dir=repo).decode().splitlines()) if v.isdigit()}
-
-
-def _size(repo: Path) -> int:
-    """Bytes of the repository's installed packs (preserved/ not counted: it expires)."""
-    return sum(f.stat().st_size for f in (repo / "objects" / "pack").glob("*.pack"))
-
-
-def _refs(repo: Path) -> dict[str, str]:
-    out = git("for-each-ref", "--format=%(refname) %(objectname)", git_dir=repo).decode().splitlines()
-    pairs = [line.split(" ", 1) for line in out]
-    return {pair[0]: pair[1] for pair in pairs}
+from poolutil import commit, count_objects, make_fork, make_source, objects, pack_bytes, refs
 
 
 @pytest.fixture
 def network(tmp_path: Path):
-    source, work = _source(tmp_path)
-    forks = [_fork(tmp_path, source, f"fork{i}") for i in range(2)]
+    source, work = make_source(tmp_path)
+    forks = [make_fork(tmp_path, source, f"fork{i}") for i in range(2)]
     return tmp_path, source, work, forks
 
 
@@ -95,8 +41,8 @@ def test_markers_agree() -> None:
 
 def test_a_fork_networks_life_from_create_to_delete(network) -> None:
     tmp, source, work, forks = network
-    before = {r: _objects(r) for r in (source, *forks)}
-    sizes = {r: _size(r) for r in (source, *forks)}
+    before = {r: objects(r) for r in (source, *forks)}
+    sizes = {r: pack_bytes(r) for r in (source, *forks)}
     pool_dir = tmp / "pool.git"
 
     # create: the source's objects and its refs under its namespace
@@ -104,8 +50,8 @@ def test_a_fork_networks_life_from_create_to_delete(network) -> None:
     pool = Repository.open(pool_dir)
     assert created.copied is not None and created.copied.objects == len(before[source])
     key = member_key(source)
-    src_refs = _refs(source)
-    pool_refs = _refs(pool_dir)
+    src_refs = refs(source)
+    pool_refs = refs(pool_dir)
     assert {name.replace(f"refs/virtual/{key}/", "refs/", 1): oid for name, oid in pool_refs.items()} == src_refs
     fsck(pool_dir)
 
@@ -114,26 +60,26 @@ def test_a_fork_networks_life_from_create_to_delete(network) -> None:
         link_member(Repository.open(repo), pool)
     assert set(read_members(pool_dir)) == {source, *forks}
     for repo in (source, *forks):
-        assert _objects(repo) == before[repo]
+        assert objects(repo) == before[repo]
         fsck(repo)
         assert (repo / "objects" / "info" / "alternates").read_text().startswith("..")
-    assert _count(source)["in-pack"] == _count(source)["count"] == 0
+    assert count_objects(source)["in-pack"] == count_objects(source)["count"] == 0
     for fork in forks:
-        own = len(set(_objects(fork)) - set(before[source]))
-        assert _count(fork)["in-pack"] == own and _count(fork)["count"] == 0
-    assert _size(pool_dir) <= 1.05 * sizes[source] and _size(source) == 0
-    assert all(_size(fork) < sizes[fork] / 3 for fork in forks)
+        own = len(set(objects(fork)) - set(before[source]))
+        assert count_objects(fork)["in-pack"] == own and count_objects(fork)["count"] == 0
+    assert pack_bytes(pool_dir) <= 1.05 * sizes[source] and pack_bytes(source) == 0
+    assert all(pack_bytes(fork) < sizes[fork] / 3 for fork in forks)
 
     # linking again finds nothing to do
     assert link_member(Repository.open(forks[0]), pool).step is PoolStep.ALREADY
 
     # fetch: the source's new commit and ref reach the pool
     git("fetch", "-q", "origin", cwd=work)
-    new = _commit(work, "big.txt", "".join(f"shared line {k}\n" for k in range(300)) + "newer\n", "newer")
+    new = commit(work, "big.txt", "".join(f"shared line {k}\n" for k in range(300)) + "newer\n", "newer")
     git("push", "-q", "origin", "main", cwd=work)
     fetched = fetch_into_pool(pool, Repository.open(source))
     assert fetched.refs_updated == 1 and fetched.copied is not None and fetched.copied.objects == 3
-    assert _refs(pool_dir)[f"refs/virtual/{key}/heads/main"] == new
+    assert refs(pool_dir)[f"refs/virtual/{key}/heads/main"] == new
     assert fetch_into_pool(pool, Repository.open(source)).step is PoolStep.ALREADY
 
     # the pool's repack (islands and bitmaps of its own) and every member still complete
@@ -147,10 +93,10 @@ def test_a_fork_networks_life_from_create_to_delete(network) -> None:
 
     # disconnect every member: each stands alone, with every object it reaches
     for repo in (source, *forks):
-        objs = _objects(repo)
+        objs = objects(repo)
         disconnect_member(Repository.open(repo), pool)
         assert not (repo / "objects" / "info" / "alternates").exists()
-        assert _objects(repo) == objs
+        assert objects(repo) == objs
         fsck(repo)
     assert read_members(pool_dir) == ()
     assert disconnect_member(Repository.open(forks[0]), pool).step is PoolStep.ALREADY
@@ -161,14 +107,14 @@ def test_a_fork_networks_life_from_create_to_delete(network) -> None:
 def _force_pushed_network(tmp: Path) -> tuple[Path, Path]:
     """(pool, fork): the fork linked (its copies dropped), then the source's history rewritten and fetched, so
     the old history is reachable from no pool ref, only from the fork."""
-    source, work = _source(tmp)
-    fork = _fork(tmp, source, "fork")
+    source, work = make_source(tmp)
+    fork = make_fork(tmp, source, "fork")
     pool_dir = tmp / "pool.git"
     create_pool(pool_dir, Repository.open(source))
     pool = Repository.open(pool_dir)
     link_member(Repository.open(fork), pool)
     git("checkout", "-q", "--orphan", "rewritten", cwd=work)
-    _commit(work, "other.txt", "a history of its own\n", "rewritten root")
+    commit(work, "other.txt", "a history of its own\n", "rewritten root")
     git("push", "-q", "--force", "origin", "rewritten:main", cwd=work)
     fetch_into_pool(pool, Repository.open(source))
     return pool_dir, fork
@@ -254,16 +200,16 @@ def test_every_pool_step_killed_at_each_fault_point_loses_nothing(network, step:
     if step in ("fetch", "disconnect"):
         link_member(Repository.open(fork), Repository.open(pool_dir))
     if step == "fetch":
-        _commit(work, "late.txt", "late\n", "late")
+        commit(work, "late.txt", "late\n", "late")
         git("push", "-q", "origin", "main", cwd=work)
     member = source if step in ("create", "fetch") else fork
-    before = {r: _objects(r) for r in (source, fork)}
+    before = {r: objects(r) for r in (source, fork)}
     env = {**os.environ, "PACKYARD_FAULT": point}
     proc = subprocess.run([sys.executable, "-c", _KILL, step, str(pool_dir), str(member)], env=env,
                           capture_output=True)
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     for r in (source, fork):
-        assert _objects(r) == before[r]
+        assert objects(r) == before[r]
         fsck(r)
     if pool_dir.exists() and (pool_dir / "objects").is_dir():
         fsck(pool_dir)
@@ -274,4 +220,4 @@ def test_every_pool_step_killed_at_each_fault_point_loses_nothing(network, step:
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     for r in (source, fork, pool_dir):
         fsck(r)
-    assert _objects(source) == before[source] or step == "fetch"
+    assert objects(source) == before[source] or step == "fetch"

@@ -5,8 +5,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, select, text
 
-TABLES = {"repositories", "jobs", "lock_events", "race_events", "record_totals", "record_daily"}
-HEAD = "0007"
+TABLES = {"repositories", "jobs", "lock_events", "race_events", "record_totals", "record_daily", "pools",
+          "pool_members"}
+HEAD = "0008"
 
 
 

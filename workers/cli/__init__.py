@@ -29,7 +29,7 @@ COMMANDS = {
     "import": "import_tree", "unpack-objects": "unpack_objects", "write-objects": "write_objects", "gc": "gc",
     "index-pack": "index_pack", "repos": "repos", "metrics": "metrics", "repack": "repack",
     "race": "race", "races": "races", "janitor": "janitor", "records": "records",
-    "nfsim": "nfsim",
+    "nfsim": "nfsim", "pool": "pool",
 }
 
 

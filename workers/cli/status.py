@@ -249,6 +249,22 @@ def _ago(seconds: float | None) -> str:
     return f"{seconds:.0f} seconds ago"
 
 
+def pool_line(s, path: str) -> str:  # type: ignore[no-untyped-def]
+    """``\n  pool: ...``: the pool the repository borrows from, or the members it lends to ("" for neither),
+    by the records (migration 0008)."""
+    from packyard.workers.records import pools
+
+    lender = pools.pool_of(s, path)
+    if lender is not None:
+        return f"\n  pool: member of {lender}"
+    found = pools.get_pool(s, path)
+    if found is not None:
+        members = found.members
+        shown = ", ".join(members[:5]) + (f", ... ({len(members)} in all)" if len(members) > 5 else "")
+        return f"\n  pool: an object pool with {len(members)} member(s){': ' + shown if members else ''}"
+    return ""
+
+
 def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignore[no-untyped-def]
     """The repository's statistics and the plan it would get now, in words; ``records=False``: no records
     database yet, so no registry row (planned as a repository with no maintenance on record)."""
@@ -268,6 +284,8 @@ def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignor
     else:
         head = (f"repository {path} ({'enabled' if row['enabled'] else 'DISABLED'} for maintenance; "
                 f"{row['ingests_since_repack']} ingest(s) since the last repack)")
+    if records:
+        head += pool_line(s, path)
     try:
         now = time.time()
         stats = gather_stats(repo, history=registry.history(row), now=now)

@@ -61,7 +61,10 @@ def task_help(task: str) -> str:
         else:
             what = f"default {json.dumps(p.default, default=str)}"
         if p.name in inputs:
-            what += f"; {inputs[p.name].value} in PACKYARD_INCOMING_DIR"
+            from packyard.workers.confine import InputKind
+
+            kind = inputs[p.name]
+            what += f"; {kind.value}" + ("" if kind is InputKind.REPOSITORY else " in PACKYARD_INCOMING_DIR")
         lines.append(f"  {typed.ljust(width)}  {what}")
     return "\n".join(lines)
 

@@ -226,6 +226,40 @@ class RaceEvent(Base):
     observed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, index=True)
 
 
+class Pool(Base):
+    """An object pool (migration 0008): a repository whose objects its members borrow (store/maintenance/pool).
+    The disk is the truth (the pool's ``packyard/members``, the members' alternates); these rows mirror it."""
+
+    __tablename__ = "pools"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), unique=True)
+    source_id: Mapped[int | None] = mapped_column(ForeignKey("repositories.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_fetched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    fetches: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+    repository: Mapped[Repository] = relationship(foreign_keys=[repo_id])
+    source: Mapped[Repository | None] = relationship(foreign_keys=[source_id])
+    members: Mapped[list["PoolMember"]] = relationship(back_populates="pool", cascade="all, delete-orphan",
+                                                       passive_deletes=True)
+
+
+class PoolMember(Base):
+    """A repository that borrows from a pool (one pool at most), with its ref namespace key there."""
+
+    __tablename__ = "pool_members"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    pool_id: Mapped[int] = mapped_column(ForeignKey("pools.id", ondelete="CASCADE"), index=True)
+    repo_id: Mapped[int] = mapped_column(ForeignKey("repositories.id", ondelete="CASCADE"), unique=True)
+    key: Mapped[str] = mapped_column(String(64))
+    linked_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+    pool: Mapped[Pool] = relationship(back_populates="members")
+    repository: Mapped[Repository] = relationship()
+
+
 # -- aggregates (migration 0005, issue 21) ---------------------------------------------------------------
 #: Job duration histogram buckets, in seconds (a small write to a long full repack); ``b<i>`` counts the
 #: durations in (bucket i-1, bucket i], the ones above the last bucket only count in ``timed``.

@@ -76,6 +76,7 @@ from packyard.workers.tasks import (  # noqa: F401
     index_pack,
     janitor,
     plan_maintenance,
+    pool,
     prune_records,
     reconcile_jobs,
     repack,
@@ -85,4 +86,4 @@ from packyard.workers.tasks import (  # noqa: F401
 )
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
-                "plan_maintenance", "repack", "janitor", "prune_records")
+                "plan_maintenance", "repack", "janitor", "prune_records", "pool")

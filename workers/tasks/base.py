@@ -379,6 +379,40 @@ class PackyardTask(Task):
         with stack:
             yield lease
 
+    @contextmanager
+    def pool_lock(self, pool: str, member: str | None = None, *, refs: bool = False, ingest: bool = False,
+                  wait: float | None = None) -> Iterator[Any]:
+        """The leases of a pool job, in the one order :func:`packyard.workers.locks.pool_lease_order` states (the
+        pool's first, then the member's), as one joint lease (``check()`` checks each; ``token`` is the last's).
+        Each maintenance lease's token goes into its repository's fence as it is taken. A lease that stays
+        taken past ``wait`` (default PACKYARD_MAINTENANCE_WAIT) retries the job later, as do broker errors;
+        once all are held, a job another delivery finished meanwhile stops."""
+        from contextlib import ExitStack
+
+        from packyard.workers.locks import LockTimeout, db_event_recorder, pool_leases, redis_client
+        from packyard.workers.records.models import LeaseOutcome
+
+        settings = get_settings()
+
+        def held(lease: Any) -> None:
+            if lease.waited_ms:
+                self._note_lease(LeaseOutcome.WAITED, lease.waited_ms)
+
+        stack = ExitStack()
+        try:
+            joint = stack.enter_context(pool_leases(settings, pool, member, refs=refs, ingest=ingest, wait=wait,
+                                                    job_id=self.request.id, client=redis_client(settings),
+                                                    on_event=db_event_recorder(settings), on_held=held))
+        except LockTimeout as err:
+            self._note_lease(LeaseOutcome.BUSY)
+            self.retry_later(err)
+        except BROKER_ERRORS as err:
+            self.retry_later(err)
+        with stack:
+            self.bind_log(fencing_token=joint.token)
+            self.abort_if_finished()
+            yield joint
+
     def _skip_busy(self, client: Any, repo: str, on_event: Any) -> NoReturn:
         """Record a scheduled job that found the maintenance lease taken, and end it as skipped."""
         from packyard.workers.locks import LeaseKind, LockEvent, holder_detail, lock_name_for

@@ -6,7 +6,8 @@
    its annotations (``str``, ``int``, ``bool``, ``list[dict]``, ``X | None``, …): a wrong type
    or an unknown/missing argument is an InvalidInputError naming the argument, never a raw
    Python TypeError from deep inside the job;
-2. ``repo`` is confined to the storage roots and replaced by its resolved absolute path;
+2. ``repo`` is confined to the storage roots and replaced by its resolved absolute path, as is each argument
+   declared ``InputKind.REPOSITORY`` in ``inputs=`` (a pool job's ``pool``/``source``);
 3. each argument the task declares in ``inputs={"pack": InputKind.FILE, ...}`` (an option of
    ``@app.task``) is confined to the incoming dir: a FILE argument is opened here and the task
    receives the open binary file (closed when the job ends); a FILE_OR_DIRECTORY argument
@@ -153,7 +154,10 @@ def check_call(task: Any, args: tuple[Any, ...] | list[Any], kwargs: Mapping[str
         bound.arguments["repo"] = conf.repository(bound.arguments["repo"])
     for name, kind in declared_inputs(task).items():
         if bound.arguments.get(name) is not None:
-            conf.input_path(bound.arguments[name], kind, what=name)
+            if kind is InputKind.REPOSITORY:
+                bound.arguments[name] = conf.repository(bound.arguments[name])
+            else:
+                conf.input_path(bound.arguments[name], kind, what=name)
     return dict(bound.arguments)
 
 
@@ -175,7 +179,9 @@ def prepared(task: Any, args: tuple[Any, ...] | list[Any],
             value = bound.arguments.get(name)
             if value is None:
                 continue
-            if kind is InputKind.FILE:
+            if kind is InputKind.REPOSITORY:
+                bound.arguments[name] = conf.repository(value)
+            elif kind is InputKind.FILE:
                 _path, f = conf.open_input(value, what=name)
                 stack.callback(f.close)
                 bound.arguments[name] = f
