@@ -43,6 +43,8 @@ record and no pid in the name, or another host's)::
                       <checksum>.{bitmap,rev},pack-<checksum>.<ext>}
                       -<hex>.old
     preserved_loose   objects/pack/preserved/loose-<hex>/              -   3600     (the preserve time)
+    durable_tmp       {.,packyard,objects/info}/.tmp-<pid>-<name>       -   600
+    pool_deleting     <pool>.deleting-<hex>/ beside the pool            -   600      (a killed pool delete)
 
 A live owner's leftover is never removed by age. The table itself is :mod:`.table` (names, kinds,
 rules), the finders :mod:`.find`; this module adds :func:`remove`. Each row's ``reason`` says why its ages are what
@@ -60,6 +62,7 @@ from .find import (
     FINDERS,
     create_batch_marker,
     find_batch_markers,
+    find_durable_temps,
     find_graph_temps,
     find_half_preserved,
     find_keeps,
@@ -70,6 +73,7 @@ from .find import (
     find_pack_temps,
     find_packed_refs_new,
     find_packed_refs_temps,
+    find_pool_deletions,
     find_preserved_loose,
     find_preserved_mapped,
     find_quarantines,
@@ -142,7 +146,7 @@ def remove(leftovers: Iterable[Leftover], lease: "_Checked | Callable[[], None] 
             check()
         if item.kind in _CLAIM_KINDS:
             gone = lockfile.remove_claim(item.path, item.owner)
-        elif item.kind is Kind.QUARANTINE:
+        elif item.kind in (Kind.QUARANTINE, Kind.POOL_DELETING):
             shutil.rmtree(item.path, ignore_errors=True)
             gone = not item.path.exists()
         elif item.kind is Kind.PRESERVED_LOOSE:
@@ -163,7 +167,7 @@ __all__ = ["Kind", "Verdict", "Rule", "RULES", "Leftover", "FINDERS", "removable
            "find_loose_tmp", "find_batch_markers", "find_pack_temps", "find_orphan_packs", "find_half_preserved",
            "find_orphan_idx", "find_midx_lock", "find_keeps", "find_quarantines", "find_serving_locks",
            "find_graph_temps", "find_packed_refs_temps", "find_packed_refs_new", "find_ref_claims", "find_ref_temps",
-           "find_preserved_mapped", "find_preserved_loose", "PRESERVED_LOOSE_PREFIX", "PRESERVED_LOOSE_RE",
+           "find_preserved_mapped", "find_preserved_loose", "find_durable_temps", "find_pool_deletions", "PRESERVED_LOOSE_PREFIX", "PRESERVED_LOOSE_RE",
            "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE", "MIDX_SIDE_RE", "PACK_FILE_RE",
            "create_batch_marker", "remove_batch_marker", "remove_fanned_out", "LOOSE_TMP_PREFIX", "QUARANTINE_PREFIX",
            "QUARANTINE_OWNER",

@@ -439,6 +439,33 @@ def find_ref_temps(repo: object, *, now: float | None = None, rule: Rule | None 
                        _now(now))
 
 
+# -- durable single-file writes and pool deletions ---------------------------------------------------
+
+def find_durable_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``.tmp-<pid>-<name>`` in the git dir, ``packyard/`` and ``objects/info/`` (durable.write_file_durably)."""
+    from .table import DURABLE_TMP_DIRS, DURABLE_TMP_PREFIX
+
+    git_dir = _git_dir(repo)
+    return _aged_files([git_dir / d for d in DURABLE_TMP_DIRS], DURABLE_TMP_PREFIX, Kind.DURABLE_TMP,
+                       rule or RULES[Kind.DURABLE_TMP], _now(now))
+
+
+def find_pool_deletions(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+    """``<pool>.deleting-*`` directories beside ``repo`` (a path: the pool itself is gone once renamed)."""
+    from .table import POOL_DELETING_INFIX
+
+    where: str | os.PathLike[str] = getattr(repo, "path", repo)   # a Repository, or the (vanished) pool's path
+    path = Path(os.path.realpath(where))
+    now, rule = _now(now), rule or RULES[Kind.POOL_DELETING]
+    out = []
+    for e in sorted((e for e in _scan(path.parent) if e.name.startswith(path.name + POOL_DELETING_INFIX)
+                     and e.is_dir(follow_symlinks=False)), key=lambda e: e.name):
+        mtime = _mtime(e.path)
+        if mtime is not None:
+            out.append(Leftover(Path(e.path), Kind.POOL_DELETING, None, now - mtime, rule.verdict(None, now - mtime)))
+    return out
+
+
 #: Every finder by kind (the table test walks it; ``find_half_preserved`` and ``find_orphan_packs`` share a listing).
 FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
     Kind.LOOSE_TMP: find_loose_tmp, Kind.BATCH_MARKER: find_batch_markers, Kind.PACK_TMP: find_pack_temps,
@@ -447,7 +474,8 @@ FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
     Kind.SERVING_LOCK: find_serving_locks, Kind.GRAPH_TMP: find_graph_temps,
     Kind.PACKED_REFS_TMP: find_packed_refs_temps, Kind.PACKED_REFS_NEW: find_packed_refs_new,
     Kind.REF_CLAIM: find_ref_claims, Kind.REF_TMP: find_ref_temps, Kind.PRESERVED_MAPPED: find_preserved_mapped,
-    Kind.PRESERVED_LOOSE: find_preserved_loose,
+    Kind.PRESERVED_LOOSE: find_preserved_loose, Kind.DURABLE_TMP: find_durable_temps,
+    Kind.POOL_DELETING: find_pool_deletions,
 }
 
 

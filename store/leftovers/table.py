@@ -50,6 +50,11 @@ PRESERVED_MAPPED_RE = re.compile(r"^(multi-pack-index|commit-graph|packed-refs"
                                  r"-([0-9a-f]{16})\.old$")
 
 HOUR = 3600.0
+#: durable.write_file_durably's temp name (``.tmp-<pid>-<name>``) and where it writes (relative to the git dir).
+DURABLE_TMP_PREFIX = ".tmp-"
+DURABLE_TMP_DIRS = (".", "packyard", "objects/info")
+#: A pool's directory renamed aside by its delete (``<pool>.deleting-<hex>``, beside the pool).
+POOL_DELETING_INFIX = ".deleting-"
 #: git's default prune expiry (``gc.pruneExpire`` = 2.weeks.ago): what nobody can judge waits this long.
 PRUNE_EXPIRE = 14 * 24 * HOUR
 #: A dead loose batch's marker and tmp files wait this long after their owner died.
@@ -76,6 +81,8 @@ class Kind(enum.Enum):
     REF_TMP = "ref_tmp"
     PRESERVED_MAPPED = "preserved_mapped"
     PRESERVED_LOOSE = "preserved_loose"
+    DURABLE_TMP = "durable_tmp"
+    POOL_DELETING = "pool_deleting"
 
 
 class Verdict(enum.Enum):
@@ -184,6 +191,17 @@ _RULES: tuple[Rule, ...] = (
          "directory's mtime set when its delete ended): git on another NFS host maps a loose object to read it, "
          "and dies of SIGBUS if the file's last link goes meanwhile. Nobody owns it: the whole directory goes after "
          "the preserve time (PACKYARD_MAINTENANCE_PRESERVE_FOR, one hour by default), as preserved packs."),
+)
+_RULES += (
+    Rule(Kind.DURABLE_TMP, "{.,packyard,objects/info}/.tmp-<pid>-<name>", None, CLAIM_EXPIRE,
+         "write_file_durably's temp file (the alternates, a pool's marker and members file, the fence, a new "
+         "repository's HEAD and config): it lives between its write and its rename, milliseconds. Its name has "
+         "a pid but no host, so nobody can judge it on shared storage: it goes after the claim's age."),
+    Rule(Kind.POOL_DELETING, "<pool>.deleting-<hex>/ (beside the pool)", None, CLAIM_EXPIRE,
+         "A pool's delete renames the pool aside first (one rename: no half-deleted pool is ever visible), then "
+         "removes the tree; one killed in between leaves this. Nothing reads it (no alternates name it: the delete "
+         "was refused while any member linked). The redelivered delete (or `packyard pool delete` run again) removes "
+         "it at once, whatever its age; the age is for any other caller."),
 )
 #: The table: one rule per kind.
 RULES: dict[Kind, Rule] = {r.kind: r for r in _RULES}

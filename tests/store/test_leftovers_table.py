@@ -159,6 +159,17 @@ def ref_tmp(g: Path) -> Path:
     return _write(g / "packyard" / "tmp" / "ref-1234-abcdef012345")
 
 
+def durable_tmp(g: Path) -> Path:
+    return _write(g / "objects" / "info" / ".tmp-1234-alternates")
+
+
+def pool_deleting(g: Path) -> Path:
+    """A pool's directory renamed aside by a delete killed before its rmtree (beside the repository)."""
+    d = g.parent / f"{g.name}.deleting-0123abcd"
+    _write(d / "objects" / "pack" / "pack-x.pack")
+    return d
+
+
 def preserved_loose(g: Path) -> Path:
     d = g / "objects" / "pack" / "preserved" / "loose-0123456789abcdef"
     _write(d / "a" / ("a" * 40))
@@ -263,6 +274,11 @@ CASES = [
          V.KEEP_YOUNG),
     Case("preserved loose files, 59 min", Kind.PRESERVED_LOOSE, preserved_loose, 59 * MIN, V.KEEP_YOUNG),
     Case("preserved loose files, 61 min", Kind.PRESERVED_LOOSE, preserved_loose, 61 * MIN, V.REMOVE_EXPIRED),
+    # single files written durably (temp, rename), and a pool's delete killed after its rename
+    Case("durable tmp, 1 min", Kind.DURABLE_TMP, durable_tmp, MIN, V.KEEP_YOUNG),
+    Case("durable tmp, 11 min", Kind.DURABLE_TMP, durable_tmp, 11 * MIN, V.REMOVE_EXPIRED),
+    Case("pool deleting, 1 min", Kind.POOL_DELETING, pool_deleting, MIN, V.KEEP_YOUNG),
+    Case("pool deleting, 11 min", Kind.POOL_DELETING, pool_deleting, 11 * MIN, V.REMOVE_EXPIRED),
 ]
 
 

@@ -66,6 +66,7 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
     step(4, "dead claims")
     dead_locks = [c.as_dict() for c in remove_dead_claims(r.path)]
     serving = remove_serving_leftovers(r.path, fence=check)   # commit-graph and pack-refs locks and temps
+    durable_temps = _remove_durable_temps(r, check)
     if progress:
         progress("gc", steps, steps)
     return {
@@ -74,11 +75,19 @@ def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after:
                      "stale_pack_temps_removed": pack_temps, "preserved_packs_expired": len(preserved),
                      "preserved_mapped_expired": len(preserved_mapped),
                      "preserved_loose_expired": len(preserved_loose),
-                     "dead_locks_removed": len(dead_locks), "serving_leftovers_removed": serving},
+                     "dead_locks_removed": len(dead_locks), "serving_leftovers_removed": serving,
+                     "durable_temps_removed": durable_temps},
         "removed": {"quarantines": quarantines, "pack_temps": pack_temps, "preserved_packs": preserved,
                     "preserved_mapped": preserved_mapped, "preserved_loose": preserved_loose,
                     "dead_locks": dead_locks},
     }
+
+
+def _remove_durable_temps(r: Any, fence: Callable[[], None] | None) -> int:
+    """write_file_durably's orphaned temps (alternates, pool files, fence) past the table's age."""
+    from packyard.store import leftovers as lo
+
+    return len(lo.remove(lo.removable(lo.find_durable_temps(r)), fence))
 
 
 def remove_dead_batches(r: Any, *, stale_after: float | None = None, foreign_after: float | None = None,
@@ -116,6 +125,6 @@ def remove_unowned_leftovers(git_dir: str | Path, *, quarantine_after: float = Q
     pack_temps = remove_stale_temp_files(r.objects.path / "pack", fence=check)
     claims = len(remove_dead_claims(r.path))
     serving = remove_serving_leftovers(r.path, fence=check)
-    return {"age_rule_serving": serving,
+    return {"age_rule_serving": serving, "age_rule_durable_temps": _remove_durable_temps(r, check),
             "age_rule_tmp_objects": tmp["stale_tmp_removed"], "age_rule_markers": tmp["stale_markers_removed"],
             "age_rule_quarantines": quarantines, "age_rule_pack_temps": pack_temps, "age_rule_claims": claims}

@@ -13,10 +13,10 @@ root, must lie in one too (:func:`~packyard.workers.repos.open_beside`). The lea
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
+from packyard.store import leftovers as lo
 from packyard.store.errors import InvalidInputError
 from packyard.store.lease import Lease
 from packyard.store.maintenance.bitmap import BitmapOptions
@@ -117,14 +117,6 @@ def disconnect(repo: str | Path, pool: str | Path | None = None, *, lease: Lease
     return _result("disconnect", p.path, result, member=str(member.path))
 
 
-def _leftover_deletions(path: Path) -> list[Path]:
-    """``<name>.deleting-*`` beside ``path``: a delete killed after its rename (the pool is gone already)."""
-    try:
-        return sorted(e for e in path.parent.iterdir() if e.name.startswith(f"{path.name}.deleting-"))
-    except FileNotFoundError:
-        return []
-
-
 def delete(repo: str | Path, *, lease: Lease | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Delete the pool ``repo``; refused while its members file or the records name a member. A delete killed
     after its rename finishes here (the renamed directory is removed; the records forget the pool)."""
@@ -133,10 +125,9 @@ def delete(repo: str | Path, *, lease: Lease | None = None, progress: Progress |
     settings = get_settings()
     path = Path(os.path.realpath(repo))
     if not path.exists():
-        removed = 0
-        for aside in _leftover_deletions(path):
-            shutil.rmtree(aside)
-            removed += 1
+        # (the leftovers table's pool_deleting kind, judged here at age 0: this is the delete finishing)
+        rule = lo.RULES[lo.Kind.POOL_DELETING].aged(unjudged_after=0.0)
+        removed = len(lo.remove(lo.removable(lo.find_pool_deletions(path, rule=rule)), lease))
         forget_pool(settings, path)
         return {"pool": str(path), "step": "delete", "outcome": lifecycle.PoolStep.ALREADY.value,
                 "counters": {"step": lifecycle.PoolStep.ALREADY.value, "leftovers_removed": removed}}
