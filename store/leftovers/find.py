@@ -454,8 +454,8 @@ def find_pool_deletions(repo: object, *, now: float | None = None, rule: Rule | 
     """``<pool>.deleting-*`` directories beside ``repo`` (a path: the pool itself is gone once renamed)."""
     from .table import POOL_DELETING_INFIX
 
-    where: str | os.PathLike[str] = getattr(repo, "path", repo)   # a Repository, or the (vanished) pool's path
-    path = Path(os.path.realpath(where))
+    where = getattr(repo, "path", repo)   # a Repository, or the (vanished) pool's path
+    path = Path(os.path.realpath(where if isinstance(where, (str, os.PathLike)) else str(where)))
     now, rule = _now(now), rule or RULES[Kind.POOL_DELETING]
     out = []
     for e in sorted((e for e in _scan(path.parent) if e.name.startswith(path.name + POOL_DELETING_INFIX)
