@@ -15,14 +15,15 @@ M, R = LeaseKind.MAINTENANCE, LeaseKind.REPO
 
 
 @pytest.mark.parametrize("job, call, expected", [
-    ("pool repack, gc", dict(member=None), [("P", M)]),
-    ("create, fetch", dict(member=None, refs=True), [("P", M), ("P", R)]),
-    ("link", dict(member="F"), [("P", M), ("F", M)]),
-    ("disconnect", dict(member="F", ingest=True), [("P", M), ("F", M), ("F", R)]),
+    ("pool repack, gc", {"member": None}, [("P", M)]),
+    ("create, fetch", {"member": None, "refs": True}, [("P", M), ("P", R)]),
+    ("link", {"member": "F"}, [("P", M), ("F", M)]),
+    ("disconnect", {"member": "F", "ingest": True}, [("P", M), ("F", M), ("F", R)]),
 ])
 def test_the_order_is_a_prefix_of_one_sequence(job, call, expected) -> None:
     """Every pool job takes its leases in the order pool maintenance, pool refs, member maintenance, member refs;
     a member's own repack or push holds only the member's, so no two jobs wait for each other in a circle."""
+    call = dict(call)
     order = pool_lease_order("P", call.pop("member"), **call)
     assert [(p, k) for p, k in order] == expected
     rank = {("P", M): 0, ("P", R): 1, ("F", M): 2, ("F", R): 3}
