@@ -10,15 +10,15 @@ since the last repack and remembers the last repacks and the last plan as jobs l
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0003"
-down_revision: Union[str, Sequence[str], None] = "0002"
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = "0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 COLUMNS = ("enabled", "ingests_since_repack", "last_repack_at", "last_full_repack_at", "last_planned_at",
            "last_plan")

@@ -17,15 +17,15 @@ revision cannot read those kinds, and no older kind means the same thing).
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004"
-down_revision: Union[str, Sequence[str], None] = "0003"
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 NEW_EVENT_KINDS = ("taken_over", "skipped", "aborted", "wait_timeout")
 

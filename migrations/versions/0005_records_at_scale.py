@@ -22,15 +22,15 @@ indexes return to 0004's.
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005"
-down_revision: Union[str, Sequence[str], None] = "0004"
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = "0004"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 #: workers/records/models.py DURATION_BUCKETS, in milliseconds (spelled out: a migration stays as written).
 BUCKETS_MS = (100, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 900000, 3600000, 14400000)
@@ -121,7 +121,7 @@ def _seed_aggregates() -> None:
 def _fill_plan_columns() -> None:
     """Each repository's last plan's statistics into the new columns (read once, in batches of ids)."""
     bind = op.get_bind()
-    from datetime import datetime, UTC
+    from datetime import UTC, datetime
 
     repos = sa.table("repositories", sa.column("id", sa.Integer()), sa.column("last_plan", sa.JSON()),
                      sa.column("stats_at", sa.DateTime(timezone=True)),

@@ -13,14 +13,14 @@ Downgrade: back to 0005's index.
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Sequence
 
 from alembic import op
 
 revision: str = "0006"
-down_revision: Union[str, Sequence[str], None] = "0005"
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = "0005"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

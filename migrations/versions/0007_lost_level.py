@@ -20,14 +20,14 @@ Downgrade: the level rows and the daily LOST rows go (0006's exporter counts LOS
 """
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Sequence
 
 from alembic import op
 
 revision: str = "0007"
-down_revision: Union[str, Sequence[str], None] = "0006"
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+down_revision: str | Sequence[str] | None = "0006"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:

@@ -55,6 +55,7 @@ from ..pack.write import PACK_COMPRESSION, PackWriter
 from ..progress import Progress
 from ..tuning import gc_paused
 from .bitmap import BitmapOptions, read_header, write_pack_bitmap
+from .islands import IslandOptions
 from .leftovers import remove_stale_temp_files
 from .midxbitmap import midx_bitmap_for
 from .preserved import (
@@ -121,6 +122,8 @@ class RepackOptions:
     keep_reached: Callable[[Callable[[bytes], bool]], set[bytes]] | None = None
     #: UNSAFE, the race harness's and the tests' negative control only: repack a pool as a plain repository
     unsafe_ignore_pool_members: bool = False
+    #: delta islands (git's pack.island, ``repack -i``; islands.py): full repack, the main pack's deltas
+    islands: IslandOptions | None = None
 
     @property
     def preserve_mapped(self) -> bool:
@@ -169,6 +172,8 @@ class RepackCounters:
     delta_candidates: int = 0     # objects the search considered (no reused delta; tree or blob; sizes in range)
     search_skipped: int = 0       # objects left out of the search: whole in one source pack, as all around them
     deltas_dropped: int = 0       # reusable deltas not reused: they closed a cycle or passed the depth limit
+    island_deltas_dropped: int = 0   # reusable deltas not reused: their base lacks an island of theirs (islands.py)
+    islands: int = 0              # delta islands marked (0: none asked, or no ref in one)
     loose_prefetched: int = 0     # loose objects read together before the walk (looseread.LooseKeeper.prefetch)
     whole_settled: int = 0        # whole objects taken from the main source pack instead of another copy
     search_processes: int = 0     # processes the search ran in
@@ -321,7 +326,8 @@ def _write_and_install(plan: "RepackPlan", sources: SourceIndex, options: Repack
                                 phase="writing cruft objects" if is_cruft else "writing objects",
                                 mtime_of=plan.mtimes if is_cruft else None,
                                 names=plan.cruft_names if is_cruft else plan.names, preloaded=plan.preloaded,
-                                deltas=options.delta_plan(), timings=searched)
+                                deltas=options.delta_plan(), timings=searched,
+                                islands=None if is_cruft else plan.islands)
             writer.finish(mtimes=mtimes)
             if not is_cruft and plan.borrowed_reached and options.bitmap and options.mode is RepackMode.FULL:
                 c.bitmap_skipped = 1   # the pack lacks closure: git disables bitmaps ("some objects are not

@@ -35,6 +35,7 @@ from .walkparse import parse_tree_entries
 from .writeplan import ByBase, Names
 
 if TYPE_CHECKING:
+    from .islands import IslandMarks
     from .repack import RepackCounters, RepackOptions
 
 #: A loose repack keeps up to this many bytes of the loose objects it read while planning (not read again).
@@ -60,6 +61,7 @@ class RepackPlan:
     snapshot_packs: list[PackFile] = field(default_factory=list)    # geometric: the progression's packs
     cruft_walked: int = 0                                   # objects the walk from young unreachable ones visited
     borrowed_reached: int = 0                               # reachable objects left in an alternate (the pool)
+    islands: "IslandMarks | None" = None                    # delta islands' marks (options.islands): main pack only
 
 
 class PhaseTimer:
@@ -99,6 +101,12 @@ def plan_full(repo, sources: SourceIndex, replaceable: list[PackFile], options: 
                  names=lambda: reach.names, preloaded=preloaded,   # (names built only if the search runs)
                  prefetched=prefetched, loose_sizes=keeper.file_sizes)
     plan.main = sources.present(reach.ids())
+    if options.islands is not None:   # (delta islands: every reachable object's marks, from the island refs)
+        from .islands import compute_marks
+
+        plan.islands = compute_marks(tips, options.islands, reach, keeper.read, packs=sources,
+                                     processes=options.processes)
+        timer.lap("islands")
     if sources.alternates:   # (a fork: what it reaches that only its pool holds stays there)
         plan.borrowed_reached = len(reach) - len(plan.main)
     seen = reach.reached()

@@ -42,6 +42,7 @@ from .reuse import LOOSE, WHOLE, Reuse, find_reuse, nothing_to_try, settle_dupli
 from .sources import SourceIndex
 
 if TYPE_CHECKING:
+    from .islands import IslandMarks
     from .repack import RepackCounters
 
 from ..progress import Progress
@@ -92,27 +93,31 @@ def write_plan(writer: PackWriter, ids: list[bytes], sources: SourceIndex, c: "R
                progress: Progress | None = None, phase: str = "writing objects",
                mtime_of: dict[bytes, int] | None = None, names: Names | None = None,
                preloaded: dict[bytes, tuple[int, bytes]] | None = None, deltas: DeltaPlan = DeltaPlan(),
-               timings: dict[str, float] | None = None) -> list[int] | None:
+               timings: dict[str, float] | None = None, islands: "IslandMarks | None" = None) -> list[int] | None:
     """Write every id of ``ids`` once, in that order except that a delta's base always goes first.
 
     ``names``: object id -> the name it was reached by (the walk's), for the search's order (or a function
     returning that dict: called only if the search runs).
     ``preloaded``: objects the plan already read and checked (type, data), not read again.
     Returns the mtimes in written order when ``mtime_of`` is given. ``timings`` gets the seconds
-    spent in the search (``"search"``).
+    spent in the search (``"search"``). ``islands``: delta islands' marks (islands.py): no delta, reused or new,
+    rests on a base that lacks an island of its target.
     """
     t0 = time.monotonic()
     pre = preloaded or {}
     reuse = find_reuse(ids, sources, reuse_deltas=deltas.reuse, depth=deltas.depth)
     sources.drop_pages()   # (every entry's header was read: the pages of the whole input)
     c.deltas_dropped += reuse.dropped
+    if islands is not None and deltas.reuse:
+        c.island_deltas_dropped += _drop_cross_island(ids, reuse, islands)
+        c.islands = len(islands.islands)
     if deltas.reuse:
         c.whole_settled += settle_duplicates(ids, reuse, sources)
     computed: dict[int, tuple[int, int]] = {}   # position -> (candidate, position of its new base)
     zwhole: dict[int, tuple[int, int, bytes]] = {}   # position -> (type, size, compressed object)
     found: SearchResult | None = None
     if deltas.search is not None and not nothing_to_try(reuse, sources, reuse_deltas=deltas.reuse):
-        found, cand = _search(ids, sources, reuse, names, pre, deltas, progress, c)
+        found, cand = _search(ids, sources, reuse, names, pre, deltas, progress, c, islands)
         cand_ids = cand.ids
         for i, b in enumerate(found.base):
             if b >= 0:
@@ -136,7 +141,7 @@ class _Offered(Candidates):
 
 def _search(ids: list[bytes], sources: SourceIndex, reuse: Reuse, names: Names | None,
             pre: dict[bytes, tuple[int, bytes]], deltas: DeltaPlan, progress: Progress | None,
-            c: "RepackCounters") -> tuple[SearchResult, _Offered]:
+            c: "RepackCounters", islands: "IslandMarks | None" = None) -> tuple[SearchResult, _Offered]:
     # Source packs matter only when reusing: that pack's writer tried its whole objects against each other.
     cand = _Offered(groups=array("i"), fixed=bytearray()) if deltas.reuse else _Offered()
     cand.ids = cand_ids = array("i")
@@ -203,6 +208,10 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: Reuse, names: Names |
             g_add(group)
             f_add(kd == WHOLE)
         k_add(k)
+    if islands is not None:   # each candidate's class of marks, and the rule between classes (islands.py)
+        class_of = islands.class_of
+        cand.islands = array("i", [class_of(ids[k]) for k in cand_ids])
+        cand.island_ok = islands.table()
     cand, idle = _without_idle(cand, deltas.search)
     c.search_skipped += idle
     sources.drop_pages()   # (every candidate's header: a cruft pack's 50k, 40 MB of pages, for ~2,000 searched)
@@ -248,6 +257,20 @@ def _search(ids: list[bytes], sources: SourceIndex, reuse: Reuse, names: Names |
     return found, cand
 
 
+def _drop_cross_island(ids: list[bytes], reuse: Reuse, islands: "IslandMarks") -> int:
+    """Un-reuse every reusable delta whose base lacks an island of its target (git's ``can_reuse_delta`` asks
+    ``in_same_island``): the target joins the search, where only bases of its islands are tried. The chain
+    heights stay as they were (over-counted where a chain was cut: only ever a shallower limit)."""
+    dropped = 0
+    allowed = islands.allowed
+    base, reused = reuse.base, reuse.reused
+    for k in range(len(ids)):
+        if reused[k] and base[k] >= 0 and not allowed(ids[k], ids[base[k]]):
+            reused[k] = 0
+            dropped += 1
+    return dropped
+
+
 def _without_idle(cand: _Offered, options: SearchOptions) -> tuple[_Offered, int]:
     """``cand`` without the candidates the search could never try (and the number left out).
 
@@ -287,6 +310,9 @@ def _without_idle(cand: _Offered, options: SearchOptions) -> tuple[_Offered, int
         kept.add(cand.types[i], cand.sizes[i], cand.hashes[i], cand.max_depth[i], groups[i], bool(fixed[i]),
                  bool(cand.keep_whole[i]))
         kept.ids.append(cand.ids[i])
+    if cand.islands is not None:
+        kept.islands = array("i", [cand.islands[i] for i in range(len(cand)) if not drop[i]])
+        kept.island_ok = cand.island_ok
     return kept, idle
 
 

@@ -40,6 +40,9 @@ typedef struct {
     const int32_t *groups;    /* NULL: no source packs (not reusing) */
     const uint8_t *fixed;
     const uint8_t *keep_whole;
+    const int32_t *islands;   /* NULL: no delta islands; else each candidate's island class */
+    const uint8_t *island_ok; /* island_ok[trg_class * nclasses + base_class]: may trg rest on base? */
+    Py_ssize_t nclasses;
     Py_ssize_t n;
 } cand_arrays;
 
@@ -68,7 +71,7 @@ compress_buf(PyObject *compress, const uint8_t *buf, size_t len, PyObject *level
 
 PyDoc_STRVAR(search_segment_doc,
 "search_segment(order, types, max_depth, groups, fixed, keep_whole, read, compress, level, window,\n"
-"               window_memory, progress, /)\n--\n\n"
+"               window_memory, progress[, islands, island_ok], /)\n--\n\n"
 "The delta search's window loop over ``order`` (see store/pack/search.py, _Segment.run_python, which\n"
 "this runs in C). Returns (targets, bases, depths, delta_sizes, zdeltas, tried, saved, peak,\n"
 "whole, zwholes), lists and ints.");
@@ -77,7 +80,7 @@ static PyObject *
 search_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *order_seq = NULL, *read, *compress, *level, *progress;
-    Py_buffer bt = {0}, bd = {0}, bg = {0}, bf = {0}, bk = {0};
+    Py_buffer bt = {0}, bd = {0}, bg = {0}, bf = {0}, bk = {0}, bi = {0}, bo = {0};
     cand_arrays c = {0};
     Py_ssize_t window, mem_limit, norder, done;
     PyObject *targets = NULL, *bases = NULL, *depths = NULL, *dsizes = NULL, *zdeltas = NULL;
@@ -89,8 +92,8 @@ search_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int wtype = -1;
     obuf best_o = {NULL, 0, 0, SIZE_MAX}, o = {NULL, 0, 0, SIZE_MAX};
 
-    if (nargs != 12) {
-        PyErr_Format(PyExc_TypeError, "search_segment() takes 12 positional arguments (%zd given)", nargs);
+    if (nargs != 12 && nargs != 14) {
+        PyErr_Format(PyExc_TypeError, "search_segment() takes 12 or 14 positional arguments (%zd given)", nargs);
         return NULL;
     }
     read = args[6];
@@ -128,6 +131,27 @@ search_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         }
         c.groups = bg.buf;
         c.fixed = bf.buf;
+    }
+    if (nargs == 14 && args[12] != Py_None) {   /* delta islands (search.py: Candidates.islands) */
+        Py_ssize_t nc = 0;
+        if (PyObject_GetBuffer(args[12], &bi, PyBUF_SIMPLE) < 0 || PyObject_GetBuffer(args[13], &bo, PyBUF_SIMPLE) < 0)
+            goto done;
+        while (nc * nc < bo.len)
+            nc++;
+        if (bi.len != 4 * c.n || nc * nc != bo.len || nc == 0) {
+            PyErr_SetString(PyExc_ValueError, "search_segment: island arrays do not fit the candidates");
+            goto done;
+        }
+        for (k = 0; k < c.n; k++) {
+            int32_t cls = ((const int32_t *)bi.buf)[k];
+            if (cls < 0 || cls >= nc) {
+                PyErr_SetString(PyExc_ValueError, "search_segment: island class out of range");
+                goto done;
+            }
+        }
+        c.islands = bi.buf;
+        c.island_ok = bo.buf;
+        c.nclasses = nc;
     }
     order_seq = PySequence_Fast(args[0], "search_segment: order must be a sequence");
     if (!order_seq)
@@ -209,6 +233,8 @@ search_segment(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                     continue;
                 if (tgroup >= 0 && s->group == tgroup)
                     continue;
+                if (c.islands && !c.island_ok[(Py_ssize_t)c.islands[t] * c.nclasses + c.islands[s->i]])
+                    continue;       /* another island lacks this base (git's in_same_island) */
                 if (best < 0)
                     limit = half * (max_depth - sdepth) / max_depth;
                 else
@@ -326,6 +352,8 @@ done:
     if (bg.obj) PyBuffer_Release(&bg);
     if (bf.obj) PyBuffer_Release(&bf);
     if (bk.obj) PyBuffer_Release(&bk);
+    if (bi.obj) PyBuffer_Release(&bi);
+    if (bo.obj) PyBuffer_Release(&bo);
     return result;
 }
 

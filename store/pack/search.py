@@ -58,6 +58,7 @@ objects, checking their hashes and compressing the deltas are Python-level work 
 """
 from __future__ import annotations
 
+import math
 import time
 import zlib
 from array import array
@@ -157,6 +158,11 @@ class Candidates:
     groups: array | None = None
     fixed: bytearray | None = None
     keep_whole: bytearray = field(default_factory=bytearray)
+    #: Delta islands (store/maintenance/islands.py): each candidate's island class, and ``island_ok``, the
+    #: ``n * n`` table of classes (``island_ok[trg * n + base]``: may a target of class trg rest on a base of
+    #: class base?). None: no islands, any base will do.
+    islands: array | None = None
+    island_ok: bytes | None = None
 
     def __len__(self) -> int:
         return len(self.types)
@@ -343,7 +349,8 @@ class _Segment:
         assert _c_search_segment is not None
         targets, bases, depths, dsizes, zdeltas, tried, saved, peak, whole, zwholes = _c_search_segment(
             self.order, c.types, c.max_depth, c.groups, c.fixed, c.keep_whole, self.read, zlib.compress,
-            opts.compression, opts.window, opts.window_memory, self.progress)
+            opts.compression, opts.window, opts.window_memory, self.progress,
+            *((c.islands, c.island_ok) if c.islands is not None else ()))
         return _SegmentResult(array("i", targets), array("i", bases), array("i", depths), array("Q", dsizes),
                               zdeltas, tried, saved, peak, array("i", whole), zwholes)
 
@@ -367,6 +374,8 @@ class _Segment:
         zdeltas: list[bytes] = []
         whole, zwholes = array("i"), []
         keep_whole = c.keep_whole
+        islands, island_ok = c.islands, c.island_ok
+        nclasses = 0 if island_ok is None else math.isqrt(len(island_ok))
         step = 1000
         for done, t in enumerate(self.order, 1):
             if self.progress is not None and done % step == 0:
@@ -399,6 +408,9 @@ class _Segment:
                         continue
                     if tgroup >= 0 and s[_GROUP] == tgroup:
                         continue                    # both whole in one source pack: its packer found nothing
+                    if islands is not None and island_ok is not None \
+                            and not island_ok[islands[t] * nclasses + islands[s[_I]]]:
+                        continue                    # another island lacks this base (git's in_same_island)
                     if best is None:
                         limit = half * (max_depth - sdepth) // max_depth
                     else:

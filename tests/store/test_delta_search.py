@@ -300,10 +300,17 @@ def test_c_window_loop_gives_the_python_loops_result(seed):
         objs.append(bytes(b))
         c.add(rng.choice([2, 3, 3, 1]), len(b), rng.choice([0, 1, 2, 3]), rng.randint(-1, 6), rng.randint(-1, 3),
               rng.random() < 0.5, rng.random() < 0.5)
+    if seed % 3 == 0:   # delta islands: random marks over three islands, the rule's table between their classes
+        masks = [0, *range(1, 8)]
+        c.islands = S.array("i", [rng.randrange(len(masks)) for _ in range(len(c))])
+        c.island_ok = bytes(1 if not t or (b and t & ~b == 0) else 0 for t in masks for b in masks)
     opts = S.SearchOptions(window=rng.randint(2, 12), depth=6, window_memory=rng.choice([0, 5000, 20000]),
                            processes=1)
     order = S.search_order(c, opts.max_input)
     py = S._Segment(c, lambda i: objs[i], opts, order, None).run_python()
+    if c.islands is not None:   # (the rule held in the specification: no target rests on a base it may not)
+        n = len(masks)
+        assert all(c.island_ok[c.islands[t] * n + c.islands[b]] for t, b in zip(py.targets, py.bases))
     native = S._Segment(c, lambda i: objs[i], opts, order, None).run_c()
     assert py.targets, "the case should find deltas"
     for f in ("targets", "bases", "depths", "sizes", "zdeltas", "tried", "saved", "peak", "whole", "zwholes"):

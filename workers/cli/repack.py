@@ -48,6 +48,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="geometric/loose: write no multi-pack-index over the packs that stay (written by default)")
     p.add_argument("--no-bitmap", action="store_true",
                    help="--mode full: write no reachability bitmap (.bitmap) with the pack (git repack -a without -b)")
+    p.add_argument("--island", action="append", default=[], metavar="REGEX",
+                   help="--mode full: make deltas within delta islands (git's pack.island, repack -i; repeatable, the "
+                        "last that matches a ref wins; a pool's repack uses refs/virtual/([^/]+)/ without it)")
     p.add_argument("--no-commit-graph", action="store_true",
                    help="do not write the commit-graph afterwards (default: extend its split chain, or rewrite it "
                         "whole when unreachable objects were deleted)")
@@ -69,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
                                    expire=args.expire, preserve_for=args.preserve_for, no_reuse=args.no_reuse,
                                    window=args.window, depth=args.depth, window_memory=args.window_memory,
                                    no_bitmap=args.no_bitmap, progress=progress, lease=lease, no_midx=args.no_midx,
-                                   commit_graph=not args.no_commit_graph, pack_refs=not args.no_pack_refs)
+                                   commit_graph=not args.no_commit_graph, pack_refs=not args.no_pack_refs,
+                                   islands=args.island or None)
     if args.json:
         print(json.dumps(result))
         return 0

@@ -7,6 +7,7 @@ from typing import Any
 from packyard.store.errors import InvalidInputError
 from packyard.store.lease import Lease
 from packyard.store.maintenance.bitmap import BitmapOptions
+from packyard.store.maintenance.islands import IslandOptions
 from packyard.store.maintenance.pool.layout import is_pool
 from packyard.store.maintenance.pool.lifecycle import repack_pool
 from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
@@ -39,7 +40,7 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
            window: int | None = None, depth: int | None = None, window_memory: int | None = None,
            no_bitmap: bool = False, progress: Progress | None = None, lease: Lease | None = None,
            commit_graph: bool = True,
-           pack_refs: bool = True, no_midx: bool = False) -> dict[str, Any]:
+           pack_refs: bool = True, no_midx: bool = False, islands: list[str] | None = None) -> dict[str, Any]:
     """Repack ``repo``. ``lease``: the maintenance lease (``check()`` before the first deletion, ``token``
     for the store's maintenance fence). Raises the store's typed errors; nothing is deleted then.
 
@@ -48,7 +49,9 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
     full repack writes no reachability bitmap (the settings choose the bitmap's lookup table and preferred
     tips, not the message). ``commit_graph`` / ``pack_refs``: afterwards write the commit-graph and pack the
     refs (the defaults; store/maintenance/serving.py).
-    ``no_midx``: geometric/loose write no multi-pack-index (one naming a deleted pack is removed first)."""
+    ``no_midx``: geometric/loose write no multi-pack-index (one naming a deleted pack is removed first).
+    ``islands``: delta islands' regexes (git's ``pack.island``, ``repack -i``); a pool's repack uses its members'
+    namespaces when none are given."""
     try:
         repack_mode = RepackMode(mode)
     except ValueError:
@@ -67,6 +70,7 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
     options = RepackOptions(mode=repack_mode, factor=int(factor), expire=parse_expire(expire),
                             preserve_for=float(preserve_for), preserve=preserve, reuse=not no_reuse,
                             bitmap=not no_bitmap, midx=not no_midx,
+                            islands=IslandOptions(tuple(islands)) if islands else None,
                             bitmap_options=BitmapOptions(lookup_table=settings.bitmap_lookup_table,
                                                          prefer_tips=settings.bitmap_prefer_tips), **search)
     r = open_repository(repo)

@@ -14,7 +14,7 @@ def repack(self: PackyardTask, repo: str, mode: str = "full", factor: int = 2, e
            preserve_for: float | None = None, preserve: bool = True, wait: float | None = None,
            on_busy: str = "wait", no_reuse: bool = False, window: int | None = None,
            depth: int | None = None, no_bitmap: bool = False, commit_graph: bool = True,
-           pack_refs: bool = True, no_midx: bool = False) -> dict[str, Any]:
+           pack_refs: bool = True, no_midx: bool = False, islands: list[str] | None = None) -> dict[str, Any]:
     """Repack under the maintenance lease (waits ``wait`` s for it, or ``on_busy="skip"``s: scheduled runs); its
     token fences the deletions. ``no_reuse`` recomputes every delta (``window``/``depth`` as git names them);
     ``no_bitmap``: a full repack writes no reachability bitmap.
@@ -25,4 +25,4 @@ def repack(self: PackyardTask, repo: str, mode: str = "full", factor: int = 2, e
         return self.call(command.repack, repo, mode=mode, factor=factor, expire=expire,
                          preserve_for=preserve_for, preserve=preserve, no_reuse=no_reuse, window=window,
                          depth=depth, no_bitmap=no_bitmap, lease=lease, commit_graph=commit_graph,
-                         pack_refs=pack_refs, no_midx=no_midx)
+                         pack_refs=pack_refs, no_midx=no_midx, islands=islands)

@@ -49,10 +49,12 @@ from ...lease import check as check_lease
 from ...objdir import ObjectDirectory
 from ...progress import Progress
 from ...refs import RefUpdate
+from ..islands import IslandOptions
 from ..repack import RepackOptions, RepackResult, repack
 from ..tips import read_tips
 from ..walk import walk
 from .layout import (
+    ISLAND_REGEX,
     is_pool,
     member_key,
     namespace,
@@ -271,12 +273,15 @@ def delete_pool(pool, *, recorded_members: Sequence[Path] = (), lease: Lease | N
 
 def repack_pool(pool, options: RepackOptions | None = None, *, progress: Progress | None = None,
                 lease: Lease | None = None) -> RepackResult:
-    """The pool's repack: a full one keeps, as young, everything its members reach (:mod:`.members`)."""
+    """The pool's repack: a full one keeps, as young, everything its members reach (:mod:`.members`), and makes
+    its deltas within delta islands, one per member namespace (``refs/virtual/<key>/``, as git's ``repack -adi``
+    with ``pack.island=refs/virtual/([^/]+)/``), unless the options name other islands."""
     import dataclasses
 
     _require_pool(pool)
-    options = dataclasses.replace(options or RepackOptions(),
-                                  keep_reached=lambda known: members_reach(Path(pool.path), known))
+    options = options or RepackOptions()
+    options = dataclasses.replace(options, keep_reached=lambda known: members_reach(Path(pool.path), known),
+                                  islands=options.islands or IslandOptions((ISLAND_REGEX,)))
     return repack(pool, options, progress=progress, lease=lease)
 
 
