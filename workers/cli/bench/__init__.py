@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("verify", "loose", "index_pack", "delta", "repack", "serve", "graph", "midx", "records")
+BENCHMARKS = ("verify", "loose", "index_pack", "delta", "repack", "serve", "graph", "midx", "records", "pool")
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
