@@ -1,0 +1,1 @@
+"""Backups of repositories: the repository checksum (Gitaly's), bundles and their manifests."""
