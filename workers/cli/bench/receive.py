@@ -1,0 +1,123 @@
+"""packyard bench receive: ``packyard receive-pack`` vs ``git receive-pack`` (receive.fsckObjects=true), driven by a
+real ``git push --receive-pack=...`` from a client repository, side by side.
+
+Two rows, each with a fresh target repository per side and per round, rounds alternating who goes first:
+
+* ``full`` -- a push of all of git-v2.0.0 (the corpus pack, as a client repository) into an empty repository;
+* ``ten`` -- a push of 10 new commits onto a repository that holds git-v2.0.0 (copies of one target).
+
+The time is the whole ``git push`` (the client's pack-objects included, the same on both sides); the peak RSS
+is the server's alone (``/usr/bin/time`` wraps the receive-pack command). packyard runs the push in process
+(its lease in the embedded Redis, its job row in the embedded SQLite of a state directory in the work dir).
+A real push rather than a replayed byte stream: the client's negotiation (what it leaves out of the 10-commit
+pack after reading each server's advertisement) is part of what is compared.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+from packyard.workers.cli.bench import common
+from packyard.workers.cli.bench.pool import _own_commits
+from packyard.workers.cli.bench.repack import TIME, alternating, base_repo, child_env
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser("receive", help="packyard receive-pack vs git receive-pack, by real pushes",
+                              description=__doc__.split("\n\n")[0])
+    p.add_argument("--runs", type=int, default=3, help="rounds per row, alternating (default 3)")
+    p.add_argument("--pack", default=None, help="source pack (default: the corpus git-v2.0.0.pack)")
+    p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
+    p.add_argument("--commits", type=int, default=10, help="commits in the small push (default 10)")
+    p.add_argument("--row", action="append", choices=("full", "ten"), default=None,
+                   help="run only these rows (repeatable; default: both)")
+    p.set_defaults(func=run)
+
+
+def _push(client: Path, target: Path, side: str, env: dict[str, str], rss_file: Path) -> tuple[float, int]:
+    server = (common.packyard_entry() + ["receive-pack"]) if side == "packyard" else ["git", "receive-pack"]
+    receive = shlex.join([TIME, "-f", "%M", "-o", str(rss_file), *server])
+    t0 = time.perf_counter()
+    proc = subprocess.run(["git", "--git-dir", str(client), "push", "-q", f"--receive-pack={receive}", str(target),
+                           "refs/heads/main:refs/heads/main"], env=env, capture_output=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"push to {target} ({side}) failed: {proc.stderr.decode(errors='replace')}")
+    return wall, int(rss_file.read_text().split()[-1]) * 1024
+
+
+def _target(path: Path, template: Path | None) -> Path:
+    if template is None:
+        common.git("init", "-q", "--bare", str(path))
+    else:
+        shutil.copytree(template, path, copy_function=shutil.copy2)
+    common.git("config", "receive.fsckObjects", "true", git_dir=path)   # git's side; packyard's fsck is always on
+    return path
+
+
+def _row(name: str, client: Path, root: Path, template: Path | None, runs: int, env: dict[str, str],
+         work: Path) -> dict[str, list[tuple[float, int]]]:
+    targets = {(side, rnd): _target(root / f"{name}-{side}-{rnd}.git", template)
+               for rnd in range(runs) for side in ("git", "packyard")}
+    rows: dict[str, list[tuple[float, int]]] = {"git": [], "packyard": []}
+    for rnd, side in alternating(runs):
+        wall, rss = _push(client, targets[side, rnd], side, env, work / "rss.txt")
+        rows[side].append((wall, rss))
+        print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  server peak RSS {rss / 2**20:7.1f} MiB",
+              flush=True)
+    for side in ("git", "packyard"):
+        target = targets[side, runs - 1]
+        common.git("fsck", "--no-progress", "--no-dangling", git_dir=target)
+        tip = common.git("rev-parse", "refs/heads/main", git_dir=target)
+        assert tip == common.git("rev-parse", "refs/heads/main", git_dir=client), (side, target)
+    for target in targets.values():
+        shutil.rmtree(target)
+    return rows
+
+
+def _report(name: str, rows: dict[str, list[tuple[float, int]]]) -> None:
+    wg, wp = (statistics.median(w for w, _ in rows[s]) for s in ("git", "packyard"))
+    rg, rp = (max(r for _, r in rows[s]) for s in ("git", "packyard"))
+    print(f"{name}: {'':24} {'packyard':>10} {'git':>10} {'ratio':>7}")
+    print(f"{name}: {'push wall (median) s':24} {wp:10.3f} {wg:10.3f} {wp / wg:6.2f}x")
+    print(f"{name}: {'server peak RSS MiB':24} {rp / 2**20:10.1f} {rg / 2**20:10.1f} {rp / rg:6.2f}x")
+
+
+def run(args: argparse.Namespace) -> int:
+    start = common.corpus_bench_start("receive", args.pack, TIME, args.dir)
+    if start is None:
+        return 2
+    pack, refs, work = start
+    rows = args.row or ["full", "ten"]
+    root = work / "root"
+    root.mkdir()
+    env = child_env()
+    env.update({"PACKYARD_STORAGE_ROOTS": f"bench={root}", "PACKYARD_STATE_DIR": str(work / "state"),
+                "GIT_TERMINAL_PROMPT": "0"})
+    env.pop("PACKYARD_REDIS_URL", None)
+    env.pop("PACKYARD_DATABASE_URL", None)
+    print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, {args.runs} rounds per row alternating "
+          f"git/packyard, in {work} ({common.describe_filesystem(work)})", flush=True)
+    try:
+        client = base_repo(work / "client.git", pack, refs)
+        results = {}
+        if "full" in rows:
+            results["full"] = _row("full", client, root, None, args.runs, env, work)
+        if "ten" in rows:
+            template = _target(root / "template.git", None)
+            common.git("--git-dir", str(client), "push", "-q", str(template), "refs/heads/main:refs/heads/main")
+            _own_commits(client, "pusher", args.commits)
+            results["ten"] = _row(f"{args.commits}-commits", client, root, template, args.runs, env, work)
+        print()
+        for name, r in results.items():
+            _report(name, r)
+        return 0
+    finally:
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)

@@ -1,0 +1,35 @@
+"""packyard receive-pack REPO: git's receive side of a push over stdin/stdout (where git-receive-pack runs)."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(subparsers) -> None:  # type: ignore[no-untyped-def]
+    p = subparsers.add_parser(
+        "receive-pack", help="receive a push from a git client on stdin/stdout (git receive-pack)",
+        description="Speak git's push protocol (v0/v1) on stdin/stdout, as `git receive-pack REPO` does: "
+                    "`git push --receive-pack='packyard receive-pack' host:REPO`. The pack goes through "
+                    "packyard's index-pack with the server's fsck into a quarantine, then one ref transaction "
+                    "under the repository lease, recorded as a job (packyard.receive_pack). REPO must lie in a "
+                    "storage root. See docs/receive.md.")
+    p.add_argument("repo", help="repository: an absolute path or STORAGE:RELATIVE/PATH")
+    p.add_argument("--advertise-refs", "--http-backend-info-refs", action="store_true", dest="advertise_refs",
+                   help="print the advertisement and exit (smart HTTP's info/refs)")
+    p.add_argument("--stateless-rpc", action="store_true", help="read the request without advertising first")
+    p.add_argument("-q", "--quiet", action="store_true", help="(accepted, as git's)")
+    p.set_defaults(func=run, logs=False)   # stdout is the protocol: logs are configured onto stderr below
+
+
+def run(args: argparse.Namespace) -> int:
+    from packyard.workers import logs as plog
+    from packyard.workers.cli.prepare import prepare_embedded
+    from packyard.workers.receive.session import serve
+    from packyard.workers.settings import get_settings
+
+    s = get_settings()
+    plog.configure_from_settings(s)
+    if not args.advertise_refs:
+        prepare_embedded(s)
+    return serve(args.repo, sys.stdin.fileno(), sys.stdout.buffer, sys.stderr.buffer,
+                 advertise_only=args.advertise_refs, stateless=args.stateless_rpc)
