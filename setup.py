@@ -7,13 +7,13 @@ accessor each), and each has a pure-Python specification that gives the same byt
 
 * ``store.pack._delta``: the delta encoder (_delta.c) and the delta search's window loop (_search.c);
   otherwise _delta_py.py and search.py (``packyard.store.pack.delta.IMPLEMENTATION``);
-* ``store.maintenance._walk``: repack's reachability walk, the packs' id index and the object reader
-  (_walk*.c); otherwise walk.py and sources.py (``packyard.store.maintenance.walk.IMPLEMENTATION``);
+* ``store.maintenance.walk._walk``: repack's reachability walk, the packs' id index and the object reader
+  (_walk*.c); otherwise walk/reach.py and sources.py (``packyard.store.maintenance.walk.reach.IMPLEMENTATION``);
 * ``store.pack._packwrite``: the pack writer's copy loop (_packwrite_copy.c) and the .idx/.rev tables
   (_packwrite_idx.c); otherwise writeplan.py and idxwrite.py;
-* ``store.maintenance._bitmap``: the reachability bitmaps' closures and EWAH (_bitmap.c, _bitmap_ewah.c);
-  otherwise bitmap.py and ewah.py (``packyard.store.maintenance.bitmap.IMPLEMENTATION``);
-* ``store.maintenance._bloom``: the commit-graph's Bloom filters and commit reads (_bloom.c); otherwise
+* ``store.maintenance.serving._bitmap``: the reachability bitmaps' closures and EWAH (_bitmap.c, _bitmap_ewah.c);
+  otherwise bitmap.py and ewah.py (``packyard.store.maintenance.serving.bitmap.IMPLEMENTATION``);
+* ``store.maintenance.serving._bloom``: the commit-graph's Bloom filters and commit reads (_bloom.c); otherwise
   bloom.py and commitgraph.py;
 * ``store.fsck._fsck``: fsck's scan of a clean tree (_fsck.c); otherwise store/fsck/rules.py's
   ``check_tree_fast`` (``packyard.store.fsck.rules.IMPLEMENTATION``);
@@ -23,7 +23,7 @@ accessor each), and each has a pure-Python specification that gives the same byt
   out, and a failed build of it does not fail the install (``optional``).
 
 _packwrite, _bitmap and _bloom read objects through _walk's Packs and reader (its C API capsule, see
-store/maintenance/_walk.h): without _walk they do not load either. PACKYARD_PURE_PYTHON=1 selects every
+store/maintenance/walk/_walk.h): without _walk they do not load either. PACKYARD_PURE_PYTHON=1 selects every
 fallback; PACKYARD_REQUIRE_C=1 (CI) makes store/native.py raise at import when an extension is missing.
 """
 import os
@@ -32,9 +32,9 @@ import subprocess
 from setuptools import Extension, setup
 
 WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
-WALK_H = ["store/maintenance/_walk.h"]
-# the extensions that take _walk's functions from its capsule (store/maintenance/_walk_client.c)
-CLIENT = {"define_macros": [("WALK_CLIENT", "1")], "include_dirs": ["store/maintenance"], "depends": WALK_H,
+WALK_H = ["store/maintenance/walk/_walk.h"]
+# the extensions that take _walk's functions from its capsule (store/maintenance/walk/_walk_client.c)
+CLIENT = {"define_macros": [("WALK_CLIENT", "1")], "include_dirs": ["store/maintenance/walk"], "depends": WALK_H,
           "extra_compile_args": [*WARNINGS, "-fvisibility=hidden"]}
 
 
@@ -66,27 +66,27 @@ setup(
             extra_compile_args=WARNINGS,
         ),
         Extension(
-            "packyard.store.maintenance._walk",
-            sources=["store/maintenance/_walk.c", "store/maintenance/_walk_packs.c",
-                     "store/maintenance/_walk_read.c", "store/maintenance/_walk_trees.c"],
+            "packyard.store.maintenance.walk._walk",
+            sources=["store/maintenance/walk/_walk.c", "store/maintenance/walk/_walk_packs.c",
+                     "store/maintenance/walk/_walk_read.c", "store/maintenance/walk/_walk_trees.c"],
             depends=WALK_H,
             extra_compile_args=[*WARNINGS, "-fvisibility=hidden"],
         ),
         Extension(
             "packyard.store.pack._packwrite",
             sources=["store/pack/_packwrite.c", "store/pack/_packwrite_copy.c", "store/pack/_packwrite_idx.c",
-                     "store/maintenance/_walk_client.c"],
+                     "store/maintenance/walk/_walk_client.c"],
             **CLIENT,
         ),
         Extension(
-            "packyard.store.maintenance._bitmap",
-            sources=["store/maintenance/_bitmap.c", "store/maintenance/_bitmap_ewah.c",
-                     "store/maintenance/_walk_client.c"],
+            "packyard.store.maintenance.serving._bitmap",
+            sources=["store/maintenance/serving/_bitmap.c", "store/maintenance/serving/_bitmap_ewah.c",
+                     "store/maintenance/walk/_walk_client.c"],
             **CLIENT,
         ),
         Extension(
-            "packyard.store.maintenance._bloom",
-            sources=["store/maintenance/_bloom.c", "store/maintenance/_walk_client.c"],
+            "packyard.store.maintenance.serving._bloom",
+            sources=["store/maintenance/serving/_bloom.c", "store/maintenance/walk/_walk_client.c"],
             **CLIENT,
         ),
         Extension(

@@ -51,7 +51,7 @@ class PackFiles:
     rev: Path
     mtimes: Path | None = None  # cruft packs only
     keep: Path | None = None    # a .keep to publish before the pack
-    bitmap: Path | None = None  # a reachability bitmap (store/maintenance/bitmap.py), renamed before the idx
+    bitmap: Path | None = None  # a reachability bitmap (store/maintenance/serving/bitmap.py), renamed before the idx
 
     def finals(self, pack_dir: Path) -> dict[str, Path]:
         return {ext: pack_dir / f"{self.name}.{ext}" for ext in ("pack", "rev", "mtimes", "bitmap", "idx", "keep")}
@@ -200,7 +200,7 @@ def advance_listing(pack_dir: Path, *more: Path) -> None:
     import time
 
     from .fsparallel import is_shared, together
-    from .pack.write import this_host_tag
+    from .owner import this_host_tag
 
     if not is_shared(str(pack_dir)):
         return

@@ -2,7 +2,7 @@
 
 The storage takes no lease itself (no Redis here): a caller that holds one (the workers' Redis lease,
 :class:`packyard.workers.locks.Lease`) passes it to the batches (store/batch), index-pack
-(``IncomingPack.commit``), repack (store/maintenance/repack.py, ``after_repack``) and gc, which call
+(``IncomingPack.commit``), repack (store/maintenance/repack/run.py, ``after_repack``) and gc, which call
 
 * ``lease.check()`` right before each step that publishes or deletes (a rename into place, a ref update,
   the first deletion): it raises :class:`~packyard.store.errors.LockLostError` if the lease is no longer

@@ -7,11 +7,11 @@ Python specification that gives the same bytes, which runs when the accessor giv
 accessor           extension: what it holds                                    the Python it stands in for
 =================  ==========================================================  ==============================
 :func:`delta`      ``pack._delta``: the delta encoder, the search's window     pack/_delta_py.py, search.py
-:func:`walk`       ``maintenance._walk``: the reachability walk, Packs (the    walk.py, sources.py
+:func:`walk`       ``maintenance.walk._walk``: the reachability walk, Packs (the    walk/reach.py, sources.py
                    packs' id index), tree and object reads, pack_layout
 :func:`packwrite`  ``pack._packwrite``: the repack copy loop, idx/rev tables   writeplan.py, reuse.py, idxwrite.py
-:func:`bitmap`     ``maintenance._bitmap``: bitmap closures, EWAH              bitmap.py, ewah.py
-:func:`bloom`      ``maintenance._bloom``: Bloom filters, commit-graph reads   bloom.py, commitgraph.py
+:func:`bitmap`     ``maintenance.serving._bitmap``: bitmap closures, EWAH              bitmap.py, ewah.py
+:func:`bloom`      ``maintenance.serving._bloom``: Bloom filters, commit-graph reads   bloom.py, commitgraph.py
 :func:`fsck`       ``fsck._fsck``: the scan of a clean tree                    fsck/rules.py
 :func:`nfsim`      ``workers.nfsim._nfsimd``: nfsim's filesystem (a test and   workers/nfsim/fs.py
                    benchmark tool; built only where libfuse3's headers are)
@@ -32,10 +32,10 @@ from typing import Any
 #: accessor name -> the extension's module (absolute name).
 EXTENSIONS = {
     "delta": "packyard.store.pack._delta",
-    "walk": "packyard.store.maintenance._walk",
+    "walk": "packyard.store.maintenance.walk._walk",
     "packwrite": "packyard.store.pack._packwrite",
-    "bitmap": "packyard.store.maintenance._bitmap",
-    "bloom": "packyard.store.maintenance._bloom",
+    "bitmap": "packyard.store.maintenance.serving._bitmap",
+    "bloom": "packyard.store.maintenance.serving._bloom",
     "fsck": "packyard.store.fsck._fsck",
     "nfsim": "packyard.workers.nfsim._nfsimd",
 }
@@ -90,7 +90,7 @@ def delta() -> Any:
 
 
 def walk() -> Any:
-    """``maintenance._walk`` (Packs, Walker, WalkError, pack_layout, MAX_CHAIN), or None."""
+    """``maintenance.walk._walk`` (Packs, Walker, WalkError, pack_layout, MAX_CHAIN), or None."""
     return _get("walk")
 
 
@@ -100,12 +100,12 @@ def packwrite() -> Any:
 
 
 def bitmap() -> Any:
-    """``maintenance._bitmap`` (bitmap_commits, bitmap_closures, ewah_stored), or None."""
+    """``maintenance.serving._bitmap`` (bitmap_commits, bitmap_closures, ewah_stored), or None."""
     return _get("bitmap")
 
 
 def bloom() -> Any:
-    """``maintenance._bloom`` (bloom_filters, commit_reads), or None."""
+    """``maintenance.serving._bloom`` (bloom_filters, commit_reads), or None."""
     return _get("bloom")
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import hashlib
 import json
 import os
 import socket
@@ -62,6 +63,15 @@ def host_identity() -> str:
     """Host name and PID namespace: whose pids a tmp file's name may be judged by (the tags in
     ``tmp_*`` names hash this; two PID namespaces with one host name get different tags)."""
     return _HOST if _PIDNS is None else f"{_HOST}/pidns:{_PIDNS}"
+
+
+#: Four hex digits of this host's identity (host name + PID namespace) in writer temp names: the leftovers
+#: table tells this host's dead writers' files from another host's by it.
+_HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]
+
+
+def this_host_tag() -> str:
+    return _HOST_TAG
 
 
 def process_start_ticks(pid: int) -> int | None:

@@ -15,7 +15,7 @@ The locking is git's own, so git's ``update-ref`` running beside it loses nothin
 2. The loose refs and the current ``packed-refs`` are read under the lock; the merged file is written to
    a temp file, flushed, the current ``packed-refs`` hard-linked into ``objects/pack/preserved/``
    (``preserve``: git mmaps a packed-refs of 32 KiB or more, and a reader on another NFS host that has it
-   mapped keeps its inode for the preserve time; store/maintenance/preserved.py), the new one renamed over
+   mapped keeps its inode for the preserve time; store/maintenance/preserved/packs.py), the new one renamed over
    ``packed-refs``, the directory fsynced; the lock is released.
 3. Each packed loose ref is pruned under its own ``<ref>.lock`` (packyard's and git's writers take it):
    removed only if it still holds the value just packed. A ref moved meanwhile keeps its loose file
@@ -38,18 +38,18 @@ from . import durable, lockfile
 from .errors import InvalidInputError, ObjectMissingError, RefUpdateError
 from .faults import fault_point
 from .fence import FenceKind, fenced
+from .leftovers.table import PACKED_REFS_TMP_PREFIX
 from .objects import HEX_RE, ObjectType
-from .refs import REF_TMP_DIR, check_ref_name, read_replaced_file
+from .refs import PACKED_REFS, PACKED_REFS_LOCK, PACKED_REFS_LOCK_WAIT, REF_TMP_DIR, check_ref_name, read_replaced_file
 
 HEADER = b"# pack-refs with: peeled fully-peeled sorted \n"
-PACKED = "packed-refs"
-LOCK = "packed-refs.lock"
-TMP_PREFIX = "packed-refs-"
+PACKED = PACKED_REFS
+LOCK = PACKED_REFS_LOCK
+TMP_PREFIX = PACKED_REFS_TMP_PREFIX   # (the leftovers table's name)
 #: git's per-worktree refs: never packed (parse_worktree_ref != REF_WORKTREE_SHARED).
 PER_WORKTREE = ("refs/bisect/", "refs/worktree/", "refs/rewritten/")
 MAX_PEEL = 64
-#: How long to wait for a live holder of packed-refs.lock (git's core.packedRefsTimeout is 1 s).
-LOCK_WAIT = 1.0
+LOCK_WAIT = PACKED_REFS_LOCK_WAIT
 
 
 @dataclass
@@ -220,7 +220,7 @@ def _install(git_dir: Path, data: bytes, counters: durable.DurabilityCounters, *
     def between() -> None:   # flushed, not yet renamed: keep the inode readers may have mapped
         fault_point("packrefs.after_flush")
         if preserve:
-            from .maintenance.preserved import preserve_mapped  # (the maintenance layer's preserved/ rules)
+            from .preserve import preserve_mapped
 
             preserve_mapped(git_dir / PACKED, git_dir / "objects" / "pack")
             fault_point("packrefs.after_preserve")

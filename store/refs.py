@@ -28,6 +28,7 @@ from typing import Iterable, Sequence
 from . import durable, fence, lockfile
 from .errors import CorruptObjectError, InvalidInputError, RefUpdateError
 from .faults import fault_point
+from .leftovers import table as leftover_names
 from .objects import HEX_RE, ZERO_OID, ObjectType
 
 _BAD_REF_CHARS = re.compile(r"[\x00-\x20\x7f ~^:?*\[\\]")
@@ -37,9 +38,15 @@ MAX_SYMREF_DEPTH = 5
 #: removes it. A lock whose owner is provably dead is broken at once (store/lockfile.py).
 STALE_REF_LOCK_SECONDS = lockfile.DEFAULT_STALE_AFTER
 FENCE_FILE = fence.FENCE_FILE
-#: Where new ref values are written before they are renamed over the ref (same filesystem).
-REF_TMP_DIR = "packyard/tmp"
-REF_TMP_PREFIX = "ref-"
+#: Where new ref values are written before they are renamed over the ref (same filesystem): the leftovers
+#: table's names, which judge what a dead writer left there.
+REF_TMP_DIR = leftover_names.REF_TMP_DIR
+#: packed-refs, its lock and how long to wait for a live holder (git's core.packedRefsTimeout is 1 s).
+#: Defined here, below packrefs, because a ref deletion rewrites packed-refs (packrefs imports this module).
+PACKED_REFS = "packed-refs"
+PACKED_REFS_LOCK = "packed-refs.lock"
+PACKED_REFS_LOCK_WAIT = 1.0
+REF_TMP_PREFIX = leftover_names.REF_TMP_PREFIX
 #: Opens of a ref file or ``packed-refs`` that answered ESTALE, at most. Over NFS a file replaced by a rename
 #: through another host (every ref update and ``pack-refs`` replaces, never rewrites) answers ESTALE to a
 #: read of the handle opened before; the name now leads to the new file, so opening it again reads the new
@@ -182,8 +189,13 @@ class RefStore:
 
     # -- updating ----------------------------------------------------------
     def update(self, updates: Sequence[RefUpdate] | Iterable[RefUpdate],
-               counters: durable.DurabilityCounters | None = None, *, fence_token: int | None = None) -> None:
+               counters: durable.DurabilityCounters | None = None, *, fence_token: int | None = None,
+               allow_delete: bool = False) -> None:
         """All-or-nothing compare-and-swap of several refs.
+
+        ``allow_delete``: an update whose ``new`` is the zero id deletes the ref (git's ``delete-refs``):
+        its line leaves ``packed-refs`` (rewritten under ``packed-refs.lock``, as git's files backend
+        does) before its loose file is removed, both after the old values are checked.
 
         Steps: claim every ref (``<ref>.lock``, O_EXCL, holding our owner record),
         check every old value, write and flush each new value to a temp file,
@@ -208,10 +220,11 @@ class RefStore:
             raise InvalidInputError(f"ref updated twice in one transaction: {names}")
         for u in updates:
             check_ref_name(u.name)
-            if len(u.new) != 20 or u.new == ZERO_OID:
+            if len(u.new) != 20 or (u.new == ZERO_OID and not allow_delete):
                 raise InvalidInputError(f"invalid new value for {u.name}")
             self._inside(self.git_dir / u.name)
-            self._check_branch_target(u)
+            if u.new != ZERO_OID:
+                self._check_branch_target(u)
         if fence_token is None:
             self._update(updates, counters)
             return
@@ -243,12 +256,18 @@ class RefStore:
             for u in updates:
                 claims.append(self._claim_ref(u.name))
             self._check_old_values(updates)
-            for u in updates:
+            writes = [u for u in updates if u.new != ZERO_OID]
+            deletes = [u.name for u in updates if u.new == ZERO_OID]
+            for u in writes:
                 temps.append(self._write_new_value(u.new, counters))
             fault_point("refs.before_rename")
-            for u, tmp in zip(updates, temps):
+            if deletes:
+                self._delete_from_packed(deletes, counters)
+            for u, tmp in zip(writes, temps):
                 self._publish_new_value(tmp, u.name, counters)
                 renamed += 1
+            for name in deletes:
+                _unlink_if_present(self.git_dir / name)
             self._fsync_ref_dirs(names, counters)
         except BaseException:
             for tmp in temps[renamed:]:
@@ -295,6 +314,38 @@ class RefStore:
         """fsync every directory a ref was renamed into (why: the renames survive a crash)."""
         for directory in sorted({(self.git_dir / n).parent for n in names}):
             durable.fsync_dir(directory, counters)
+
+    def _delete_from_packed(self, names: list[str], counters: durable.DurabilityCounters | None) -> None:
+        """Rewrite ``packed-refs`` without ``names`` (and their peeled lines), under its lock; nothing to do
+        when none of them is packed."""
+        path = self._inside(self.git_dir / PACKED_REFS)
+        gone = {n.encode() for n in names}
+        claim = lockfile.acquire(self.git_dir / PACKED_REFS_LOCK, "packed-refs", wait=PACKED_REFS_LOCK_WAIT)
+        try:
+            try:
+                text = read_replaced_file(path)
+            except FileNotFoundError:
+                return
+            kept: list[bytes] = []
+            dropping = False
+            for line in text.splitlines(keepends=True):
+                if line.startswith(b"^"):
+                    if not dropping:
+                        kept.append(line)
+                    continue
+                dropping = line.rstrip(b"\n").partition(b" ")[2] in gone
+                if not dropping:
+                    kept.append(line)
+            data = b"".join(kept)
+            if data == text:
+                return
+            tmp_dir = self.git_dir / REF_TMP_DIR
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            tmp = tmp_dir / f"{leftover_names.PACKED_REFS_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            durable.publish_file(tmp, path, data, mode=0o644, counters=counters, what="packed-refs")
+            durable.fsync_dir(self.git_dir, counters)
+        finally:
+            lockfile.release(claim)
 
     def _check_old_values(self, updates: list[RefUpdate]) -> None:
         packed = None

@@ -145,7 +145,7 @@ def _verify_objects(snap, known: dict, report: VerifyReport, progress: Progress 
 def _orphaned_idx_files(pack_dir: Path) -> None:
     """A ``pack-*.idx`` without its ``.pack`` fails verification, naming the missing file. Readers (git's and
     ours) treat it as absent; it is what an interrupted ``git repack``/``gc`` leaves (git unlinks the .pack
-    first), and the janitor removes it after its age rule (store/maintenance/leftovers.py)."""
+    first), and the janitor removes it after its age rule (store/leftovers/passes.py)."""
     try:
         names = set(os.listdir(pack_dir))
     except FileNotFoundError:

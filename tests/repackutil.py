@@ -240,7 +240,8 @@ def build_cruft(base: Path) -> dict:
 
 _REPACK_CHILD = """
 import sys
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
 from packyard.store.repo import Repository
 repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode(sys.argv[2])))
 """

@@ -45,7 +45,7 @@ from .. import install
 from ..errors import InvalidInputError, ObjectMissingError, StoreError
 from ..faults import fault_point
 from ..lease import Lease, check, token_of
-from ..maintenance.leftovers import remove_stale_temp_files
+from ..leftovers.passes import remove_stale_temp_files
 from ..objects import ObjectType
 from ..pack.search import Candidates, SearchOptions, SearchResult, fast_name_hash, search
 from ..pack.write import PACK_COMPRESSION, PackWriter

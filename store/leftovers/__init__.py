@@ -152,7 +152,7 @@ def remove(leftovers: Iterable[Leftover], lease: "_Checked | Callable[[], None] 
         elif item.kind is Kind.PRESERVED_LOOSE:
             gone = remove_fanned_out(item.path)
         elif item.kind is Kind.HALF_PRESERVED:
-            from ..maintenance.preserved import preserve_pack
+            from ..preserve import preserve_pack  # (below: preserve reads this package's table)
 
             gone = preserve_pack(item.path.parent, item.path.name.rpartition(".")[0]) > 0
         else:

@@ -19,10 +19,14 @@ from .table import (
     GRAPH_TMP_RE,
     LOOSE_TMP_PREFIX,
     LOOSE_TMP_RE,
+    MIDX_LOCK_NAME,
+    PACKED_REFS_TMP_PREFIX,
     PRESERVED_LOOSE_RE,
     PRESERVED_MAPPED_RE,
     QUARANTINE_OWNER,
     QUARANTINE_PREFIX,
+    REF_TMP_DIR,
+    REF_TMP_PREFIX,
     RULES,
     SERVING_LOCKS,
     Kind,
@@ -63,7 +67,7 @@ def _mtime(path: str | os.PathLike[str]) -> float | None:
 
 @functools.cache
 def _host_tag() -> str:
-    from ..pack.write import this_host_tag
+    from ..owner import this_host_tag
 
     return this_host_tag()
 
@@ -310,9 +314,7 @@ def find_orphan_idx(repo: object, *, now: float | None = None, rule: Rule | None
 
 def find_midx_lock(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``objects/pack/multi-pack-index.lock`` (packyard's claim, or git's own lock file)."""
-    from ..pack.midx import LOCK_NAME
-
-    path = _git_dir(repo) / "objects" / "pack" / LOCK_NAME
+    path = _git_dir(repo) / "objects" / "pack" / MIDX_LOCK_NAME
     return _claims([path] if path.exists() else [], Kind.MIDX_LOCK, rule or RULES[Kind.MIDX_LOCK], _now(now))
 
 
@@ -343,7 +345,7 @@ def find_preserved_mapped(repo: object, *, now: float | None = None, rule: Rule 
 
 def find_preserved_loose(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``objects/pack/preserved/loose-<hex>/``: a repack's second names of the loose files it deleted on a shared
-    filesystem (store/maintenance/preservedloose.py), aged by the directory's mtime (set when the delete ended)."""
+    filesystem (store/maintenance/preserved/loose.py), aged by the directory's mtime (set when the delete ended)."""
     return _preserved_entries(repo, Kind.PRESERVED_LOOSE, lambda e: PRESERVED_LOOSE_RE.match(e.name) is not None
                               and e.is_dir(follow_symlinks=False), now, rule)
 
@@ -406,10 +408,7 @@ def find_graph_temps(repo: object, *, now: float | None = None, rule: Rule | Non
 
 def find_packed_refs_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``packyard/tmp/packed-refs-*``."""
-    from ..packrefs import TMP_PREFIX
-    from ..refs import REF_TMP_DIR
-
-    return _aged_files([_git_dir(repo) / REF_TMP_DIR], TMP_PREFIX, Kind.PACKED_REFS_TMP,
+    return _aged_files([_git_dir(repo) / REF_TMP_DIR], PACKED_REFS_TMP_PREFIX, Kind.PACKED_REFS_TMP,
                        rule or RULES[Kind.PACKED_REFS_TMP], _now(now))
 
 
@@ -433,8 +432,6 @@ def find_ref_claims(repo: object, *, now: float | None = None, rule: Rule | None
 
 def find_ref_temps(repo: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
     """``packyard/tmp/ref-*``."""
-    from ..refs import REF_TMP_DIR, REF_TMP_PREFIX
-
     return _aged_files([_git_dir(repo) / REF_TMP_DIR], REF_TMP_PREFIX, Kind.REF_TMP, rule or RULES[Kind.REF_TMP],
                        _now(now))
 

@@ -30,17 +30,24 @@ SERVING_LOCKS = ("packed-refs.lock", "objects/info/commit-graphs/commit-graph-ch
 GRAPH_TMP_RE = re.compile(r"^tmp_(graph|chain)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 #: The fixed-path files git mmaps that maintenance replaces (or removes), by their path under the git dir: the old
 #: inode of each is hard-linked into ``objects/pack/preserved/`` as ``<name>-<16 hex>.old`` first
-#: (store/maintenance/preserved.py). No pack file's name (``pack-*`` ends in its extension) and no temp file's
+#: (store/maintenance/preserved/packs.py). No pack file's name (``pack-*`` ends in its extension) and no temp file's
 #: (``tmp_*``) can be one.
 #: A MIDX's bitmap and reverse index (``multi-pack-index-<checksum>.bitmap``/``.rev``, mapped too) are removed, not
 #: replaced, when a new MIDX is installed: kept the same way, under their own names plus the suffix.
+#: The ref writers' temp files (store/refs.py) and the packed-refs writer's (store/packrefs.py), in
+#: ``packyard/tmp/`` of the git dir.
+REF_TMP_DIR = "packyard/tmp"
+REF_TMP_PREFIX = "ref-"
+PACKED_REFS_TMP_PREFIX = "packed-refs-"
+#: The multi-pack-index writers' claim (packyard's and git's own lock file): store/maintenance/serving/midx.py.
+MIDX_LOCK_NAME = "multi-pack-index.lock"
 PRESERVED_MAPPED = {"multi-pack-index": "objects/pack/multi-pack-index",
                     "commit-graph": "objects/info/commit-graph", "packed-refs": "packed-refs"}
 MIDX_SIDE_RE = re.compile(r"^multi-pack-index-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:bitmap|rev)$")
 #: A preserved pack's file that a later move of a pack of the same name replaces in preserved/ (same name, same
 #: bytes, another inode: a reader on another host may map either): the older is kept the same way.
 PACK_FILE_RE = re.compile(r"^pack-[0-9a-f]{40}(?:[0-9a-f]{24})?\.(?:idx|pack|rev|bitmap|mtimes)$")
-#: A repack's directory of the loose files it deleted on a shared filesystem (store/maintenance/preservedloose.py):
+#: A repack's directory of the loose files it deleted on a shared filesystem (store/maintenance/preserved/loose.py):
 #: ``objects/pack/preserved/loose-<16 hex>/``; no pack file's name (``pack-*``) and no ``.old`` name can be one.
 PRESERVED_LOOSE_PREFIX = "loose-"
 PRESERVED_LOOSE_RE = re.compile(r"^loose-[0-9a-f]{16}$")

@@ -1,22 +1,20 @@
 """Maintenance of a repository's object store: deciding what is due, and doing it.
 
-Should we? (pure, cheap)
+Six concerns, one subpackage each, in layer order (a package may import those above it in this list and the
+store's core -- objects, objdir, install, pack/, preserve, leftovers -- never those below it;
+tests/store/test_layers.py checks it):
 
-* :mod:`.stats` — what a repository looks like, gathered without walking its objects
-  (pack headers, a sample of loose fan-out directories, a few directory listings);
-* :mod:`.strategy` — ``plan_maintenance(stats, policy, now)``: "should we repack, how, and why",
-  a pure function with its reasons in words.
+* :mod:`.walk` -- what the tips reach: the tips (refs, HEAD, reflogs), the commit and tree parsers, where each
+  object of a snapshot lives (pack entry or loose file) and the reachability walk in git's pack order (C: _walk);
+* :mod:`.serving` -- the formats git serves from: reachability bitmaps and EWAH, the multi-pack-index and its
+  bitmap, the commit-graph with its Bloom filters, and their refresh after a repack (C: _bitmap, _bloom);
+* :mod:`.preserved` -- replaced packs and loose files kept in ``objects/pack/preserved/`` for a while, then
+  expired (the move itself is :mod:`packyard.store.preserve`);
+* :mod:`.repack` -- the ``full``, ``geometric`` and ``loose`` repacks: their options, plans (cruft ages, names,
+  delta islands), the write plan with reused deltas and the delete rule;
+* :mod:`.pool` -- object pools: create, fetch, link, disconnect and delete, and what a pool's repack keeps;
+* :mod:`.planning` -- "should we?": a repository's statistics gathered without walking its objects and the pure
+  strategy that turns them into a plan with reasons.
 
-Do it:
-
-* :mod:`.tips` — the starting points of reachability (refs, HEAD, reflogs);
-* :mod:`.walk` — what the tips reach, in git's pack order (the older history's trees in a forked helper);
-* :mod:`.sources` — where each object of the start snapshot lives (pack entry or loose file);
-* :mod:`.writeplan` — a plan written into a pack: reused deltas copied verbatim, new ones from the delta search
-  (:mod:`..pack.search`), the rest whole;
-* :mod:`.repack` — the ``full``, ``geometric`` and ``loose`` repacks, and what a repack may delete;
-* :mod:`.preserved` — replaced packs kept in ``objects/pack/preserved/`` for a while, then expired;
-* :mod:`.leftovers` — what dead writers and repacks left behind (temp files, half-moved packs).
-
-The jobs (repack, gc) live in the worker layer; nothing here imports Celery, Redis or SQL.
+The jobs (repack, gc, pools) live in the worker layer; nothing here imports Celery, Redis or SQL.
 """

@@ -2,7 +2,7 @@
 
 Every consumer of a complete pack's bytes reads entries here: the read path
 (:class:`~.packdir.PackFile`), unpack-objects (:mod:`.unpack`), verification
-(:mod:`packyard.store.verify`) and repack's write plan (:mod:`packyard.store.maintenance.writeplan`:
+(:mod:`packyard.store.verify`) and repack's write plan (:mod:`packyard.store.maintenance.repack.writeplan`:
 the headers of its reused entries; their bytes are copied, not inflated, and its C fast paths decode
 headers in C, ``_walk_packs.c``).
 index-pack's receive loop parses a *stream* arriving in chunks; it decodes each header

@@ -158,7 +158,7 @@ class Candidates:
     groups: array | None = None
     fixed: bytearray | None = None
     keep_whole: bytearray = field(default_factory=bytearray)
-    #: Delta islands (store/maintenance/islands.py): each candidate's island class, and ``island_ok``, the
+    #: Delta islands (store/maintenance/repack/islands.py): each candidate's island class, and ``island_ok``, the
     #: ``n * n`` table of classes (``island_ok[trg * n + base]``: may a target of class trg rest on a base of
     #: class base?). None: no islands, any base will do.
     islands: array | None = None

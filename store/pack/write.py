@@ -41,7 +41,7 @@ from .. import durable
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
 from ..install import InstallOutcome, PackFiles, install_pack
 from ..objects import OFS_DELTA, REF_DELTA
-from ..owner import current_owner, host_identity
+from ..owner import current_owner, this_host_tag
 from .entries import EntryHeader
 from .format import PACK_SIGNATURE, encode_entry_header
 from .idxwrite import write_index
@@ -50,7 +50,6 @@ from .idxwrite import write_index
 PACK_COMPRESSION = zlib.Z_DEFAULT_COMPRESSION
 WRITE_BUFFER = 1 << 20
 
-_HOST_TAG = hashlib.sha1(host_identity().encode()).hexdigest()[:4]   # host name + PID namespace
 #: Temp files of the writer: tmp_<kind>_<pid>_<host tag>-<random>; git's own are tmp_pack_XXXXXX.
 TMP_RE = re.compile(r"^tmp_(pack|idx|rev|mtimes|bitmap|keep|owner|midx)_(\d+)_([0-9a-f]{4})-([0-9a-f]{8})$")
 OWNER_PREFIX = "tmp_owner_"   # the owner record of the temp files with the same tag
@@ -72,10 +71,6 @@ def tmp_owner_tag(name: str) -> tuple[int, str] | None:
     """(pid, host tag) of a writer temp file's name, or None if packyard's writer did not name it."""
     m = TMP_RE.match(name)
     return (int(m.group(2)), m.group(3)) if m else None
-
-
-def this_host_tag() -> str:
-    return _HOST_TAG
 
 
 def _checked_crc(raw: memoryview, source_crc: int, oid: bytes, path: object, start: int) -> int:
@@ -100,7 +95,7 @@ class PackWriter:
         self.counters = counters if counters is not None else durable.DurabilityCounters()
         self.compression = compression
         self.fault_prefix = fault_prefix
-        self._tag = f"{os.getpid()}_{_HOST_TAG}-{secrets.token_hex(4)}"
+        self._tag = f"{os.getpid()}_{this_host_tag()}-{secrets.token_hex(4)}"
         self.tmp_pack = self.pack_dir / f"tmp_pack_{self._tag}"
         self._temps: list[Path] = []
         self.offsets = array("Q")
@@ -421,4 +416,4 @@ class PackWriter:
             self.abort()
 
 
-__all__ = ["PackWriter", "PACK_COMPRESSION", "ofs_encoding", "tmp_owner_tag", "this_host_tag", "TMP_RE", "OWNER_PREFIX"]
+__all__ = ["PackWriter", "PACK_COMPRESSION", "ofs_encoding", "tmp_owner_tag", "TMP_RE", "OWNER_PREFIX"]

@@ -180,7 +180,8 @@ def test_verify_names_the_alternates_file_when_the_pool_is_gone(network: tuple[P
 def test_a_fork_reader_survives_the_pools_repack(network: tuple[Path, Path]) -> None:
     """The pool's pack is replaced (moved to preserved/ by packyard's repack) under a fork's open snapshot
     and pack list: the fork's lookups still answer, through the pool's re-listing or its preserved/."""
-    from packyard.store.maintenance.repack import RepackOptions, repack
+    from packyard.store.maintenance.repack.options import RepackOptions
+    from packyard.store.maintenance.repack.run import repack
 
     pool, fork = network
     reader = Repository.open(fork)
@@ -307,7 +308,8 @@ def test_a_forks_full_repack_packs_only_its_own_objects(network: tuple[Path, Pat
     "reachable object is missing" before alternates) packs just the fork's objects, writes no bitmap (git disables
     it: the pack lacks closure), leaves the pool's files alone; git fsck and rev-list agree before and after, and
     git's own repack -a -d -l keeps the same set of objects in the fork."""
-    from packyard.store.maintenance.repack import RepackOptions, repack
+    from packyard.store.maintenance.repack.options import RepackOptions
+    from packyard.store.maintenance.repack.run import repack
 
     pool, fork = network
     work = tmp_path / "w"
@@ -342,7 +344,8 @@ def test_repacking_a_full_copy_after_linking_drops_what_the_pool_has(network: tu
                                                                     tmp_path: Path) -> None:
     """A fork that holds everything itself and is then given the pool as its alternate (the link step): one
     full repack leaves it nothing the pool has, as git repack -a -d -l does, and it reads the same."""
-    from packyard.store.maintenance.repack import RepackOptions, repack
+    from packyard.store.maintenance.repack.options import RepackOptions
+    from packyard.store.maintenance.repack.run import repack
 
     pool, _fork = network
     full = tmp_path / "full.git"

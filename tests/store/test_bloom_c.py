@@ -1,4 +1,4 @@
-"""The Bloom filters' C loop (store/maintenance/_bloom.c) against its specification (bloom.py) and git:
+"""The Bloom filters' C loop (store/maintenance/serving/_bloom.c) against its specification (bloom.py) and git:
 the same filter bytes for every commit of a history with renames, deep directories, more than 512 changes,
 path bytes over 0x7f at every position modulo 4 (git 2.39's signed-char murmur3), merges, two root commits,
 gitlinks (added, moved, turned into a directory), a non-canonical mode and loose objects; the same BIDX/BDAT
@@ -16,8 +16,8 @@ import pytest
 import graphutil
 from gitutil import GIT_ENV, git
 from packyard.store.errors import CorruptObjectError
-from packyard.store.maintenance import bloom
-from packyard.store.maintenance import commitgraph as cg
+from packyard.store.maintenance.serving import bloom
+from packyard.store.maintenance.serving import commitgraph as cg
 from packyard.store.repo import Repository
 
 needs_c = pytest.mark.skipif(bloom._c is None, reason="the _bloom extension is not built or pure Python is asked")
@@ -159,7 +159,7 @@ def test_graph_bytes_from_c_pure_python_and_git_are_identical(history, tmp_path)
     ours, result = cg.build_single(Repository.open(bare))
     assert result.filters_large >= 2 and result.filters_empty >= 1
     script = ("import sys; from pathlib import Path; from packyard.store.repo import Repository; "
-              "from packyard.store.maintenance import bloom, commitgraph as cg; assert bloom._c is None; "
+              "from packyard.store.maintenance.serving import bloom, commitgraph as cg; assert bloom._c is None; "
               "sys.stdout.buffer.write(cg.build_single(Repository.open(Path(sys.argv[1])))[0])")
     pure = subprocess.run([sys.executable, "-c", script, str(bare)], env={**os.environ, "PACKYARD_PURE_PYTHON": "1"},
                           capture_output=True, check=True).stdout

@@ -12,9 +12,9 @@ import pytest
 import graphutil
 from gitutil import GIT_ENV, git
 from gitutil import copy_repo as _copy
-from packyard.store.maintenance import bloom
-from packyard.store.maintenance import commitgraph as cg
-from packyard.store.maintenance import graphwrite as gw
+from packyard.store.maintenance.serving import bloom
+from packyard.store.maintenance.serving import commitgraph as cg
+from packyard.store.maintenance.serving import graphwrite as gw
 from packyard.store.repo import Repository
 
 SPLIT = ["commit-graph", "write", "--reachable", "--changed-paths", "--split", "--size-multiple=4"]

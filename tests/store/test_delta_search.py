@@ -15,7 +15,8 @@ import pytest
 
 import repackutil as ru
 from gitutil import ROOT, git, repo_from_corpus
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
 from packyard.store.pack import search as S
 from packyard.store.pack.idxread import read_idx_tables
 from packyard.store.repo import Repository
@@ -154,7 +155,7 @@ def test_same_input_same_pack_bytes_with_forked_search(shapes, tmp_path, monkeyp
 @pytest.mark.slow
 def test_pure_python_encoder_writes_the_same_pack(shapes, tmp_path):
     """Both encoder implementations give the same deltas, so a repack gives the same pack with either."""
-    child = ("import sys\nfrom packyard.store.maintenance.repack import RepackMode, RepackOptions, repack\n"
+    child = ("import sys\nfrom packyard.store.maintenance.repack.run import RepackMode, RepackOptions, repack\n"
              "from packyard.store.pack.delta import IMPLEMENTATION\nfrom packyard.store.repo import Repository\n"
              "r = repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode.FULL, reuse=False))\n"
              "print(IMPLEMENTATION, r.packs_written[0], r.counters.deltas_computed)\n")
@@ -321,7 +322,7 @@ def test_c_window_loop_gives_the_python_loops_result(seed):
 def test_reused_chains_are_cut_at_cycles_and_at_the_depth_limit():
     """The write plan's reuse step on a hand-made plan: 0 <- 1 <- 2 <- 3 <- 4 (each a delta of the one before),
     and 5 <-> 6 a delta of each other (a cycle, which only corrupt or odd inputs make)."""
-    from packyard.store.maintenance import reuse as W
+    from packyard.store.maintenance.repack import reuse as W
 
     r = W.Reuse(7)
     for k, b in [(1, 0), (2, 1), (3, 2), (4, 3), (5, 6), (6, 5)]:

@@ -11,8 +11,9 @@ import subprocess
 
 import graphutil
 from gitutil import copy_repo, git
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.maintenance.serving import after_repack
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.serving.refresh import after_repack
 from packyard.store.repo import Repository
 
 ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",

@@ -18,8 +18,7 @@ from gitutil import ROOT, git
 from packyard.store import leftovers as lo
 from packyard.store import lockfile
 from packyard.store.leftovers import Kind, Verdict
-from packyard.store.owner import current_owner, process_start_ticks
-from packyard.store.pack.write import this_host_tag
+from packyard.store.owner import current_owner, process_start_ticks, this_host_tag
 
 V = Verdict
 MIN, HOUR, DAY = 60.0, 3600.0, 86400.0
@@ -363,7 +362,7 @@ def test_a_nudge_left_in_preserved_by_a_killed_repack_is_a_pack_temp(bare):
     """A repack's move to preserved/ changes the directory once more a tick later (install.advance_listing,
     a temp file made and removed); killed in between, the temp file is found there and judged as a pack
     writer's: by its name's pid."""
-    from packyard.store.pack.write import this_host_tag
+    from packyard.store.owner import this_host_tag
 
     preserved = bare / "objects" / "pack" / "preserved"
     preserved.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gitutil import git, make_worktree_repo
 from packyard.store import ObjectMissingError, PackFormatError, Repository, StoreError
 from packyard.store.leftovers import RULES, Kind
-from packyard.store.maintenance.leftovers import remove_stale_temp_files
+from packyard.store.leftovers.passes import remove_stale_temp_files
 from packyard.store.objdir import MAX_VANISHED_RELISTINGS, PRESERVED_DIR
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from gitutil import git
 from packyard.store.errors import NotARepositoryError, PackFormatError
-from packyard.store.maintenance import stats as st
-from packyard.store.maintenance.leftovers import remove_stale_temp_files
-from packyard.store.maintenance.preserved import expire_preserved
+from packyard.store.leftovers.passes import remove_stale_temp_files
+from packyard.store.maintenance.planning import stats as st
+from packyard.store.maintenance.preserved.packs import expire_preserved
 
 
 def blobs(bare: Path, tmp: Path, count: int, tag: str) -> list[str]:

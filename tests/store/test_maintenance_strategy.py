@@ -10,8 +10,15 @@ import math
 
 import pytest
 
-from packyard.store.maintenance.stats import PackInfo, RepackHistory, RepoStats, geometric_split
-from packyard.store.maintenance.strategy import DAY, Action, MaintenancePolicy, allowed_outside, plan_maintenance
+from packyard.store.maintenance.planning.poolstats import PoolRole, PoolStats
+from packyard.store.maintenance.planning.stats import PackInfo, RepackHistory, RepoStats, geometric_split
+from packyard.store.maintenance.planning.strategy import (
+    DAY,
+    Action,
+    MaintenancePolicy,
+    allowed_outside,
+    plan_maintenance,
+)
 
 NOW = 1_800_000_000.0
 MIB = 1 << 20
@@ -190,7 +197,7 @@ def test_plan_as_dict_is_json_ready():
 
 # -- the multi-pack-index (issue 19) ---------------------------------------------------------------
 
-from packyard.store.pack.midx import MidxStatus  # noqa: E402
+from packyard.store.maintenance.serving.midx import MidxStatus  # noqa: E402
 
 MIDX_CASES = [
     # (name, stats, action, reason fragment)
@@ -229,8 +236,8 @@ def test_midx_missing_or_stale_is_a_reason(name, s, action, why):
 
 def test_gathered_stats_see_the_midx(tmp_path):
     from gitutil import git
-    from packyard.store.maintenance.stats import gather_stats
-    from packyard.store.pack.midx import installed_stems, write_midx
+    from packyard.store.maintenance.planning.stats import gather_stats
+    from packyard.store.maintenance.serving.midx import installed_stems, write_midx
 
     bare = tmp_path / "r.git"
     git("init", "-q", "--bare", str(bare))
@@ -248,3 +255,40 @@ def test_gathered_stats_see_the_midx(tmp_path):
     write_midx(pack_dir, installed_stems(pack_dir))
     s = gather_stats(bare, now=NOW)
     assert s.midx is not None and not s.midx.wanted and s.as_dict()["midx_present"] is True
+
+
+# -- object pools (planning/poolstats.py) ----------------------------------------------------------
+
+def _pool(behind: int | None, members: int = 3) -> PoolStats:
+    return PoolStats(PoolRole.POOL, members=members, source="/srv/src.git", source_refs=10,
+                     source_refs_behind=behind, pool_pack_bytes=100 * MIB, own_pack_bytes=MIB, members_listed=members)
+
+
+@pytest.mark.parametrize("case,pool,packs,loose,history,action,deferred_fetch", [
+    ("a pool the source has not moved past", _pool(0), progression(3), 0, RECENT_FULL, Action.NOTHING, False),
+    ("a source ref at an object the pool lacks", _pool(1), progression(3), 0, RECENT_FULL, Action.POOL_FETCH, False),
+    ("the source was not read (outside the roots)", _pool(None), progression(3), 0, RECENT_FULL, Action.NOTHING,
+     False),
+    ("fetch first: the loose repack waits", _pool(2), progression(3), 2048, RECENT_FULL, Action.POOL_FETCH, False),
+    ("a full repack due runs first; the fetch waits", _pool(2), smalls(60), 0, RepackHistory(), Action.FULL, True),
+    ("a member is planned as any repository", PoolStats(PoolRole.MEMBER, pool="/srv/pool.git"), progression(3), 0,
+     RECENT_FULL, Action.NOTHING, False),
+])
+def test_pool_plans(case, pool, packs, loose, history, action, deferred_fetch):
+    plan = plan_maintenance(stats(packs, loose=loose, history=history, pool=pool), POLICY, NOW)
+    assert plan.action is action, (case, plan)
+    fetch_reason = [r for r in (*plan.reasons, *plan.deferred) if "a fetch brings them" in r]
+    assert bool(fetch_reason) == (action is Action.POOL_FETCH or deferred_fetch), (case, plan)
+    assert (fetch_reason[0] in plan.deferred) == deferred_fetch if fetch_reason else True
+    if action is Action.POOL_FETCH and loose:
+        assert any("loose objects" in r for r in plan.deferred)   # the repack it displaced is said, not lost
+
+
+@pytest.mark.parametrize("pool,ratio", [
+    (PoolStats(PoolRole.POOL, members=20, pool_pack_bytes=60 * MIB, own_pack_bytes=0, members_listed=20), 20.0),
+    (PoolStats(PoolRole.POOL, members=2, pool_pack_bytes=MIB, own_pack_bytes=MIB, members_listed=2), 1.5),
+    (PoolStats(PoolRole.POOL, members=0, pool_pack_bytes=MIB), None),
+    (PoolStats(PoolRole.MEMBER, pool_pack_bytes=MIB, own_pack_bytes=MIB), None),
+])
+def test_dedupe_ratio_is_full_copies_over_shared(pool, ratio):
+    assert pool.dedupe_ratio == ratio

@@ -12,8 +12,16 @@ import pytest
 
 from gitutil import git
 from packyard.store.errors import InvalidInputError, PackFormatError
+from packyard.store.maintenance.serving.midx import (
+    LOCK_NAME,
+    MIDX_NAME,
+    MidxPack,
+    build_midx,
+    parse_midx,
+    read_midx,
+    write_midx,
+)
 from packyard.store.pack.idxread import read_idx_tables
-from packyard.store.pack.midx import LOCK_NAME, MIDX_NAME, MidxPack, build_midx, parse_midx, read_midx, write_midx
 
 T0 = 1_700_000_000
 
@@ -190,7 +198,7 @@ def test_bad_files_are_typed_errors_naming_the_file(repo, tmp_path):
 
 _KILL_SCRIPT = """
 import sys
-from packyard.store.pack.midx import write_midx
+from packyard.store.maintenance.serving.midx import write_midx
 write_midx(sys.argv[1], sys.argv[2].split(","))
 """
 
@@ -215,7 +223,7 @@ def test_sigkill_at_each_install_step_leaves_a_readable_repository(repo, tmp_pat
     git("fsck", "--full", "--no-progress", git_dir=bare)
     assert not (pack_dir / LOCK_NAME).exists() or _dead_claim(pack_dir / LOCK_NAME)
     # The next write breaks the dead writer's claim and removes its temp file (the leftovers rules).
-    from packyard.store.maintenance.leftovers import remove_stale_temp_files
+    from packyard.store.leftovers.passes import remove_stale_temp_files
 
     remove_stale_temp_files(pack_dir, stale_after=0)
     assert not list(pack_dir.glob("tmp_*")) and not (pack_dir / LOCK_NAME).exists()
@@ -232,8 +240,8 @@ def _dead_claim(path: Path) -> bool:
 # -- the MIDX bitmap ---------------------------------------------------------------------------------
 
 def _bitmap_for(bare: Path):
-    from packyard.store.maintenance.bitmap import BitmapOptions
-    from packyard.store.maintenance.midxbitmap import midx_bitmap
+    from packyard.store.maintenance.serving.bitmap import BitmapOptions
+    from packyard.store.maintenance.serving.midxbitmap import midx_bitmap
     from packyard.store.repo import Repository
 
     repo = Repository.open(bare)

@@ -35,23 +35,25 @@ def test_require_c_names_the_extension_that_does_not_load():
     there) fails its user's import under PACKYARD_REQUIRE_C=1, naming it; without, the Python runs."""
     if native.missing():
         pytest.skip(f"not every extension is built here: {native.missing()}")
-    block = "import sys; sys.modules['packyard.store.maintenance._bloom'] = None\n"
-    proc = _python(block + "from packyard.store.maintenance import bloom", PACKYARD_REQUIRE_C="1")
+    block = "import sys; sys.modules['packyard.store.maintenance.serving._bloom'] = None\n"
+    proc = _python(block + "from packyard.store.maintenance.serving import bloom", PACKYARD_REQUIRE_C="1")
     assert proc.returncode != 0
-    assert "MissingExtensionError" in proc.stderr and "packyard.store.maintenance._bloom" in proc.stderr
-    proc = _python(block + "from packyard.store.maintenance import bitmap, bloom, walk\n"
+    assert "MissingExtensionError" in proc.stderr and "packyard.store.maintenance.serving._bloom" in proc.stderr
+    proc = _python(block + "from packyard.store.maintenance.serving import bitmap, bloom\n"
+                   "from packyard.store.maintenance.walk import reach as walk\n"
                    "from packyard.store import native\n"
                    "assert bloom._c is None and bloom.open_packs(()) is None\n"
                    "assert walk.IMPLEMENTATION == bitmap.IMPLEMENTATION == 'c'\n"
                    "print(native.missing())")
     assert proc.returncode == 0, proc.stderr
-    assert "packyard.store.maintenance._bloom" in proc.stdout
+    assert "packyard.store.maintenance.serving._bloom" in proc.stdout
 
 
 def test_pure_python_selects_the_python_everywhere():
     code = ("from packyard.store import native\n"
             "from packyard.store.pack import delta\n"
-            "from packyard.store.maintenance import bitmap, walk\n"
+            "from packyard.store.maintenance.serving import bitmap\n"
+            "from packyard.store.maintenance.walk import reach as walk\n"
             "from packyard.store.fsck import rules\n"
             "assert all(getattr(native, n)() is None for n in native.EXTENSIONS)\n"
             "print(delta.IMPLEMENTATION, walk.IMPLEMENTATION, bitmap.IMPLEMENTATION, rules.IMPLEMENTATION)")
@@ -116,10 +118,10 @@ def _obj(kind: str, data: bytes) -> tuple[bytes, bytes]:
 
 @pytest.mark.parametrize("mode", [b"100644", b"10x644"])
 def test_the_bitmap_closure_reads_tree_entries_as_the_walk_does(mode):
-    """One tree-entry reader (_walk.h's tree_entry_next, walk.py's _TREE_ENTRY) for the walk, the Bloom
+    """One tree-entry reader (_walk.h's tree_entry_next, walk/reach.py's _TREE_ENTRY) for the walk, the Bloom
     filters and the bitmap closures: an octal mode or a malformed entry, in C as in build_bitmaps."""
     from packyard.store.errors import CorruptObjectError
-    from packyard.store.maintenance import bitmap
+    from packyard.store.maintenance.serving import bitmap
 
     if native.bitmap() is None:
         pytest.skip("the C extensions are not built here (or PACKYARD_PURE_PYTHON=1)")

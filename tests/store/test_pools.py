@@ -1,12 +1,11 @@
 """Object pools, store level: create, fetch, link, disconnect, delete, and the pool's repack keeping what its
 members reach. git is the oracle: git fsck --full in the pool and every member, rev-list --objects before and
-after each step, count-objects for the sizes; every step killed at each of its fault points leaves all of them
-complete."""
+after each step, count-objects for the sizes (every step killed at every fault point it reaches:
+test_pools_faults.py)."""
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,8 @@ from packyard.store.maintenance.pool.lifecycle import (
     link_member,
     repack_pool,
 )
-from packyard.store.maintenance.repack import POOL_MARKER, RepackOptions, repack
+from packyard.store.maintenance.repack.options import POOL_MARKER, RepackOptions
+from packyard.store.maintenance.repack.run import repack
 from packyard.store.repo import Repository
 from poolutil import commit, count_objects, make_fork, make_source, objects, pack_bytes, refs
 
@@ -160,64 +160,3 @@ def test_link_refuses_a_repository_that_is_not_a_pool_and_a_second_pool(network)
         link_member(pool_a, pool_b)
     with pytest.raises(InvalidInputError, match="has objects or refs"):
         create_pool(forks[1], Repository.open(source))
-
-
-_KILL = r"""
-import sys
-from pathlib import Path
-from packyard.store.repo import Repository
-from packyard.store.maintenance.pool import lifecycle as lc
-step, pool, member = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
-if step == "create":
-    lc.create_pool(pool, Repository.open(member))
-elif step == "link":
-    lc.link_member(Repository.open(member), Repository.open(pool))
-elif step == "fetch":
-    lc.fetch_into_pool(Repository.open(pool), Repository.open(member))
-elif step == "disconnect":
-    lc.disconnect_member(Repository.open(member), Repository.open(pool))
-"""
-
-_POINTS = {
-    "create": ["pool.create.after_marker", "pool.fetch.after_flush", "pool.fetch.after_fsync_dirs",
-               "pool.fetch.after_copy"],
-    "link": ["pool.link.after_members", "pool.link.after_alternates", "repack.after_write", "repack.before_delete",
-             "repack.after_pack_preserved", "repack.after_delete"],
-    "fetch": ["pool.fetch.after_renames", "pool.fetch.after_copy"],
-    "disconnect": ["pool.disconnect.after_renames", "pool.disconnect.after_copy", "pool.disconnect.after_check",
-                   "pool.disconnect.after_alternates"],
-}
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("step,point", [(s, p) for s, ps in _POINTS.items() for p in ps])
-def test_every_pool_step_killed_at_each_fault_point_loses_nothing(network, step: str, point: str) -> None:
-    tmp, source, work, forks = network
-    pool_dir = tmp / "pool.git"
-    fork = forks[0]
-    if step != "create":
-        create_pool(pool_dir, Repository.open(source))
-    if step in ("fetch", "disconnect"):
-        link_member(Repository.open(fork), Repository.open(pool_dir))
-    if step == "fetch":
-        commit(work, "late.txt", "late\n", "late")
-        git("push", "-q", "origin", "main", cwd=work)
-    member = source if step in ("create", "fetch") else fork
-    before = {r: objects(r) for r in (source, fork)}
-    env = {**os.environ, "PACKYARD_FAULT": point}
-    proc = subprocess.run([sys.executable, "-c", _KILL, step, str(pool_dir), str(member)], env=env,
-                          capture_output=True)
-    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
-    for r in (source, fork):
-        assert objects(r) == before[r]
-        fsck(r)
-    if pool_dir.exists() and (pool_dir / "objects").is_dir():
-        fsck(pool_dir)
-    # run again: the step completes
-    env.pop("PACKYARD_FAULT")
-    done = subprocess.run([sys.executable, "-c", _KILL, step, str(pool_dir), str(member)], env=env,
-                          capture_output=True)
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    for r in (source, fork, pool_dir):
-        fsck(r)
-    assert objects(source) == before[source] or step == "fetch"

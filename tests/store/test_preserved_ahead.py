@@ -1,9 +1,9 @@
-"""Linking a repack's replaceable packs into preserved/ ahead (store/maintenance/preserved.py, ``link_ahead``).
+"""Linking a repack's replaceable packs into preserved/ ahead (store/maintenance/preserved/packs.py, ``link_ahead``).
 
 A repack on a shared filesystem links each replaceable pack's ``.pack`` and ``.rev`` into preserved/ while it writes
 the new pack, so that its delete waits only for the idx links and the unlinks. What must hold: the ``.idx`` never
-goes there ahead (it is the move's switch; preserved.py's module doc) and no leftovers rule takes a live pack for a
-half-finished move or an orphan, a move after the links ends as a move without them, a link that is gone or no
+goes there ahead (it is the move's switch; preserved/packs.py's module doc) and no leftovers rule takes a live pack
+for a half-finished move or an orphan, a move after the links ends as a move without them, a link that is gone or no
 longer the live file is made again, links of packs that stay are removed, and links a failed repack left expire
 without touching a live pack. Here on a local disk (the functions run the same calls one after the other there);
 tests/service/test_nfsim_roundtrips.py has the repack that does it on an nfsim mount.
@@ -18,7 +18,8 @@ import pytest
 
 from gitutil import commit_blobs, copy_repo, git
 from packyard.store import leftovers as lo
-from packyard.store.maintenance.preserved import expire_preserved, link_ahead, preserved_dir, retire_packs, unlink_ahead
+from packyard.store.maintenance.preserved.packs import expire_preserved, link_ahead, retire_packs, unlink_ahead
+from packyard.store.preserve import preserved_dir
 
 
 @pytest.fixture(scope="module")

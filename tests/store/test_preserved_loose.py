@@ -1,5 +1,5 @@
 """The loose files a repack deletes on a shared filesystem, kept in ``objects/pack/preserved/loose-<hex>/``
-(store/maintenance/preservedloose.py): linked as second names of the same files, fanned out by the id's first
+(store/maintenance/preserved/loose.py): linked as second names of the same files, fanned out by the id's first
 hex digit, the directory dated when the delete ends (or removed when the delete unlinked none of them),
 expired after the preserve time by the repack's and gc's expiry, and nothing of it read as an object by git.
 
@@ -18,14 +18,15 @@ import pytest
 
 from gitutil import git, make_worktree_repo, write_blobs
 from packyard.store import leftovers as lo
-from packyard.store.maintenance.preservedloose import (
+from packyard.store.maintenance.preserved.loose import (
     expire_preserved_loose,
     keep_one,
     link_loose,
     new_keep_dir,
     settle_keep,
 )
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
 from packyard.store.repo import Repository
 from packyard.workers.commands.gc import run_gc
 
@@ -107,8 +108,8 @@ def test_the_delete_keeps_a_packed_objects_file_and_drops_an_expired_ones_link(b
     """The repack's loose delete (``_unlink_loose``) with a keep directory, as on a shared filesystem: a file whose
     object lives on in a pack keeps its second name (linked ahead, or linked now if the child missed it); an
     expired object's file goes with the link made ahead, so its inode goes too (its deletion is the point)."""
-    from packyard.store.maintenance.preserved import LooseAhead
-    from packyard.store.maintenance.repack import _unlink_loose
+    from packyard.store.maintenance.preserved.packs import LooseAhead
+    from packyard.store.maintenance.repack.run import _unlink_loose
 
     packed, missed, expired = [bytes.fromhex(h) for h in write_blobs(bare, tmp_path, 3, "delete")]
     path_for = _path_for(bare)

@@ -1,6 +1,6 @@
 """The fixed-path files git mmaps -- ``objects/pack/multi-pack-index``, ``objects/info/commit-graph``,
 ``packed-refs`` -- are kept in ``objects/pack/preserved/`` when maintenance replaces them (store/maintenance/
-preserved.py): over NFS a reader on another host that has the old file mapped keeps a valid handle only while
+preserved/packs.py): over NFS a reader on another host that has the old file mapped keeps a valid handle only while
 its inode lives. Real files and real git: the old inode (its st_ino captured before) is still linked there
 after the repack, the MIDX write, the commit-graph write and pack-refs; git verifies everything and counts
 the packs as before; the links expire after the preserve time and not before; a SIGKILL between the link and
@@ -17,12 +17,13 @@ import pytest
 
 from gitutil import copy_repo, git
 from packyard.store import leftovers as lo
-from packyard.store.maintenance.graphwrite import GraphOptions, write_commit_graph
-from packyard.store.maintenance.preserved import expire_preserved, expire_preserved_mapped
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.maintenance.serving import after_repack
-from packyard.store.maintenance.stats import preserved_packs
-from packyard.store.pack.midx import MIDX_NAME, installed_stems, read_midx, remove_midx, write_midx
+from packyard.store.maintenance.planning.stats import preserved_packs
+from packyard.store.maintenance.preserved.packs import expire_preserved, expire_preserved_mapped
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.serving.graphwrite import GraphOptions, write_commit_graph
+from packyard.store.maintenance.serving.midx import MIDX_NAME, installed_stems, read_midx, remove_midx, write_midx
+from packyard.store.maintenance.serving.refresh import after_repack
 from packyard.store.packrefs import pack_refs
 from packyard.store.repo import Repository
 
@@ -205,7 +206,7 @@ def test_each_writer_alone_keeps_what_it_replaced(bare):
 _KILL = """
 import sys
 from pathlib import Path
-from packyard.store.pack.midx import installed_stems, write_midx
+from packyard.store.maintenance.serving.midx import installed_stems, write_midx
 from packyard.store.packrefs import pack_refs
 from packyard.store.repo import Repository
 bare = Path(sys.argv[1])
@@ -231,7 +232,7 @@ def test_a_sigkill_between_the_link_and_the_rename_is_harmless_and_the_rerun_fin
     _verify(bare)
     assert git("for-each-ref", git_dir=bare) == refs
     # The rerun (after the leftovers pass breaks the dead writer's claim) installs; both links are the old inode.
-    from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
+    from packyard.store.leftovers.passes import remove_serving_leftovers, remove_stale_temp_files
 
     remove_stale_temp_files(bare / "objects" / "pack", stale_after=0)
     remove_serving_leftovers(bare, stale_after=0)
@@ -279,7 +280,7 @@ def test_a_pack_preserved_again_under_its_name_keeps_the_older_preserved_files_i
     preserved again. Its older preserved files may be mapped by a reader on another host, so the second move
     does not end their inodes: each (``.idx``, ``.pack``, ``.bitmap``) keeps a ``<name>-<hex>.old`` link, which
     expires after the preserve time as the other mapped files do."""
-    from packyard.store.maintenance.preserved import preserve_pack
+    from packyard.store.preserve import preserve_pack
 
     bare = tmp_path / "r.git"
     work = tmp_path / "w"

@@ -14,8 +14,9 @@ import pytest
 import repackutil as ru
 from gitutil import CORPUS, git, repo_from_corpus, snapshot_tree
 from packyard.store.errors import CorruptObjectError, ObjectMissingError, PackFormatError
-from packyard.store.maintenance.preserved import expire_preserved
-from packyard.store.maintenance.repack import RepackHooks, RepackMode, RepackOptions, geometric_split, repack
+from packyard.store.maintenance.preserved.packs import expire_preserved
+from packyard.store.maintenance.repack.options import RepackHooks, RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import geometric_split, repack
 from packyard.store.objects import ObjectType, from_hex, hash_object
 from packyard.store.pack.idxread import read_idx_tables
 from packyard.store.pack.mtimes import read_mtimes
@@ -418,9 +419,9 @@ def _lists(r):
 
 
 def test_forked_and_c_walks_give_the_same_order_as_one_python_process(shapes, monkeypatch):
-    from packyard.store.maintenance import walk as walk_mod
-    from packyard.store.maintenance.sources import SourceIndex
-    from packyard.store.maintenance.tips import read_tips
+    from packyard.store.maintenance.walk import reach as walk_mod
+    from packyard.store.maintenance.walk.sources import SourceIndex
+    from packyard.store.maintenance.walk.tips import read_tips
 
     repo = Repository.open(shapes.bare)
     snap = repo.objects.snapshot()
@@ -444,7 +445,7 @@ def test_forked_and_c_walks_give_the_same_order_as_one_python_process(shapes, mo
 
 
 def test_corrupt_tree_met_by_the_forked_walk_is_reported(shapes, monkeypatch):
-    from packyard.store.maintenance import walk as walk_mod
+    from packyard.store.maintenance.walk import reach as walk_mod
 
     bare = shapes.bare
     monkeypatch.setattr(walk_mod, "FORK_MIN_COMMITS", 1)

@@ -82,7 +82,8 @@ def test_a_pack_moving_to_preserved_is_whole_in_one_directory_at_every_step(temp
     both then still finds it (the old order, idx first, left neither whole: the two-host race lost reads).
     Every object stays readable by a new reader and by git; a rerun finishes the move and leaves nothing."""
     from packyard.store import faults
-    from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+    from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+    from packyard.store.maintenance.repack.run import repack
     from packyard.store.repo import Repository
 
     shapes = ru.copy(template, tmp_path / "repo.git")
@@ -109,7 +110,7 @@ def test_a_pack_moving_to_preserved_is_whole_in_one_directory_at_every_step(temp
     git("fsck", "--full", "--strict", "--no-dangling", git_dir=bare)
 
 
-# -- the cruft walk from young objects (store/maintenance/cruft.py), names for the cruft pack's search -------
+# -- the cruft walk from young objects (store/maintenance/repack/cruft.py), names for the cruft pack's search -------
 
 CRUFT_POINTS = ["repack.after_plan", "repack.after_write", "repack.cruft.after_pack_rename", "repack.before_delete",
                 "repack.after_pack_preserved@2", "repack.after_delete"]

@@ -1,4 +1,4 @@
-"""Cruft packs of full repacks with young and old unreachable objects (store/maintenance/cruft.py), git as the
+"""Cruft packs of full repacks with young and old unreachable objects (store/maintenance/repack/cruft.py), git as the
 oracle: the same objects in the cruft pack as ``git repack --cruft -d --cruft-expiration=2.weeks.ago`` keeps,
 the C walk from the young objects and the Python specification giving the same set, and the walk skipped when
 no unreachable object is old."""
@@ -11,11 +11,12 @@ import pytest
 
 import repackutil as ru
 from gitutil import git
-from packyard.store.maintenance import cruft
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.maintenance.sources import SourceIndex
-from packyard.store.maintenance.tips import read_tips
-from packyard.store.maintenance.walk import IMPLEMENTATION, walk
+from packyard.store.maintenance.repack import cruft
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.walk.reach import IMPLEMENTATION, walk
+from packyard.store.maintenance.walk.sources import SourceIndex
+from packyard.store.maintenance.walk.tips import read_tips
 from packyard.store.objects import from_hex
 from packyard.store.pack.idxread import read_idx_tables
 from packyard.store.repo import Repository
@@ -106,9 +107,9 @@ def test_walk_counted_when_old_objects_exist(repo):
 
 
 def test_names_of_packed_trees_c_and_python_agree(template, repo):
-    """The names the delta search sorts a geometric repack's objects by (store/maintenance/names.py): the C
+    """The names the delta search sorts a geometric repack's objects by (store/maintenance/repack/names.py): the C
     walk's and the Python specification's are the same, and they are the entry names git's trees give."""
-    from packyard.store.maintenance import names as nm
+    from packyard.store.maintenance.repack import names as nm
 
     _s, _r, unreachable = _plan_inputs(repo)
     _s.release()
@@ -136,7 +137,7 @@ def test_c_reader_of_the_search_reads_what_python_reads(repo):
     the Python resolver gives, for every object of every pack (deltas and whole entries); None outside them."""
     if IMPLEMENTATION != "c":
         pytest.skip("the C walk is not built (or PACKYARD_PURE_PYTHON=1)")
-    from packyard.store.maintenance.walk import _c
+    from packyard.store.maintenance.walk.reach import _c
 
     repo_obj = Repository(repo)
     snapshot = repo_obj.objects.snapshot()
@@ -156,9 +157,9 @@ def test_cruft_delta_whose_base_is_reachable_takes_the_bases_name(tmp_path):
     """A cruft pack's objects are named through their delta bases (writeplan.ByBase): an unreachable old version
     of a file, a delta in git's pack of the reachable new version, goes to the search with that file's name
     hash (git's pack-objects makes the smaller version the delta: it sorts larger first)."""
-    from packyard.store.maintenance import writeplan as wp
-    from packyard.store.maintenance.repack import RepackCounters
-    from packyard.store.maintenance.reuse import DELTA_BASE_BEHIND, find_reuse
+    from packyard.store.maintenance.repack import writeplan as wp
+    from packyard.store.maintenance.repack.options import RepackCounters
+    from packyard.store.maintenance.repack.reuse import DELTA_BASE_BEHIND, find_reuse
     from packyard.store.pack.search import fast_name_hash
 
     work = tmp_path / "w"

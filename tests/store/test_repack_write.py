@@ -14,8 +14,9 @@ import pytest
 from gitutil import GIT_ENV, git, snapshot_tree
 from packyard.store import native
 from packyard.store.errors import PackFormatError
-from packyard.store.maintenance import walk as walk_mod
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.walk import reach as walk_mod
 from packyard.store.repo import Repository
 
 needs_c = pytest.mark.skipif(walk_mod.IMPLEMENTATION != "c",
@@ -74,9 +75,9 @@ def build(base: Path) -> Path:
 
 def _python_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's next repack without the C write plan, C index or C idx tables (the Python steps)."""
-    import packyard.store.maintenance.reuse as reuse_mod
-    import packyard.store.maintenance.sources as sources_mod
-    import packyard.store.maintenance.writeplan as writeplan_mod
+    import packyard.store.maintenance.repack.reuse as reuse_mod
+    import packyard.store.maintenance.repack.writeplan as writeplan_mod
+    import packyard.store.maintenance.walk.sources as sources_mod
     import packyard.store.pack.idxwrite as idxwrite_mod
 
     monkeypatch.setattr(sources_mod, "_walk_c", None)
@@ -267,8 +268,8 @@ def test_c_find_reuse_equals_the_python_one_with_kept_and_duplicated_entries(tem
     but in ``ids``)."""
     from array import array
 
-    from packyard.store.maintenance import reuse
-    from packyard.store.maintenance.sources import SourceIndex
+    from packyard.store.maintenance.repack import reuse
+    from packyard.store.maintenance.walk.sources import SourceIndex
 
     bare = tmp_path / "r.git"
     shutil.copytree(template, bare)

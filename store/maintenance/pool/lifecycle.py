@@ -49,10 +49,11 @@ from ...lease import check as check_lease
 from ...objdir import ObjectDirectory
 from ...progress import Progress
 from ...refs import RefUpdate
-from ..islands import IslandOptions
-from ..repack import RepackOptions, RepackResult, repack
-from ..tips import read_tips
-from ..walk import walk
+from ..repack.islands import IslandOptions
+from ..repack.options import RepackOptions, RepackResult
+from ..repack.run import repack
+from ..walk.reach import walk
+from ..walk.tips import read_tips
 from .layout import (
     ISLAND_REGEX,
     is_pool,
@@ -275,13 +276,17 @@ def repack_pool(pool, options: RepackOptions | None = None, *, progress: Progres
                 lease: Lease | None = None) -> RepackResult:
     """The pool's repack: a full one keeps, as young, everything its members reach (:mod:`.members`), and makes
     its deltas within delta islands, one per member namespace (``refs/virtual/<key>/``, as git's ``repack -adi``
-    with ``pack.island=refs/virtual/([^/]+)/``), unless the options name other islands."""
+    with ``pack.island=refs/virtual/([^/]+)/``), unless the options name other islands (options naming only a
+    core island, ``pack.islandCore``, keep the member namespaces: the core is then a member's key)."""
     import dataclasses
 
     _require_pool(pool)
     options = options or RepackOptions()
+    islands = options.islands
+    if islands is None or not islands.regexes:
+        islands = IslandOptions((ISLAND_REGEX,), core=islands.core if islands is not None else None)
     options = dataclasses.replace(options, keep_reached=lambda known: members_reach(Path(pool.path), known),
-                                  islands=options.islands or IslandOptions((ISLAND_REGEX,)))
+                                  islands=islands)
     return repack(pool, options, progress=progress, lease=lease)
 
 

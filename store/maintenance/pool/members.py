@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ...errors import NotARepositoryError
-from ..tips import read_tips
-from ..walk import walk
+from ..walk.reach import walk
+from ..walk.tips import read_tips
 from .layout import read_members
 
 

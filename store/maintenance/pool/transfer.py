@@ -29,10 +29,10 @@ from ...lease import check as check_lease
 from ...objects import ObjectType
 from ...pack.write import PackWriter
 from ...progress import Progress
-from ..repack import RepackCounters
-from ..sources import SourceIndex
-from ..walk import walk
-from ..writeplan import DeltaPlan, write_plan
+from ..repack.options import DeltaPlan, RepackCounters
+from ..repack.writeplan import write_plan
+from ..walk.reach import walk
+from ..walk.sources import SourceIndex
 
 
 @dataclass
