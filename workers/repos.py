@@ -15,10 +15,15 @@ from packyard.store.repo import Repository, find_git_dir
 from packyard.workers.settings import Settings, get_settings
 
 
+def storage_roots(settings: Settings) -> tuple[Path, ...]:
+    """The storage roots, resolved (what a repository's pool, a pool's source and members must lie inside)."""
+    return tuple(Path(os.path.realpath(root)) for _name, root in settings.storage_roots)
+
+
 def alternate_roots(git_dir: Path, settings: Settings) -> tuple[Path, ...] | None:
     """The roots a repository's alternates must lie inside: the storage roots for a repository in one,
     None (not confined) for one outside them all."""
-    roots = tuple(Path(os.path.realpath(root)) for _name, root in settings.storage_roots)
+    roots = storage_roots(settings)
     real = Path(os.path.realpath(git_dir))
     return roots if any(root in real.parents for root in roots) else None
 

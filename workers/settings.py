@@ -161,7 +161,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, TypeVar
 if TYPE_CHECKING:
     from packyard.store.flush import FlushPolicy
     from packyard.store.fsck import FsckOptions
-    from packyard.store.maintenance.strategy import MaintenancePolicy
+    from packyard.store.maintenance.planning.strategy import MaintenancePolicy
 
 LogFormat = Literal["json", "console", "auto"]
 
@@ -341,10 +341,16 @@ class Settings:
     max_message_bytes: int | None = None
     # -- receive checks (fsck, docs/fsck.md): the server decides, a message may only ask for more
     receive_fsck: bool = True
+    # git's push protocol (packyard receive-pack, docs/receive.md): receive.* as settings
+    receive_deny_deletes: bool = False             # PACKYARD_RECEIVE_DENY_DELETES (receive.denyDeletes)
+    receive_deny_non_fast_forwards: bool = False   # PACKYARD_RECEIVE_DENY_NON_FAST_FORWARDS
+    receive_hide_refs: tuple[str, ...] = ()        # PACKYARD_RECEIVE_HIDE_REFS, comma-separated (transfer.hideRefs)
+    receive_max_commands: int = 10_000             # PACKYARD_RECEIVE_MAX_COMMANDS: commands (and options) per push
+    receive_idle_timeout: float = 60.0             # PACKYARD_RECEIVE_IDLE_TIMEOUT: seconds a client may be silent
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
     fsck_big_file_threshold: int = FSCK_BIG_FILE_THRESHOLD   # PACKYARD_FSCK_BIG_FILE_THRESHOLD
-    # reachability bitmaps (store/maintenance/bitmap.py, docs/serving.md)
+    # reachability bitmaps (store/maintenance/serving/bitmap.py, docs/serving.md)
     bitmap_lookup_table: bool = True
     bitmap_prefer_tips: tuple[str, ...] = ()
     # commit-graph and packed refs after every repack (issue 19, docs/serving.md): 1 skips them
@@ -542,6 +548,12 @@ class Settings:
             max_message_bytes=(_int(env, "PACKYARD_MAX_MESSAGE_BYTES", 0)
                                if env.get("PACKYARD_MAX_MESSAGE_BYTES", "").strip() else None),
             receive_fsck=_flag(env, "PACKYARD_RECEIVE_FSCK", default=True),
+            receive_deny_deletes=_flag(env, "PACKYARD_RECEIVE_DENY_DELETES"),
+            receive_deny_non_fast_forwards=_flag(env, "PACKYARD_RECEIVE_DENY_NON_FAST_FORWARDS"),
+            receive_hide_refs=tuple(p.strip().rstrip("/") for p in env.get("PACKYARD_RECEIVE_HIDE_REFS", "").split(",")
+                                    if p.strip().strip("/")),
+            receive_max_commands=_int(env, "PACKYARD_RECEIVE_MAX_COMMANDS", 10_000),
+            receive_idle_timeout=_float(env, "PACKYARD_RECEIVE_IDLE_TIMEOUT", 60.0),
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
@@ -630,6 +642,11 @@ class Settings:
             "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1" if self.allow_unsafe_maintenance else "0",
             "PACKYARD_MAX_MESSAGE_BYTES": str(self.message_limit),
             "PACKYARD_RECEIVE_FSCK": "1" if self.receive_fsck else "0",
+            "PACKYARD_RECEIVE_DENY_DELETES": "1" if self.receive_deny_deletes else "0",
+            "PACKYARD_RECEIVE_DENY_NON_FAST_FORWARDS": "1" if self.receive_deny_non_fast_forwards else "0",
+            "PACKYARD_RECEIVE_HIDE_REFS": ",".join(self.receive_hide_refs),
+            "PACKYARD_RECEIVE_MAX_COMMANDS": str(self.receive_max_commands),
+            "PACKYARD_RECEIVE_IDLE_TIMEOUT": str(self.receive_idle_timeout),
             "PACKYARD_FSCK": self.fsck,
             "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
             "PACKYARD_FSCK_BIG_FILE_THRESHOLD": str(self.fsck_big_file_threshold),
@@ -657,8 +674,8 @@ class Settings:
 
     @property
     def maintenance_policy(self) -> "MaintenancePolicy":
-        """The planning thresholds (store/maintenance/strategy.py) these settings name."""
-        from packyard.store.maintenance.strategy import MaintenancePolicy
+        """The planning thresholds (store/maintenance/planning/strategy.py) these settings name."""
+        from packyard.store.maintenance.planning.strategy import MaintenancePolicy
 
         return MaintenancePolicy(
             loose_objects_limit=self.maintenance_loose_limit, pack_limit=self.maintenance_pack_limit,

@@ -324,7 +324,7 @@ def test_window_plans_and_repacks_a_fleet_within_the_cap(fleet, pk):
     for name, path in repos.items():
         if name != "missing":
             git("fsck", "--full", "--no-dangling", git_dir=path)
-    from packyard.store.maintenance.stats import gather_stats
+    from packyard.store.maintenance.planning.stats import gather_stats
     for name in ("loose-a", "loose-b"):
         assert gather_stats(repos[name]).loose_estimate < 1024
     assert len(gather_stats(repos["full"]).packs) == 1

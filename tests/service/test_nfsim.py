@@ -203,7 +203,7 @@ def test_git_on_host_b_reads_through_a_midx_host_a_replaced(hosts, tmp_path, pre
     entries lie in pages it never read. With the old MIDX linked into preserved/ (packyard's default) git
     reads them through its old mapping; without, the old file is gone from the server, its pages are ESTALE
     and git dies of SIGBUS, as on NFS."""
-    from packyard.store.pack.midx import MIDX_NAME, installed_stems, write_midx
+    from packyard.store.maintenance.serving.midx import MIDX_NAME, installed_stems, write_midx
 
     a = hosts("a", ac_attr=LONG, ac_dir=LONG)
     b = hosts("b", ac_attr=LONG, ac_dir=LONG)
@@ -262,7 +262,8 @@ def test_git_on_host_b_reads_a_loose_object_a_repack_on_host_a_deletes(hosts, tm
     SIGBUS."""
     import random
 
-    from packyard.store.maintenance.repack import RepackHooks, RepackMode, RepackOptions, repack
+    from packyard.store.maintenance.repack.options import RepackHooks, RepackMode, RepackOptions
+    from packyard.store.maintenance.repack.run import repack
     from packyard.store.repo import Repository
 
     a = hosts("a", ac_attr=LONG, ac_dir=LONG)

@@ -19,7 +19,8 @@ from gitutil import commit_blobs, git
 from packyard.store import fsparallel
 from packyard.store import leftovers as lo
 from packyard.store.errors import ObjectMissingError
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
 from packyard.store.repo import Repository
 
 
@@ -71,7 +72,7 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
                       if kind == "unlink" and re.search(r"/objects/[0-9a-f]{2}/", p))
     last_pack = max(i for i, (kind, p) in enumerate(lines) if kind == "unlink" and "/objects/pack/pack-" in p)
     assert first_loose < last_pack
-    # The old packs' .pack files were linked into preserved/ while the new pack was written (preserved.py's
+    # The old packs' .pack files were linked into preserved/ while the new pack was written (preserved/packs.py's
     # link_ahead, in a child process): each before the new idx was renamed into place; their idx files only in
     # the delete, after it. preserved/ then holds every old pack whole.
     new_idx = max(i for i, (kind, p) in enumerate(lines) if kind == "rename" and "/tmp_idx_" in p)
@@ -83,7 +84,7 @@ def test_a_full_repack_asks_for_no_missing_file_and_overlaps_its_round_trips(nfs
     kept = bare / "objects" / "pack" / "preserved"
     assert {p.suffix for p in kept.glob("pack-*")} == {".idx", ".pack"} and len(list(kept.glob("pack-*"))) == 12
     # Every loose file was linked into one preserved/loose-<hex>/ by the same child, before the new idx (git on
-    # another host may be reading one through its map: preservedloose.py), then unlinked from objects/.
+    # another host may be reading one through its map: preserved/loose.py), then unlinked from objects/.
     (keep,) = kept.glob("loose-*")
     loose_links = {Path(p).name: i for i, (kind, p) in enumerate(lines)
                    if kind == "link" and f"/preserved/{keep.name}/" in p}
@@ -120,7 +121,7 @@ def test_a_repack_killed_after_linking_ahead_leaves_only_links_that_expire(nfsim
     assert all((kept / n).stat().st_ino == (pack_dir / n).stat().st_ino for n in linked)
     found = [item for finder in lo.FINDERS.values() for item in finder(bare)]
     assert not [item for item in found if item.path.name.startswith("pack-") and item.verdict.removes], found
-    # The loose files' second names (preservedloose.py): a young preserved_loose directory, kept until it expires.
+    # The loose files' second names (preserved/loose.py): a young preserved_loose directory, kept until it expires.
     (keep,) = kept.glob("loose-*")
     assert [(item.kind, item.verdict) for item in found if item.path == keep] == [
         (lo.Kind.PRESERVED_LOOSE, lo.Verdict.KEEP_YOUNG)]

@@ -2,7 +2,7 @@
 
 * at the start: the job is retried later and touches nothing while it cannot be recorded;
 * at the end: the finished job's row is written once the database is back (within the retry
-  window), the lease is still released, and the outcome is in the worker's log either way.
+  window), the lease is released only after it, and the outcome is in the worker's log either way.
 
 PostgreSQL only (``ALTER DATABASE ... ALLOW_CONNECTIONS false`` plus terminating every
 session is an outage the pool cannot hide); skipped without PACKYARD_TEST_POSTGRES_URL.
@@ -118,11 +118,17 @@ def test_outage_at_finish_is_recorded_when_the_database_returns(store_root, pg_w
     # The summary line was logged before the row write, whatever the database did.
     finished = [e for e in _events(worker, "job.finished") if e.get("job_id") == res.id]
     assert len(finished) == 1 and finished[0]["state"] == "SUCCESS"
-    # The lease's release event could not be recorded: logged, not raised, and the lease is free.
+    # The lease is held until the outcome is on the row (a redelivery waiting on it must find SUCCESS
+    # and not run the job again), so its release comes after the outage, is recorded, and frees it.
     from packyard.workers.locks import redis_client, try_acquire
+    from packyard.workers.records import LockEvent, LockEventKind, session_scope
     from packyard.workers.settings import get_settings
 
-    assert _events(worker, "lock.event_record_failed")
+    with session_scope(url) as s:
+        released = s.scalars(select(LockEvent).where(LockEvent.job_id == res.id,
+                                                     LockEvent.event == LockEventKind.RELEASED)).all()
+        assert len(released) == 1, released
+        assert released[0].at >= job.finished_at, (released[0].at, job.finished_at)
     again = try_acquire(redis_client(get_settings()), str(repo), 5.0, None, None)
     assert again is not None, "the lease must have been released despite the outage"
     again.release()

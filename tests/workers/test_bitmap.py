@@ -1,4 +1,4 @@
-"""Reachability bitmaps (store/maintenance/bitmap.py, ewah.py) with git 2.39 as the oracle.
+"""Reachability bitmaps (store/maintenance/serving/bitmap.py, ewah.py) with git 2.39 as the oracle.
 
 * the encoder gives git's own bytes for git's own pack (same object order, commits and names), with and
   without the lookup table, with pack.preferBitmapTips;
@@ -22,10 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gitutil import ROOT, git, repo_from_corpus
-from packyard.store.maintenance import ewah
-from packyard.store.maintenance.bitmap import BitmapOptions, bitmap_for, name_hash, read_header
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.maintenance.stats import gather_stats
+from packyard.store.maintenance.planning.stats import gather_stats
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.serving import ewah
+from packyard.store.maintenance.serving.bitmap import BitmapOptions, bitmap_for, name_hash, read_header
 from packyard.store.repo import Repository
 
 _TYPES = {b"commit": 1, b"tree": 2, b"blob": 3, b"tag": 4}
@@ -286,7 +287,8 @@ def test_replaced_pack_takes_its_bitmap_to_preserved(tmp_path):
 _CHILD = """
 import sys
 import time
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
 from packyard.store.repo import Repository
 repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode.FULL))
 """
@@ -316,8 +318,9 @@ def test_sigkill_at_the_bitmap_rename_leaves_a_repository_git_serves(tmp_path):
 _REPACK_BYTES = """
 import sys
 import time
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.maintenance import bitmap
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.serving import bitmap
 from packyard.store.repo import Repository
 r = repack(Repository.open(sys.argv[1]), RepackOptions(mode=RepackMode.FULL))
 print(bitmap.IMPLEMENTATION, r.packs_written[0])
@@ -326,7 +329,7 @@ print(bitmap.IMPLEMENTATION, r.packs_written[0])
 
 @pytest.mark.parametrize("source", ["history", pytest.param("git-v1.0.0", marks=pytest.mark.slow)])
 def test_c_and_python_give_the_same_bytes(tmp_path, source):
-    from packyard.store.maintenance import bitmap
+    from packyard.store.maintenance.serving import bitmap
 
     if bitmap.IMPLEMENTATION != "c" and not os.environ.get("PACKYARD_REQUIRE_C"):
         pytest.skip("the C extension is not built here (or PACKYARD_PURE_PYTHON=1)")
@@ -350,8 +353,9 @@ def test_c_and_python_give_the_same_bytes(tmp_path, source):
 
 def test_leftovers_know_the_bitmap_temp_file(tmp_path):
     from packyard.store.leftovers import RULES, Kind
-    from packyard.store.maintenance.leftovers import remove_stale_temp_files
-    from packyard.store.pack.write import this_host_tag, tmp_owner_tag
+    from packyard.store.leftovers.passes import remove_stale_temp_files
+    from packyard.store.owner import this_host_tag
+    from packyard.store.pack.write import tmp_owner_tag
 
     pack_dir = tmp_path / "objects" / "pack"
     pack_dir.mkdir(parents=True)
@@ -373,8 +377,8 @@ def test_leftovers_know_the_bitmap_temp_file(tmp_path):
 def test_same_bytes_from_packyards_own_walk(tmp_path, source):
     """No input from git but its pack: packyard's walk gives the commits (in git's traversal order) and each
     object's path hash (git's full path, first reached), and the file is git's, name-hash cache included."""
-    from packyard.store.maintenance.tips import read_tips
-    from packyard.store.maintenance.walk import walk
+    from packyard.store.maintenance.walk.reach import walk
+    from packyard.store.maintenance.walk.tips import read_tips
 
     bare = _history(tmp_path) if source == "history" else repo_from_corpus(tmp_path)
     git("-c", "pack.writeBitmapLookupTable=true", "repack", "-adbq", git_dir=bare)
@@ -412,7 +416,7 @@ def test_settings_choose_the_lookup_table_and_preferred_tips(tmp_path):
 
 
 def test_the_queued_command_takes_the_bitmap_options_from_the_settings(tmp_path, monkeypatch):
-    from packyard.store.maintenance.bitmap import OPT_LOOKUP_TABLE
+    from packyard.store.maintenance.serving.bitmap import OPT_LOOKUP_TABLE
     from packyard.workers.commands.repack import repack as command
 
     bare = _history(tmp_path, commits=160)
@@ -440,7 +444,7 @@ def test_the_queued_command_takes_the_bitmap_options_from_the_settings(tmp_path,
 def test_a_pack_the_repack_keeps_gives_up_its_bitmap(tmp_path):
     """A writer freshened a pack holding expired objects during the repack: the pack stays (it is relied on),
     but git reads one bitmap per repository: the new pack's; the kept pack's goes (git would warn about it)."""
-    from packyard.store.maintenance.repack import RepackHooks
+    from packyard.store.maintenance.repack.options import RepackHooks
 
     bare = _history(tmp_path, commits=20)
     git("update-ref", "refs/heads/doomed", "side", git_dir=bare)

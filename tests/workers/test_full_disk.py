@@ -63,7 +63,8 @@ def test_index_pack_cli_on_a_full_disk_prints_one_line(small_fs):
 
 
 def test_pack_writer_on_a_full_disk_names_the_temp_file_and_leaves_nothing(small_fs):
-    from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+    from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+    from packyard.store.maintenance.repack.run import repack
     from packyard.store.objects import ObjectType, encode_loose, hash_object
 
     repo = Repository.init(small_fs / "r.git")

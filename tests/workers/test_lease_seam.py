@@ -91,7 +91,8 @@ def test_lost_lease_stops_index_pack_before_publishing(tmp_path, redis_client):
 
 
 def test_lost_lease_stops_repack_before_deleting(tmp_path, redis_client):
-    from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
+    from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+    from packyard.store.maintenance.repack.run import repack
 
     bare = make_worktree_repo(tmp_path / "r", commits=3, files_per_commit=3)   # every object loose
     git("repack", "-q", git_dir=bare)                                           # ... and one pack beside them

@@ -66,6 +66,48 @@ def capturing(url):
         event.remove(engine, "before_cursor_execute", before)
 
 
+@contextmanager
+def tracing_jobrows(cap):
+    """Capture the statements ``status`` runs through its own driver (records/jobrows.py, no SQLAlchemy), as
+    the engine listener captures the ORM's; yields the list of those statements, to show they ran."""
+    from packyard.workers.records import jobrows
+
+    real = jobrows._connect
+    seen: list[str] = []
+
+    class Cursor:
+        def __init__(self, cur):
+            self._cur = cur
+
+        def execute(self, statement, parameters=()):
+            cap.statements.append((cap.phase, statement, tuple(parameters)))
+            seen.append(statement)
+            return self._cur.execute(statement, parameters)
+
+        def __getattr__(self, name):
+            return getattr(self._cur, name)
+
+    class Conn:
+        def __init__(self, conn):
+            self._conn = conn
+
+        def cursor(self):
+            return Cursor(self._conn.cursor())
+
+        def __getattr__(self, name):
+            return getattr(self._conn, name)
+
+    def connect(url):
+        found = real(url)
+        return None if found is None else (Conn(found[0]), *found[1:])
+
+    jobrows._connect = connect
+    try:
+        yield seen
+    finally:
+        jobrows._connect = real
+
+
 def sqlite_full_scans(dbapi_conn, statement, parameters) -> list[str]:
     cur = dbapi_conn.cursor()
     rows = cur.execute("EXPLAIN QUERY PLAN " + statement, parameters).fetchall()
@@ -161,8 +203,10 @@ def run_the_service(url, cap, redis_client):
     record_queued(url, task_id="t2", kind="packyard.index_pack", repo=repo)
 
     cap.phase = "status"
-    status.fetch(settings, None, 20)
-    status.fetch(settings, None, 20, task_ids=["t1", "t2"])
+    with tracing_jobrows(cap) as direct:     # status reads its rows through the driver, not the ORM
+        status.fetch(settings, None, 20)
+        status.fetch(settings, None, 20, task_ids=["t1", "t2"])
+    assert len(direct) == 2, "status did not read its rows through records/jobrows.py"
     cap.phase = "status --repo"
     status.fetch(settings, repo, 20)
     registry.get(settings, repo)

@@ -13,8 +13,9 @@ import pytest
 
 import repackutil as ru
 from gitutil import git
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.pack.midx import (
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.serving.midx import (
     MIDX_NAME,
     MidxPack,
     build_midx,

@@ -15,18 +15,18 @@ import pytest
 import graphutil
 from gitutil import ROOT, git
 from gitutil import copy_repo as _copy
-from packyard.store.maintenance import commitgraph as cg
-from packyard.store.maintenance import graphwrite as gw
-from packyard.store.maintenance.leftovers import remove_serving_leftovers
-from packyard.store.maintenance.servingstats import (
+from packyard.store.leftovers.passes import remove_serving_leftovers
+from packyard.store.maintenance.planning.servingstats import (
     GraphLayerInfo,
     ServingStats,
     gather_serving_stats,
     loose_refs_threshold,
     serving_reasons,
 )
-from packyard.store.maintenance.stats import RepoStats
-from packyard.store.maintenance.strategy import Action, MaintenancePolicy, plan_maintenance
+from packyard.store.maintenance.planning.stats import RepoStats
+from packyard.store.maintenance.planning.strategy import Action, MaintenancePolicy, plan_maintenance
+from packyard.store.maintenance.serving import commitgraph as cg
+from packyard.store.maintenance.serving import graphwrite as gw
 from packyard.store.packrefs import HEADER, pack_refs
 from packyard.store.repo import Repository
 from packyard.workers.commands.repack import repack as repack_command
@@ -168,7 +168,7 @@ def test_expiring_unreachable_objects_rewrites_the_graph_whole(template, tmp_pat
 
 CHILD = """
 import sys
-from packyard.store.maintenance.graphwrite import write_commit_graph
+from packyard.store.maintenance.serving.graphwrite import write_commit_graph
 from packyard.store.repo import Repository
 write_commit_graph(Repository.open(sys.argv[1]))
 """
@@ -216,7 +216,7 @@ def test_live_claims_are_kept_and_git_style_ones_age_out(template, tmp_path):
 
 def test_a_held_chain_or_packed_refs_lock_leaves_the_repack_standing(template, tmp_path):
     from packyard.store import lockfile
-    from packyard.store.maintenance.serving import after_repack
+    from packyard.store.maintenance.serving.refresh import after_repack
 
     bare = _copy(template, tmp_path / "repo.git")
     d = bare / "objects" / "info" / "commit-graphs"

@@ -26,6 +26,8 @@ def _settings(tmp_path: Path, **env: str) -> Settings:
     ("packyard.repack", {"preserve_for": 0}, "'preserve_for' (0 s) is shorter than"),
     ("packyard.repack", {"preserve_for": 3599.5}, "'preserve_for' (3599.5 s) is shorter than"),
     ("packyard.gc", {"preserve_for": 0}, "'preserve_for' (0 s) is shorter than"),
+    ("packyard.repack", {"unsafe_ignore_pool_members": True}, "prunes a pool's objects that only its members reach"),
+    ("packyard.repack", {"unsafe_ignore_pool_members": False}, None),
     ("packyard.repack", {"preserve": True, "preserve_for": 3600}, None),
     ("packyard.repack", {"preserve_for": 86400}, None),          # longer than the operator's: fine
     ("packyard.repack", {"preserve_for": None}, None),           # the setting's own value

@@ -1,4 +1,4 @@
-"""The reachability walk in C (store/maintenance/_walk.c) against the pure-Python walk (walk.py), which
+"""The reachability walk in C (store/maintenance/walk/_walk.c) against the pure-Python walk (walk/reach.py), which
 specifies it: the same lists (objects, order, names) on real repositories; corrupt, missing and
 mistyped objects met inside the packs stop the walk with a typed error naming the object, pack and
 offset; garbage entries (whose CRC32 matches, so that the parsers themselves are reached) never make
@@ -21,11 +21,12 @@ import pytest
 from gitutil import corpus_available, git, needs_corpus, repo_from_corpus
 from packbuild import entry_header, ofs_bytes, varint
 from packyard.store.errors import CorruptObjectError, ObjectMissingError, PackFormatError, StoreError
-from packyard.store.maintenance import sources as sources_mod
-from packyard.store.maintenance import walk as walk_mod
-from packyard.store.maintenance.repack import RepackMode, RepackOptions, repack
-from packyard.store.maintenance.sources import SourceIndex
-from packyard.store.maintenance.tips import read_tips
+from packyard.store.maintenance.repack.options import RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack
+from packyard.store.maintenance.walk import reach as walk_mod
+from packyard.store.maintenance.walk import sources as sources_mod
+from packyard.store.maintenance.walk.sources import SourceIndex
+from packyard.store.maintenance.walk.tips import read_tips
 from packyard.store.objects import ObjectType, hash_object
 from packyard.store.repo import Repository
 
@@ -184,7 +185,7 @@ def test_steal_roots_takes_the_second_half_of_what_is_left_and_nothing_twice(tmp
 def _implementation_in(env_extra: dict[str, str]) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PACKYARD_PURE_PYTHON"}
     env.update(env_extra)
-    script = "from packyard.store.maintenance import walk; print(walk.IMPLEMENTATION)"
+    script = "from packyard.store.maintenance.walk import reach; print(reach.IMPLEMENTATION)"
     out = subprocess.run([sys.executable, "-c", script],
                          env=env, check=True, capture_output=True, text=True).stdout
     return out.strip()
@@ -193,7 +194,7 @@ def _implementation_in(env_extra: dict[str, str]) -> str:
 def test_pure_python_walk_is_chosen_when_asked():
     assert _implementation_in({"PACKYARD_PURE_PYTHON": "1"}) == "python"
     try:
-        import packyard.store.maintenance._walk  # noqa: F401
+        import packyard.store.maintenance.walk._walk  # noqa: F401
         built = True
     except ImportError:
         built = False
@@ -203,7 +204,7 @@ def test_pure_python_walk_is_chosen_when_asked():
 def test_c_walk_is_built_when_required():
     if os.environ.get("PACKYARD_REQUIRE_C") != "1":
         pytest.skip("PACKYARD_REQUIRE_C=1 (the C extensions must be built) not set")
-    import packyard.store.maintenance._walk  # noqa: F401 - fails the test when the build is missing
+    import packyard.store.maintenance.walk._walk  # noqa: F401 - fails the test when the build is missing
     if os.environ.get("PACKYARD_PURE_PYTHON") != "1":
         assert walk_mod.IMPLEMENTATION == "c"
 
@@ -375,7 +376,7 @@ def _whole(typ: int, data: bytes) -> bytes:
 def synthetic_packs(entries: list[tuple[bytes, bytes]]):
     """A pack of raw entries [(id, entry bytes)] (ids need not be their hashes) with the tables SourceIndex
     gives _walk.Packs: CRC32s of the raw bytes, so that every entry passes the CRC check."""
-    from packyard.store.maintenance import _walk
+    from packyard.store.maintenance.walk import _walk
 
     body = bytearray(b"PACK" + struct.pack(">II", 2, len(entries)))
     offsets = []
@@ -401,7 +402,7 @@ def _missing(oid, want, referrer):
 
 def walk_synthetic(entries, commit_id: bytes, commit_data: bytes) -> str:
     """Walk one commit over a synthetic pack; what happened ("ok" or the error's class)."""
-    from packyard.store.maintenance import _walk
+    from packyard.store.maintenance.walk import _walk
 
     cw = _walk.Walker(synthetic_packs(entries), _missing, cache_bytes=1 << 16)
     try:
@@ -482,7 +483,7 @@ outcomes = {t.walk_synthetic(*case) for case in t.fuzz_cases(2, 400)}
 assert outcomes <= {"ok", "WalkError", "ObjectMissingError"}, outcomes
 print("fuzz", sorted(outcomes))
 if len(sys.argv) > 2:
-    from packyard.store.maintenance import walk
+    from packyard.store.maintenance.walk import reach as walk
     python, c = t._both_walks(__import__("pathlib").Path(sys.argv[2]), processes=2)
     assert t._lists(c) == t._lists(python)
     print("walk", len(c))
@@ -512,7 +513,7 @@ def test_other_threads_run_while_the_c_walk_works(tmp_path):
     Python thread counting in a loop advances while one C call walks every tree."""
     import threading
 
-    from packyard.store.maintenance import _walk
+    from packyard.store.maintenance.walk import _walk
 
     repo, sources = _sources(repo_from_corpus(tmp_path))
     w = walk_mod.Walker(sources.read, packs=sources)
@@ -593,7 +594,7 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
     try:
         reach = walk_mod.walk(sorted(read_tips(repo).items()), c_sources.read, packs=c_sources)
         snap = repo.objects.snapshot()
-        import packyard.store.maintenance.sources as sources_mod
+        import packyard.store.maintenance.walk.sources as sources_mod
 
         monkeypatch.setattr(sources_mod, "_walk_c", None)     # this SourceIndex: the Python dict and loops
         py = SourceIndex(snap, [p for p in snap.packs if not p.is_kept()], [p for p in snap.packs if p.is_kept()],
@@ -631,7 +632,7 @@ def test_c_index_answers_as_the_python_one_on_every_shape(tmp_path, monkeypatch)
 def test_c_pack_layout_equals_the_python_one(monkeypatch, n):
     """pack_layout (a radix sort by offset) against sources._layout's Python sort: offsets past 32 and 40 bits,
     and a duplicated offset (a broken idx: ties stay in idx order in both)."""
-    import packyard.store.maintenance.sources as sources_mod
+    import packyard.store.maintenance.walk.sources as sources_mod
 
     rng = random.Random(n)
     offsets = array("Q", [rng.choice((rng.randrange(12, 1 << 20), rng.randrange(1 << 32, 1 << 45)))
@@ -672,7 +673,7 @@ def test_commit_meta_of_the_c_walk_equals_the_python_one_and_the_graphs_reading(
     parent line after the author line) is not graph_ok."""
     from array import array
 
-    from packyard.store.maintenance.commitgraph import parse_commit_for_graph
+    from packyard.store.maintenance.serving.commitgraph import parse_commit_for_graph
 
     bare = _repo(tmp_path)
     _odd_commits(bare)

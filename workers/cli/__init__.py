@@ -9,7 +9,8 @@ A command module::
 
     def run(args) -> int: ...            # exit status
 
-Add the module to COMMANDS below. Benchmarks go under ``workers/cli/bench/`` the same way.
+Add one line to COMMANDS below: ``"name": ("module", "the help= line"),``. Benchmarks go under
+``workers/cli/bench/`` the same way.
 
 What the commands share, one module each: ``args`` (``--repo``, ``--ref-update``, ``--fsck``), ``failures``
 (a store error is one line on stderr and exit 1), ``lease`` (``--lock``: the maintenance lease, exit 75 when
@@ -22,22 +23,53 @@ import argparse
 import importlib
 import sys
 
-# command name -> module (a module's name need not be its command's name)
-COMMANDS = {
-    "init": "init", "worker": "worker", "beat": "beat", "flower": "flower", "migrate": "migrate", "up": "up",
-    "submit": "submit", "status": "status", "verify": "verify", "demo": "demo", "bench": "bench", "down": "down",
-    "import": "import_tree", "unpack-objects": "unpack_objects", "write-objects": "write_objects", "gc": "gc",
-    "index-pack": "index_pack", "repos": "repos", "metrics": "metrics", "repack": "repack",
-    "race": "race", "races": "races", "janitor": "janitor", "records": "records",
-    "nfsim": "nfsim", "pool": "pool",
+#: command name -> (module, the one line ``packyard --help`` shows). ``packyard --help`` lists them from here
+#: without importing a command module; a command's run imports its module alone (a module's name need not be its
+#: command's name; the line must equal the help= of the module's add_parser: tests/workers/test_cli_imports.py).
+#: A bare module name (``"name": "module"``) also works: --help then imports that module for its line.
+COMMANDS: dict[str, tuple[str, str] | str] = {
+    "init": ("init", "create a bare repository"),
+    "worker": ("worker", "run a Celery worker (prefork, events on)"),
+    "beat": ("beat", "run the scheduler (nightly jobs)"),
+    "flower": ("flower", "run the Flower dashboard"),
+    "migrate": ("migrate", "apply database migrations (Alembic)"),
+    "up": ("up", "run Redis (embedded), migrations, a worker and beat until Ctrl-C"),
+    "submit": ("submit", "queue a job (by task name)"),
+    "status": ("status", "recent jobs as a table"),
+    "verify": ("verify", "verify a repository in-process"),
+    "demo": ("demo", "run the whole service once: Redis, 2 workers, pushes, bulk writes, verify, status"),
+    "bench": ("bench", "benchmarks against git (ratios)"),
+    "down": ("down", "stop the embedded Redis left running under the state dir"),
+    "import": ("import_tree", "commit a directory or tar archive onto a ref"),
+    "unpack-objects": ("unpack_objects", "explode a small pack into loose objects"),
+    "write-objects": ("write_objects", "write raw objects (JSON, base64) in one batch"),
+    "gc": ("gc", "remove stale temp files of crashed writers"),
+    "index-pack": ("index_pack", "ingest a pack (file or stdin) into a repository"),
+    "repos": ("repos", "the repository registry (what nightly maintenance covers)"),
+    "metrics": ("metrics", "serve Prometheus metrics from the job records"),
+    "repack": ("repack", "repack a repository (full, geometric or loose) in-process"),
+    "race": ("race", "race readers against repacks and pushes; every miss recorded; exit 1 on a lost read"),
+    "races": ("races", "race events on record: counts per repository and kind, lost reads"),
+    "janitor": ("janitor", "remove leftovers of dead jobs (by owner: the job records and Redis decide)"),
+    "records": ("records", "the records database: prune old rows, daily counts"),
+    "nfsim": ("nfsim", "simulated NFS client mounts (FUSE) for tests and benchmarks"),
+    "pool": ("pool", "object pools: forks that share one copy of their objects"),
+    "receive-pack": ("receive_pack", "receive a push from a git client on stdin/stdout (git receive-pack)"),
+    "upload-pack": ("upload_pack", "serve a clone or fetch on stdin/stdout (git upload-pack, serving configuration)"),
+    "http": ("serve_http", "serve git's smart HTTP (push and fetch) for a frontend proxy, on loopback"),
 }
+
+
+def _module(entry: tuple[str, str] | str) -> str:
+    return entry if isinstance(entry, str) else entry[0]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The whole CLI; with ``only`` (a command name), just that command.
 
-    Building every subparser costs ~35 ms, a third of a small import's run time; ``main``
-    builds only the command it was asked for (the full set for ``--help`` or an unknown word).
+    Without ``only`` (``--help``, no command or an unknown word) each command is a one-line stub from
+    COMMANDS, its module not imported: importing every command module cost ~0.1 s, which ``--help``
+    paid; the command that runs is built by its own module's ``register`` (``only``).
     """
     parser = argparse.ArgumentParser(
         prog="packyard",
@@ -46,9 +78,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                     "with none set, an embedded Redis and a SQLite file under ./.state are used.")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    for name, module in COMMANDS.items():
-        if only is None or name == only:
-            importlib.import_module(f"packyard.workers.cli.{module}").register(subparsers)
+    for name, entry in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        if only is None and not isinstance(entry, str):
+            subparsers.add_parser(name, help=entry[1])
+        else:
+            importlib.import_module(f"packyard.workers.cli.{_module(entry)}").register(subparsers)
     return parser
 
 

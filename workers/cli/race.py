@@ -83,6 +83,16 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--cloners", type=int, default=1, metavar="N",
                    help="clone readers (git clone --no-local through upload-pack, then git fsck) beside the "
                         "readers (default 1; 0: none)")
+    p.add_argument("--pool", action="store_true",
+                   help="race a fork network instead (workers/race/pool.py): --repo is a new directory for the "
+                        "source, --forks forks and their pool; the pool's repacks, member repacks, thin pushes to "
+                        "every member, fetches into the pool and a disconnect race --readers readers per member and "
+                        "clones of every member; afterwards git fsck --full of each, and each member's rev-list "
+                        "--objects must be its frontend's")
+    p.add_argument("--forks", type=int, default=2, metavar="N", help="with --pool: forks of the source (default 2)")
+    p.add_argument("--unsafe-pool-prune", action="store_true",
+                   help="NEGATIVE CONTROL (with --pool): the pool's repacks ignore the members' refs; the run must "
+                        "report lost objects")
     p.add_argument("--json", action="store_true", help="print the summary as JSON (last line)")
     p.set_defaults(func=run)
 
@@ -120,6 +130,11 @@ def run(args: argparse.Namespace) -> int:
     if args.nfsim_trust_listing and args.hosts != 2:
         print("packyard race: --nfsim-trust-listing needs --hosts 2", file=sys.stderr)
         return 2
+    if args.unsafe_pool_prune and not args.pool:
+        print("packyard race: --unsafe-pool-prune needs --pool", file=sys.stderr)
+        return 2
+    if args.pool:
+        return _pool(args, repo)
     if args.hosts == 2:
         return _two_hosts(args, repo)
     options = RaceOptions(repo=repo, readers=args.readers, duration=args.duration, repack_every=args.repack_every,
@@ -127,6 +142,39 @@ def run(args: argparse.Namespace) -> int:
                           unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate,
                           cloners=args.cloners)
     return _run(args, options, repo)
+
+
+def _pool(args: argparse.Namespace, repo: Path) -> int:
+    """--pool: a fork network's race (workers/race/pool.py); the repack and ingest periods scale its timers."""
+    from packyard.workers.race.poolsummary import PoolRaceOptions
+
+    if args.hosts != 1 or args.unsafe_dir_cache or args.unsafe_delete or not 1 <= args.forks <= 16:
+        print("packyard race --pool: one host, 1 to 16 --forks, and no other negative control", file=sys.stderr)
+        return 2
+    options = PoolRaceOptions(repo=repo, forks=args.forks, duration=args.duration, readers=max(1, args.readers // 4),
+                              pool_repack_every=args.repack_every, member_repack_every=args.repack_every * 2 / 3,
+                              push_every=args.ingest_every * 0.7, fetch_every=args.repack_every,
+                              seed=args.seed, expire=min(args.expire, 3.0), reader_rate=min(args.reader_rate, 600.0),
+                              cloners=args.cloners, unsafe_pool_prune=args.unsafe_pool_prune)
+    return _run(args, options, repo)
+
+
+def _start(s, options, app, say, nfsim=None):  # type: ignore[no-untyped-def]
+    """The run: the pool race for PoolRaceOptions, else the repository race."""
+    from packyard.workers.race.poolsummary import PoolRaceOptions
+
+    if isinstance(options, PoolRaceOptions):
+        from packyard.workers.race.pool import run_pool_race
+
+        return run_pool_race(s, options, app, say=say)
+    from packyard.workers.race.harness import run_race
+
+    return run_race(s, options, app, say=say, nfsim=nfsim)
+
+
+def _unsafe(options) -> bool:  # type: ignore[no-untyped-def]
+    """The workers must accept an unsafe argument (PACKYARD_ALLOW_UNSAFE_MAINTENANCE) for a negative control."""
+    return bool(getattr(options, "unsafe_delete", False) or getattr(options, "unsafe_pool_prune", False))
 
 
 def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
@@ -194,8 +242,6 @@ def _run(args: argparse.Namespace, options, repo: Path, nfsim=None) -> int:  # t
 
 
 def with_configured_workers(options, say, nfsim=None):  # type: ignore[no-untyped-def]
-    from packyard.workers.race.harness import run_race
-
     s = get_settings()
     parent = options.repo.parent.resolve()
     inside = any(parent == root or root in parent.parents for _n, root in s.storage_roots)
@@ -210,11 +256,12 @@ def with_configured_workers(options, say, nfsim=None):  # type: ignore[no-untype
     from packyard.workers.app import app
 
     say(f"using the configured broker and workers: {', '.join(sorted(workers))}")
-    if options.unsafe_delete and not s.allow_unsafe_maintenance:
-        say("--unsafe-delete needs workers started with PACKYARD_ALLOW_UNSAFE_MAINTENANCE=1 (they refuse "
+    if _unsafe(options) and not s.allow_unsafe_maintenance:
+        say("a negative control (--unsafe-delete, --unsafe-pool-prune) needs workers started with "
+            "PACKYARD_ALLOW_UNSAFE_MAINTENANCE=1 (they refuse "
             "preserve=false otherwise); this shell does not set it, so the workers likely do not either")
-    if options.hosts != 2:
-        return run_race(s, options, app, say=say)
+    if getattr(options, "hosts", 1) != 2:
+        return _start(s, options, app, say)
     # --hosts 2: the configured workers are host A; host B's worker joins them for the run.
     logs = s.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -226,7 +273,7 @@ def with_configured_workers(options, say, nfsim=None):  # type: ignore[no-untype
                                    timeout=90, interval=0.5):
                 say("host B's worker did not answer a ping within 90 s; see its log")
                 return None
-            return run_race(s, options, app, say=say, nfsim=nfsim)
+            return _start(s, options, app, say, nfsim)
         finally:
             worker_b.stop()
 
@@ -250,8 +297,6 @@ def host_b_worker(s, options, log):  # type: ignore[no-untyped-def]
 
 
 def with_embedded_workers(options, say, added_root, nfsim=None):  # type: ignore[no-untyped-def]
-    from packyard.workers.race.harness import run_race
-
     s = get_settings()
     server = prepare_embedded(s, migrate=True)
     logs = s.state_dir / "logs"
@@ -261,7 +306,7 @@ def with_embedded_workers(options, say, added_root, nfsim=None):  # type: ignore
                           child_env(s, {"PACKYARD_LOG_FORMAT": "json",
                                                # the worker must accept preserve=false for --unsafe-delete
                                                "PACKYARD_ALLOW_UNSAFE_MAINTENANCE":
-                                                   "1" if options.unsafe_delete else "0"}), stdout=log)
+                                                   "1" if _unsafe(options) else "0"}), stdout=log)
     worker_b = None
     log_b = None
     try:
@@ -269,7 +314,7 @@ def with_embedded_workers(options, say, added_root, nfsim=None):  # type: ignore
             f"(2 prefork processes, log {logs / 'race-worker.log'})" +
             (f"; storage root {added_root} added for this run" if added_root else ""))
         names = [f"race-{os.getpid()}@"]
-        if options.hosts == 2:
+        if getattr(options, "hosts", 1) == 2:
             log_b = open(logs / "race-worker-host-b.log", "ab")
             worker_b = host_b_worker(s, options, log_b)
             names.append(f"race-{os.getpid()}-b@{HOST_B}")
@@ -281,7 +326,7 @@ def with_embedded_workers(options, say, added_root, nfsim=None):  # type: ignore
             return None
         from packyard.workers.app import app
 
-        return run_race(s, options, app, say=say, nfsim=nfsim)
+        return _start(s, options, app, say, nfsim)
     finally:
         if worker_b is not None:
             worker_b.stop()

@@ -51,6 +51,9 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--island", action="append", default=[], metavar="REGEX",
                    help="--mode full: make deltas within delta islands (git's pack.island, repack -i; repeatable, the "
                         "last that matches a ref wins; a pool's repack uses refs/virtual/([^/]+)/ without it)")
+    p.add_argument("--island-core", default=None, metavar="NAME",
+                   help="--mode full with islands: write this island's objects first and give its refs' commits "
+                        "bitmaps (git's pack.islandCore; in a pool, a member's namespace key)")
     p.add_argument("--no-commit-graph", action="store_true",
                    help="do not write the commit-graph afterwards (default: extend its split chain, or rewrite it "
                         "whole when unreachable objects were deleted)")
@@ -73,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
                                    window=args.window, depth=args.depth, window_memory=args.window_memory,
                                    no_bitmap=args.no_bitmap, progress=progress, lease=lease, no_midx=args.no_midx,
                                    commit_graph=not args.no_commit_graph, pack_refs=not args.no_pack_refs,
-                                   islands=args.island or None)
+                                   islands=args.island or None, island_core=args.island_core)
     if args.json:
         print(json.dumps(result))
         return 0

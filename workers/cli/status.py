@@ -36,7 +36,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--json", action="store_true", help="JSON lines instead of a table")
     p.add_argument("--no-reconcile", action="store_true",
                    help="do not check pending jobs against the broker and workers first (no LOST marking)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, logs=False)   # run() configures logging unless it only lists (issue 39)
 
 
 # The counters worth a glance, per job kind, in this order; the job row keeps all of them (--json).
@@ -103,7 +103,22 @@ def _unlinked(session, path: str, limit: int, task_ids: Sequence[str] | None) ->
 
 def fetch(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
           task_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """Newest first: the last ``limit`` jobs (of ``repo``, or with one of ``task_ids``, when given)."""
+    """Newest first: the last ``limit`` jobs (of ``repo``, or with one of ``task_ids``, when given).
+
+    Without ``repo``, through the database's own driver (records/jobrows.py: no SQLAlchemy import, the cost
+    of a ``status`` start); by repository, or for a URL jobrows cannot read, through the models."""
+    if not repo:
+        from packyard.workers.records import jobrows
+
+        rows = jobrows.newest(s.database_url, limit, task_ids)
+        if rows is not None:
+            return rows
+    return fetch_orm(s, repo, limit, task_ids)
+
+
+def fetch_orm(s, repo: str | None, limit: int,  # type: ignore[no-untyped-def]
+              task_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """:func:`fetch` through the models (SQLAlchemy's ORM)."""
     from sqlalchemy import select
 
     from packyard.workers.records import Job, Repository, session_scope
@@ -206,11 +221,16 @@ def repo_path(s, value: str) -> str:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
-    from packyard.store.errors import InvalidInputError
-
     s = get_settings()
+    if args.repo or not args.no_reconcile:
+        # A plain ``status --no-reconcile`` only lists rows and logs nothing: it skips structlog's import.
+        from packyard.workers import logs as plog
+
+        plog.configure_from_settings(s)
     repo = None
     if args.repo:
+        from packyard.store.errors import InvalidInputError
+
         try:
             repo = repo_path(s, args.repo)
         except InvalidInputError as err:
@@ -249,6 +269,22 @@ def _ago(seconds: float | None) -> str:
     return f"{seconds:.0f} seconds ago"
 
 
+def network_lines(d: dict[str, Any]) -> list[str]:
+    """The fork-network lines of ``status --repo`` from the statistics (planning/poolstats.py)."""
+    if d.get("pool_role") == "member":
+        return [f"  fork network: borrows from {d['pool']} ({_human_bytes(d['pool_pack_bytes'])} there), "
+                f"{_human_bytes(d['own_pack_bytes'])} of its own"]
+    if d.get("pool_role") != "pool":
+        return []
+    behind = d["source_refs_behind"]
+    ratio = d["dedupe_ratio"]
+    return [f"  fork network: a pool of {d['pool_members']} member(s), {_human_bytes(d['pool_pack_bytes'])} shared, "
+            f"{_human_bytes(d['own_pack_bytes'])} in the members' own packs; dedupe "
+            + (f"{ratio:.2f}x (full copies over shared)" if ratio is not None else "-")
+            + "; source " + (f"{d['pool_source']}: {behind} of {d['source_refs']} ref(s) behind" if behind is not None
+                             else f"{d['pool_source']} not read (outside the storage roots or gone)")]
+
+
 def pool_line(s, path: str) -> str:  # type: ignore[no-untyped-def]
     """``\n  pool: ...``: the pool the repository borrows from, or the members it lends to ("" for neither),
     by the records (migration 0008)."""
@@ -265,15 +301,28 @@ def pool_line(s, path: str) -> str:  # type: ignore[no-untyped-def]
     return ""
 
 
+def checksum_line(repo: str) -> str:
+    """``  checksum: <hex> (...)``: Gitaly's repository checksum of the refs as they are now."""
+    from packyard.store.errors import StoreError
+    from packyard.workers.commands.checksum import checksum_repo
+
+    try:
+        c = checksum_repo(repo)
+    except (StoreError, OSError) as err:
+        return f"  checksum: {type(err).__name__}: {err}"
+    return f"  checksum: {c['checksum']} ({c['counted']} of {c['refs']} show-ref line(s) counted)"
+
+
 def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignore[no-untyped-def]
     """The repository's statistics and the plan it would get now, in words; ``records=False``: no records
     database yet, so no registry row (planned as a repository with no maintenance on record)."""
     import time
 
     from packyard.store.errors import StoreError
-    from packyard.store.maintenance.stats import gather_stats
-    from packyard.store.maintenance.strategy import plan_maintenance
+    from packyard.store.maintenance.planning.stats import gather_stats
+    from packyard.store.maintenance.planning.strategy import plan_maintenance
     from packyard.workers.records import registry
+    from packyard.workers.repos import storage_roots
 
     row = registry.get(s, repo) if records else None
     path = registry.normalize(repo)
@@ -288,7 +337,7 @@ def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignor
         head += pool_line(s, path)
     try:
         now = time.time()
-        stats = gather_stats(repo, history=registry.history(row), now=now)
+        stats = gather_stats(repo, history=registry.history(row), now=now, roots=storage_roots(s))
         plan = plan_maintenance(stats, s.maintenance_policy, now)
     except (StoreError, OSError) as err:
         return f"{head}\n  statistics: {type(err).__name__}: {err}"
@@ -308,6 +357,8 @@ def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignor
         f"{d['graph_tips_missing']} branch tip(s) not in it; loose refs: {d['loose_refs']} (packed at > "
         f"{d['loose_refs_threshold']}), packed-refs {_human_bytes(d['packed_refs_bytes'])}",
     ]
+    lines += network_lines(d)
+    lines.append(checksum_line(repo))
     last = (row or {}).get("last_plan")
     if row and last:
         lines.append(f"  last planned: {_time(row['last_planned_at']) or '-'} ({last.get('trigger')}): "

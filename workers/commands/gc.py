@@ -36,9 +36,9 @@ PRESERVE_FOR = 3600.0
 def run_gc(repo: str | Path, *, stale_after: float | None = None, foreign_after: float | None = None,
            quarantine_after: float = QUARANTINE_AFTER, preserve_for: float = PRESERVE_FOR,
            lease: Lease | None = None, progress: Progress | None = None) -> dict[str, Any]:
-    from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
-    from packyard.store.maintenance.preserved import expire_preserved, expire_preserved_mapped
-    from packyard.store.maintenance.preservedloose import expire_preserved_loose
+    from packyard.store.leftovers.passes import remove_serving_leftovers, remove_stale_temp_files
+    from packyard.store.maintenance.preserved.loose import expire_preserved_loose
+    from packyard.store.maintenance.preserved.packs import expire_preserved, expire_preserved_mapped
     from packyard.store.pack.quarantine import remove_stale_quarantines
     from packyard.store.refs import remove_dead_claims
     from packyard.workers.repos import open_repository
@@ -111,7 +111,7 @@ def remove_unowned_leftovers(git_dir: str | Path, *, quarantine_after: float = Q
     half-moved or half-installed packs), claim files, the commit-graph's and pack-refs' leftovers. Not the
     preserved packs' expiry: that is maintenance (``packyard gc``). Run under the maintenance lease."""
     from packyard.store import leftovers as lo
-    from packyard.store.maintenance.leftovers import remove_serving_leftovers, remove_stale_temp_files
+    from packyard.store.leftovers.passes import remove_serving_leftovers, remove_stale_temp_files
     from packyard.store.refs import remove_dead_claims
     from packyard.workers.repos import open_repository
 

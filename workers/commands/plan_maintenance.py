@@ -1,7 +1,7 @@
 """The maintenance planner as plain functions: assess a repository, plan it, queue what is due.
 
-* :func:`assess` — statistics (store/maintenance/stats.py, with the history the records keep)
-  and the plan the pure strategy makes of them (store/maintenance/strategy.py);
+* :func:`assess` — statistics (store/maintenance/planning/stats.py, with the history the records keep)
+  and the plan the pure strategy makes of them (store/maintenance/planning/strategy.py);
 * :func:`plan_repository` — assess one repository and act on the plan: a repack or gc job is
   queued only if a fleet slot is free (workers/slots.py) and no maintenance job of that
   repository is already in flight; the plan, the statistics and the reasons go on the queued
@@ -26,10 +26,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from packyard.store.errors import StoreError
-from packyard.store.maintenance.stats import RepackHistory, RepoStats, gather_stats
-from packyard.store.maintenance.strategy import Action, MaintenancePlan, plan_maintenance
+from packyard.store.maintenance.planning.stats import RepackHistory, RepoStats, gather_stats
+from packyard.store.maintenance.planning.strategy import Action, MaintenancePlan, plan_maintenance
 from packyard.store.progress import Progress
 from packyard.workers.records import registry
+from packyard.workers.repos import storage_roots
 from packyard.workers.settings import Settings
 from packyard.workers.slots import FleetSlots
 
@@ -37,7 +38,8 @@ from packyard.workers.slots import FleetSlots
 Send = Callable[[str, dict[str, Any], str, float], None]
 
 TASK_FOR_ACTION = {Action.LOOSE: registry.REPACK_KIND, Action.GEOMETRIC: registry.REPACK_KIND,
-                   Action.FULL: registry.REPACK_KIND, Action.GC: registry.GC_KIND}
+                   Action.FULL: registry.REPACK_KIND, Action.GC: registry.GC_KIND,
+                   Action.POOL_FETCH: "packyard.pool_fetch"}
 
 
 class Outcome(str, enum.Enum):
@@ -86,7 +88,7 @@ def assess(settings: Settings, repo: str | Path, now: float | None = None,
     now = time.time() if now is None else now
     if history is None:
         history = registry.history(registry.get(settings, repo))
-    stats = gather_stats(repo, history=history, now=now)
+    stats = gather_stats(repo, history=history, now=now, roots=storage_roots(settings))
     return stats, plan_maintenance(stats, settings.maintenance_policy, now)
 
 
@@ -96,6 +98,8 @@ def job_for(plan: MaintenancePlan, repo: str) -> tuple[str, dict[str, Any]]:
     A scheduled job never waits for the repository's maintenance lease: if another maintenance
     job holds it when it starts, it is recorded as skipped (``on_busy="skip"``).
     """
+    if plan.action is Action.POOL_FETCH:   # (pool jobs take their leases in the pool order; a busy one retries)
+        return TASK_FOR_ACTION[plan.action], {"repo": repo, **dict(plan.params)}
     return TASK_FOR_ACTION[plan.action], {"repo": repo, **dict(plan.params), "on_busy": "skip"}
 
 

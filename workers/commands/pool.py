@@ -19,10 +19,10 @@ from typing import Any
 from packyard.store import leftovers as lo
 from packyard.store.errors import InvalidInputError
 from packyard.store.lease import Lease
-from packyard.store.maintenance.bitmap import BitmapOptions
 from packyard.store.maintenance.pool import lifecycle
 from packyard.store.maintenance.pool.layout import is_pool, member_key, read_marker, read_members
-from packyard.store.maintenance.repack import RepackOptions
+from packyard.store.maintenance.repack.options import RepackOptions
+from packyard.store.maintenance.serving.bitmap import BitmapOptions
 from packyard.store.progress import Progress
 from packyard.store.repo import Repository
 from packyard.workers.repos import open_beside, open_repository

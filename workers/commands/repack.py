@@ -6,13 +6,13 @@ from typing import Any
 
 from packyard.store.errors import InvalidInputError
 from packyard.store.lease import Lease
-from packyard.store.maintenance.bitmap import BitmapOptions
-from packyard.store.maintenance.islands import IslandOptions
 from packyard.store.maintenance.pool.layout import is_pool
 from packyard.store.maintenance.pool.lifecycle import repack_pool
-from packyard.store.maintenance.repack import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
-from packyard.store.maintenance.repack import repack as store_repack
-from packyard.store.maintenance.serving import after_repack
+from packyard.store.maintenance.repack.islands import IslandOptions
+from packyard.store.maintenance.repack.options import DEFAULT_EXPIRE_SECONDS, RepackMode, RepackOptions
+from packyard.store.maintenance.repack.run import repack as store_repack
+from packyard.store.maintenance.serving.bitmap import BitmapOptions
+from packyard.store.maintenance.serving.refresh import after_repack
 from packyard.store.progress import Progress
 from packyard.workers.durations import parse_duration
 from packyard.workers.repos import open_repository
@@ -40,7 +40,8 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
            window: int | None = None, depth: int | None = None, window_memory: int | None = None,
            no_bitmap: bool = False, progress: Progress | None = None, lease: Lease | None = None,
            commit_graph: bool = True,
-           pack_refs: bool = True, no_midx: bool = False, islands: list[str] | None = None) -> dict[str, Any]:
+           pack_refs: bool = True, no_midx: bool = False, islands: list[str] | None = None,
+           island_core: str | None = None, unsafe_ignore_pool_members: bool = False) -> dict[str, Any]:
     """Repack ``repo``. ``lease``: the maintenance lease (``check()`` before the first deletion, ``token``
     for the store's maintenance fence). Raises the store's typed errors; nothing is deleted then.
 
@@ -48,10 +49,13 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
     (bytes per search process): the delta search's, as git names them (None: the defaults). ``no_bitmap``: a
     full repack writes no reachability bitmap (the settings choose the bitmap's lookup table and preferred
     tips, not the message). ``commit_graph`` / ``pack_refs``: afterwards write the commit-graph and pack the
-    refs (the defaults; store/maintenance/serving.py).
+    refs (the defaults; store/maintenance/serving/refresh.py).
     ``no_midx``: geometric/loose write no multi-pack-index (one naming a deleted pack is removed first).
     ``islands``: delta islands' regexes (git's ``pack.island``, ``repack -i``); a pool's repack uses its members'
-    namespaces when none are given."""
+    namespaces when none are given. ``island_core``: git's ``pack.islandCore``, the island written first (and
+    whose refs' commits get bitmaps); in a pool, a member's namespace key.
+    ``unsafe_ignore_pool_members``: repack a pool as a plain repository, pruning
+    what only its members reach -- the pool race's negative control (workers/race/pool.py), never a default."""
     try:
         repack_mode = RepackMode(mode)
     except ValueError:
@@ -70,11 +74,15 @@ def repack(repo: str | Path, *, mode: str = "full", factor: int = 2, expire: str
     options = RepackOptions(mode=repack_mode, factor=int(factor), expire=parse_expire(expire),
                             preserve_for=float(preserve_for), preserve=preserve, reuse=not no_reuse,
                             bitmap=not no_bitmap, midx=not no_midx,
-                            islands=IslandOptions(tuple(islands)) if islands else None,
+                            islands=IslandOptions(tuple(islands or ()), core=island_core)
+                            if islands or island_core else None,
                             bitmap_options=BitmapOptions(lookup_table=settings.bitmap_lookup_table,
-                                                         prefer_tips=settings.bitmap_prefer_tips), **search)
+                                                         prefer_tips=settings.bitmap_prefer_tips),
+                            unsafe_ignore_pool_members=unsafe_ignore_pool_members, **search)
     r = open_repository(repo)
-    if is_pool(r.path):   # a pool's full repack keeps what its members reach (store/maintenance/pool)
+    if island_core is not None and not islands and not is_pool(r.path):
+        raise InvalidInputError("an island core (pack.islandCore) needs island regexes (--island) outside a pool")
+    if is_pool(r.path) and not unsafe_ignore_pool_members:   # keeps what its members reach (store/maintenance/pool)
         result = repack_pool(r, options, progress=progress, lease=lease)
     else:
         result = store_repack(r, options, progress=progress, lease=lease)

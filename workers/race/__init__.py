@@ -13,6 +13,10 @@
   ingest the pushes (index_pack, unpack_objects, write_objects) through the queue while N readers
   read; every miss becomes a ``race_events`` row (written in batches), the run a ``packyard.race``
   job row; the summary; the final check that every pushed object is readable.
+* :mod:`.pool` -- ``packyard race --pool``: a fork network (the source, forks, their pool) whose every job --
+  the pool's repacks, member repacks, thin pushes with bases in the pool, fetches, a disconnect -- races readers
+  and clones of every member; git's fsck and ``rev-list --objects`` of each judge it afterwards
+  (:mod:`.poolsummary`: its options and summary; negative control ``unsafe_pool_prune``);
 * :mod:`.summary` -- the run's options and its summary (the job row's counters, the printed report);
   :mod:`.hosts` -- ``--hosts 2``: which host repacks and which reads in each phase, and where the job rows
   say each job ran.

@@ -222,6 +222,28 @@ class Frontend:
             return {"repo": repo, "pack": str(path), "fix_thin": True, "ref_updates": ref_updates}
         return {"repo": repo, "pack_path": str(path), "ref_updates": ref_updates}
 
+    def fork(self, served: Path, work: Path, incoming: Path, seed: int) -> "Frontend":
+        """A fork of the served repository (the pool race's, workers/race/pool.py): ``git clone --bare`` of it at
+        ``served`` and of the work repository at ``work``, with this frontend's state; its pushes build on the
+        history the two share (thin packs whose bases a pool holds once the fork is linked)."""
+        fe = Frontend(served, work, incoming, seed, files=self.files, commits=self.commits, topics=self.topics)
+        for src, dst in ((self.work, fe.work), (self.served, fe.served)):
+            proc = subprocess.run(["git", "clone", "-q", "--bare", "--no-local", str(src), str(dst)],
+                                  capture_output=True, env={**os.environ, **GIT_ENV})
+            if proc.returncode != 0:
+                raise GitFailed(f"git clone {src} failed: {proc.stderr.decode(errors='replace').strip()[:300]}")
+        git("config", "core.logAllRefUpdates", "false", git_dir=fe.served)
+        (fe.served / "packyard").mkdir(exist_ok=True)
+        (fe.served / MARKER).write_text(f"cloned by packyard race --pool from {self.served} at {time.time():.0f}\n")
+        fe.tree, fe.main, fe.t = dict(self.tree), self.main, self.t
+        fe.topic_base, fe.topic_tip = dict(self.topic_base), dict(self.topic_tip)
+        fe.incoming.mkdir(parents=True, exist_ok=True)
+        return fe
+
+    def all_objects(self) -> list[str]:
+        """Every object the work repository's refs reach (what the served repository must hold, by git)."""
+        return self._objects_of(["--all"])
+
     def landed(self, push: Push) -> None:
         """The push's job succeeded: the work repository moves its ref too."""
         git("update-ref", push.ref, push.new, push.old, git_dir=self.work)

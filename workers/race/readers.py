@@ -41,7 +41,7 @@ first read of the object does. A read whose file was deleted between its open an
 ESTALE; the snapshot falls back to the object directory's lookup (re-listing), which finds the new
 pack. Without aiming, 2-minute two-host races met no ESTALE at all. Since 2026-12-04 a repack that preserves
 (the default) keeps each loose file it deletes linked in ``objects/pack/preserved/loose-<hex>/`` (git maps
-loose objects: store/maintenance/preservedloose.py), so such a read is served through that link instead --
+loose objects: store/maintenance/preserved/loose.py), so such a read is served through that link instead --
 nfsim counts it as a kept read (``kept_reads``) -- and only ``--unsafe-delete`` (or an expired object's
 delete) still makes it meet ESTALE.
 

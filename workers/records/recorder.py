@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from packyard.workers.records import aggregates, registry
 from packyard.workers.records.db import session_scope
+from packyard.workers.records.jobrows import REQUESTED_REPO
 from packyard.workers.records.models import (
     FINISHED_STATES,
     PENDING_STATES,
@@ -59,9 +60,8 @@ def repository_id(session: Session, path: str | Path | None, *, create: bool = T
         return session.scalar(select(Repository.id).where(Repository.path == norm))
 
 
-#: The params key that keeps the repository a job names while its row is linked to none (before the job
-#: passed the boundary, or refused there): ``packyard status --repo`` finds unlinked rows by it.
-REQUESTED_REPO = "repo"
+# REQUESTED_REPO (imported above): the params key that keeps the repository a job names while its row is linked
+# to none; defined in jobrows, which ``packyard status`` reads without this module's SQLAlchemy imports.
 
 
 def _requested(params: dict[str, Any] | None, repo: str | None, repo_id: int | None) -> dict[str, Any] | None:

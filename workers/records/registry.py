@@ -9,7 +9,7 @@ finished (:func:`landed`, written by ``recorder.record_finished``, the one place
 * a successful repack resets it and sets ``last_repack_at`` (and ``last_full_repack_at`` for
   ``mode=full``).
 
-The planner reads a repository's :class:`~packyard.store.maintenance.stats.RepackHistory` from
+The planner reads a repository's :class:`~packyard.store.maintenance.planning.stats.RepackHistory` from
 here, claims a repository once per window (:func:`claim_for_planning`, a compare-and-set so two
 planners never plan it twice) and leaves the plan on the row (:func:`record_plan`).
 """
@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Table, bindparam, delete, func, or_, select, update
 
-from packyard.store.maintenance.stats import RepackHistory
+from packyard.store.maintenance.planning.stats import RepackHistory
 from packyard.workers.records.db import session_scope
 from packyard.workers.records.models import PENDING_STATES, Job, JobState, Repository
 from packyard.workers.records.models import normalize_repo_path as normalize

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import Any, Callable, Iterator, NoReturn, TypeVar
 
 import redis
@@ -98,6 +98,10 @@ class PackyardTask(Task):
     _progress_phase: str | None = None
     _progress_at: float = 0.0
     _progress_dropped: int = 0
+    #: While a recorded delivery runs, the lease of a block that ended normally is held until the
+    #: outcome is on the job row (:meth:`_released_after_outcome`).
+    _defer_release: bool = False
+    _pending_release: ExitStack | None = None
 
     @property
     def max_retries(self) -> int:  # type: ignore[override]
@@ -131,9 +135,13 @@ class PackyardTask(Task):
         self._progress_phase, self._progress_at, self._progress_dropped = None, 0.0, 0
         # Every claim file the store creates during the job (ref locks, fence lock, ...) names it.
         with owner.bind_job(req.id):
+            self._defer_release, self._pending_release = True, None
             try:
                 return self._run_recorded(req, args, kwargs)
             finally:
+                # Only now, with the outcome (or the retry) on the job row, is the last lease released.
+                self._defer_release = False
+                self._release_pending()
                 plog.clear_job()
 
     def _run_recorded(self, req: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -305,13 +313,16 @@ class PackyardTask(Task):
         """
         from packyard.workers.locks import LeaseKind, LockTimeout, acquire, db_event_recorder, hold, redis_client
 
+        self._release_pending()   # a finished earlier block's lease goes before the next is taken
         settings = get_settings()
         try:
             lease = acquire(redis_client(settings), repo, ttl=ttl or settings.lock_ttl, job_id=self.request.id,
                             on_event=db_event_recorder(settings), wait=wait, kind=kind or LeaseKind.REPO)
         except (LockTimeout, redis.ConnectionError, redis.TimeoutError, OperationalError) as err:  # BROKER_ERRORS
             self.retry_later(err)
-        with hold(lease, auto_renew=auto_renew):
+        stack = ExitStack()
+        stack.enter_context(hold(lease, auto_renew=auto_renew))
+        with self._released_after_outcome(stack):
             self.bind_log(fencing_token=lease.token)
             self.abort_if_finished()
             yield lease
@@ -335,8 +346,6 @@ class PackyardTask(Task):
         ``aborted`` event and ``lease=lost`` before the job is retried. The policy itself (acquire, renew,
         fence, abort) is :func:`packyard.workers.locks.maintenance_lease`, the one the CLI's ``--lock`` uses.
         """
-        from contextlib import ExitStack
-
         from packyard.workers.locks import (
             LockTimeout,
             MaintenanceBusy,
@@ -348,6 +357,7 @@ class PackyardTask(Task):
 
         if on_busy not in ON_BUSY:
             raise InvalidInputError(f"on_busy must be one of {', '.join(ON_BUSY)}, not {on_busy!r}")
+        self._release_pending()   # a finished earlier block's lease goes before the next is taken
         settings = get_settings()
         on_event = db_event_recorder(settings)
         client = redis_client(settings)
@@ -376,7 +386,7 @@ class PackyardTask(Task):
             self.retry_later(err)
         except BROKER_ERRORS as err:
             self.retry_later(err)
-        with stack:
+        with self._released_after_outcome(stack):
             yield lease
 
     @contextmanager
@@ -387,11 +397,10 @@ class PackyardTask(Task):
         Each maintenance lease's token goes into its repository's fence as it is taken. A lease that stays
         taken past ``wait`` (default PACKYARD_MAINTENANCE_WAIT) retries the job later, as do broker errors;
         once all are held, a job another delivery finished meanwhile stops."""
-        from contextlib import ExitStack
-
         from packyard.workers.locks import LockTimeout, db_event_recorder, pool_leases, redis_client
         from packyard.workers.records.models import LeaseOutcome
 
+        self._release_pending()   # a finished earlier block's lease goes before the next is taken
         settings = get_settings()
 
         def held(lease: Any) -> None:
@@ -408,10 +417,35 @@ class PackyardTask(Task):
             self.retry_later(err)
         except BROKER_ERRORS as err:
             self.retry_later(err)
-        with stack:
+        with self._released_after_outcome(stack):
             self.bind_log(fencing_token=joint.token)
             self.abort_if_finished()
             yield joint
+
+    @contextmanager
+    def _released_after_outcome(self, stack: ExitStack) -> Iterator[None]:
+        """Run a lease block; a block that fails releases its leases at once (their context managers see
+        the error), one that ends normally keeps them until the job's outcome is recorded.
+
+        Why: a second delivery of the job waits for the lease and then checks the job row
+        (:meth:`abort_if_finished`); released before the row says SUCCESS, the lease would let that
+        delivery run the job a second time. A later lease block in the same job releases it first, so a
+        task that takes leases one after another never holds two it did not ask for together."""
+        try:
+            yield
+        except BaseException:
+            with stack:
+                raise
+        if self._defer_release:
+            self._release_pending()
+            self._pending_release = stack
+        else:
+            stack.close()
+
+    def _release_pending(self) -> None:
+        pending, self._pending_release = self._pending_release, None
+        if pending is not None:
+            pending.close()
 
     def _skip_busy(self, client: Any, repo: str, on_event: Any) -> NoReturn:
         """Record a scheduled job that found the maintenance lease taken, and end it as skipped."""

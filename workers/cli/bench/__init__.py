@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-BENCHMARKS = ("verify", "loose", "index_pack", "delta", "repack", "serve", "graph", "midx", "records", "pool")
+BENCHMARKS = ("verify", "loose", "index_pack", "delta", "repack", "serve", "graph", "midx", "records", "pool", "status",
+              "receive")
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]

@@ -64,8 +64,8 @@ def _prepare(src: Path, refs: int, work: Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from packyard.store import native
-    from packyard.store.maintenance.commitgraph import read_chain
-    from packyard.store.maintenance.graphwrite import GraphOptions, write_commit_graph
+    from packyard.store.maintenance.serving.commitgraph import read_chain
+    from packyard.store.maintenance.serving.graphwrite import GraphOptions, write_commit_graph
     from packyard.store.packrefs import pack_refs
     from packyard.store.repo import Repository
 

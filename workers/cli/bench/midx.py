@@ -37,7 +37,7 @@ from packyard.workers.cli.bench.repack import (
     pack_sizes,
 )
 
-WRITE_CHILD = ("import sys; from packyard.store.pack.midx import write_midx, installed_stems; "
+WRITE_CHILD = ("import sys; from packyard.store.maintenance.serving.midx import write_midx, installed_stems; "
                "d = sys.argv[1]; write_midx(d, installed_stems(d))")
 
 

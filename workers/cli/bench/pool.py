@@ -1,7 +1,7 @@
 """packyard bench pool: a fork network in an object pool, packyard vs git doing the same work, side by side.
 
 Input: git-v2.0.0 (the corpus pack) as the source, and ``--forks`` forks of it (default 20), each with
-``--own`` commits of its own (default 10, written by ``git fast-import``). Three rows:
+``--own`` commits of its own (default 10, written by ``git fast-import``). Four rows:
 
 * ``disk`` -- the network's objects on disk after linking and maintenance: packyard (``pool create`` from the
   source, ``pool link`` of every fork: alternates, then a local-only repack) vs git (``git clone --bare
@@ -14,13 +14,27 @@ Input: git-v2.0.0 (the corpus pack) as the source, and ``--forks`` forks of it (
 * ``pool-repack`` -- a full repack of the pool holding every fork's refs in its namespace, with delta islands:
   ``packyard repack`` (its pool repack: islands ``refs/virtual/([^/]+)/``, and what every member reaches kept) vs
   ``git -c pack.island='refs/virtual/([^/]+)/' repack -a -d -i``; pack bytes side by side. Checked by ``git fsck``.
+* ``thin-push`` -- a thin push to a linked fork: ``--push`` commits that each change the source's ``Makefile``
+  (so blobs and trees are deltas against bases only the pool holds), packed by ``git pack-objects --thin``, then
+  ingested by ``packyard index-pack --fix-thin --strict`` vs ``git index-pack --stdin --fix-thin --strict`` (as
+  receive-pack runs it), each into its own fresh copy of the fork with the same alternates. Checked by
+  ``git fsck`` of both copies (the completed pack's bases read from the pool).
+* ``clone`` -- a clone of one fork served from each side's island-repacked pool: the pool repacked once per side
+  (untimed, as in ``pool-repack``), a copy of the first fork borrowing from it, then the ``git pack-objects``
+  that ``upload-pack`` runs for a clone (``--revs --all --thin --stdout --delta-base-offset``) timed on each.
+  Checked: the pack holds exactly what the fork reaches and no object of any other fork's own commits; the
+  deltas it reused from the pool and the objects it sent verbatim from a bitmapped pack (git's ``Total ... reused
+  ... pack-reused`` line) side by side.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
+import subprocess
+import time
 from pathlib import Path
 
 from packyard.workers.cli.bench import common
@@ -34,6 +48,11 @@ from packyard.workers.cli.bench.repack import (
     pack_sizes,
 )
 
+ROWS = ("disk", "fork-repack", "pool-repack", "thin-push", "clone")
+#: git's summary line of a pack it wrote (builtin/pack-objects.c, printed with progress on).
+TOTAL_RE = re.compile(rb"Total (\d+) \(delta (\d+)\), reused (\d+) \(delta (\d+)\)"
+                      rb"(?:, pack-reused (\d+))?")
+
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p = subparsers.add_parser("pool", help="a fork network in an object pool: packyard vs git",
@@ -43,7 +62,8 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--runs", type=int, default=3, help="rounds per timed row, alternating (default 3)")
     p.add_argument("--pack", default=None, help="source pack (default: the corpus git-v2.0.0.pack)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
-    p.add_argument("--row", action="append", choices=("disk", "fork-repack", "pool-repack"), default=None,
+    p.add_argument("--push", type=int, default=100, help="commits in the thin-push row's pack (default 100)")
+    p.add_argument("--row", action="append", choices=ROWS, default=None,
                    help="run only these rows (repeatable; default: all)")
     p.set_defaults(func=run)
 
@@ -63,6 +83,32 @@ def _own_commits(repo: Path, name: str, count: int, start: int = 0) -> None:
         lines.append(f"M 100644 inline {name}/file-{i}.txt\n".encode())
         lines.append(b"data %d\n%s\n" % (len(text), text))
     common.git("fast-import", "--quiet", git_dir=repo, input=b"".join(lines))
+
+
+def _thin_pack(fork: Path, work: Path, count: int) -> Path:
+    """A thin pack of ``count`` commits onto the linked ``fork``'s main, each appending to the ``Makefile``: its
+    deltas' bases (the old Makefile, the old trees) are in the pool, so ingest must complete it from there."""
+    client = work / "thin-client.git"
+    common.git("clone", "-q", "--bare", "--shared", str(fork), str(client))
+    old = common.git("rev-parse", "refs/heads/main", git_dir=client).decode().strip()
+    text = common.git("cat-file", "blob", f"{old}:Makefile", git_dir=client)
+    lines = []
+    for i in range(count):
+        text += f"# thin push change {i}\n".encode()
+        msg = f"thin push: change {i}\n".encode()
+        lines.append(b"commit refs/heads/main\n")
+        lines.append(f"committer pusher <p@example.com> {1710000000 + i} +0000\n".encode())
+        lines.append(b"data %d\n%s" % (len(msg), msg))
+        if i == 0:
+            lines.append(f"from {old}\n".encode())
+        lines.append(b"M 100644 inline Makefile\ndata %d\n%s\n" % (len(text), text))
+    common.git("fast-import", "--quiet", git_dir=client, input=b"".join(lines))
+    new = common.git("rev-parse", "refs/heads/main", git_dir=client).decode().strip()
+    pack = work / "thin-push.pack"
+    pack.write_bytes(common.git("pack-objects", "--thin", "--stdout", "--revs", "-q", git_dir=client,
+                                input=f"{new}\n^{old}\n".encode()))
+    shutil.rmtree(client)
+    return pack
 
 
 def _objects_bytes(repo: Path) -> int:
@@ -132,6 +178,67 @@ def _timed(name: str, template: Path, commands: dict[str, list[str]], runs: int,
     return rows
 
 
+def _other_forks_objects(src: Path, forks: list[Path]) -> set[bytes]:
+    """The objects of every fork's own commits (what it reaches and the source does not)."""
+    base = common.git("rev-parse", "refs/heads/main", git_dir=src).decode().strip()
+    own: set[bytes] = set()
+    for fork in forks:
+        out = common.git("rev-list", "--objects", "refs/heads/main", f"^{base}", git_dir=fork)
+        own.update(line[:40] for line in out.splitlines())
+    return own
+
+
+def _clone(pool: Path, ours: list[Path], repack: dict[str, list[str]], runs: int, work: Path) -> dict[str, list]:
+    """The clone row (module docstring): serve the first fork from each side's island-repacked pool."""
+    env = child_env()
+    forks = {}
+    for side in ("packyard", "git"):
+        side_pool = pool.with_name(f"clone-pool-{side}.git")
+        shutil.copytree(pool, side_pool, copy_function=shutil.copy2)
+        subprocess.run([a.replace("{repo}", str(side_pool)) for a in repack[side]], env=env, check=True,
+                       stdout=subprocess.DEVNULL)
+        fork = ours[0].with_name(f"clone-fork-{side}.git")
+        shutil.copytree(ours[0], fork, copy_function=shutil.copy2)
+        (fork / "objects" / "info" / "alternates").write_text(f"{side_pool / 'objects'}\n")
+        forks[side] = fork
+    reaches = {line[:40] for line in common.git("rev-list", "--objects", "--all", git_dir=ours[0]).splitlines()}
+    others = _other_forks_objects(ours[0].parent.parent / "inputs" / "v2.git", ours[1:]) - reaches
+    subprocess.run(["sync"], check=False)
+    rows: dict[str, list] = {"git": [], "packyard": []}
+    out = work / "clone.pack"
+    for rnd, side in alternating(runs):
+        cmd = ["git", "--git-dir", str(forks[side]), "pack-objects", "--revs", "--all", "--thin", "--stdout",
+               "--delta-base-offset", "--progress"]
+        with open(out, "wb") as fout:
+            t0 = time.perf_counter()
+            proc = subprocess.run([TIME, "-f", "%M", "-o", str(work / "rss.txt")] + cmd, stdin=subprocess.DEVNULL,
+                                  stdout=fout, stderr=subprocess.PIPE, env=env, check=True)
+            wall = time.perf_counter() - t0
+        rss = int((work / "rss.txt").read_text().split()[-1]) * 1024
+        total = TOTAL_RE.search(proc.stderr)
+        if total is None:
+            raise SystemExit(f"clone: no Total line from git pack-objects on {side}'s pool")
+        objects, deltas, reused, reused_deltas, verbatim = (int(x or 0) for x in total.groups())
+        common.git("index-pack", "-o", str(out.with_suffix(".idx")), str(out))
+        with open(out.with_suffix(".idx"), "rb") as fidx:
+            sent = {line.split()[1].encode() for line in
+                    subprocess.run(["git", "show-index"], stdin=fidx, capture_output=True, check=True,
+                                   text=True).stdout.splitlines()}
+        if sent != reaches:
+            raise SystemExit(f"clone from {side}'s pool: {len(sent)} objects sent, the fork reaches {len(reaches)}")
+        if sent & others:
+            raise SystemExit(f"clone from {side}'s pool sent {len(sent & others)} objects of other forks")
+        rows[side].append({"wall": wall, "rss": rss, "bytes": out.stat().st_size})
+        print(f"  clone round {rnd + 1} {side:8} wall {wall:7.3f}s  peak RSS {rss / 2**20:7.1f} MiB  "
+              f"pack {out.stat().st_size / 1e6:7.2f} MB  {objects} objects, {deltas} deltas, reused {reused} "
+              f"({reused_deltas} deltas), {verbatim} sent verbatim from a bitmapped pack; none of the other "
+              f"forks' {len(others)}", flush=True)
+    for side in ("packyard", "git"):
+        shutil.rmtree(forks[side])
+        shutil.rmtree(pool.with_name(f"clone-pool-{side}.git"))
+    return rows
+
+
 def _report(name: str, rows: dict[str, list]) -> None:
     g, p = rows["git"], rows["packyard"]
     wg, wp = statistics.median(r["wall"] for r in g), statistics.median(r["wall"] for r in p)
@@ -149,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
     if start is None:
         return 2
     pack, refs, work = start
-    rows = args.row or ["disk", "fork-repack", "pool-repack"]
+    rows = args.row or list(ROWS)
     print(f"{os.cpu_count()} cores, {args.forks} forks x {args.own} own commits, {args.runs} rounds per timed row "
           f"alternating git/packyard, in {work} ({common.describe_filesystem(work)})", flush=True)
     try:
@@ -167,13 +274,25 @@ def run(args: argparse.Namespace) -> int:
             results["fork-repack"] = _timed("fork-repack", template, {
                 "packyard": ours_cmd, "git": ["git", "--git-dir", "{repo}", "repack", "-a", "-d", "-l", "-q"]},
                 args.runs, work)
+        pool_repack = {
+            "packyard": common.packyard_entry() + ["repack", "--repo", "{repo}", "--json", "--no-progress",
+                                                   "--no-commit-graph", "--no-pack-refs"],
+            "git": ["git", "-c", f"pack.island={ISLAND_REGEX}", "--git-dir", "{repo}", "repack", "-a", "-d", "-i",
+                    "-q"]}
         if "pool-repack" in rows:
-            ours_cmd = common.packyard_entry() + ["repack", "--repo", "{repo}", "--json", "--no-progress",
-                                                  "--no-commit-graph", "--no-pack-refs"]
-            git_cmd = ["git", "-c", f"pack.island={ISLAND_REGEX}", "--git-dir", "{repo}", "repack", "-a", "-d", "-i",
-                       "-q"]
-            results["pool-repack"] = _timed("pool-repack", pool, {"packyard": ours_cmd, "git": git_cmd}, args.runs,
+            results["pool-repack"] = _timed("pool-repack", pool, pool_repack, args.runs,
                                             work)
+        if "thin-push" in rows:
+            pack = _thin_pack(ours[0], work, args.push)
+            print(f"  thin-push: {args.push} commits, a {pack.stat().st_size / 1e3:.1f} kB thin pack", flush=True)
+            ours_cmd = common.packyard_entry() + ["index-pack", "--repo", "{repo}", "--fix-thin", "--strict",
+                                                  "--json", "--no-progress", str(pack)]
+            git_cmd = ["sh", "-c", 'exec git --git-dir "$0" index-pack --stdin --fix-thin --strict < "$1"', "{repo}",
+                       str(pack)]
+            results["thin-push"] = _timed("thin-push", ours[0], {"packyard": ours_cmd, "git": git_cmd}, args.runs,
+                                          work)
+        if "clone" in rows:
+            results["clone"] = _clone(pool, ours, pool_repack, args.runs, work)
         print()
         for name, r in results.items():
             _report(name, r)

@@ -500,7 +500,7 @@ def _run_in(args: argparse.Namespace, scenarios: list[str], pack: Path, refs: Pa
 
 
 def _walk_implementation() -> str:
-    from packyard.store.maintenance import walk
+    from packyard.store.maintenance.walk import reach as walk
 
     return walk.IMPLEMENTATION   # "c" or "python" (PACKYARD_PURE_PYTHON=1, or the extension is not built)
 

@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     if start is None:
         return 2
     pack, refs, work = start
-    from packyard.store.maintenance import bitmap
+    from packyard.store.maintenance.serving import bitmap
 
     one, five, _ = os.getloadavg()
     print(f"{os.cpu_count()} cores, {args.runs} maintenance rounds alternating, in {work} "
