@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -177,3 +178,16 @@ def print_ratios(rows: Sequence[tuple[str, float, float]]) -> None:
     print(f"{'benchmark':32} {'packyard s':>10} {'git s':>8} {'ratio':>7}")
     for what, ours, theirs in rows:
         print(f"{what:32} {ours:10.3f} {theirs:8.3f} {ours / theirs if theirs else float('inf'):7.2f}x")
+
+
+def print_wall_rss(name: str, walls: tuple[Sequence[float], Sequence[float]], rss: tuple[Sequence[int], Sequence[int]],
+                   *, wall_label: str = "wall time (median) s", rss_label: str = "peak RSS (max) MiB",
+                   width: int = 22) -> None:
+    """The head of a side-by-side row's table: the median wall time and the largest peak RSS of each side
+    with packyard/git ratios. ``walls`` and ``rss`` are (packyard, git) samples; rows a bench adds after
+    (pack bytes, MIDX bytes) use the same ``width``."""
+    wp, wg = (statistics.median(side) for side in walls)
+    rp, rg = (max(side) for side in rss)
+    print(f"{name}: {'':{width}} {'packyard':>10} {'git':>10} {'ratio':>7}")
+    print(f"{name}: {wall_label:{width}} {wp:10.3f} {wg:10.3f} {wp / wg:6.2f}x")
+    print(f"{name}: {rss_label:{width}} {rp / 2**20:10.1f} {rg / 2**20:10.1f} {rp / rg:6.2f}x")

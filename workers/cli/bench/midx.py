@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -80,11 +79,8 @@ def _row(name: str, template: Path, commands: dict[str, list[str]], runs: int, w
 
 def _report(name: str, rows: dict[str, list]) -> None:
     g, p = rows["git"], rows["packyard"]
-    wg, wp = statistics.median(r["wall"] for r in g), statistics.median(r["wall"] for r in p)
-    rg, rp = max(r["rss"] for r in g), max(r["rss"] for r in p)
-    print(f"{name}: {'':22} {'packyard':>10} {'git':>10} {'ratio':>7}")
-    print(f"{name}: {'wall time (median) s':22} {wp:10.3f} {wg:10.3f} {wp / wg:6.2f}x")
-    print(f"{name}: {'peak RSS (max) MiB':22} {rp / 2**20:10.1f} {rg / 2**20:10.1f} {rp / rg:6.2f}x")
+    common.print_wall_rss(name, ([r["wall"] for r in p], [r["wall"] for r in g]),
+                          ([r["rss"] for r in p], [r["rss"] for r in g]))
     print(f"{name}: {'MIDX bytes':22} {p[-1]['midx']:10} {g[-1]['midx']:10}")
     if g[-1]["bitmap"] or p[-1]["bitmap"]:
         print(f"{name}: {'MIDX bitmap bytes':22} {p[-1]['bitmap']:10} {g[-1]['bitmap']:10}")

@@ -32,7 +32,6 @@ import argparse
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -188,8 +187,10 @@ def _other_forks_objects(src: Path, forks: list[Path]) -> set[bytes]:
     return own
 
 
-def _clone(pool: Path, ours: list[Path], repack: dict[str, list[str]], runs: int, work: Path) -> dict[str, list]:
-    """The clone row (module docstring): serve the first fork from each side's island-repacked pool."""
+def _clone(src: Path, pool: Path, ours: list[Path], repack: dict[str, list[str]], runs: int, work: Path
+           ) -> dict[str, list]:
+    """The clone row (module docstring): serve the first fork from each side's island-repacked pool.
+    ``src``: the repository the forks were made from (their shared history)."""
     env = child_env()
     forks = {}
     for side in ("packyard", "git"):
@@ -202,7 +203,7 @@ def _clone(pool: Path, ours: list[Path], repack: dict[str, list[str]], runs: int
         (fork / "objects" / "info" / "alternates").write_text(f"{side_pool / 'objects'}\n")
         forks[side] = fork
     reaches = {line[:40] for line in common.git("rev-list", "--objects", "--all", git_dir=ours[0]).splitlines()}
-    others = _other_forks_objects(ours[0].parent.parent / "inputs" / "v2.git", ours[1:]) - reaches
+    others = _other_forks_objects(src, ours[1:]) - reaches
     subprocess.run(["sync"], check=False)
     rows: dict[str, list] = {"git": [], "packyard": []}
     out = work / "clone.pack"
@@ -241,11 +242,8 @@ def _clone(pool: Path, ours: list[Path], repack: dict[str, list[str]], runs: int
 
 def _report(name: str, rows: dict[str, list]) -> None:
     g, p = rows["git"], rows["packyard"]
-    wg, wp = statistics.median(r["wall"] for r in g), statistics.median(r["wall"] for r in p)
-    rg, rp = max(r["rss"] for r in g), max(r["rss"] for r in p)
-    print(f"{name}: {'':22} {'packyard':>10} {'git':>10} {'ratio':>7}")
-    print(f"{name}: {'wall time (median) s':22} {wp:10.3f} {wg:10.3f} {wp / wg:6.2f}x")
-    print(f"{name}: {'peak RSS (max) MiB':22} {rp / 2**20:10.1f} {rg / 2**20:10.1f} {rp / rg:6.2f}x")
+    common.print_wall_rss(name, ([r["wall"] for r in p], [r["wall"] for r in g]),
+                          ([r["rss"] for r in p], [r["rss"] for r in g]))
     print(f"{name}: {'pack bytes':22} {p[-1]['bytes']:10} {g[-1]['bytes']:10} {p[-1]['bytes'] / g[-1]['bytes']:6.3f}x")
 
 
@@ -292,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
             results["thin-push"] = _timed("thin-push", ours[0], {"packyard": ours_cmd, "git": git_cmd}, args.runs,
                                           work)
         if "clone" in rows:
-            results["clone"] = _clone(pool, ours, pool_repack, args.runs, work)
+            results["clone"] = _clone(src, pool, ours, pool_repack, args.runs, work)
         print()
         for name, r in results.items():
             _report(name, r)

@@ -18,7 +18,6 @@ import argparse
 import os
 import shlex
 import shutil
-import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -82,11 +81,9 @@ def _row(name: str, client: Path, root: Path, template: Path | None, runs: int, 
 
 
 def _report(name: str, rows: dict[str, list[tuple[float, int]]]) -> None:
-    wg, wp = (statistics.median(w for w, _ in rows[s]) for s in ("git", "packyard"))
-    rg, rp = (max(r for _, r in rows[s]) for s in ("git", "packyard"))
-    print(f"{name}: {'':24} {'packyard':>10} {'git':>10} {'ratio':>7}")
-    print(f"{name}: {'push wall (median) s':24} {wp:10.3f} {wg:10.3f} {wp / wg:6.2f}x")
-    print(f"{name}: {'server peak RSS MiB':24} {rp / 2**20:10.1f} {rg / 2**20:10.1f} {rp / rg:6.2f}x")
+    p, g = rows["packyard"], rows["git"]
+    common.print_wall_rss(name, ([w for w, _ in p], [w for w, _ in g]), ([r for _, r in p], [r for _, r in g]),
+                          wall_label="push wall (median) s", rss_label="server peak RSS MiB", width=24)
 
 
 def run(args: argparse.Namespace) -> int:
