@@ -1,7 +1,7 @@
 """The race harness end to end: ``packyard race`` against the session's real Redis and prefork workers.
 
 * safe mode, 60 s, 4 reader processes, a repack every 3 s (full, loose, geometric in turn) and a
-  push every second (index_pack, unpack_objects, write_objects, force pushes): no lost read, misses
+  push every second (index_pack, unpack_objects, write_objects, a real git push, force pushes): no lost read, misses
   really happened and were recovered, every miss is a race_events row, git fsck --full passes and
   every pushed object is in the repository;
 * each negative control (readers trusting the pack directory's stat data; repacks unlinking
@@ -53,6 +53,7 @@ def test_safe_race_loses_nothing_and_really_races(celery_worker, store_root, pk,
     assert out["lookups"] > 50_000 and out["reads"] > 0 and out["quick"] > 0 and out["probes"] > 0
     assert all(n >= 2 for n in out["repacks"].values()), out["repacks"]      # every mode, more than once
     assert all(n >= 2 for n in out["ingests"].values()), out["ingests"]      # every kind of push
+    assert {"index_pack", "unpack_objects", "write_objects", "git_push", "rewrite"} <= out["ingests"].keys()
     # Every miss is a race_events row of the run, kind by kind.
     rows = recorded(settings, out["run_id"])
     assert {k: rows.get(k, 0) for k in ev} == ev and out["events_recorded"] == sum(ev.values())

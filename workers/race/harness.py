@@ -9,9 +9,10 @@ yet, inside a storage root. Step by step:
 3. for ``duration`` seconds, while a clone reader (:mod:`.clones`) clones the repository with git's
    ``upload-pack`` one clone after another and fscks each clone: a repack every ``repack_every``
    seconds (modes full, loose, geometric in turn, one at a time, each waiting for the maintenance lease), a push every
-   ``ingest_every`` seconds (index_pack, unpack_objects, write_objects in turn, one at a time;
+   ``ingest_every`` seconds (index_pack, unpack_objects, write_objects, a real ``git push`` in turn, one at a time;
    the first push and every ``rewrite_every``-th after it a force push of a topic while topics
-   remain), all through the queue with ``app.send_task`` as a frontend would;
+   remain), all through the queue with ``app.send_task`` as a frontend would, except the ``git push``, which
+   runs ``packyard receive-pack`` in its own process on this host (:mod:`.gitpush`);
 4. let the in-flight jobs finish, give the readers one more look at the refs, stop them;
 5. the final check: a fresh Repository reads every object the pushes carried (a miss is lost);
 6. the summary, the ``packyard.race`` job row (counters), the ``race_events`` rows (written in
@@ -58,6 +59,7 @@ from typing import Any
 
 from packyard.store.progress import Progress
 from packyard.workers.race.clones import CLONE_FAILED, Cloner, CloneTotals, overlapping
+from packyard.workers.race.gitpush import GitPushRun
 from packyard.workers.race.hosts import Hosts, Phase, check_routing
 from packyard.workers.race.pushes import PUSH_KINDS, Frontend, Push
 from packyard.workers.race.readers import ESTALE, KINDS, LOST, ReaderConfig, reader_main
@@ -211,7 +213,7 @@ def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summ
             c.start()
         say(f"readers ready (pids {', '.join(str(p.pid) for p in procs)}), {len(cloners)} clone reader(s); "
             f"racing for {options.duration:.0f} s")
-        _schedule(options, app, fe, summary, say, progress, sink, repacks, hosts)
+        _schedule(options, app, fe, summary, say, progress, sink, repacks, hosts, settings.as_env())
         time.sleep(0.5)   # one more look at the refs for every reader (they re-sample every 0.2 s)
     finally:
         for c in cloners:
@@ -275,10 +277,11 @@ class _InFlight:
 
 def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary, say: Say,
               progress: Progress | None, sink: _EventSink, repacks: list[tuple[float, float]],
-              hosts: Hosts) -> None:
+              hosts: Hosts, push_env: dict[str, str]) -> None:
     """Queue repacks and pushes on their timers, phase by phase, until the duration is over; wait for the last
     ones. Each repack job's (sent, seen ended) monotonic interval is appended to ``repacks``; each phase's
-    record to ``summary.phases`` (--hosts 2)."""
+    record to ``summary.phases`` (--hosts 2). ``push_env``: the settings a real ``git push``'s receive-pack runs
+    with (this run's, so its lease and job row are the workers')."""
     preserve_for = max(3600.0, options.duration * 2 + 600.0)   # longer than any reader's view is old
     t0 = time.monotonic()
     plan = hosts.plan()
@@ -321,10 +324,14 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
                 p = fe.rewrite_topic() if push_n % max(1, options.rewrite_every) == 0 else None
                 if p is None:
                     p = fe.next_push(PUSH_KINDS[push_n % len(PUSH_KINDS)])
-                res = app.send_task(p.task, kwargs=p.kwargs, queue=hosts.queue(reader_host))
+                if p.kind == "git_push":   # a real client, through this host (see .gitpush)
+                    res = GitPushRun(p, fe.work, fe.served, fe.work.parent / "git-push", push_env)
+                else:
+                    res = app.send_task(p.task, kwargs=p.kwargs, queue=hosts.queue(reader_host))
                 push_n += 1
                 push = _InFlight(res, f"{p.kind} {res.id[:8]} ({p.ref})", push=p, sent=now)
-                phase.push_jobs.append(res.id)
+                if not isinstance(res, GitPushRun):   # (routed by no queue: --hosts 2 checks queued jobs' hosts)
+                    phase.push_jobs.append(res.id)
                 next_push = now + options.ingest_every
             for slot in ("repack", "push"):
                 job = repack if slot == "repack" else push
@@ -341,6 +348,8 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
                                 loose.update(dict.fromkeys(job.push.objects))
                 elif now - job.sent > options.job_timeout:
                     summary.failures.append(f"{job.what}: no result after {options.job_timeout:.0f} s")
+                    if isinstance(job.result, GitPushRun):
+                        job.result.kill()
                 else:
                     continue
                 if slot == "repack":

@@ -12,6 +12,8 @@ oracle of what the served repository must hold:
   ingested with ``fix_thin`` and the ref moved in the same job;
 * ``unpack_objects`` -- the same kind of thin pack, exploded into loose objects;
 * ``write_objects`` -- the new objects' raw bytes (``git cat-file``) as one batch;
+* ``git_push`` -- a real ``git push`` of the new commit through ``packyard receive-pack``
+  (:mod:`.gitpush`): git builds the thin pack from what packyard advertises;
 * a **force push** of a topic (``write_objects`` of a commit on the topic's fork point, the ref
   moved from the old tip): the topic's own objects become unreachable. Readers that sampled them
   keep reading them, as a frontend serving a fetch of the refs it advertised does; a full repack
@@ -36,7 +38,7 @@ GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "packyard race", "GIT_
 MARKER = "packyard/race-harness"   # written into a repository this module built
 WORDS = ("pack", "object", "delta", "tree", "blob", "commit", "ref", "lease", "fence", "reader", "repack", "loose",
          "index", "cruft", "keep", "prune", "mtime", "stat", "fsync", "rename", "quarantine", "thin", "base")
-PUSH_KINDS = ("index_pack", "unpack_objects", "write_objects")
+PUSH_KINDS = ("index_pack", "unpack_objects", "write_objects", "git_push")
 
 
 class GitFailed(RuntimeError):
@@ -183,8 +185,10 @@ class Frontend:
         new = self._commit(tree, self.main, f"push {self.n} ({kind})")
         objects = self._objects_of([new, f"^{self.main}"])
         ref_updates = [{"ref": "refs/heads/main", "old": self.main, "new": new}]
-        push = Push(self.n, kind, f"packyard.{kind}", {}, "refs/heads/main", self.main, new, objects, tree=tree)
-        push.kwargs = self._payload(kind, new, self.main, objects, ref_updates)
+        task = "packyard.receive_pack" if kind == "git_push" else f"packyard.{kind}"
+        push = Push(self.n, kind, task, {}, "refs/heads/main", self.main, new, objects, tree=tree)
+        if kind != "git_push":   # (git computes its own pack from the served refs)
+            push.kwargs = self._payload(kind, new, self.main, objects, ref_updates)
         return push
 
     def rewrite_topic(self) -> Push | None:
