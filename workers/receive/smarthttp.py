@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import threading
+import zlib
 from typing import Any, BinaryIO, Callable, Iterable, Iterator
 from urllib.parse import parse_qs
 
@@ -117,6 +118,28 @@ class LimitedReader(io.RawIOBase):
         return len(data)
 
 
+class GunzipReader(io.RawIOBase):
+    """A gzipped body decoded; what the gzip module raises on a body that is not gzip, or that ends inside
+    its stream, is a :class:`BadRequest` naming the offset in the decoded body (never a server error)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.gz = gzip.GzipFile(fileobj=raw, mode="rb")
+        self.offset = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        try:
+            n = self.gz.readinto(b)
+        except (OSError, EOFError, zlib.error) as err:
+            if isinstance(err, BadRequest):
+                raise
+            raise BadRequest(f"gzip request body: {err}", offset=self.offset) from None
+        self.offset += n
+        return n
+
+
 def request_body(environ: dict[str, Any]) -> BinaryIO:
     """The request body as git sent it: length-bounded or de-chunked, then gunzipped."""
     raw = environ["wsgi.input"]
@@ -137,7 +160,7 @@ def request_body(environ: dict[str, Any]) -> BinaryIO:
         raise BadRequest("a request body needs Content-Length or chunked transfer")
     encoding = environ.get("HTTP_CONTENT_ENCODING", "").strip().lower()
     if encoding in ("gzip", "x-gzip"):
-        return gzip.GzipFile(fileobj=stream, mode="rb")   # type: ignore[return-value]
+        return io.BufferedReader(GunzipReader(stream), COPY)   # type: ignore[arg-type]
     if encoding not in ("", "identity"):
         raise BadRequest(f"Content-Encoding {encoding!r} is not gzip")
     return stream
@@ -222,7 +245,9 @@ class GitHttp:
         body = request_body(environ)
         out = io.BytesIO()
         err = io.BytesIO()
-        exchange(git_dir, git_dir, body, body, out, err, rules_from(self.settings), self.settings)
+        status = exchange(git_dir, git_dir, body, body, out, err, rules_from(self.settings), self.settings)
+        if status != 0 and not out.getvalue():   # refused before any report (a bad pkt-line, chunk or gzip)
+            return _plain(start_response, "400 Bad Request", err.getvalue().decode("utf-8", "replace").strip())
         if err.getvalue():   # what git's receive-pack writes to stderr: the web server's error log
             environ["wsgi.errors"].write(err.getvalue().decode("utf-8", "replace"))
         start_response("200 OK", [*NO_CACHE, ("Content-Type", "application/x-git-receive-pack-result")])
