@@ -39,6 +39,12 @@ packyard_repository_packs{repo}                        installed packs: the top 
 packyard_repository_loose_objects_estimate{repo}       loose objects (sampled estimate): the top N
 packyard_repository_last_full_repack_age_seconds{repo} since the last full repack: the N oldest
 packyard_repository_ingests_since_repack{repo}         ingests landed since the last repack: the top N
+packyard_repositories_days_since_backup (histogram)    days since the newest good backup (never: only
+                                                       in +Inf)
+packyard_repositories_without_backup                   enabled repositories with no good backup
+packyard_repositories_backup_failing                   enabled repositories whose last backup failed
+                                                       after their newest good one
+packyard_repository_backup_age_seconds{repo}           since the newest good backup: the N oldest
 packyard_records_up                                    0 when the records database did not answer
 =====================================================  ==============================================
 """
@@ -184,6 +190,24 @@ class RecordsCollector(Collector):
                        max(0.0, (repacked * now - float(epoch_sum)) / 86400.0))
         out += [without, packs, loose, age]
 
+        # Backups (migration 0009): the age of each enabled repository's newest good backup as a histogram, how
+        # many have none and how many failed since their newest good one; the oldest N below (never all).
+        backup_cum, backed_up, backup_epoch_sum = _age_distribution(s, R.last_backup_at, enabled, now)
+        backup_age = HistogramMetricFamily("packyard_repositories_days_since_backup",
+                                           "Days since each enabled repository's newest good backup "
+                                           "(never backed up: only in +Inf)")
+        backup_age.add_metric([], [*((str(d), n) for d, n in zip(AGE_DAYS_BUCKETS, backup_cum)), ("+Inf", total)],
+                              max(0.0, (backed_up * now - float(backup_epoch_sum)) / 86400.0))
+        never = GaugeMetricFamily("packyard_repositories_without_backup",
+                                  "Enabled repositories with no good backup on record")
+        never.add_metric([], total - backed_up)
+        failing = GaugeMetricFamily("packyard_repositories_backup_failing",
+                                    "Enabled repositories whose last backup failed after their newest good one")
+        failing.add_metric([], s.scalar(select(func.count()).select_from(R).where(
+            enabled, R.last_backup_failed_at.is_not(None),
+            (R.last_backup_at.is_(None)) | (R.last_backup_failed_at > R.last_backup_at))) or 0)
+        out += [backup_age, never, failing]
+
         top = self.top
 
         def per_repo(name: str, doc: str, column: Any, where: Any, order: Any,
@@ -203,6 +227,10 @@ class RecordsCollector(Collector):
             per_repo("packyard_repository_last_full_repack_age_seconds",
                      f"Seconds since the last full repack (the {top} oldest; never: absent)",
                      R.last_full_repack_at, R.last_full_repack_at.is_not(None), R.last_full_repack_at,
+                     lambda at: max(0.0, now - (epoch(at) or now))),
+            per_repo("packyard_repository_backup_age_seconds",
+                     f"Seconds since the newest good backup (the {top} oldest; never backed up: absent)",
+                     R.last_backup_at, R.last_backup_at.is_not(None), R.last_backup_at,
                      lambda at: max(0.0, now - (epoch(at) or now))),
             per_repo("packyard_repository_ingests_since_repack",
                      f"Ingests since the last repack (the top {top} repositories)",

@@ -133,6 +133,17 @@ PACKYARD_METRICS_TOP_REPOS     repositories per per-repository metric       10
                                the distributions)
 PACKYARD_PLANNER_PAGE          repositories the nightly planner reads,       500
                                claims and records per transaction
+-- backups (docs/backups.md) --
+PACKYARD_BACKUP_ROOT           where each repository's bundles and          <state>/backups
+                               manifest go (may be another mount)
+PACKYARD_BACKUP_KEEP_FULL      full chains kept per repository; an older    2
+                               one expires only after a newer full backup
+                               is verified
+PACKYARD_BACKUP_FULL_INTERVAL  seconds after which the next backup starts   604800 (7 days)
+                               a new full chain (else: incremental)
+PACKYARD_BACKUP_CRON           when beat backs up the registered fleet      0 7 * * *
+                               (5-field cron, UTC, after the maintenance
+                               window by default; ``off``: never)
 -- durable flush of loose batches (store/flush.py, docs/nfs.md) --
 PACKYARD_FLUSH_METHOD          auto (choose per batch), fsync_each or       auto
                                syncfs (syncfs refused where it does not
@@ -371,6 +382,11 @@ class Settings:
     flush_each_max_bytes: int = 4 << 20         # PACKYARD_FLUSH_EACH_MAX_BYTES
     flush_each_min_dirty: int = 16 << 20        # PACKYARD_FLUSH_EACH_MIN_DIRTY: only while this much is dirty
     io_threads: int = 16                        # PACKYARD_IO_THREADS (store/fsparallel.py)
+    # -- backups (issue 38, docs/backups.md)
+    backup_root: Path | None = None             # PACKYARD_BACKUP_ROOT; None = <state dir>/backups
+    backup_keep_full: int = 2                   # PACKYARD_BACKUP_KEEP_FULL
+    backup_full_interval: float = 7 * 86400.0   # PACKYARD_BACKUP_FULL_INTERVAL
+    backup_cron: str = "0 7 * * *"              # PACKYARD_BACKUP_CRON ("" = never)
 
     def __post_init__(self) -> None:
         if self.max_message_bytes is None:
@@ -381,6 +397,10 @@ class Settings:
                                ((DEFAULT_ROOT_NAME, (self.state_dir / "repositories").resolve()),))
         if self.incoming_dir is None:
             object.__setattr__(self, "incoming_dir", (self.state_dir / "incoming").resolve())
+        if self.backup_root is None:
+            object.__setattr__(self, "backup_root", (self.state_dir / "backups").resolve())
+        if self.backup_keep_full < 1:
+            raise SettingsError(f"PACKYARD_BACKUP_KEEP_FULL must be at least 1, got {self.backup_keep_full}")
         self.check()
 
     def check(self) -> None:
@@ -478,6 +498,12 @@ class Settings:
                                 f"{self.records_prune_interval:g}")
 
     @property
+    def backup_path(self) -> Path:
+        """PACKYARD_BACKUP_ROOT, resolved (never None once constructed)."""
+        assert self.backup_root is not None
+        return self.backup_root
+
+    @property
     def incoming_path(self) -> Path:
         """PACKYARD_INCOMING_DIR, resolved (never None once constructed)."""
         assert self.incoming_dir is not None
@@ -506,6 +532,10 @@ class Settings:
         if incoming_raw and not os.path.isabs(os.path.expanduser(incoming_raw)):
             raise SettingsError(f"PACKYARD_INCOMING_DIR must be an absolute path, got {incoming_raw!r}")
         incoming = Path(incoming_raw).expanduser().resolve() if incoming_raw else (state_dir / "incoming").resolve()
+        backup_raw = env.get("PACKYARD_BACKUP_ROOT", "").strip()
+        if backup_raw and not os.path.isabs(os.path.expanduser(backup_raw)):
+            raise SettingsError(f"PACKYARD_BACKUP_ROOT must be an absolute path, got {backup_raw!r}")
+        backup_cron = env.get("PACKYARD_BACKUP_CRON", "").strip()
         return cls(
             state_dir=state_dir,
             redis_url=redis_url,
@@ -578,6 +608,11 @@ class Settings:
             flush_each_max_bytes=_int(env, "PACKYARD_FLUSH_EACH_MAX_BYTES", 4 << 20),
             flush_each_min_dirty=_int(env, "PACKYARD_FLUSH_EACH_MIN_DIRTY", 16 << 20),
             io_threads=_int(env, "PACKYARD_IO_THREADS", 16),
+            backup_root=Path(backup_raw).expanduser().resolve() if backup_raw else None,
+            backup_keep_full=_int(env, "PACKYARD_BACKUP_KEEP_FULL", 2),
+            backup_full_interval=_float(env, "PACKYARD_BACKUP_FULL_INTERVAL", 7 * 86400.0),
+            backup_cron="" if backup_cron.lower() in ("off", "never", "0")
+            else _cron(env, "PACKYARD_BACKUP_CRON", "0 7 * * *"),
         )
 
     @property
@@ -670,6 +705,10 @@ class Settings:
             "PACKYARD_FLUSH_EACH_MAX_BYTES": str(self.flush_each_max_bytes),
             "PACKYARD_FLUSH_EACH_MIN_DIRTY": str(self.flush_each_min_dirty),
             "PACKYARD_IO_THREADS": str(self.io_threads),
+            "PACKYARD_BACKUP_ROOT": str(self.backup_path),
+            "PACKYARD_BACKUP_KEEP_FULL": str(self.backup_keep_full),
+            "PACKYARD_BACKUP_FULL_INTERVAL": str(self.backup_full_interval),
+            "PACKYARD_BACKUP_CRON": self.backup_cron or "off",
         }
 
     @property

@@ -7,7 +7,7 @@ from sqlalchemy import inspect, select, text
 
 TABLES = {"repositories", "jobs", "lock_events", "race_events", "record_totals", "record_daily", "pools",
           "pool_members"}
-HEAD = "0008"
+HEAD = "0009"
 
 
 

@@ -185,6 +185,7 @@ def test_every_dashboard_panel_has_series_from_counters_and_recorded_statistics(
     finished_job(sqlite_url, "full-repack", "packyard.repack", "/srv/m/1.git")
     with session_scope(sqlite_url) as s:   # a full repack on record (the registry sets it when one lands)
         s.execute(update(Repository).values(last_full_repack_at=utcnow()))
+    finished_job(sqlite_url, "backup", "packyard.backup", "/srv/m/1.git")   # a good backup on record
     record_queued(sqlite_url, task_id="in-flight", kind="packyard.repack", repo="/srv/m/2.git")
     record_started(sqlite_url, task_id="in-flight", kind="packyard.repack", repo="/srv/m/2.git", params=None,
                    hostname="w", pid=1)

@@ -51,6 +51,8 @@ KEY_COUNTERS: dict[str, tuple[str, ...]] = {
     "repack": ("skipped", "objects_out", "packs_merged", "loose_deleted", "cruft_kept", "fence_token"),
     "janitor": ("repositories", "removed", "kept_live", "age_rule_removed", "busy", "errors"),
     "race": ("lookups", "repacks", "ingests", "relisted", "preserved", "quick_absent", "lost"),
+    "backup": ("entry", "objects", "bytes", "refs", "unchanged", "expired"),
+    "restore": ("entry", "objects", "refs", "checksum"),
     "prune_records": ("jobs_removed", "lock_events_removed", "race_events_removed", "batches", "more"),
 }
 BYTE_COUNTERS = frozenset({"bytes", "bytes_in", "bytes_written", "received_bytes", "peak_rss", "peak_rss_workers"})
@@ -257,7 +259,26 @@ def run(args: argparse.Namespace) -> int:
         print("no jobs recorded" + (f" for {repo}" if repo else ""))
         return 0
     print(render_table(rows))
+    if not repo:
+        footer = failing_backups_line(s)
+        if footer:
+            print(footer)
     return 0
+
+
+def failing_backups_line(s) -> str:  # type: ignore[no-untyped-def]
+    """``backups failing: N repositories ...`` when enabled repositories' last backup failed after their newest
+    good one ("" when none, or the records cannot say)."""
+    from packyard.workers.records import jobrows
+
+    found = jobrows.failing_backups(s.database_url, 5)
+    if not found or not found[0]:
+        return ""
+    count, rows = found
+    shown = "; ".join(f"{_short_path(p)} failed {_time(failed)}, newest good {_time(good) or 'never'}"
+                      for p, failed, good in rows)
+    more = f" (and {count - len(rows)} more)" if count > len(rows) else ""
+    return f"backups failing: {count} repositor{'y' if count == 1 else 'ies'}: {shown}{more}"
 
 
 def _ago(seconds: float | None) -> str:
@@ -313,6 +334,19 @@ def checksum_line(repo: str) -> str:
     return f"  checksum: {c['checksum']} ({c['counted']} of {c['refs']} show-ref line(s) counted)"
 
 
+def backup_line(row: dict[str, Any], now: float) -> str:
+    """``  backup: ...``: the newest good backup by the records (migration 0009), and a failure since."""
+    from packyard.workers.records.registry import epoch
+
+    good, failed = epoch(row.get("last_backup_at")), epoch(row.get("last_backup_failed_at"))
+    text = "  backup: " + ("none on record" if good is None else
+                           f"newest good {_ago(now - good)} (entry {row.get('backup_entry')}, "
+                           f"checksum {row.get('backup_checksum')})")
+    if failed is not None and (good is None or failed > good):
+        text += f"; FAILED {_ago(now - failed)} (packyard status lists the job's reason)"
+    return text
+
+
 def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignore[no-untyped-def]
     """The repository's statistics and the plan it would get now, in words; ``records=False``: no records
     database yet, so no registry row (planned as a repository with no maintenance on record)."""
@@ -359,6 +393,8 @@ def render_repository(s, repo: str, records: bool = True) -> str:  # type: ignor
     ]
     lines += network_lines(d)
     lines.append(checksum_line(repo))
+    if row is not None:
+        lines.append(backup_line(row, now))
     last = (row or {}).get("last_plan")
     if row and last:
         lines.append(f"  last planned: {_time(row['last_planned_at']) or '-'} ({last.get('trigger')}): "

@@ -96,3 +96,30 @@ def newest(url: str, limit: int, task_ids: Sequence[str] | None = None) -> list[
         r["repo"] = path or (params or {}).get(REQUESTED_REPO)
         rows.append({k: r[k] for k in ("id", "task_id", "kind", "repo", *list(JOB_COLUMNS)[3:])})
     return rows
+
+
+def failing_backups(url: str, limit: int) -> tuple[int, list[tuple[str, datetime | None, datetime | None]]] | None:
+    """(how many enabled repositories' last backup failed after their newest good one, the ``limit`` most recent
+    of them as ``(path, failed at, newest good at)``), for ``packyard status``'s footer; None when this module
+    cannot read ``url`` or the records predate migration 0009."""
+    found = _connect(url)
+    if found is None:
+        return None
+    conn, placeholder, _as_text = found
+    where = ("FROM repositories WHERE enabled AND last_backup_failed_at IS NOT NULL"
+             " AND (last_backup_at IS NULL OR last_backup_failed_at > last_backup_at)")
+    try:
+        cur = conn.cursor()
+        cur.execute(f"SELECT count(*) {where}")
+        (count,) = cur.fetchone()
+        cur.execute(f"SELECT path, last_backup_failed_at, last_backup_at {where}"
+                    f" ORDER BY last_backup_failed_at DESC LIMIT {placeholder}", (int(limit),))
+        rows = [(path, _time(failed), _time(good)) for path, failed, good in cur.fetchall()]
+        cur.close()
+    except Exception as err:   # the driver's own error classes (no SQLAlchemy here): a missing column
+        if "last_backup" in str(err) or "no such column" in str(err):
+            return None
+        raise
+    finally:
+        conn.close()
+    return int(count), rows

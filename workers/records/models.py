@@ -143,6 +143,11 @@ class Repository(Base):
     stat_packs: Mapped[int | None] = mapped_column(Integer)
     stat_loose_objects: Mapped[int | None] = mapped_column(BigInteger)
     due_action: Mapped[str | None] = mapped_column(String(16))
+    # Migration 0009 (issue 38): the newest good backup and the last failed one (registry.landed moves them).
+    last_backup_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_backup_failed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    backup_entry: Mapped[str | None] = mapped_column(String(64))
+    backup_checksum: Mapped[str | None] = mapped_column(String(64))
 
     # Each led by ``enabled``: the exporter's top N of the enabled repositories is one index walk, LIMIT rows long.
     __table_args__ = (
@@ -153,6 +158,7 @@ class Repository(Base):
         Index("ix_repositories_enabled_last_full_repack_at", "enabled", "last_full_repack_at"),
         Index("ix_repositories_enabled_ingests_since_repack", "enabled", "ingests_since_repack"),
         Index("ix_repositories_enabled_due_action", "enabled", "due_action"),
+        Index("ix_repositories_enabled_last_backup_at", "enabled", "last_backup_at"),
     )
 
     jobs: Mapped[list["Job"]] = relationship(back_populates="repository")

@@ -7,7 +7,9 @@ finished (:func:`landed`, written by ``recorder.record_finished``, the one place
 * a successful ingest (index_pack, unpack_objects, import_tree, write_objects) adds one to
   ``ingests_since_repack``;
 * a successful repack resets it and sets ``last_repack_at`` (and ``last_full_repack_at`` for
-  ``mode=full``).
+  ``mode=full``);
+* a backup sets ``last_backup_at`` with its manifest entry and checksum when it succeeds, and
+  ``last_backup_failed_at`` when it fails (migration 0009).
 
 The planner reads a repository's :class:`~packyard.store.maintenance.planning.stats.RepackHistory` from
 here, claims a repository once per window (:func:`claim_for_planning`, a compare-and-set so two
@@ -32,6 +34,7 @@ INGEST_KINDS = frozenset({"packyard.index_pack", "packyard.unpack_objects", "pac
                           "packyard.write_objects"})
 REPACK_KIND = "packyard.repack"
 GC_KIND = "packyard.gc"
+BACKUP_KIND = "packyard.backup"
 PLAN_KIND = "packyard.plan_maintenance"
 #: Jobs that take the maintenance lease and a fleet slot when the planner queues them.
 MAINTENANCE_KINDS = frozenset({REPACK_KIND, GC_KIND})
@@ -65,6 +68,8 @@ def landed(*, kind: str, state: JobState, params: dict[str, Any] | None, now: da
     RETURNING``, so two ingests landing at once both count and each sees its own number (the
     planning trigger fires exactly once per multiple of M).
     """
+    if kind == BACKUP_KIND:
+        return _after_backup(state, now, counters or {}), False
     if state is not JobState.SUCCESS:
         return {}, False
     if kind in INGEST_KINDS:
@@ -78,6 +83,17 @@ def landed(*, kind: str, state: JobState, params: dict[str, Any] | None, now: da
     if kind == GC_KIND:   # the plan's gc is done: not due until a plan says so again
         return {"due_action": None}, False
     return {}, False
+
+
+def _after_backup(state: JobState, now: datetime, counters: dict[str, Any]) -> dict[str, Any]:
+    """A backup job's mark on its repository: a success is its newest good backup (entry and checksum), a
+    failure its last failed one; a success leaves the failure time as it is (status compares the two)."""
+    if state is JobState.SUCCESS:
+        return {"last_backup_at": now, "backup_entry": counters.get("entry"),
+                "backup_checksum": counters.get("checksum")}
+    if state is JobState.FAILURE:
+        return {"last_backup_failed_at": now}
+    return {}
 
 
 def _after_repack(counters: dict[str, Any]) -> dict[str, Any]:
@@ -104,6 +120,8 @@ def _row(repo: Repository) -> dict[str, Any]:
         "last_job_at": repo.last_job_at, "last_plan": repo.last_plan,
         "stats_at": repo.stats_at, "stat_packs": repo.stat_packs, "stat_loose_objects": repo.stat_loose_objects,
         "due_action": repo.due_action,
+        "last_backup_at": repo.last_backup_at, "last_backup_failed_at": repo.last_backup_failed_at,
+        "backup_entry": repo.backup_entry, "backup_checksum": repo.backup_checksum,
     }
 
 
@@ -163,6 +181,21 @@ def history(row: dict[str, Any] | None) -> RepackHistory:
     return RepackHistory(last_full_repack_at=epoch(row["last_full_repack_at"]),
                          last_repack_at=epoch(row["last_repack_at"]),
                          ingests_since_repack=row["ingests_since_repack"] or 0)
+
+
+def count_enabled(settings: Settings | str) -> int:
+    with session_scope(settings) as s:
+        return int(s.scalar(select(func.count()).select_from(Repository).where(Repository.enabled.is_(True))) or 0)
+
+
+def enabled_paths_page(settings: Settings | str, after: str | None, limit: int) -> list[str]:
+    """Up to ``limit`` enabled repositories' paths after ``after`` in path order (keyset: the backup fleet's
+    pages; the unique index on ``path`` serves it)."""
+    with session_scope(settings) as s:
+        q = select(Repository.path).where(Repository.enabled.is_(True))
+        if after is not None:
+            q = q.where(Repository.path > after)
+        return list(s.scalars(q.order_by(Repository.path).limit(limit)))
 
 
 # -- planning -----------------------------------------------------------------------------------------
