@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from recordsutil import scrape, settings_for
 from sqlalchemy import update
+
+from recordsutil import scrape, settings_for
 
 
 def _backup_job(url, task_id, repo, *, ok=True, entry="20261207T010000Z-00000001", checksum="ab" * 20,
