@@ -9,7 +9,8 @@ The format (git's ``bundle.c`` and ``Documentation/gitformat-bundle.txt``)::
     PACK...                          a pack v2 whose objects complete the refs given the prerequisites
 
 :func:`write_bundle` writes every object the refs reach and the prerequisites do not (``git bundle create
-A..B``'s set, with the prerequisites' whole reach excluded), read through the repository's object directory
+A..B``'s set, with the prerequisites' whole reach excluded; prerequisites are commits, as git's, so an annotated
+tag a previous backup carried is carried again), read through the repository's object directory
 with its alternates (a pool member's bundle is complete on its own). The pack is the repack's: the reachability
 walk (store/maintenance/walk/reach.py; C for a full bundle, the Python walk with ``known=`` for an incremental
 one), then :func:`~..maintenance.repack.writeplan.write_plan` into the one pack writer (store/pack/write.py, with the
