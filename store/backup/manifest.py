@@ -52,8 +52,9 @@ class BackupEntry:
     def from_json(cls, raw: object, path: object) -> "BackupEntry":
         if not isinstance(raw, dict):
             raise BackupChainError(path, f"a manifest entry is not an object: {str(raw)[:80]}")
-        want = {"id": str, "kind": str, "chain": str, "file": str, "sha256": str, "size": int, "objects": int,
-                "refs": dict, "checksum": str, "created": (int, float), "verified": bool}
+        want: dict[str, type | tuple[type, ...]] = {
+            "id": str, "kind": str, "chain": str, "file": str, "sha256": str, "size": int, "objects": int,
+            "refs": dict, "checksum": str, "created": (int, float), "verified": bool}
         for key, typ in want.items():
             if not isinstance(raw.get(key), typ):
                 raise BackupChainError(path, f"manifest entry {raw.get('id')!r}: field {key!r} missing or mistyped")

@@ -110,7 +110,7 @@ def restore_repository(backup_dir: Path, target: Path, *, upto: str | None = Non
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return RestoreResult(target=target, entry=entry.id, refs={k: v for k, v in sorted(entry.refs.items())},
+    return RestoreResult(target=target, entry=entry.id, refs=dict(sorted(entry.refs.items())),
                          checksum=got, objects=objects)
 
 

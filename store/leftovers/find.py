@@ -471,23 +471,25 @@ def find_pool_deletions(repo: object, *, now: float | None = None, rule: Rule | 
     return out
 
 
-def find_backup_temps(backup_dir: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+def find_backup_temps(backup_dir: str | os.PathLike[str], *, now: float | None = None,
+                      rule: Rule | None = None) -> list[Leftover]:
     """In a repository's backup directory (store/backup; ``backup_dir`` a path): the bundle writer's temp files,
     grouped by writer tag as pack temps are, and the manifest's ``.tmp-<pid>-manifest.json``."""
     from .table import DURABLE_TMP_PREFIX
 
-    d = Path(os.fspath(backup_dir))   # type: ignore[arg-type]
+    d = Path(os.fspath(backup_dir))
     now, rule = _now(now), rule or RULES[Kind.BACKUP_TMP]
     return [*_writer_temps(d, list(_scan(d)), Kind.BACKUP_TMP, rule, now),
             *_aged_files([d], DURABLE_TMP_PREFIX, Kind.BACKUP_TMP, rule, now)]
 
 
-def find_restore_temps(target: object, *, now: float | None = None, rule: Rule | None = None) -> list[Leftover]:
+def find_restore_temps(target: str | os.PathLike[str], *, now: float | None = None,
+                       rule: Rule | None = None) -> list[Leftover]:
     """``.<name>.restoring-*`` and ``.<name>.replaced-*`` directories beside a restore's ``target`` (a path),
     aged by their newest file (at most :data:`~.table.RESTORE_SCAN_LIMIT` looked at)."""
     from .table import RESTORE_INFIXES, RESTORE_SCAN_LIMIT
 
-    path = Path(os.path.realpath(os.fspath(target)))   # type: ignore[arg-type]
+    path = Path(os.path.realpath(os.fspath(target)))
     now, rule = _now(now), rule or RULES[Kind.RESTORE_TMP]
     prefixes = tuple(f".{path.name}{infix}" for infix in RESTORE_INFIXES)
     out = []

@@ -220,10 +220,10 @@ _RULES += (
 _RULES += (
     Rule(Kind.BACKUP_TMP, "<backup dir>/tmp_{pack,owner}_<pid>_<tag>-<rand>, <backup dir>/.tmp-<pid>-manifest.json",
          0.0, PRUNE_EXPIRE,
-         "A backup's bundle being written (the pack writer's temp file, with the bundle header before the pack, and its "
-         "owner record) or its manifest being replaced, in the repository's backup directory (store/backup). Nothing "
-         "names either until it is renamed: a dead writer's go at once (a bundle can be gigabytes); another host's, "
-         "and the manifest's temp file (a pid, no host), after git's prune expiry, as pack temps."),
+         "A backup's bundle being written (the pack writer's temp file, with the bundle header before the pack, and "
+         "its owner record) or its manifest being replaced, in the repository's backup directory (store/backup). "
+         "Nothing names either until it is renamed: a dead writer's go at once (a bundle can be gigabytes); another "
+         "host's, and the manifest's temp file (a pid, no host), after git's prune expiry, as pack temps."),
     Rule(Kind.RESTORE_TMP, "<target's dir>/.<name>.{restoring,replaced}-<hex>/", None, HOUR,
          "A restore builds the repository here and renames it onto the target only when it is complete (no "
          "half-restored repository is ever visible); a forced restore swaps the old one here and removes it. A "

@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from gitutil import commit_blobs, git, make_worktree_repo, needs_corpus, repo_from_corpus
 
+from gitutil import commit_blobs, git, make_worktree_repo, needs_corpus, repo_from_corpus
 from packyard.store.backup.bundle import read_header, verify_bundle, write_bundle
 from packyard.store.backup.run import snapshot_refs
 from packyard.store.errors import BackupChainError, BundleFormatError, ObjectMissingError

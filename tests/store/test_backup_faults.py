@@ -10,13 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from gitutil import commit_blobs, git, make_worktree_repo
 
+from gitutil import commit_blobs, git, make_worktree_repo
 from packyard.store.backup.manifest import load_manifest
 from packyard.store.backup.restore import restore_repository
 from packyard.store.backup.retention import plan_retention
 from packyard.store.backup.run import backup_repository, check_entry_file, snapshot_refs, verify_backup
-from packyard.store.leftovers import Verdict, find_backup_temps, find_restore_temps, remove, removable
+from packyard.store.leftovers import Verdict, find_backup_temps, find_restore_temps, removable, remove
 from packyard.store.repo import Repository
 
 _SCRIPT = """

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+
 from backuputil import gitaly_checksum_by_git
 from gitutil import commit_blobs, git, make_worktree_repo
-
 from packyard.store.backup.manifest import load_manifest
 from packyard.store.backup.restore import restore_repository
 from packyard.store.backup.run import backup_repository, snapshot_refs, verify_backup

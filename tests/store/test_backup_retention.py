@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from gitutil import commit_blobs, git, make_worktree_repo
 
+from gitutil import commit_blobs, git, make_worktree_repo
 from packyard.store.backup.manifest import BackupEntry, Manifest, load_manifest
 from packyard.store.backup.restore import restore_repository
 from packyard.store.backup.retention import ORPHAN_AFTER, apply_retention, plan_retention
