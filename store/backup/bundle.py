@@ -9,7 +9,7 @@ The format (git's ``bundle.c`` and ``Documentation/gitformat-bundle.txt``)::
     PACK...                          a pack v2 whose objects complete the refs given the prerequisites
 
 :func:`write_bundle` writes every object the refs reach and the prerequisites do not (``git bundle create
-A..B``'s set, with the prerequisites' whole reach excluded; prerequisites are commits, as git's, so an annotated
+A..B``'s set, found as git finds it: store/backup/limit.py; prerequisites are commits, as git's, so an annotated
 tag a previous backup carried is carried again), read through the repository's object directory
 with its alternates (a pool member's bundle is complete on its own). The pack is the repack's: the reachability
 walk (store/maintenance/walk/reach.py; C for a full bundle, the Python walk with ``known=`` for an incremental
@@ -29,18 +29,18 @@ import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Sequence
+from typing import BinaryIO, Callable, Container, Sequence
 
 from ..errors import BackupChainError, BundleFormatError, InvalidInputError
 from ..maintenance.repack.options import RepackCounters
 from ..maintenance.repack.writeplan import write_plan
-from ..maintenance.walk.reach import COMMIT, TAG, walk
+from ..maintenance.walk.reach import walk
 from ..maintenance.walk.sources import SourceIndex
 from ..objects import HEX_RE
 from ..pack.format import PACK_SIGNATURE
 from ..pack.write import PackWriter
-from ..parse import tag_links
 from ..progress import Progress
+from .limit import excluded_by_edges, peel_to_commit
 
 SIGNATURE_V2 = b"# v2 git bundle\n"
 SIGNATURE_V3 = b"# v3 git bundle\n"
@@ -48,8 +48,6 @@ SIGNATURE_V3 = b"# v3 git bundle\n"
 MAX_LINE = 64 << 10
 #: The most header lines read (refs plus prerequisites plus capabilities).
 MAX_LINES = 4 << 20
-#: Tag chains peeled at most this deep (git's own limit for peeling is similar in spirit).
-MAX_PEEL = 64
 READ_CHUNK = 1 << 20
 #: The walk and the delta search fork a helper (as a repack's default).
 PROCESSES = 2
@@ -204,18 +202,6 @@ def _check_refs(refs: Sequence[tuple[str, bytes]], prerequisites: Sequence[bytes
             raise InvalidInputError("a bundle prerequisite is a 20-byte id")
 
 
-def _peel_to_commit(sources: SourceIndex, oid: bytes) -> bytes | None:
-    """The commit ``oid`` names through annotated tags, or None (a tree or blob: no prerequisite)."""
-    for _ in range(MAX_PEEL):
-        typ, data = sources.read(oid)
-        if typ == COMMIT:
-            return oid
-        if typ != TAG:
-            return None
-        (oid, _t), = tag_links(data, oid)
-    return None
-
-
 def _source_index(repo) -> SourceIndex:
     """Every pack of the repository and of its alternates as sources (none left out as borrowed or kept: the
     bundle must hold all it needs); loose objects from the snapshot, anything else by a fresh lookup."""
@@ -238,15 +224,17 @@ def write_bundle(repo, dest: Path, refs: Sequence[tuple[str, bytes]], prerequisi
     try:
         commits: list[bytes] = []
         for p in prerequisites:
-            c = _peel_to_commit(sources, p)
+            c = peel_to_commit(sources, p)
             if c is not None and c not in commits:
                 commits.append(c)
         tips = sorted({(name, oid) for name, oid in refs})
         if commits:
-            excluded = walk([(f"prerequisite {c.hex()}", c) for c in commits], sources.read, packs=sources,
-                            processes=PROCESSES)
-            seen = excluded.reached()
-            reach = walk(tips, sources.read, known=lambda oid: oid in seen, progress=progress)
+            known = excluded_by_edges(sources, commits, [oid for _name, oid in tips])
+            if known is None:   # (too far into the history: what the prerequisites reach, exactly, walked in C)
+                excluded = walk([(f"prerequisite {c.hex()}", c) for c in commits], sources.read, packs=sources,
+                                processes=PROCESSES)
+                known = _member_of(excluded.reached())
+            reach = walk(tips, sources.read, known=known, progress=progress)
         else:
             reach = walk(tips, sources.read, packs=sources, processes=PROCESSES, progress=progress)
         ids = reach.ids()
@@ -263,6 +251,10 @@ def write_bundle(repo, dest: Path, refs: Sequence[tuple[str, bytes]], prerequisi
         raise
     finally:
         sources.release()
+
+
+def _member_of(seen: Container[bytes]) -> Callable[[bytes], bool]:
+    return lambda oid: oid in seen
 
 
 def _sha256_of(path: Path) -> str:

@@ -59,7 +59,10 @@ def test_git_verifies_and_clones_our_full_bundle(tmp_path):
     assert not [p for p in out.path.parent.iterdir() if p.name.startswith("tmp_")]   # temps renamed or removed
 
 
-def test_incremental_bundle_holds_only_new_objects_and_git_verifies_it(tmp_path):
+@pytest.mark.parametrize("limit", ["edges", "exact"])
+def test_incremental_bundle_holds_only_new_objects_and_git_verifies_it(tmp_path, monkeypatch, limit):
+    if limit == "exact":   # the commit walk gives up at once: the prerequisites' whole reach is walked instead
+        monkeypatch.setattr("packyard.store.backup.limit.COMMIT_LIMIT", 1)
     bare, repo = _repo(tmp_path)
     old = snapshot_refs(repo)
     main_old = old.refs["refs/heads/main"]
@@ -83,6 +86,33 @@ def test_incremental_bundle_holds_only_new_objects_and_git_verifies_it(tmp_path)
     git("fetch", "-q", str(out.path), "+refs/*:refs/*", git_dir=other)
     assert _refs(other) == _refs(bare)
     git("fsck", "--full", git_dir=other)
+
+
+def test_incremental_with_dates_out_of_order_and_an_old_branch_is_complete(tmp_path):
+    """New commits dated before the prerequisites, and a new branch at an old commit: the bundle may carry more
+    than the exact set (as git's), never less -- a repository at the old state fetches it into a complete one."""
+    bare, repo = _repo(tmp_path)
+    old = snapshot_refs(repo)
+    full = write_bundle(repo, tmp_path / "f.bundle", old.bundle_refs(), [])
+    tip = old.refs["refs/heads/main"].hex()
+    for i in range(3):   # committed in 2001, long before their parents (written raw: gitutil fixes git's dates)
+        blob = git("hash-object", "-w", "--stdin", git_dir=bare, input=f"skewed {i}\n".encode()).decode().strip()
+        tree = git("mktree", git_dir=bare, input=f"100644 blob {blob}\tskew.txt\n".encode()).decode().strip()
+        raw = (f"tree {tree}\nparent {tip}\nauthor A <a@example.com> 1000000000 +0000\n"
+               f"committer A <a@example.com> 1000000000 +0000\n\nskew {i}\n").encode()
+        tip = git("hash-object", "-w", "-t", "commit", "--stdin", git_dir=bare, input=raw).decode().strip()
+    git("update-ref", "refs/heads/main", tip, git_dir=bare)
+    git("update-ref", "refs/heads/old", "main~4", git_dir=bare)   # (an old commit the prerequisites reach)
+    new = snapshot_refs(repo)
+    out = write_bundle(repo, tmp_path / "i.bundle", new.bundle_refs(), sorted(set(old.refs.values())))
+    got = _objects_in(out.path, tmp_path)
+    want = _reach(bare, "--all") - _reach(bare, *(o.hex() for o in old.refs.values()))
+    assert want <= got and len(want) >= 9
+    other = tmp_path / "other.git"
+    git("clone", "-q", "--mirror", str(full.path), str(other))
+    git("fetch", "-q", str(out.path), "+refs/*:refs/*", git_dir=other)
+    assert _refs(other) == _refs(bare)
+    git("fsck", "--full", "--strict", git_dir=other)
 
 
 @pytest.mark.parametrize("kind", ["full", "range"])
