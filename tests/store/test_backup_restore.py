@@ -177,3 +177,17 @@ def test_a_pool_member_backs_up_and_restores_without_the_pool(tmp_path):
     assert not (target / "objects" / "info" / "alternates").exists()
     assert _refs(target) == want_refs and gitaly_checksum_by_git(target) == want_sum
     git("fsck", "--full", "--strict", git_dir=target)
+
+
+def test_an_empty_repository_backs_up_and_restores(tmp_path):
+    bare = tmp_path / "e.git"
+    git("init", "-q", "--bare", "-b", "trunk", str(bare))
+    repo = Repository.open(bare)
+    bdir = tmp_path / "b"
+    first = backup_repository(repo, bdir, snapshot_refs(repo))
+    assert first.objects == 0 and first.refs == {} and first.head == "refs/heads/trunk"
+    target = tmp_path / "r.git"
+    result = restore_repository(bdir, target)
+    assert result.refs == {} and result.checksum == gitaly_checksum_by_git(bare) == "0" * 40
+    assert (target / "HEAD").read_text() == "ref: refs/heads/trunk\n"
+    git("fsck", "--full", git_dir=target)
