@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable, Container, Sequence
 
 from ..errors import BackupChainError, BundleFormatError, InvalidInputError
+from ..faults import fault_point
 from ..maintenance.repack.options import RepackCounters
 from ..maintenance.repack.writeplan import write_plan
 from ..maintenance.walk.reach import walk
@@ -238,6 +239,7 @@ def write_bundle(repo, dest: Path, refs: Sequence[tuple[str, bytes]], prerequisi
         else:
             reach = walk(tips, sources.read, packs=sources, processes=PROCESSES, progress=progress)
         ids = reach.ids()
+        fault_point("backup.bundle.after_walk")
         writer = PackWriter(dest.parent, len(ids), header=encode_header(refs, commits), fault_prefix="backup.bundle")
         if ids:
             write_plan(writer, ids, sources, RepackCounters(), progress=progress, names=lambda: reach.names)

@@ -7,6 +7,7 @@ and writes, into the repository's backup directory:
    manifest is empty; else incremental on the manifest's latest entry, whose ref tips (those that still exist
    here as objects, peeled to commits) are its prerequisites, so only new objects are written. The bundle is
    durable (temp file, flush, rename, directory fsync) before anything names it; fault points
+   ``backup.bundle.after_walk`` (walked, nothing written),
    ``backup.bundle.after_flush``, ``backup.bundle.after_rename``, then ``backup.after_bundle``;
 2. the manifest (store/backup/manifest.py) with the new entry, durably: ``backup.after_manifest`` follows.
 

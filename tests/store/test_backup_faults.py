@@ -62,6 +62,7 @@ def _entries_are_whole(bdir: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("point, recorded", [
+    ("backup.bundle.after_walk", False),
     ("backup.bundle.after_flush", False),
     ("backup.bundle.after_rename", False),
     ("backup.after_bundle", False),

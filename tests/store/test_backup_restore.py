@@ -191,3 +191,46 @@ def test_an_empty_repository_backs_up_and_restores(tmp_path):
     assert result.refs == {} and result.checksum == gitaly_checksum_by_git(bare) == "0" * 40
     assert (target / "HEAD").read_text() == "ref: refs/heads/trunk\n"
     git("fsck", "--full", git_dir=target)
+
+
+def test_a_repack_during_the_backup_does_not_change_what_it_records(tmp_path):
+    """packyard's full repack (loose objects packed and deleted, no preserved copies) runs between the backup's
+    walk and its write: the bundle still holds the snapshot's objects, read from wherever they are now."""
+    from packyard.store import faults
+    from packyard.store.maintenance.repack.options import RepackOptions
+    from packyard.store.maintenance.repack.run import repack
+
+    bare = make_worktree_repo(tmp_path / "src", commits=3)   # every object loose
+    repo = Repository.open(bare)
+    snap = snapshot_refs(repo)
+    commit_blobs(bare, tmp_path, "pushed", 2)                 # a push after the snapshot
+    faults.arm_call("backup.bundle.after_walk",
+                    lambda: repack(Repository.open(bare), RepackOptions(preserve=False, expire=0.0)))
+    try:
+        entry = backup_repository(repo, tmp_path / "b", snap)
+    finally:
+        faults.disarm("backup.bundle.after_walk")
+    assert not list((bare / "objects").glob("??/*"))          # the repack did run: no loose object is left
+    assert entry.refs == {k: v.hex() for k, v in snap.refs.items()} and "refs/heads/pushed" not in entry.refs
+    target = tmp_path / "r.git"
+    restore_repository(tmp_path / "b", target)
+    assert {k: v.hex() for k, v in snapshot_refs(Repository.open(target)).refs.items()} == entry.refs
+    git("fsck", "--full", "--strict", git_dir=target)
+
+
+def test_an_object_gone_since_the_snapshot_is_a_typed_error_and_nothing_is_recorded(tmp_path):
+    from packyard.store.errors import ObjectMissingError
+
+    bare, repo, bdir, entries = _chain(tmp_path, incrementals=1)
+    snap = snapshot_refs(repo)
+    gone = snap.refs["refs/heads/topic"].hex()
+    git("update-ref", "-d", "refs/heads/topic", git_dir=bare)
+    git("tag", "-d", "t0", git_dir=bare)
+    git("reflog", "expire", "--expire=now", "--all", git_dir=bare)
+    git("gc", "-q", "--prune=now", git_dir=bare)
+    before = sorted(p.name for p in bdir.iterdir())
+    with pytest.raises(ObjectMissingError) as err:
+        backup_repository(Repository.open(bare), bdir, snap, full=True)
+    assert gone in str(err.value)
+    assert sorted(p.name for p in bdir.iterdir()) == before
+    assert [e.id for e in load_manifest(bdir).entries] == [e.id for e in entries]
