@@ -36,9 +36,10 @@ from ..errors import (
     PackFormatError,
 )
 from ..faults import fault_point
+from ..leftovers import find_restore_temps, removable, remove
 from ..pack.indexpack import index_pack
 from ..progress import Progress
-from ..refs import RefUpdate
+from ..refs import RefUpdate, check_ref_name
 from ..repo import Repository
 from .bundle import read_header_from
 from .checksum import repository_checksum
@@ -84,7 +85,11 @@ def restore_repository(backup_dir: Path, target: Path, *, upto: str | None = Non
     if not force and not _is_empty_dir(target):
         raise InvalidInputError("the restore target exists and is not empty (restore with force to replace it)",
                                 path=target)
+    for name in entry.refs:
+        if name != "HEAD":
+            check_ref_name(name)   # (refused now, not after every pack is in)
     paths = [check_entry_file(backup_dir, e) for e in chain]   # every file checked before any is used
+    remove(removable(find_restore_temps(target)))   # what dead restores of this target left (by the table's age)
 
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}{RESTORING_INFIX}{secrets.token_hex(4)}"
@@ -135,9 +140,7 @@ def _apply_bundle(repo: Repository, path: Path, progress: Progress | None) -> in
 def _put_in_place(tmp: Path, target: Path, counters: durable.DurabilityCounters) -> None:
     parent = target.parent
     if _is_empty_dir(target):
-        if target.exists():
-            os.rmdir(target)
-        durable.rename(tmp, target, counters)
+        durable.rename(tmp, target, counters)   # (rename(2) replaces an empty directory)
         durable.fsync_dir(parent, counters)
         return
     if durable.exchange(tmp, target, counters):   # tmp now names the old repository

@@ -29,6 +29,7 @@ from pathlib import Path
 from .. import durable
 from ..errors import BackupChainError, BackupChecksumError
 from ..faults import fault_point
+from ..leftovers import find_backup_temps, removable, remove
 from ..progress import Progress
 from .bundle import check_pack, read_header, sha256_of, write_bundle
 from .checksum import checksum_of_lines, show_ref_lines
@@ -88,6 +89,7 @@ def backup_repository(repo, backup_dir: Path, snapshot: RefSnapshot, *, full: bo
     Returns the new manifest entry (``verified`` False)."""
     backup_dir = Path(backup_dir)
     _make_dir(backup_dir)
+    remove(removable(find_backup_temps(backup_dir)))   # dead writers' temp files (the leftovers table's rule)
     manifest = load_manifest(backup_dir)
     created = time.time() if now is None else now
     eid = new_entry_id(created)

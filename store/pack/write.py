@@ -407,7 +407,8 @@ class PackWriter:
         """After ``finish(index=False)``: the temp file (header and pack) flushed, renamed onto ``dest`` (in the
         same directory) and the directory fsynced; the owner record removed. Fault points
         ``<fault_prefix>.after_flush`` (flushed, not renamed) and ``<fault_prefix>.after_rename`` (renamed,
-        directory not yet fsynced). Any error: every temp file removed, nothing at ``dest`` from this writer."""
+        directory not yet fsynced). An error before the rename: every temp file removed, nothing at ``dest`` from this
+        writer; after it (the directory's fsync): the other temp files removed, ``dest`` stays."""
         if self.finished is None or not self.unindexed:
             raise InvalidInputError("publish_as() publishes a pack finished with index=False")
         dest = Path(dest)

@@ -77,11 +77,11 @@ def test_a_killed_backup_leaves_no_entry_for_a_partial_bundle(chain, point, reco
     temps = find_backup_temps(bdir)   # the writer's temp file and/or owner record, its owner dead
     assert bool(temps) == (point in ("backup.bundle.after_flush", "backup.bundle.after_rename"))
     assert all(t.verdict is Verdict.REMOVE_DEAD_OWNER for t in temps)
-    remove(removable(temps))
-    assert not find_backup_temps(bdir) and not [p for p in bdir.iterdir() if p.name.startswith(("tmp_", ".tmp"))]
-    # The next backup builds on what the manifest holds; the chain restores to the repository as it is now.
+    # The next backup removes them first, builds on what the manifest holds, and the chain restores to the
+    # repository as it is now.
     repo = Repository.open(bare)
     backup_repository(repo, bdir, snapshot_refs(repo))
+    assert not find_backup_temps(bdir) and not [p for p in bdir.iterdir() if p.name.startswith(("tmp_", ".tmp"))]
     target = bdir.parent / "r.git"
     restore_repository(bdir, target)
     assert git("for-each-ref", git_dir=target) == git("for-each-ref", git_dir=bare)
