@@ -166,10 +166,13 @@ def test_a_pool_member_backs_up_and_restores_without_the_pool(tmp_path):
     member = tmp_path / "member.git"
     git("clone", "-q", "--bare", "--shared", str(pool), str(member))
     assert (member / "objects" / "info" / "alternates").is_file()
-    commit_blobs(member, tmp_path, "own", 2, parent=git("rev-parse", "main", git_dir=member).decode().strip())
+    own = commit_blobs(member, tmp_path, "own", 2, parent=git("rev-parse", "main", git_dir=member).decode().strip())
     repo = Repository.open(member)
     bdir = tmp_path / "b"
-    backup_repository(repo, bdir, snapshot_refs(repo))
+    full = backup_repository(repo, bdir, snapshot_refs(repo))
+    assert full.objects == len(git("rev-list", "--objects", "--all", git_dir=member).splitlines())
+    commit_blobs(member, tmp_path, "own", 1, parent=own)
+    assert backup_repository(repo, bdir, snapshot_refs(repo)).kind == "incremental"
     want_refs, want_sum = _refs(member), gitaly_checksum_by_git(member)
     shutil.move(str(pool), str(tmp_path / "pool-gone"))   # the pool is gone
     target = tmp_path / "restored.git"
