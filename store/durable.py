@@ -263,3 +263,23 @@ def fsync_dir_fd(fd: int, counters: DurabilityCounters | None = None) -> None:
     os.fsync(fd)
     if counters is not None:
         counters.dir_fsyncs += 1
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def exchange(a: str | os.PathLike[str], b: str | os.PathLike[str],
+             counters: DurabilityCounters | None = None) -> bool:
+    """Swap two names atomically (renameat2(RENAME_EXCHANGE)): each then names what the other named, with no
+    moment at which either is absent. False where the kernel or filesystem cannot (nothing changed then); the
+    caller falls back to two renames. The caller fsyncs the directory."""
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        if counters is not None:
+            counters.renames += 1
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(a), None, os.fspath(b))

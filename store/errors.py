@@ -105,3 +105,41 @@ class WriteFailedError(StoreError):
     def __init__(self, message: str, *, errno: int | None = None, **kw: Any) -> None:
         super().__init__(message, **kw)
         self.errno = errno
+
+
+class BackupError(StoreError):
+    """A backup or restore failed (store/backup): its bundle, its manifest or its chain."""
+
+
+class BundleFormatError(BackupError):
+    """A bundle file is malformed (header line, signature, pack header or trailer) at ``offset``."""
+
+    def __init__(self, path: object, offset: int | None, reason: str) -> None:
+        super().__init__(f"malformed bundle: {reason}", path=path, offset=offset)
+        self.reason = reason
+
+    def __reduce__(self) -> Any:   # (rebuilt from its fields across a pipe or a result backend)
+        return (type(self), (self.path, self.offset, self.reason))
+
+
+class BackupChainError(BackupError):
+    """A backup chain cannot be used: its manifest is unreadable, an entry's parent or file is missing."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"backup chain refused: {reason}", path=path)
+        self.reason = reason
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.path, self.reason))
+
+
+class BackupChecksumError(BackupError):
+    """A backup's bytes or a restored repository do not match what the manifest recorded."""
+
+    def __init__(self, path: object, expected: str, actual: str) -> None:
+        super().__init__(f"checksum mismatch: expected {expected}, found {actual}", path=path)
+        self.expected = expected
+        self.actual = actual
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.path, self.expected, self.actual))

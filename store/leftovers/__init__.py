@@ -45,6 +45,8 @@ record and no pid in the name, or another host's)::
     preserved_loose   objects/pack/preserved/loose-<hex>/              -   3600     (the preserve time)
     durable_tmp       {.,packyard,objects/info}/.tmp-<pid>-<name>       -   600
     pool_deleting     <pool>.deleting-<hex>/ beside the pool            -   600      (a killed pool delete)
+    backup_tmp        <backup dir>/tmp_{pack,owner}_*, .tmp-<pid>-manifest.json  0   14 days
+    restore_tmp       .<name>.{restoring,replaced}-<hex>/ beside a target  -   3600     (newest file)
 
 A live owner's leftover is never removed by age. The table itself is :mod:`.table` (names, kinds,
 rules), the finders :mod:`.find`; this module adds :func:`remove`. Each row's ``reason`` says why its ages are what
@@ -61,6 +63,7 @@ from .. import durable, fsparallel, lockfile
 from .find import (
     FINDERS,
     create_batch_marker,
+    find_backup_temps,
     find_batch_markers,
     find_durable_temps,
     find_graph_temps,
@@ -79,6 +82,7 @@ from .find import (
     find_quarantines,
     find_ref_claims,
     find_ref_temps,
+    find_restore_temps,
     find_serving_locks,
     loose_tmp_verdict,
     remove_batch_marker,
@@ -146,7 +150,7 @@ def remove(leftovers: Iterable[Leftover], lease: "_Checked | Callable[[], None] 
             check()
         if item.kind in _CLAIM_KINDS:
             gone = lockfile.remove_claim(item.path, item.owner)
-        elif item.kind in (Kind.QUARANTINE, Kind.POOL_DELETING):
+        elif item.kind in (Kind.QUARANTINE, Kind.POOL_DELETING, Kind.RESTORE_TMP):
             shutil.rmtree(item.path, ignore_errors=True)
             gone = not item.path.exists()
         elif item.kind is Kind.PRESERVED_LOOSE:
@@ -168,6 +172,7 @@ __all__ = ["Kind", "Verdict", "Rule", "RULES", "Leftover", "FINDERS", "removable
            "find_orphan_idx", "find_midx_lock", "find_keeps", "find_quarantines", "find_serving_locks",
            "find_graph_temps", "find_packed_refs_temps", "find_packed_refs_new", "find_ref_claims", "find_ref_temps",
            "find_preserved_mapped", "find_preserved_loose", "find_durable_temps", "find_pool_deletions",
+           "find_backup_temps", "find_restore_temps",
            "PRESERVED_LOOSE_PREFIX", "PRESERVED_LOOSE_RE",
            "PRESERVED_MAPPED", "PRESERVED_MAPPED_RE", "MIDX_SIDE_RE", "PACK_FILE_RE",
            "create_batch_marker", "remove_batch_marker", "remove_fanned_out", "LOOSE_TMP_PREFIX", "QUARANTINE_PREFIX",

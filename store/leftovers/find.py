@@ -220,13 +220,21 @@ def find_pack_temps(repo: object, *, now: float | None = None, rule: Rule | None
     install.advance_listing): packyard's grouped by writer tag (``path`` = the owner record ``tmp_owner_<tag>``
     when there is one, judged by it; else by the name's pid), git's and unknown names one by one."""
     from ..objdir import PRESERVED_DIR
-    from ..pack.write import OWNER_PREFIX, TMP_RE
 
     now, rule = _now(now), rule or RULES[Kind.PACK_TMP]
     pack_dir = _git_dir(repo) / "objects" / "pack"
+    return _writer_temps(pack_dir, [*_scan(pack_dir), *_scan(pack_dir / PRESERVED_DIR)], Kind.PACK_TMP, rule, now)
+
+
+def _writer_temps(record_dir: Path, entries: "list[os.DirEntry[str]]", kind: Kind, rule: Rule,
+                  now: float) -> list[Leftover]:
+    """The pack writer's ``tmp_*`` files among ``entries``, grouped by writer tag (judged by the owner record
+    ``record_dir/tmp_owner_<tag>`` when there is one, else by the name's pid); other ``tmp_*`` names one by one."""
+    from ..pack.write import OWNER_PREFIX, TMP_RE
+
     groups: dict[str, list[Path]] = {}
     out = []
-    for e in sorted([*_scan(pack_dir), *_scan(pack_dir / PRESERVED_DIR)], key=lambda e: e.name):
+    for e in sorted(entries, key=lambda e: e.name):
         if not e.name.startswith("tmp_") or not e.is_file(follow_symlinks=False):
             continue
         m = TMP_RE.match(e.name)
@@ -235,9 +243,9 @@ def find_pack_temps(repo: object, *, now: float | None = None, rule: Rule | None
             continue
         mtime = _mtime(e.path)
         if mtime is not None:
-            out.append(Leftover(Path(e.path), Kind.PACK_TMP, None, now - mtime, rule.verdict(None, now - mtime)))
+            out.append(Leftover(Path(e.path), kind, None, now - mtime, rule.verdict(None, now - mtime)))
     for tag, paths in groups.items():
-        record_path = pack_dir / f"{OWNER_PREFIX}{tag}"
+        record_path = record_dir / f"{OWNER_PREFIX}{tag}"
         record = read_owner(record_path) if record_path in paths else None
         mtimes = [t for t in map(_mtime, paths) if t is not None]
         if not mtimes:
@@ -246,7 +254,7 @@ def find_pack_temps(repo: object, *, now: float | None = None, rule: Rule | None
         alive = _alive(record, int(pid), host_tag)
         head = record_path if record_path in paths else paths[0]
         age = now - max(mtimes)
-        out.append(Leftover(head, Kind.PACK_TMP, record, age, rule.verdict(alive, age),
+        out.append(Leftover(head, kind, record, age, rule.verdict(alive, age),
                             files=tuple(p for p in paths if p != head), alive=alive))
     return out
 
@@ -463,6 +471,43 @@ def find_pool_deletions(repo: object, *, now: float | None = None, rule: Rule | 
     return out
 
 
+def find_backup_temps(backup_dir: str | os.PathLike[str], *, now: float | None = None,
+                      rule: Rule | None = None) -> list[Leftover]:
+    """In a repository's backup directory (store/backup; ``backup_dir`` a path): the bundle writer's temp files,
+    grouped by writer tag as pack temps are, and the manifest's ``.tmp-<pid>-manifest.json``."""
+    from .table import DURABLE_TMP_PREFIX
+
+    d = Path(os.fspath(backup_dir))
+    now, rule = _now(now), rule or RULES[Kind.BACKUP_TMP]
+    return [*_writer_temps(d, list(_scan(d)), Kind.BACKUP_TMP, rule, now),
+            *_aged_files([d], DURABLE_TMP_PREFIX, Kind.BACKUP_TMP, rule, now)]
+
+
+def find_restore_temps(target: str | os.PathLike[str], *, now: float | None = None,
+                       rule: Rule | None = None) -> list[Leftover]:
+    """``.<name>.restoring-*`` and ``.<name>.replaced-*`` directories beside a restore's ``target`` (a path),
+    aged by their newest file (at most :data:`~.table.RESTORE_SCAN_LIMIT` looked at)."""
+    from .table import RESTORE_INFIXES, RESTORE_SCAN_LIMIT
+
+    path = Path(os.path.realpath(os.fspath(target)))
+    now, rule = _now(now), rule or RULES[Kind.RESTORE_TMP]
+    prefixes = tuple(f".{path.name}{infix}" for infix in RESTORE_INFIXES)
+    out = []
+    for e in sorted((e for e in _scan(path.parent) if e.name.startswith(prefixes) and e.is_dir(follow_symlinks=False)),
+                    key=lambda e: e.name):
+        newest = _mtime(e.path)
+        if newest is None:
+            continue
+        for n, (dirpath, _dirs, files) in enumerate(os.walk(e.path)):
+            for f in [dirpath, *(os.path.join(dirpath, name) for name in files)]:
+                t = _mtime(f)
+                newest = max(newest, t if t is not None else newest)
+            if n >= RESTORE_SCAN_LIMIT:
+                break
+        out.append(Leftover(Path(e.path), Kind.RESTORE_TMP, None, now - newest, rule.verdict(None, now - newest)))
+    return out
+
+
 #: Every finder by kind (the table test walks it; ``find_half_preserved`` and ``find_orphan_packs`` share a listing).
 FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
     Kind.LOOSE_TMP: find_loose_tmp, Kind.BATCH_MARKER: find_batch_markers, Kind.PACK_TMP: find_pack_temps,
@@ -472,7 +517,8 @@ FINDERS: dict[Kind, Callable[..., list[Leftover]]] = {
     Kind.PACKED_REFS_TMP: find_packed_refs_temps, Kind.PACKED_REFS_NEW: find_packed_refs_new,
     Kind.REF_CLAIM: find_ref_claims, Kind.REF_TMP: find_ref_temps, Kind.PRESERVED_MAPPED: find_preserved_mapped,
     Kind.PRESERVED_LOOSE: find_preserved_loose, Kind.DURABLE_TMP: find_durable_temps,
-    Kind.POOL_DELETING: find_pool_deletions,
+    Kind.POOL_DELETING: find_pool_deletions, Kind.BACKUP_TMP: find_backup_temps,
+    Kind.RESTORE_TMP: find_restore_temps,
 }
 
 

@@ -62,6 +62,11 @@ DURABLE_TMP_PREFIX = ".tmp-"
 DURABLE_TMP_DIRS = (".", "packyard", "objects/info")
 #: A pool's directory renamed aside by its delete (``<pool>.deleting-<hex>``, beside the pool).
 POOL_DELETING_INFIX = ".deleting-"
+#: A restore's repository being built, and a replaced one being removed (store/backup/restore.py), beside the target:
+#: ``.<name>.restoring-<hex>/`` and ``.<name>.replaced-<hex>/``.
+RESTORE_INFIXES = (".restoring-", ".replaced-")
+#: Files tested for the newest mtime of a restore's temp directory (its pack files and the last ones written).
+RESTORE_SCAN_LIMIT = 10_000
 #: git's default prune expiry (``gc.pruneExpire`` = 2.weeks.ago): what nobody can judge waits this long.
 PRUNE_EXPIRE = 14 * 24 * HOUR
 #: A dead loose batch's marker and tmp files wait this long after their owner died.
@@ -90,6 +95,8 @@ class Kind(enum.Enum):
     PRESERVED_LOOSE = "preserved_loose"
     DURABLE_TMP = "durable_tmp"
     POOL_DELETING = "pool_deleting"
+    BACKUP_TMP = "backup_tmp"
+    RESTORE_TMP = "restore_tmp"
 
 
 class Verdict(enum.Enum):
@@ -209,6 +216,19 @@ _RULES += (
          "removes the tree; one killed in between leaves this. Nothing reads it (no alternates name it: the delete "
          "was refused while any member linked). The redelivered delete (or `packyard pool delete` run again) removes "
          "it at once, whatever its age; the age is for any other caller."),
+)
+_RULES += (
+    Rule(Kind.BACKUP_TMP, "<backup dir>/tmp_{pack,owner}_<pid>_<tag>-<rand>, <backup dir>/.tmp-<pid>-manifest.json",
+         0.0, PRUNE_EXPIRE,
+         "A backup's bundle being written (the pack writer's temp file, with the bundle header before the pack, and "
+         "its owner record) or its manifest being replaced, in the repository's backup directory (store/backup). "
+         "Nothing names either until it is renamed: a dead writer's go at once (a bundle can be gigabytes); another "
+         "host's, and the manifest's temp file (a pid, no host), after git's prune expiry, as pack temps."),
+    Rule(Kind.RESTORE_TMP, "<target's dir>/.<name>.{restoring,replaced}-<hex>/", None, HOUR,
+         "A restore builds the repository here and renames it onto the target only when it is complete (no "
+         "half-restored repository is ever visible); a forced restore swaps the old one here and removes it. A "
+         "killed restore leaves it; nothing reads it. Aged by its newest file (a live restore keeps writing "
+         "packs): one hour untouched, as a quarantine."),
 )
 #: The table: one rule per kind.
 RULES: dict[Kind, Rule] = {r.kind: r for r in _RULES}

@@ -1,7 +1,8 @@
 """Maintenance of a repository's object store: deciding what is due, and doing it.
 
 Six concerns, one subpackage each, in layer order (a package may import those above it in this list and the
-store's core -- objects, objdir, install, pack/, preserve, leftovers -- never those below it;
+store's core -- objects, objdir, install, pack/, preserve, leftovers -- never those below it; the backups,
+:mod:`packyard.store.backup`, sit above every one of them and nothing here imports them;
 tests/store/test_layers.py checks it):
 
 * :mod:`.walk` -- what the tips reach: the tips (refs, HEAD, reflogs), the commit and tree parsers, where each

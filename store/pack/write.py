@@ -21,6 +21,9 @@ were (``packyard janitor`` asks the job records). Three ways in:
 for a cruft pack) with the index writer of :mod:`.idxwrite`; :meth:`PackWriter.install`
 publishes them through :func:`packyard.store.install.install_pack` (temp names -> one flush ->
 renames, idx last -> directory fsync), with ``<prefix>.after_<step>`` fault points.
+A pack that is not a repository's (a git bundle: store/backup/bundle.py) is written with a ``header``
+before it (not part of the pack's offsets or SHA-1), finished with ``index=False`` (no idx, no rev) and
+published as one file by :meth:`PackWriter.publish_as` (flush, rename, directory fsync).
 Any write error (a full disk) is :class:`WriteFailedError` naming the temp file, after the temp
 files are removed.
 """
@@ -39,6 +42,7 @@ from typing import AbstractSet, Iterable, Sequence
 
 from .. import durable
 from ..errors import InvalidInputError, PackFormatError, WriteFailedError
+from ..faults import fault_point
 from ..install import InstallOutcome, PackFiles, install_pack
 from ..objects import OFS_DELTA, REF_DELTA
 from ..owner import current_owner, this_host_tag
@@ -87,7 +91,9 @@ class PackWriter:
     """One pack being written; see the module docstring. Not thread-safe; one writer per pack."""
 
     def __init__(self, pack_dir: Path, count: int, *, counters: durable.DurabilityCounters | None = None,
-                 compression: int = PACK_COMPRESSION, fault_prefix: str = "pack_write") -> None:
+                 compression: int = PACK_COMPRESSION, fault_prefix: str = "pack_write", header: bytes = b"") -> None:
+        """``header``: bytes written before the pack in the same file (a bundle's header); the pack's offsets
+        and trailer SHA-1 start after it."""
         if count < 0 or count >= 1 << 32:
             raise InvalidInputError(f"a pack holds 0 to 2^32-1 objects, not {count}")
         self.pack_dir = Path(pack_dir)
@@ -106,11 +112,20 @@ class PackWriter:
         self.bytes_copied = 0
         self.finished: PackFiles | None = None
         self.installed = False
+        self.unindexed = False      # finished with index=False (published by publish_as)
         self._sha = hashlib.sha1()
         self._buf = bytearray()
         self._pos = 0
         self._fd = self._create(self.tmp_pack)
         self.tmp_owner = self._write_owner_record()
+        self.header_size = len(header)
+        if header:
+            try:
+                durable.write_all(self._fd, header)
+            except OSError as err:
+                self.abort()
+                raise WriteFailedError(f"writing the new pack failed: {err.strerror}", errno=err.errno,
+                                       path=self.tmp_pack) from err
         self._append(PACK_SIGNATURE + struct.pack(">II", 2, count))
 
     # -- files --------------------------------------------------------------------------------
@@ -305,8 +320,10 @@ class PackWriter:
             return self.copy_raw(oid, view, header.offset, end, source_crc, path=path)
 
     # -- finishing ----------------------------------------------------------------------------
-    def finish(self, *, mtimes: Sequence[int] | None = None, keep: bytes | None = None) -> PackFiles:
-        """Trailer, then idx/rev (and .mtimes, and a .keep's content) as temp files; returns them."""
+    def finish(self, *, mtimes: Sequence[int] | None = None, keep: bytes | None = None,
+               index: bool = True) -> PackFiles:
+        """Trailer, then idx/rev (and .mtimes, and a .keep's content) as temp files; returns them.
+        ``index=False``: the trailer only (a pack that is published as one file: :meth:`publish_as`)."""
         if self.finished is not None:
             return self.finished
         if len(self.offsets) != self.count:
@@ -318,6 +335,12 @@ class PackWriter:
         try:
             os.write(self._fd, checksum)
             self._pos += len(checksum)
+            if not index:
+                self.checksum = checksum
+                self.name = f"pack-{checksum.hex()}"
+                self.finished = PackFiles(name=self.name, pack=self.tmp_pack, idx=self.tmp_pack, rev=self.tmp_pack)
+                self.unindexed = True
+                return self.finished
             idx = self.pack_dir / f"tmp_idx_{self._tag}"
             rev = self.pack_dir / f"tmp_rev_{self._tag}"
             mt = self.pack_dir / f"tmp_mtimes_{self._tag}" if mtimes is not None else None
@@ -379,6 +402,37 @@ class PackWriter:
         self._temps = []
         self.installed = True
         return outcome, files, keep_path
+
+    def publish_as(self, dest: Path, *, counters: durable.DurabilityCounters | None = None) -> None:
+        """After ``finish(index=False)``: the temp file (header and pack) flushed, renamed onto ``dest`` (in the
+        same directory) and the directory fsynced; the owner record removed. Fault points
+        ``<fault_prefix>.after_flush`` (flushed, not renamed) and ``<fault_prefix>.after_rename`` (renamed,
+        directory not yet fsynced). An error before the rename: every temp file removed, nothing at ``dest`` from this
+        writer; after it (the directory's fsync): the other temp files removed, ``dest`` stays."""
+        if self.finished is None or not self.unindexed:
+            raise InvalidInputError("publish_as() publishes a pack finished with index=False")
+        dest = Path(dest)
+        if dest.parent.resolve() != self.pack_dir.resolve():
+            raise InvalidInputError("a pack is published in the directory it was written in", path=dest)
+        counters = counters if counters is not None else self.counters
+        try:
+            durable.flush_file(self._fd, counters)
+            self._close_fd()
+            fault_point(f"{self.fault_prefix}.after_flush")
+            durable.rename(self.tmp_pack, dest, counters)
+            self._temps.remove(self.tmp_pack)
+            fault_point(f"{self.fault_prefix}.after_rename")
+            durable.fsync_dir(self.pack_dir, counters)
+        except OSError as err:
+            self.abort()
+            raise WriteFailedError(f"publishing the new pack failed: {err.strerror}", errno=err.errno,
+                                   path=self.tmp_pack) from err
+        except BaseException:
+            self.abort()
+            raise
+        self._remove_temps()
+        self._temps = []
+        self.installed = True
 
     @property
     def size(self) -> int:

