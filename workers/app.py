@@ -35,6 +35,9 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     ``janitor``: every PACKYARD_JANITOR_INTERVAL seconds (0: never), leftovers of dead jobs in the
     registered repositories are removed by owner (workers/commands/janitor.py).
 
+    ``backup-fleet``: at PACKYARD_BACKUP_CRON (``off``: never), one backup job per enabled registered
+    repository (workers/commands/backup.py's ``queue_fleet``).
+
     ``prune-records``: every PACKYARD_RECORDS_PRUNE_INTERVAL seconds (0: never), job rows, lock events
     and race events past their retention are deleted in short batches (workers/records/retention.py).
     """
@@ -58,7 +61,18 @@ def beat_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     if settings.records_prune_interval > 0:
         schedule["prune-records"] = {"task": "packyard.prune_records", "schedule": settings.records_prune_interval,
                                      "options": {"expires": settings.records_prune_interval}}
+    if settings.backup_cron:
+        schedule["backup-fleet"] = {"task": "packyard.backup_fleet", "schedule": backup_crontab(settings),
+                                    "options": {"expires": 3600.0}}
     return schedule
+
+
+def backup_crontab(settings: Settings):  # type: ignore[no-untyped-def]
+    """PACKYARD_BACKUP_CRON as a Celery crontab (UTC); after the maintenance window by default."""
+    from celery.schedules import crontab
+
+    minute, hour, dom, month, dow = settings.backup_cron.split()
+    return crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month, day_of_week=dow)
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:

@@ -138,6 +138,9 @@ def test_beat_schedule_is_what_is_configured(pk, tmp_path):
     assert line.startswith("maintenance-window: packyard.plan_maintenance {'trigger': 'window'} at cron '0 2 * * *'")
     assert "open for 14400 s, at most 2 maintenance job(s) in flight" in line
     assert any("reconcile-jobs: packyard.reconcile_jobs every 60s" in ln for ln in lines), lines
+    assert any(ln.startswith("backup-fleet: packyard.backup_fleet at cron '0 7 * * *' (UTC)") for ln in lines), lines
+    off = run(pk, "beat", "--show-schedule", PACKYARD_BACKUP_CRON="off")
+    assert off.returncode == 0 and "backup-fleet" not in off.stdout, off.stdout
     out = run(pk, "beat", "--show-schedule", PACKYARD_MAINTENANCE_CRON="30 1 * * 6", PACKYARD_MAINTENANCE_WINDOW="600",
               PACKYARD_MAINTENANCE_CONCURRENCY="5")
     assert "at cron '30 1 * * 6' (UTC), open for 600 s, at most 5 maintenance job(s)" in out.stdout

@@ -56,6 +56,8 @@ COMMANDS: dict[str, tuple[str, str] | str] = {
     "pool": ("pool", "object pools: forks that share one copy of their objects"),
     "receive-pack": ("receive_pack", "receive a push from a git client on stdin/stdout (git receive-pack)"),
     "upload-pack": ("upload_pack", "serve a clone or fetch on stdin/stdout (git upload-pack, serving configuration)"),
+    "backup": ("backup", "back a repository up into PACKYARD_BACKUP_ROOT (git bundles, full then incremental)"),
+    "restore": ("restore", "restore a repository from its backups into a new repository"),
     "http": ("serve_http", "serve git's smart HTTP (push and fetch) for a frontend proxy, on loopback"),
 }
 

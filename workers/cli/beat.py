@@ -30,6 +30,11 @@ def run(args: argparse.Namespace) -> int:
             if isinstance(entry["schedule"], (int, float)):
                 print(f"{name}: {entry['task']} every {entry['schedule']:g}s")
                 continue
+            if name == "backup-fleet":
+                print(f"{name}: {entry['task']} at cron '{s.backup_cron}' (UTC), into {s.backup_path}, "
+                      f"{s.backup_keep_full} full chain(s) kept, a new full one after "
+                      f"{s.backup_full_interval:.0f} s")
+                continue
             print(f"{name}: {entry['task']} {entry['kwargs']} at cron '{s.maintenance_cron}' (UTC), open for "
                   f"{s.maintenance_window:.0f} s, at most {s.maintenance_concurrency} maintenance job(s) in flight, "
                   f"jitter up to {s.maintenance_jitter:.0f} s; also after every {s.plan_after_ingests} ingests")

@@ -71,6 +71,7 @@ Task names are ``packyard.<name>``; ``packyard submit <name>`` also accepts dash
 """
 # Importing each task module registers its tasks (reconcile_jobs is bookkeeping, not a job: see its module).
 from packyard.workers.tasks import (  # noqa: F401
+    backup,
     gc,
     import_tree,
     index_pack,
@@ -86,4 +87,4 @@ from packyard.workers.tasks import (  # noqa: F401
 )
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
-                "plan_maintenance", "repack", "janitor", "prune_records", "pool")
+                "plan_maintenance", "repack", "janitor", "prune_records", "pool", "backup")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 
 BENCHMARKS = ("verify", "loose", "index_pack", "delta", "repack", "serve", "graph", "midx", "records", "pool", "status",
-              "receive")
+              "receive", "backup")
 
 
 def register(subparsers) -> None:  # type: ignore[no-untyped-def]
