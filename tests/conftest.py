@@ -43,6 +43,9 @@ _OVERRIDES = {
     # The session's workers run the race harness's --unsafe-delete control and gc with preserve_for=0
     # (tests/workers/test_unsafe_maintenance.py checks the refusal without it).
     "PACKYARD_ALLOW_UNSAFE_MAINTENANCE": "1",
+    # Pushes run in the receiving process unless a test asks for the queue (tests/receive/test_push_queued.py):
+    # the parity tables give each scenario's receive-pack its own server settings, which a shared worker has not.
+    "PACKYARD_RECEIVE_MODE": "process",
 }
 os.environ.update(_OVERRIDES)
 STORAGE_ROOT = SESSION_DIR / "repos"

@@ -202,6 +202,7 @@ def message_bytes_needed(write_objects_max_bytes: int) -> int:
 DEFAULT_TIME_LIMITS: dict[str, tuple[float, float]] = {
     "default": (3600.0, 3900.0),
     "index_pack": (3600.0, 3900.0),
+    "receive_pack": (3600.0, 3900.0),
     "unpack_objects": (600.0, 660.0),
     "write_objects": (600.0, 660.0),
     "import_tree": (3600.0, 3900.0),
@@ -297,6 +298,14 @@ def _inside(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the first when unset)."""
+    raw = env.get(name, "").strip().lower() or choices[0]
+    if raw not in choices:
+        raise SettingsError(f"{name} must be {' or '.join(choices)}, got {raw!r}")
+    return raw
+
+
 def _cron(env: Mapping[str, str], name: str, default: str) -> str:
     raw = " ".join(env.get(name, "").split())
     if not raw:
@@ -358,6 +367,11 @@ class Settings:
     receive_hide_refs: tuple[str, ...] = ()        # PACKYARD_RECEIVE_HIDE_REFS, comma-separated (transfer.hideRefs)
     receive_max_commands: int = 10_000             # PACKYARD_RECEIVE_MAX_COMMANDS: commands (and options) per push
     receive_idle_timeout: float = 60.0             # PACKYARD_RECEIVE_IDLE_TIMEOUT: seconds a client may be silent
+    # PACKYARD_RECEIVE_MODE: queue (the push's ingest and ref transaction run as a packyard.receive_pack job on a
+    # worker) or process (in the receiving process, for hosts without workers); docs/receive.md
+    receive_mode: str = "queue"
+    receive_keepalive: float = 5.0                 # PACKYARD_RECEIVE_KEEPALIVE: seconds between keepalives (git's 5)
+    receive_queue_wait: float = 60.0               # PACKYARD_RECEIVE_QUEUE_WAIT: seconds for a worker to start the job
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
     fsck_big_file_threshold: int = FSCK_BIG_FILE_THRESHOLD   # PACKYARD_FSCK_BIG_FILE_THRESHOLD
@@ -584,6 +598,9 @@ class Settings:
                                     if p.strip().strip("/")),
             receive_max_commands=_int(env, "PACKYARD_RECEIVE_MAX_COMMANDS", 10_000),
             receive_idle_timeout=_float(env, "PACKYARD_RECEIVE_IDLE_TIMEOUT", 60.0),
+            receive_mode=_choice(env, "PACKYARD_RECEIVE_MODE", ("queue", "process")),
+            receive_keepalive=_float(env, "PACKYARD_RECEIVE_KEEPALIVE", 5.0),
+            receive_queue_wait=_float(env, "PACKYARD_RECEIVE_QUEUE_WAIT", 60.0),
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
@@ -682,6 +699,9 @@ class Settings:
             "PACKYARD_RECEIVE_HIDE_REFS": ",".join(self.receive_hide_refs),
             "PACKYARD_RECEIVE_MAX_COMMANDS": str(self.receive_max_commands),
             "PACKYARD_RECEIVE_IDLE_TIMEOUT": str(self.receive_idle_timeout),
+            "PACKYARD_RECEIVE_MODE": self.receive_mode,
+            "PACKYARD_RECEIVE_KEEPALIVE": str(self.receive_keepalive),
+            "PACKYARD_RECEIVE_QUEUE_WAIT": str(self.receive_queue_wait),
             "PACKYARD_FSCK": self.fsck,
             "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
             "PACKYARD_FSCK_BIG_FILE_THRESHOLD": str(self.fsck_big_file_threshold),

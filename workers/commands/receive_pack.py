@@ -14,7 +14,7 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
 
-from packyard.store.errors import StoreError
+from packyard.store.errors import InvalidInputError, StoreError
 from packyard.store.fsck import FsckOptions
 from packyard.store.objects import ZERO_OID
 from packyard.store.pack.indexpack import IncomingPack
@@ -156,3 +156,36 @@ def _apply(r: Any, commands: Sequence[Command], *, atomic: bool, rules: Rules, l
         for cmd in moving:
             cmd.messages.append(str(err))
             cmd.error = "atomic transaction failed" if atomic else "failed to update ref"
+
+
+def push_job(repo: str | Path, pack: BinaryIO | None, commands: Sequence[dict[str, str]], *, atomic: bool = False,
+             push_options: Sequence[str] = (), lock: LockFactory | None = None,
+             progress: Progress | None = None) -> dict[str, Any]:
+    """One push as a job, the same whether the receiving process runs it (PACKYARD_RECEIVE_MODE=process) or a
+    worker does (``packyard.receive_pack``): :func:`receive_pack` with the server's rules, fsck and pack limit
+    (this process's settings: a message cannot change them), ``commands`` as the job's params spell them.
+    Returns the verdicts for the report (``commands``: each one's ``error`` and ``messages``, in order),
+    ``unpack`` / ``unpack_detail``, ``refs`` (name -> "ok" or the error) and the job row's counters."""
+    from packyard.workers.receive.session import rules_from
+    from packyard.workers.settings import get_settings
+
+    s = get_settings()
+    cmds = [Command(c["old"], c["new"], c["ref"].encode("utf-8", "surrogateescape")) for c in commands]
+    result = receive_pack(repo, pack, cmds, atomic=atomic, rules=rules_from(s), fsck=s.fsck_options,
+                          max_pack_bytes=s.max_pack_bytes, progress=progress, lock=lock)
+    counters = dict(result["counters"])
+    counters["refs_moved"] = sum(c.error is None for c in cmds)
+    counters["refs_refused"] = sum(c.error is not None for c in cmds)
+    return {"repo": result["repo"], "unpack": result["unpack"], "unpack_detail": result.get("unpack_detail"),
+            "pack": result["pack"], "push_options": len(push_options),
+            "commands": [{"ref": c.name, "error": c.error, "messages": list(c.messages)} for c in cmds],
+            "refs": {c.name: c.error or "ok" for c in cmds}, "counters": counters}
+
+
+class PushUnpackFailed(InvalidInputError):
+    """The push's pack was refused (git: ``unpack index-pack abnormal exit``): the job fails with the typed
+    error's text, and every command is ``unpacker error`` in the report."""
+
+
+def unpack_failure(result: dict[str, Any]) -> PushUnpackFailed:
+    return PushUnpackFailed(f"unpack {result['unpack']}: {result.get('unpack_detail')}")

@@ -188,7 +188,17 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
         return _fatal(stderr, str(err))
     if not req.commands:
         return 0
-    unpack_error, extra = run_push(path, req, rules, pack, s)
+    if s.receive_mode == "queue":
+        from packyard.workers.receive.queued import run_push_queued
+
+        def keepalive() -> None:   # git's "0005\1": an empty packet on band 1, only to side-band clients
+            if req.sideband:
+                stdout.write(sideband(1, b""))
+                stdout.flush()
+
+        unpack_error, extra = run_push_queued(path, req, pack, s, keepalive)
+    else:
+        unpack_error, extra = run_push(path, req, rules, pack, s)
     out = report(req, unpack_error)
     notes = messages(req, extra)
     if req.sideband:
@@ -206,8 +216,9 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
 
 def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple[str | None, list[str]]:
     """The push as a recorded job in this process (PACKYARD_RECEIVE_MODE=process): one job row with the
-    commands and push options as its params, the verdicts as its counters."""
-    from packyard.workers.commands.receive_pack import receive_pack
+    commands and push options as its params, the verdicts as its counters; the job itself is the queued
+    mode's (commands/receive_pack.py's ``push_job``), so the row is the same either way."""
+    from packyard.workers.commands.receive_pack import push_job, unpack_failure
     from packyard.workers.records import task_runs as recording
 
     extra: list[str] = []
@@ -216,15 +227,14 @@ def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple
             cmd.error = "shallow update not allowed"
         return None, extra
     task_id = f"receive-{uuid.uuid4()}"
-    kwargs = {"repo": path, "commands": [c.as_param() for c in req.commands], "push_options": req.push_options,
-              "atomic": "atomic" in req.features}
+    params = [c.as_param() for c in req.commands]
+    kwargs = {"repo": path, "commands": params, "push_options": req.push_options, "atomic": "atomic" in req.features}
     started = time.monotonic()
     recording.job_started(task_id, KIND, (), kwargs, os.uname().nodename)
     delete_only = all(c.is_delete for c in req.commands)
     try:
-        result = receive_pack(path, None if delete_only else stdin, req.commands, atomic="atomic" in req.features,
-                              rules=rules, fsck=s.fsck_options, max_pack_bytes=s.max_pack_bytes,
-                              lock=_lock(path, s))
+        result = push_job(path, None if delete_only else stdin, params, atomic="atomic" in req.features,
+                          push_options=req.push_options, lock=_lock(path, s))
     except Exception as exc:   # the lease, the records: every command fails, as git's failed transaction does
         recording.job_finished(task_id, KIND, (), kwargs, started, exc=exc)
         for cmd in req.commands:
@@ -234,17 +244,14 @@ def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple
     except BaseException as exc:
         recording.job_finished(task_id, KIND, (), kwargs, started, exc=exc)
         raise
-    if result.get("unpack_detail"):
-        extra.append(f"fatal: {result['unpack_detail']}")
-    counters = dict(result["counters"])
-    counters["refs_moved"] = sum(c.error is None for c in req.commands)
-    counters["refs_refused"] = sum(c.error is not None for c in req.commands)
+    for cmd, verdict in zip(req.commands, result["commands"]):
+        cmd.error = verdict["error"]
+        cmd.messages.extend(verdict["messages"])
     if result["unpack"] is not None:
-        recording.job_finished(task_id, KIND, (), kwargs, started,
-                               exc=ProtocolError(f"unpack {result['unpack']}: {result.get('unpack_detail')}"))
+        extra.append(f"fatal: {result['unpack_detail']}")
+        recording.job_finished(task_id, KIND, (), kwargs, started, exc=unpack_failure(result))
     else:
-        recording.job_finished(task_id, KIND, (), kwargs, started,
-                               result={"counters": counters, "refs": {c.name: c.error or "ok" for c in req.commands}})
+        recording.job_finished(task_id, KIND, (), kwargs, started, result=result)
     return result["unpack"], extra
 
 

@@ -31,7 +31,7 @@ from packyard.workers.records.models import normalize_repo_path as normalize
 from packyard.workers.settings import Settings
 
 INGEST_KINDS = frozenset({"packyard.index_pack", "packyard.unpack_objects", "packyard.import_tree",
-                          "packyard.write_objects"})
+                          "packyard.write_objects", "packyard.receive_pack"})
 REPACK_KIND = "packyard.repack"
 GC_KIND = "packyard.gc"
 BACKUP_KIND = "packyard.backup"

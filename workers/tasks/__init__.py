@@ -79,6 +79,7 @@ from packyard.workers.tasks import (  # noqa: F401
     plan_maintenance,
     pool,
     prune_records,
+    receive_pack,
     reconcile_jobs,
     repack,
     unpack_objects,
@@ -87,4 +88,4 @@ from packyard.workers.tasks import (  # noqa: F401
 )
 
 TASK_MODULES = ("verify_repo", "import_tree", "unpack_objects", "write_objects", "index_pack", "gc",
-                "plan_maintenance", "repack", "janitor", "prune_records", "pool", "backup")
+                "plan_maintenance", "repack", "janitor", "prune_records", "pool", "backup", "receive_pack")

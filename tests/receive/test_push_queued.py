@@ -1,0 +1,159 @@
+"""Pushes through the queue (PACKYARD_RECEIVE_MODE=queue, the default outside the test session): a real
+``git push --receive-pack='packyard receive-pack'`` whose ingest and ref transaction run as a
+``packyard.receive_pack`` job on the session's real Celery worker, against ``git receive-pack`` on an identical
+repository (the same ``--porcelain`` output, exit status and refs), the job row, the spooled pack gone, the
+keepalive packets a side-band client gets while it waits, and a job no worker takes in time."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gitutil import GIT_ENV, fsck, git
+
+RECEIVE_PACK = "packyard receive-pack"
+
+
+def _commit(work: Path, name: str, text: str) -> None:
+    (work / name).write_text(text)
+    git("add", "-A", cwd=work)
+    git("commit", "-q", "-m", f"{name}: {text[:20]}", cwd=work)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Path:
+    work = tmp_path / "client"
+    git("init", "-q", "-b", "main", str(work))
+    for i in range(3):
+        _commit(work, f"f{i}.txt", "".join(f"line {j} of {i}\n" for j in range(200)))
+    git("tag", "-a", "-m", "release", "v1", cwd=work)
+    git("branch", "feature", "HEAD~1", cwd=work)
+    return work
+
+
+def _env(pk, **extra: str) -> dict[str, str]:
+    return {**pk.cli_env(PACKYARD_RECEIVE_MODE="queue", **extra), **GIT_ENV}
+
+
+def _push(pk, client: Path, repo: Path, *args: str, ours: bool, **env: str) -> tuple[int, str]:
+    cmd = ["git", "push", "--porcelain", *(["--receive-pack", RECEIVE_PACK] if ours else []), str(repo), *args]
+    proc = subprocess.run(cmd, cwd=client, env=_env(pk, **env), capture_output=True, timeout=180)
+    return proc.returncode, proc.stdout.decode()
+
+
+def _refs(repo: Path) -> str:
+    return git("for-each-ref", "--format=%(refname) %(objectname)", git_dir=repo).decode()
+
+
+def test_queued_pushes_match_git(client: Path, store_root: Path, tmp_path: Path, pk, celery_worker) -> None:
+    ours, theirs = store_root / "queued.git", tmp_path / "theirs.git"
+    for repo in (ours, theirs):
+        git("init", "-q", "--bare", str(repo))
+    steps: list[tuple[str, ...]] = [
+        ("main", "v1", "feature"),                                   # create, with a tag
+        ("main",),                                                   # fast-forward (after a commit below)
+        ("+main~1:refs/heads/feature",),                             # forced non-fast-forward
+        (":refs/heads/feature",),                                    # delete
+        ("--atomic", "main", "refs/heads/main:refs/heads/other"),    # atomic, both pass
+    ]
+    for i, refspecs in enumerate(steps):
+        if i == 1:
+            _commit(client, "next.txt", "next\n")
+        got = {side: _push(pk, client, repo, *refspecs, ours=side == "ours")
+               for side, repo in (("ours", ours), ("theirs", theirs))}
+        assert got["ours"][0] == got["theirs"][0], (refspecs, got)
+        assert got["ours"][1].replace(str(ours), "R") == got["theirs"][1].replace(str(theirs), "R"), (refspecs, got)
+        assert _refs(ours) == _refs(theirs), refspecs
+    fsck(ours)
+    assert not list(pk.incoming_dir.glob("receive-*.pack"))             # the spooled packs are gone
+
+
+def test_a_queued_push_is_a_job_the_worker_ran(client: Path, store_root: Path, pk, settings, celery_worker) -> None:
+    from sqlalchemy import select
+
+    from packyard.workers.records import Job, session_scope
+
+    repo = store_root / "job.git"
+    git("init", "-q", "--bare", str(repo))
+    rc, out = _push(pk, client, repo, "-o", "queued.marker", "main", ours=True)
+    assert rc == 0, out
+    with session_scope(settings) as s:
+        jobs = [j for j in s.scalars(select(Job).where(Job.kind == "packyard.receive_pack"))
+                if j.params and j.params.get("push_options") == ["queued.marker"]]
+    assert len(jobs) == 1
+    job = jobs[0]
+    assert job.state.value == "SUCCESS" and job.worker_hostname and job.worker_hostname.startswith("test-")
+    assert job.params["pack"].startswith("receive-") and job.counters["refs_moved"] == 1
+
+
+def test_a_bad_pack_through_the_queue_is_refused_as_git_refuses_it(store_root: Path, tmp_path: Path, pk,
+                                                                   celery_worker) -> None:
+    """A raw request whose pack stops mid-object: the same report bytes as git's, a FAILURE job row."""
+    repo = store_root / "bad.git"
+    git("init", "-q", "--bare", str(repo))
+    blob = git("hash-object", "-w", "--stdin", git_dir=repo, input=b"x" * 5000).decode().strip()
+    pack = git("pack-objects", "-q", "--stdout", git_dir=repo, input=blob.encode() + b"\n")
+    for p in (repo / "objects").glob("??/*"):
+        p.unlink()
+    zero = "0" * 40
+    line = f"{zero} {blob} refs/heads/blob\0report-status\n".encode()
+    request = b"%04x" % (len(line) + 4) + line + b"0000" + pack[: len(pack) // 2]
+    proc = subprocess.run(["packyard", "receive-pack", str(repo)], input=request, env=_env(pk),
+                          capture_output=True, timeout=120)
+    assert b"unpack index-pack abnormal exit" in proc.stdout and b"ng refs/heads/blob unpacker error" in proc.stdout
+    assert git("for-each-ref", git_dir=repo) == b""
+    assert not list(pk.incoming_dir.glob("receive-*.pack"))
+
+
+def test_a_waiting_side_band_client_gets_keepalives(client: Path, store_root: Path, pk, settings,
+                                                    celery_worker) -> None:
+    """While the job waits (here: for the repository lease, which the test holds for a second), ``0005\\1``
+    packets (git's keepalive) reach a side-band-64k client; then the report."""
+    import time
+
+    from packyard.workers.locks import redis_client, repo_lock
+
+    repo = store_root / "keepalive.git"
+    git("init", "-q", "--bare", str(repo))
+    tip = git("rev-parse", "HEAD", cwd=client).decode().strip()
+    pack = git("pack-objects", "-q", "--stdout", "--revs", cwd=client, input=b"HEAD\n")
+    line = f"{'0' * 40} {tip} refs/heads/main\0report-status side-band-64k\n".encode()
+    request = b"%04x" % (len(line) + 4) + line + b"0000" + pack
+    with repo_lock(redis_client(settings), str(repo.resolve()), ttl=30):
+        proc = subprocess.Popen(["packyard", "receive-pack", str(repo)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=_env(pk, PACKYARD_RECEIVE_KEEPALIVE="0.1"))
+        assert proc.stdin is not None
+        proc.stdin.write(request)
+        proc.stdin.close()
+        proc.stdin = None   # (communicate() below must not flush it)
+        pk.wait_until(lambda: _started_push(settings, repo), 60, what="the push's job to start")
+        time.sleep(0.5)   # the job waits for the lease held here; the client gets keepalives
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    after_advert = out[out.index(b"\n0000") + 5:]
+    assert after_advert.startswith(b"0005\x01" * 3), after_advert[:40]   # keepalives first, then the report
+    assert b"unpack ok" in after_advert and b"ok refs/heads/main" in after_advert
+    assert git("rev-parse", "refs/heads/main", git_dir=repo).decode().strip() == tip
+
+
+def _started_push(settings, repo: Path) -> bool:
+    from sqlalchemy import select
+
+    from packyard.workers.records import Job, JobState, Repository, session_scope
+
+    with session_scope(settings) as s:
+        return s.scalar(select(Job.id).join(Repository, Job.repo_id == Repository.id).where(
+            Repository.path == str(repo.resolve()), Job.kind == "packyard.receive_pack",
+            Job.state == JobState.STARTED)) is not None
+
+
+def test_a_push_no_worker_takes_in_time_is_refused(client: Path, store_root: Path, pk, celery_worker) -> None:
+    """PACKYARD_RECEIVE_QUEUE_WAIT=0: the message expires before any worker may run it; the push is refused,
+    bounded in time, and no ref moves (then or later)."""
+    repo = store_root / "expired.git"
+    git("init", "-q", "--bare", str(repo))
+    rc, out = _push(pk, client, repo, "main", ours=True, PACKYARD_RECEIVE_QUEUE_WAIT="0")
+    assert rc != 0 and "refs/heads/main" in out and "[remote rejected]" in out, out
+    assert git("for-each-ref", git_dir=repo) == b""

@@ -1,0 +1,132 @@
+"""A push handed to a worker (PACKYARD_RECEIVE_MODE=queue, the default): the receiving process's side.
+
+1. ``spool``: the client's pack (it ends at its trailer: :class:`~.packstream.PackStream`) is copied into a
+   file of its own in PACKYARD_INCOMING_DIR (``receive-<uuid>.pack``, at most PACKYARD_MAX_PACK_BYTES), the
+   only place a queued job reads input from;
+2. ``queue``: one ``packyard.receive_pack`` job with the push's commands, options and the file's name; the
+   message expires after PACKYARD_RECEIVE_QUEUE_WAIT seconds, so a job no worker took in time is never run
+   after the client was told it failed;
+3. ``wait``: the job's result, polled; every PACKYARD_RECEIVE_KEEPALIVE seconds a keepalive packet goes to a
+   client that reads side band 64k (git's ``0005\\1``, what receive-pack sends while its hooks and checks
+   run), so a proxy or the client's own timeout does not hang up on a long ingest. Bounded: the queue wait,
+   then the job's hard time limit (PACKYARD_TIME_LIMITS ``receive_pack``) and a minute;
+4. the verdicts copied onto the request's commands (the report is written as in process mode), the spooled
+   file removed.
+
+A job that failed (its pack refused: every command ``unpacker error``; another error: ``failed to update
+ref``) or never ran reports as git's receive-pack reports a failed transaction; the job row says why.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from packyard.store.errors import LimitExceededError, StoreError
+from packyard.workers.receive.session import Request
+
+TASK = "packyard.receive_pack"
+#: the prefix of the spooled packs' names in the incoming dir (store/leftovers knows it: receive_spool)
+SPOOL_PREFIX = "receive-"
+#: how a refused pack's job error begins (commands/receive_pack.py's unpack_failure)
+UNPACK_PREFIX = "unpack index-pack abnormal exit: "
+
+
+def spool(stream: Any, incoming: Path, max_bytes: int) -> Path:
+    """``stream``'s bytes (the pack) into a new file in ``incoming``; LimitExceededError past ``max_bytes``.
+    Not flushed to disk: the file is the job's input for minutes, never the repository's data."""
+    incoming.mkdir(parents=True, exist_ok=True)
+    path = incoming / f"{SPOOL_PREFIX}{uuid.uuid4().hex}.pack"
+    total = 0
+    try:
+        with open(path, "xb") as out:
+            while True:
+                chunk = stream.read(1 << 20)
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > max_bytes:
+                    raise LimitExceededError(f"the pushed pack is larger than PACKYARD_MAX_PACK_BYTES "
+                                             f"({max_bytes} bytes)", path=path, offset=total)
+                out.write(chunk)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _fail_all(req: Request, error: str) -> None:
+    for cmd in req.commands:
+        if cmd.error is None:
+            cmd.error = error
+
+
+def run_push_queued(path: str, req: Request, stdin: Any, s: Any,
+                    keepalive: Callable[[], None]) -> tuple[str | None, list[str]]:
+    """The push as a ``packyard.receive_pack`` job; (unpack error or None, extra lines for the client)."""
+    if req.shallow:
+        _fail_all(req, "shallow update not allowed")
+        return None, []
+    delete_only = all(c.is_delete for c in req.commands)
+    spooled: Path | None = None
+    try:
+        if not delete_only:
+            try:
+                spooled = spool(stdin, s.incoming_path, s.max_pack_bytes)
+            except StoreError as err:
+                _fail_all(req, "unpacker error")
+                return "index-pack abnormal exit", [f"fatal: {type(err).__name__}: {err}"]
+        kwargs = {"repo": path, "commands": [c.as_param() for c in req.commands], "push_options": req.push_options,
+                  "atomic": "atomic" in req.features, "pack": spooled.name if spooled is not None else None}
+        return _wait(req, kwargs, s, keepalive)
+    finally:
+        if spooled is not None:
+            spooled.unlink(missing_ok=True)
+
+
+def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], None]) -> tuple[str | None, list[str]]:
+    from packyard.workers.app import app
+
+    task_id = f"receive-{uuid.uuid4()}"
+    sent = time.monotonic()
+    result = app.send_task(TASK, kwargs=kwargs, task_id=task_id, expires=max(s.receive_queue_wait, 0.001))
+    _soft, hard = s.time_limit_for(TASK)
+    interval = max(0.05, s.receive_keepalive)
+    next_keepalive = sent + interval
+    started = False
+    poll = 0.005
+    # The result is polled (one GET from the result backend each time, ~0.3 ms): Celery's own get(timeout=)
+    # waits at least a second on Redis, far longer than a keepalive interval or a small push.
+    while not result.ready():
+        now = time.monotonic()
+        if now >= next_keepalive:
+            keepalive()
+            next_keepalive = now + interval
+            started = started or result.state not in ("PENDING", "RECEIVED")
+            if not started and now - sent > s.receive_queue_wait + 5:
+                result.revoke()
+                _fail_all(req, "failed to update ref")
+                return None, [f"error: no worker took the push (job {task_id}) within {s.receive_queue_wait:g} s "
+                              "(PACKYARD_RECEIVE_QUEUE_WAIT); hosts without workers run pushes with "
+                              "PACKYARD_RECEIVE_MODE=process"]
+            if now - sent > s.receive_queue_wait + hard + 60:
+                _fail_all(req, "failed to update ref")
+                return None, [f"error: the push's job {task_id} did not finish within its time limit"]
+        time.sleep(min(poll, max(0.0, next_keepalive - now)))
+        poll = min(poll * 1.5, 0.05)
+    value = result.get(propagate=False, timeout=30)
+    if result.successful():
+        for cmd, verdict in zip(req.commands, value["commands"]):
+            cmd.error = verdict["error"]
+            cmd.messages.extend(verdict["messages"])
+        return None, []
+    text = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else str(value)
+    if type(value).__name__ == "PushUnpackFailed":
+        _fail_all(req, "unpacker error")
+        return "index-pack abnormal exit", [f"fatal: {str(value).split(UNPACK_PREFIX, 1)[-1]}"]
+    _fail_all(req, "failed to update ref")
+    return None, [f"error: {text} (job {task_id})"]
+
+
+__all__ = ["SPOOL_PREFIX", "run_push_queued", "spool"]
