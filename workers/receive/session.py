@@ -10,9 +10,10 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from packyard.store.errors import StoreError
+from packyard.workers.receive.hooks import HookConfig, Hooks
 from packyard.workers.receive.packstream import PackStream
 from packyard.workers.receive.pktline import PktReader, ProtocolError, flush_pkt, pkt, sideband
 from packyard.workers.receive.refrules import Command, Rules, ref_is_hidden
@@ -188,25 +189,45 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
         return _fatal(stderr, str(err))
     if not req.commands:
         return 0
-    unpack_error, extra = run_push(path, req, rules, pack, s)
+    hooks = Hooks(HookConfig.from_settings(s), emit=_hook_output(req, stdout, stderr), push_options=req.push_options)
+    unpack_error, extra = run_push(path, req, rules, pack, s, hooks=hooks)
     out = report(req, unpack_error)
     notes = messages(req, extra)
     if req.sideband:
-        if notes and "quiet" not in req.features or notes and unpack_error:
+        if notes:   # git's rp_error / rp_warning: sent whether or not the client asked for quiet
             stdout.write(b"".join(sideband(2, line) for line in notes.splitlines(keepends=True)))
-        stdout.write(out + flush_pkt())
+        stdout.write(out)
     else:
         if notes:
             stderr.write(notes)
             stderr.flush()
         stdout.write(out)
     stdout.flush()
+    hooks.post_receive(req.commands)     # git: after the report, its output still on side band 2, then the flush
+    if req.sideband:
+        stdout.write(flush_pkt())
+        stdout.flush()
     return 0
 
 
-def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple[str | None, list[str]]:
+def _hook_output(req: Request, stdout: BinaryIO, stderr: BinaryIO) -> Callable[[bytes], None]:
+    """Where the hooks' stdout and stderr go as they come: side band 2 with side-band-64k (``remote: ...`` in
+    git push's output), else this process's stderr, as git's receive-pack sends them."""
+    def emit(data: bytes) -> None:
+        if req.sideband:
+            stdout.write(sideband(2, data))
+            stdout.flush()
+        else:
+            stderr.write(data)
+            stderr.flush()
+    return emit
+
+
+def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any,
+             hooks: Hooks | None = None) -> tuple[str | None, list[str]]:
     """The push as a recorded job in this process (PACKYARD_RECEIVE_MODE=process): one job row with the
-    commands and push options as its params, the verdicts as its counters."""
+    commands and push options as its params, the verdicts as its counters (and the hooks' runs: a hook
+    killed at its time limit is named in ``hook_timeout``)."""
     from packyard.workers.commands.receive_pack import receive_pack
     from packyard.workers.records import task_runs as recording
 
@@ -224,7 +245,7 @@ def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple
     try:
         result = receive_pack(path, None if delete_only else stdin, req.commands, atomic="atomic" in req.features,
                               rules=rules, fsck=s.fsck_options, max_pack_bytes=s.max_pack_bytes,
-                              lock=_lock(path, s))
+                              lock=_lock(path, s), hooks=hooks)
     except Exception as exc:   # the lease, the records: every command fails, as git's failed transaction does
         recording.job_finished(task_id, KIND, (), kwargs, started, exc=exc)
         for cmd in req.commands:
@@ -239,6 +260,8 @@ def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple
     counters = dict(result["counters"])
     counters["refs_moved"] = sum(c.error is None for c in req.commands)
     counters["refs_refused"] = sum(c.error is not None for c in req.commands)
+    if hooks is not None:
+        counters.update(hooks.counters())
     if result["unpack"] is not None:
         recording.job_finished(task_id, KIND, (), kwargs, started,
                                exc=ProtocolError(f"unpack {result['unpack']}: {result.get('unpack_detail')}"))
