@@ -197,3 +197,49 @@ def test_hook_settings(tmp_path: Path) -> None:
         Settings.from_env({**base, "PACKYARD_RECEIVE_UPDATE_HOOK": "hooks/update"})
     with pytest.raises(SettingsError, match="PACKYARD_RECEIVE_HOOK_TIMEOUT"):
         Settings.from_env({**base, "PACKYARD_RECEIVE_HOOK_TIMEOUT": "0"})
+
+
+def test_hooks_over_smart_http_match_http_backend(client: Path, store_root: Path, tmp_path: Path, pk,  # noqa: F811
+                                                  settings) -> None:  # type: ignore[no-untyped-def]
+    """The same hooks behind ``packyard http`` and behind ``git http-backend``: the same porcelain output, refs,
+    and ``remote:`` lines (the quarantine read by the pre-receive, the update refusal, the post-receive's line)."""
+    from httputil import PackyardHttp, Served, cgi_bridge
+    from test_http import _rel
+    from test_push_parity import RECORD_POST_RECEIVE, UPDATE_REFUSES_NEW
+
+    ours_repo, theirs_root = store_root / "hooked.git", tmp_path / "cgi"
+    theirs_repo = theirs_root / "hooked.git"
+    scripts = {"pre-receive": PRE_RECEIVE_READS_QUARANTINE, "update": UPDATE_REFUSES_NEW,
+               "post-receive": RECORD_POST_RECEIVE}
+    hooks_dir = tmp_path / "hooks"
+    hooks_dir.mkdir()
+    hook_env = {}
+    for name, body in scripts.items():
+        (hooks_dir / name).write_text(body)
+        (hooks_dir / name).chmod(0o755)
+        hook_env[f"PACKYARD_RECEIVE_{name.upper().replace('-', '_')}_HOOK"] = str(hooks_dir / name)
+    for repo in (ours_repo, theirs_repo):
+        git("init", "-q", "--bare", str(repo))
+        git("push", "-q", str(repo), "HEAD~1:refs/heads/main", cwd=client)
+    git("config", "core.hooksPath", str(hooks_dir), git_dir=theirs_repo)
+    env = {**pk.cli_env(**hook_env), **GIT_ENV}
+    ours = PackyardHttp(env, tmp_path / "http.log")
+    theirs = Served(cgi_bridge(theirs_root, GIT_ENV))
+    try:
+        results = {}
+        for side, url in (("ours", f"{ours.url}/{_rel(store_root, settings)}/hooked.git"),
+                          ("theirs", f"{theirs.url}/hooked.git")):
+            proc = subprocess.run(["git", "push", "--porcelain", url, "main", "HEAD:refs/heads/new"], cwd=client,
+                                  env=env, capture_output=True, timeout=120)
+            results[side] = (proc.returncode, proc.stdout.decode().replace(url, "<url>"),
+                             _remote_lines(proc.stderr.decode()))
+        assert results["ours"] == results["theirs"]
+        rc, out, said = results["ours"]
+        assert rc == 1 and "(hook declined)" in out
+        assert said[0].startswith("remote: policy: refs/heads/main: 3 commits") and len(said) >= 4, said
+        refs = [git("for-each-ref", "--format=%(objectname) %(refname)", git_dir=r) for r in (ours_repo, theirs_repo)]
+        assert refs[0] == refs[1]
+        assert (ours_repo / "hook-post-receive.log").read_text() == (theirs_repo / "hook-post-receive.log").read_text()
+    finally:
+        ours.close()
+        theirs.close()
