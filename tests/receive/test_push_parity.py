@@ -95,7 +95,7 @@ exit 1
 """
 UPDATE_REFUSES_NEW = """#!/bin/sh
 echo "$1 $2 $3" >> hook-update.log
-case "$1" in refs/heads/new) echo "policy: $1 may not be created"; exit 1;; esac
+case "$1" in refs/heads/new*) echo "policy: $1 may not be created"; exit 1;; esac
 """
 RECORD_PRE_RECEIVE = """#!/bin/sh
 { echo "options=${GIT_PUSH_OPTION_COUNT-unset} 0=${GIT_PUSH_OPTION_0-unset} 1=${GIT_PUSH_OPTION_1-unset}"
@@ -145,6 +145,10 @@ SCENARIOS = {
                             {"pre-receive": PRE_RECEIVE_REFUSES, "post-receive": RECORD_POST_RECEIVE}),
     "update hook refuses one ref of two": (
         ("HEAD~1:refs/heads/main",), None, ("main", "HEAD:refs/heads/new"), {}, {},
+        {"update": UPDATE_REFUSES_NEW, "post-receive": RECORD_POST_RECEIVE}),
+    "update hook refuses two refs of four, one denied before": (   # git's error lines and the hooks' output interleave
+        ("main",), _rewind, ("--force", "main", "HEAD:refs/heads/new", "HEAD:refs/heads/ok", "HEAD:refs/heads/new2"),
+        {"receive.denyNonFastForwards": "true"}, {"PACKYARD_RECEIVE_DENY_NON_FAST_FORWARDS": "1"},
         {"update": UPDATE_REFUSES_NEW, "post-receive": RECORD_POST_RECEIVE}),
     "update hook refuses one ref, atomic": (
         ("HEAD~1:refs/heads/main",), None, ("--atomic", "main", "HEAD:refs/heads/new"), {}, {},

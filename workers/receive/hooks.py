@@ -90,12 +90,15 @@ def hook_input(commands: Sequence[Command]) -> bytes:
 
 
 class Hooks:
-    """The hooks of one push. ``emit(bytes)``: where their output goes as it comes. ``bind`` names the
-    repository before a hook runs; ``quarantine`` is set while the objects are in one (the pre-receive)."""
+    """The hooks of one push. ``emit(bytes)``: where their output goes as it comes; ``before_run()``: called
+    before each run. ``bind`` names the repository before a hook runs; ``quarantine`` is set while the objects
+    are in one (the pre-receive)."""
 
-    def __init__(self, config: HookConfig, *, emit: Callable[[bytes], None], push_options: Sequence[str] = ()) -> None:
+    def __init__(self, config: HookConfig, *, emit: Callable[[bytes], None], push_options: Sequence[str] = (),
+                 before_run: Callable[[], None] | None = None) -> None:
         self.config = config
         self.emit = emit
+        self.before_run = before_run
         self.push_options = [o.split("\0", 1)[0] for o in push_options]   # (git's %s stops at a NUL)
         self.runs: list[HookRun] = []
         self.git_dir: Path | None = None
@@ -173,6 +176,8 @@ class Hooks:
              ref: str | None = None) -> HookRun:
         run = HookRun(hook, ref)
         self.runs.append(run)
+        if self.before_run is not None:   # (the session sends the messages so far: git's order in time)
+            self.before_run()
         started = time.monotonic()
         deadline = started + self.config.timeout
         try:

@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Callable
+from typing import Any, BinaryIO
 
 from packyard.store.errors import StoreError
 from packyard.workers.receive.hooks import HookConfig, Hooks
@@ -189,10 +189,12 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
         return _fatal(stderr, str(err))
     if not req.commands:
         return 0
-    hooks = Hooks(HookConfig.from_settings(s), emit=_hook_output(req, stdout, stderr), push_options=req.push_options)
+    sink = _HookSink(req, stdout, stderr)
+    hooks = Hooks(HookConfig.from_settings(s), emit=sink.write, before_run=sink.flush_messages,
+                  push_options=req.push_options)
     unpack_error, extra = run_push(path, req, rules, pack, s, hooks=hooks)
     out = report(req, unpack_error)
-    notes = messages(req, extra)
+    notes = sink.take_messages(extra)
     if req.sideband:
         if notes:   # git's rp_error / rp_warning: sent whether or not the client asked for quiet
             stdout.write(b"".join(sideband(2, line) for line in notes.splitlines(keepends=True)))
@@ -210,17 +212,35 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
     return 0
 
 
-def _hook_output(req: Request, stdout: BinaryIO, stderr: BinaryIO) -> Callable[[bytes], None]:
+class _HookSink:
     """Where the hooks' stdout and stderr go as they come: side band 2 with side-band-64k (``remote: ...`` in
     git push's output), else this process's stderr, as git's receive-pack sends them."""
-    def emit(data: bytes) -> None:
-        if req.sideband:
-            stdout.write(sideband(2, data))
-            stdout.flush()
+
+    def __init__(self, req: Request, stdout: BinaryIO, stderr: BinaryIO) -> None:
+        self.req, self.stdout, self.stderr = req, stdout, stderr
+
+    def write(self, data: bytes, *, lines: bool = False) -> None:
+        if self.req.sideband:
+            chunks = data.splitlines(keepends=True) if lines else [data]
+            self.stdout.write(b"".join(sideband(2, chunk) for chunk in chunks))
+            self.stdout.flush()
         else:
-            stderr.write(data)
-            stderr.flush()
-    return emit
+            self.stderr.write(data)
+            self.stderr.flush()
+
+    def take_messages(self, extra: list[str]) -> bytes:
+        """:func:`messages` not sent yet, taken off the commands (each is sent once)."""
+        notes = messages(self.req, extra)
+        for cmd in self.req.commands:
+            cmd.messages.clear()
+        return notes
+
+    def flush_messages(self) -> None:
+        """Before a hook runs: the ``error:``/``warning:`` lines so far (git sends each as it happens, so they
+        come before the hook's output)."""
+        notes = self.take_messages([])
+        if notes:
+            self.write(notes, lines=True)
 
 
 def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any,
