@@ -117,6 +117,9 @@ PACKYARD_RECEIVE_POST_RECEIVE_HOOK  absolute path of git's post-receive    (none
 PACKYARD_RECEIVE_HOOK_TIMEOUT  seconds one hook run may take; then its      60
                                process group is killed and the push (or
                                the ref) refused as the hook's refusal
+PACKYARD_RECEIVE_KEEPALIVE     seconds a hook may be silent before a        5
+                               keepalive packet goes to the client (git's
+                               receive.keepAlive; 0: none)
 -- reachability bitmaps (docs/serving.md) --
 PACKYARD_BITMAP_LOOKUP_TABLE   (reachability bitmaps) 1: a full repack's    1
                                .bitmap has git's lookup table
@@ -374,6 +377,7 @@ class Settings:
     receive_update_hook: Path | None = None        # PACKYARD_RECEIVE_UPDATE_HOOK
     receive_post_receive_hook: Path | None = None  # PACKYARD_RECEIVE_POST_RECEIVE_HOOK
     receive_hook_timeout: float = 60.0             # PACKYARD_RECEIVE_HOOK_TIMEOUT: seconds per hook run
+    receive_keepalive: float = 5.0                 # PACKYARD_RECEIVE_KEEPALIVE (receive.keepAlive; 0: never)
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
     fsck_big_file_threshold: int = FSCK_BIG_FILE_THRESHOLD   # PACKYARD_FSCK_BIG_FILE_THRESHOLD
@@ -443,6 +447,9 @@ class Settings:
         if not self.receive_hook_timeout > 0:
             raise SettingsError(f"PACKYARD_RECEIVE_HOOK_TIMEOUT must be a positive number of seconds, got "
                                 f"{self.receive_hook_timeout:g}")
+        if self.receive_keepalive < 0:
+            raise SettingsError(f"PACKYARD_RECEIVE_KEEPALIVE must be 0 (never) or seconds, got "
+                                f"{self.receive_keepalive:g}")
         if self.pack_threshold < 0:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
@@ -588,6 +595,7 @@ class Settings:
             receive_update_hook=_hook_path(env, "PACKYARD_RECEIVE_UPDATE_HOOK"),
             receive_post_receive_hook=_hook_path(env, "PACKYARD_RECEIVE_POST_RECEIVE_HOOK"),
             receive_hook_timeout=_float(env, "PACKYARD_RECEIVE_HOOK_TIMEOUT", 60.0),
+            receive_keepalive=_float(env, "PACKYARD_RECEIVE_KEEPALIVE", 5.0),
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
@@ -685,6 +693,7 @@ class Settings:
             "PACKYARD_RECEIVE_UPDATE_HOOK": str(self.receive_update_hook or ""),
             "PACKYARD_RECEIVE_POST_RECEIVE_HOOK": str(self.receive_post_receive_hook or ""),
             "PACKYARD_RECEIVE_HOOK_TIMEOUT": str(self.receive_hook_timeout),
+            "PACKYARD_RECEIVE_KEEPALIVE": str(self.receive_keepalive),
             "PACKYARD_FSCK": self.fsck,
             "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
             "PACKYARD_FSCK_BIG_FILE_THRESHOLD": str(self.fsck_big_file_threshold),

@@ -153,6 +153,9 @@ SCENARIOS = {
     "update hook refuses one ref, atomic": (
         ("HEAD~1:refs/heads/main",), None, ("--atomic", "main", "HEAD:refs/heads/new"), {}, {},
         {"update": UPDATE_REFUSES_NEW, "post-receive": RECORD_POST_RECEIVE}),
+    "a slow pre-receive, keepalives meanwhile": (   # packyard sends one every 0.2 s of silence; git's client skips them
+        ("HEAD~1:refs/heads/main",), None, ("main",), {}, {"PACKYARD_RECEIVE_KEEPALIVE": "0.2"},
+        {"pre-receive": '#!/bin/sh\nsleep 1\necho "policy: awake"\n', "post-receive": RECORD_POST_RECEIVE}),
     "hooks see git's stdin, arguments and environment": (
         ("main", "feature"), _rewind,
         ("-o", "ci.skip", "-o", "two words", "--force", "main", "HEAD:refs/heads/new", "v1",

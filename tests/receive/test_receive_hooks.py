@@ -119,6 +119,26 @@ def test_hook_output_byte_parity(hooks: str, features: bytes, client: Path, stor
     assert pair.refs(True) == pair.refs(False)
 
 
+def test_keepalives_while_a_hook_is_silent(client: Path, store_root: Path, tmp_path: Path, pk) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """git's copy_to_sideband: ``0005\\1`` after each receive.keepAlive seconds without output; packyard's
+    bytes are git's once they are taken out (git's 5 s never pass here)."""
+    pair = Pair(store_root, tmp_path, pk)
+    pair.seed(client, "main", "feature")
+    pair.install_hooks({"pre-receive": '#!/bin/sh\nsleep 1\necho "policy: awake"\n'}, tmp_path / "hooks")
+    pair.env["PACKYARD_RECEIVE_KEEPALIVE"] = "0.2"
+    feature = git("rev-parse", "feature", cwd=client).strip()
+    request = (_pkt(feature + b" " + b"0" * 40 + b" refs/heads/feature\0report-status side-band-64k\n")
+               + b"0000")
+    env = {**pk.cli_env(**pair.env), **GIT_ENV}
+    theirs = _exchange(["git", "receive-pack", str(pair.theirs)], request, env)
+    ours = _exchange(["packyard", "receive-pack", str(pair.ours)], request, env)
+    assert theirs[1].count(b"0005\x01") == 0
+    assert ours[1].count(b"0005\x01") >= 3
+    assert ours[1].index(b"0005\x01") < ours[1].index(b"policy: awake")
+    assert (ours[0], ours[1].replace(b"0005\x01", b"")) == theirs[:2]
+    assert pair.refs(True) == pair.refs(False)
+
+
 def _group_alive(pgid: int) -> list[str]:
     """Processes of the group that are not zombies (a zombie has exited; only its parent's wait is left)."""
     alive = []
@@ -195,6 +215,8 @@ def test_hook_settings(tmp_path: Path) -> None:
     assert Settings.from_env(base).receive_hook_timeout == 60.0
     with pytest.raises(SettingsError, match="PACKYARD_RECEIVE_UPDATE_HOOK must be an absolute path"):
         Settings.from_env({**base, "PACKYARD_RECEIVE_UPDATE_HOOK": "hooks/update"})
+    with pytest.raises(SettingsError, match="PACKYARD_RECEIVE_KEEPALIVE"):
+        Settings.from_env({**base, "PACKYARD_RECEIVE_KEEPALIVE": "-1"})
     with pytest.raises(SettingsError, match="PACKYARD_RECEIVE_HOOK_TIMEOUT"):
         Settings.from_env({**base, "PACKYARD_RECEIVE_HOOK_TIMEOUT": "0"})
 

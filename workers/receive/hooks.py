@@ -37,8 +37,11 @@ from typing import Any, Callable, Sequence
 
 from packyard.workers.receive.refrules import Command
 
-#: Bytes read from a hook's output at a time (each goes out as one side-band packet as it comes).
-READ_CHUNK = 8192
+#: Bytes read from a hook's output at a time, each read one side-band packet as it comes (git's
+#: copy_to_sideband reads 128, so the packets are the same as git's).
+READ_CHUNK = 128
+#: Seconds of silence from a hook before a keepalive packet (git's receive.keepAlive default, 5).
+KEEPALIVE_INTERVAL = 5.0
 #: Bytes written to a hook's stdin per write.
 WRITE_CHUNK = 65536
 #: Seconds to reap a process group's leader after SIGKILL (the kernel's part; a bound, not a wait).
@@ -53,11 +56,13 @@ class HookConfig:
     update: Path | None = None
     post_receive: Path | None = None
     timeout: float = 60.0
+    keepalive: float = KEEPALIVE_INTERVAL   # seconds of a hook's silence before a keepalive (0: never)
 
     @classmethod
     def from_settings(cls, s: Any) -> "HookConfig":
         return cls(pre_receive=s.receive_pre_receive_hook, update=s.receive_update_hook,
-                   post_receive=s.receive_post_receive_hook, timeout=s.receive_hook_timeout)
+                   post_receive=s.receive_post_receive_hook, timeout=s.receive_hook_timeout,
+                   keepalive=s.receive_keepalive)
 
 
 @dataclass
@@ -91,14 +96,17 @@ def hook_input(commands: Sequence[Command]) -> bytes:
 
 class Hooks:
     """The hooks of one push. ``emit(bytes)``: where their output goes as it comes; ``before_run()``: called
-    before each run. ``bind`` names the repository before a hook runs; ``quarantine`` is set while the objects
-    are in one (the pre-receive)."""
+    before each run; ``keepalive()``: called after ``config.keepalive`` seconds without output from a running
+    hook (git's copy_to_sideband sends ``0005\\1`` then). ``bind`` names the repository before a hook runs;
+    ``quarantine`` is set while the objects are in one (the pre-receive)."""
 
     def __init__(self, config: HookConfig, *, emit: Callable[[bytes], None], push_options: Sequence[str] = (),
-                 before_run: Callable[[], None] | None = None) -> None:
+                 before_run: Callable[[], None] | None = None, keepalive: Callable[[], None] | None = None) -> None:
         self.config = config
         self.emit = emit
         self.before_run = before_run
+        self.keepalive = keepalive if config.keepalive > 0 else None
+        self.keepalive_interval = config.keepalive
         self.push_options = [o.split("\0", 1)[0] for o in push_options]   # (git's %s stops at a NUL)
         self.runs: list[HookRun] = []
         self.git_dir: Path | None = None
@@ -225,11 +233,19 @@ class Hooks:
                     sel.register(in_fd, selectors.EVENT_WRITE)
                 else:
                     proc.stdin.close()
+            quiet_since = time.monotonic()
             while sel.get_map():
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
                     return False
-                for key, _events in sel.select(remaining):
+                wait = remaining
+                if self.keepalive is not None:
+                    if now - quiet_since >= self.keepalive_interval:
+                        self.keepalive()
+                        quiet_since = now
+                    wait = min(remaining, quiet_since + self.keepalive_interval - now)
+                for key, _events in sel.select(wait):
                     if key.fd == in_fd:
                         try:
                             pending = pending[os.write(in_fd, pending[:WRITE_CHUNK]):]
@@ -252,13 +268,19 @@ class Hooks:
                             continue
                         if data:
                             self.emit(data)
+                            quiet_since = time.monotonic()
                         else:
                             sel.unregister(out_fd)
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return False
-        return True
+        while True:   # the output has ended: the exit, still with keepalives (bounded by the deadline)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            try:
+                proc.wait(timeout=min(remaining, self.keepalive_interval) if self.keepalive else remaining)
+                return True
+            except subprocess.TimeoutExpired:
+                if self.keepalive is not None:
+                    self.keepalive()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

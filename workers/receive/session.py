@@ -21,6 +21,7 @@ from packyard.workers.receive.refrules import Command, Rules, ref_is_hidden
 CAPABILITIES = ("report-status", "report-status-v2", "delete-refs", "side-band-64k", "quiet", "atomic",
                 "ofs-delta", "push-options", "object-format=sha1")
 KIND = "packyard.receive_pack"
+KEEPALIVE = b"0005\x01"   # copy_to_sideband's: band 1, no data
 EXIT_FATAL = 128
 
 
@@ -191,7 +192,7 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
         return 0
     sink = _HookSink(req, stdout, stderr)
     hooks = Hooks(HookConfig.from_settings(s), emit=sink.write, before_run=sink.flush_messages,
-                  push_options=req.push_options)
+                  keepalive=sink.keepalive if req.sideband else None, push_options=req.push_options)
     unpack_error, extra = run_push(path, req, rules, pack, s, hooks=hooks)
     out = report(req, unpack_error)
     notes = sink.take_messages(extra)
@@ -227,6 +228,11 @@ class _HookSink:
         else:
             self.stderr.write(data)
             self.stderr.flush()
+
+    def keepalive(self) -> None:
+        """git's keepalive while a hook is silent: an empty packet on side band 1."""
+        self.stdout.write(KEEPALIVE)
+        self.stdout.flush()
 
     def take_messages(self, extra: list[str]) -> bytes:
         """:func:`messages` not sent yet, taken off the commands (each is sent once)."""
