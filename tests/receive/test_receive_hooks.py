@@ -67,6 +67,28 @@ def test_pre_receive_reads_the_new_objects_in_the_quarantine(client: Path, store
     git("fsck", "--full", "--strict", git_dir=pair.ours)
 
 
+def test_pre_receive_reads_through_the_pool_of_a_fork(client: Path, store_root: Path, tmp_path: Path,  # noqa: F811
+                                                      pk) -> None:  # type: ignore[no-untyped-def]
+    """A fork whose history is in its pool (objects/info/alternates): the hook's git finds the old objects
+    through the alternates and the new ones in the quarantine; the thin pack's bases come from the pool."""
+    pair = Pair(store_root, tmp_path, pk)
+    old = git("rev-parse", "HEAD~1", cwd=client).decode().strip()
+    for repo, pool in ((pair.ours, store_root / "pool.git"), (pair.theirs, tmp_path / "pool.git")):
+        git("init", "-q", "--bare", str(pool))
+        git("push", "-q", str(pool), "HEAD~1:refs/heads/main", cwd=client)
+        (repo / "objects" / "info" / "alternates").write_text(f"{pool / 'objects'}\n")
+        git("update-ref", "refs/heads/main", old, git_dir=repo)
+    pair.install_hooks({"pre-receive": PRE_RECEIVE_READS_QUARANTINE}, tmp_path / "hooks")
+    theirs = pair.push(client, "--thin", "main", ours=False)
+    ours = pair.push(client, "--thin", "main", ours=True)
+    assert theirs[0] == 0 and ours == theirs, pair.stderrs
+    said = {side: _remote_lines(text) for side, text in pair.stderrs.items()}
+    assert said[True] == said[False]
+    assert len(said[True]) == 1 and said[True][0].startswith("remote: policy: refs/heads/main: 3 commits, commit")
+    assert pair.refs(True) == pair.refs(False)
+    git("fsck", "--full", "--strict", git_dir=pair.ours)
+
+
 def test_a_hook_that_does_not_read_its_stdin_is_not_a_failure(client: Path, store_root: Path, tmp_path: Path,  # noqa: F811
                                                               pk) -> None:  # type: ignore[no-untyped-def]
     # 1,000 lines (~100 KB) do not fit in a pipe: feeding them meets EPIPE once the hook is gone.
