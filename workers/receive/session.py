@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from packyard.store.errors import StoreError
 from packyard.workers.receive.hooks import HookConfig, Hooks
@@ -193,20 +193,23 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
     sink = _HookSink(req, stdout, stderr)
     hooks = Hooks(HookConfig.from_settings(s), emit=sink.write, before_run=sink.flush_messages,
                   keepalive=sink.keepalive if req.sideband else None, push_options=req.push_options)
-    unpack_error, extra = run_push(path, req, rules, pack, s, hooks=hooks)
-    out = report(req, unpack_error)
-    notes = sink.take_messages(extra)
-    if req.sideband:
-        if notes:   # git's rp_error / rp_warning: sent whether or not the client asked for quiet
-            stdout.write(b"".join(sideband(2, line) for line in notes.splitlines(keepends=True)))
-        stdout.write(out)
-    else:
-        if notes:
-            stderr.write(notes)
-            stderr.flush()
-        stdout.write(out)
-    stdout.flush()
-    hooks.post_receive(req.commands)     # git: after the report, its output still on side band 2, then the flush
+    unpack_error, extra, finish = run_push(path, req, rules, pack, s, hooks=hooks)
+    try:
+        out = report(req, unpack_error)
+        notes = sink.take_messages(extra)
+        if req.sideband:
+            if notes:   # git's rp_error / rp_warning: sent whether or not the client asked for quiet
+                stdout.write(b"".join(sideband(2, line) for line in notes.splitlines(keepends=True)))
+            stdout.write(out)
+        else:
+            if notes:
+                stderr.write(notes)
+                stderr.flush()
+            stdout.write(out)
+        stdout.flush()
+        hooks.post_receive(req.commands)   # git: after the report, its output still on side band 2, then the flush
+    finally:
+        finish()                           # the job row, with the post-receive's run, before the client is let go
     if req.sideband:
         stdout.write(flush_pkt())
         stdout.flush()
@@ -249,11 +252,17 @@ class _HookSink:
             self.write(notes, lines=True)
 
 
+def _nothing() -> None:
+    return None
+
+
 def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any,
-             hooks: Hooks | None = None) -> tuple[str | None, list[str]]:
+             hooks: Hooks | None = None) -> tuple[str | None, list[str], Callable[[], None]]:
     """The push as a recorded job in this process (PACKYARD_RECEIVE_MODE=process): one job row with the
     commands and push options as its params, the verdicts as its counters (and the hooks' runs: a hook
-    killed at its time limit is named in ``hook_timeout``)."""
+    killed at its time limit is named in ``hook_timeout``). Returns (unpack error, messages, finish):
+    ``finish()`` records a push that went through once the post-receive has run (a failed one is recorded
+    already, and ``finish`` does nothing)."""
     from packyard.workers.commands.receive_pack import receive_pack
     from packyard.workers.records import task_runs as recording
 
@@ -261,7 +270,7 @@ def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any,
     if req.shallow:
         for cmd in req.commands:
             cmd.error = "shallow update not allowed"
-        return None, extra
+        return None, extra, _nothing
     task_id = f"receive-{uuid.uuid4()}"
     kwargs = {"repo": path, "commands": [c.as_param() for c in req.commands], "push_options": req.push_options,
               "atomic": "atomic" in req.features}
@@ -277,24 +286,26 @@ def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any,
         for cmd in req.commands:
             if cmd.error is None:
                 cmd.error = "failed to update ref"
-        return None, [f"error: {type(exc).__name__}: {exc}"]
+        return None, [f"error: {type(exc).__name__}: {exc}"], _nothing
     except BaseException as exc:
         recording.job_finished(task_id, KIND, (), kwargs, started, exc=exc)
         raise
     if result.get("unpack_detail"):
         extra.append(f"fatal: {result['unpack_detail']}")
-    counters = dict(result["counters"])
-    counters["refs_moved"] = sum(c.error is None for c in req.commands)
-    counters["refs_refused"] = sum(c.error is not None for c in req.commands)
-    if hooks is not None:
-        counters.update(hooks.counters())
     if result["unpack"] is not None:
         recording.job_finished(task_id, KIND, (), kwargs, started,
                                exc=ProtocolError(f"unpack {result['unpack']}: {result.get('unpack_detail')}"))
-    else:
+        return result["unpack"], extra, _nothing
+
+    def finish() -> None:
+        counters = dict(result["counters"])
+        counters["refs_moved"] = sum(c.error is None for c in req.commands)
+        counters["refs_refused"] = sum(c.error is not None for c in req.commands)
+        if hooks is not None:
+            counters.update(hooks.counters())
         recording.job_finished(task_id, KIND, (), kwargs, started,
                                result={"counters": counters, "refs": {c.name: c.error or "ok" for c in req.commands}})
-    return result["unpack"], extra
+    return None, extra, finish
 
 
 def _lock(path: str, s: Any):  # type: ignore[no-untyped-def]
