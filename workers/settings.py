@@ -106,6 +106,20 @@ PACKYARD_FSCK_SKIPLIST         file of object ids whose findings are        (non
 PACKYARD_FSCK_BIG_FILE_THRESHOLD  bytes: a .gitmodules/.gitattributes blob   536870912
                                bigger is refused unread (gitmodulesLarge;
                                git's index-pack with core.bigFileThreshold)
+-- policy hooks of pushes (packyard receive-pack, docs/receive.md) --
+PACKYARD_RECEIVE_PRE_RECEIVE_HOOK  absolute path of git's pre-receive hook (none)
+                               (an executable run without a shell; git's
+                               stdin and environment, the quarantine)
+PACKYARD_RECEIVE_UPDATE_HOOK   absolute path of git's update hook (once     (none)
+                               per ref: <ref> <old> <new>)
+PACKYARD_RECEIVE_POST_RECEIVE_HOOK  absolute path of git's post-receive    (none)
+                               hook (the refs that moved; exit ignored)
+PACKYARD_RECEIVE_HOOK_TIMEOUT  seconds one hook run may take; then its      60
+                               process group is killed and the push (or
+                               the ref) refused as the hook's refusal
+PACKYARD_RECEIVE_KEEPALIVE     seconds a hook may be silent before a        5
+                               keepalive packet goes to the client (git's
+                               receive.keepAlive; 0: none)
 -- reachability bitmaps (docs/serving.md) --
 PACKYARD_BITMAP_LOOKUP_TABLE   (reachability bitmaps) 1: a full repack's    1
                                .bitmap has git's lookup table
@@ -246,6 +260,17 @@ def _float(env: Mapping[str, str], name: str, default: float) -> float:
     return _number(env, name, default, float, "a number")
 
 
+def _hook_path(env: Mapping[str, str], name: str) -> Path | None:
+    """An executable named by the server's settings: an absolute path (a relative one would depend on the cwd)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_absolute():
+        raise SettingsError(f"{name} must be an absolute path, got {raw!r}")
+    return path
+
+
 def _storage_roots(env: Mapping[str, str], state_dir: Path) -> tuple[tuple[str, Path], ...]:
     raw = env.get("PACKYARD_STORAGE_ROOTS", "").strip()
     if not raw:
@@ -367,11 +392,17 @@ class Settings:
     receive_hide_refs: tuple[str, ...] = ()        # PACKYARD_RECEIVE_HIDE_REFS, comma-separated (transfer.hideRefs)
     receive_max_commands: int = 10_000             # PACKYARD_RECEIVE_MAX_COMMANDS: commands (and options) per push
     receive_idle_timeout: float = 60.0             # PACKYARD_RECEIVE_IDLE_TIMEOUT: seconds a client may be silent
+    # policy hooks (workers/receive/hooks.py): the server's settings choose them, nothing in a push does
+    receive_pre_receive_hook: Path | None = None   # PACKYARD_RECEIVE_PRE_RECEIVE_HOOK
+    receive_update_hook: Path | None = None        # PACKYARD_RECEIVE_UPDATE_HOOK
+    receive_post_receive_hook: Path | None = None  # PACKYARD_RECEIVE_POST_RECEIVE_HOOK
+    receive_hook_timeout: float = 60.0             # PACKYARD_RECEIVE_HOOK_TIMEOUT: seconds per hook run
+    receive_keepalive: float = 5.0                 # PACKYARD_RECEIVE_KEEPALIVE (receive.keepAlive; 0: never)
     # PACKYARD_RECEIVE_MODE: queue (the push's ingest and ref transaction run as a packyard.receive_pack job on a
     # worker) or process (in the receiving process, for hosts without workers); docs/receive.md
     receive_mode: str = "queue"
-    receive_keepalive: float = 5.0                 # PACKYARD_RECEIVE_KEEPALIVE: seconds between keepalives (git's 5)
     receive_queue_wait: float = 60.0               # PACKYARD_RECEIVE_QUEUE_WAIT: seconds for a worker to start the job
+    receive_queue: str = ""                        # PACKYARD_RECEIVE_QUEUE: the queue of push jobs ("": the default)
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
     fsck_big_file_threshold: int = FSCK_BIG_FILE_THRESHOLD   # PACKYARD_FSCK_BIG_FILE_THRESHOLD
@@ -447,6 +478,12 @@ class Settings:
                 f"write_objects message of PACKYARD_WRITE_OBJECTS_MAX_BYTES ({self.write_objects_max_bytes}) "
                 "content (base64 twice, plus headers) and Redis takes no limit under 1 MiB")
         self._check_records()
+        if not self.receive_hook_timeout > 0:
+            raise SettingsError(f"PACKYARD_RECEIVE_HOOK_TIMEOUT must be a positive number of seconds, got "
+                                f"{self.receive_hook_timeout:g}")
+        if self.receive_keepalive < 0:
+            raise SettingsError(f"PACKYARD_RECEIVE_KEEPALIVE must be 0 (never) or seconds, got "
+                                f"{self.receive_keepalive:g}")
         if self.pack_threshold < 0:
             raise SettingsError(f"PACKYARD_PACK_THRESHOLD must be 0 (never) or a number of objects, got "
                                 f"{self.pack_threshold}")
@@ -598,9 +635,14 @@ class Settings:
                                     if p.strip().strip("/")),
             receive_max_commands=_int(env, "PACKYARD_RECEIVE_MAX_COMMANDS", 10_000),
             receive_idle_timeout=_float(env, "PACKYARD_RECEIVE_IDLE_TIMEOUT", 60.0),
-            receive_mode=_choice(env, "PACKYARD_RECEIVE_MODE", ("queue", "process")),
+            receive_pre_receive_hook=_hook_path(env, "PACKYARD_RECEIVE_PRE_RECEIVE_HOOK"),
+            receive_update_hook=_hook_path(env, "PACKYARD_RECEIVE_UPDATE_HOOK"),
+            receive_post_receive_hook=_hook_path(env, "PACKYARD_RECEIVE_POST_RECEIVE_HOOK"),
+            receive_hook_timeout=_float(env, "PACKYARD_RECEIVE_HOOK_TIMEOUT", 60.0),
             receive_keepalive=_float(env, "PACKYARD_RECEIVE_KEEPALIVE", 5.0),
+            receive_mode=_choice(env, "PACKYARD_RECEIVE_MODE", ("queue", "process")),
             receive_queue_wait=_float(env, "PACKYARD_RECEIVE_QUEUE_WAIT", 60.0),
+            receive_queue=env.get("PACKYARD_RECEIVE_QUEUE", "").strip(),
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
@@ -699,9 +741,14 @@ class Settings:
             "PACKYARD_RECEIVE_HIDE_REFS": ",".join(self.receive_hide_refs),
             "PACKYARD_RECEIVE_MAX_COMMANDS": str(self.receive_max_commands),
             "PACKYARD_RECEIVE_IDLE_TIMEOUT": str(self.receive_idle_timeout),
-            "PACKYARD_RECEIVE_MODE": self.receive_mode,
+            "PACKYARD_RECEIVE_PRE_RECEIVE_HOOK": str(self.receive_pre_receive_hook or ""),
+            "PACKYARD_RECEIVE_UPDATE_HOOK": str(self.receive_update_hook or ""),
+            "PACKYARD_RECEIVE_POST_RECEIVE_HOOK": str(self.receive_post_receive_hook or ""),
+            "PACKYARD_RECEIVE_HOOK_TIMEOUT": str(self.receive_hook_timeout),
             "PACKYARD_RECEIVE_KEEPALIVE": str(self.receive_keepalive),
+            "PACKYARD_RECEIVE_MODE": self.receive_mode,
             "PACKYARD_RECEIVE_QUEUE_WAIT": str(self.receive_queue_wait),
+            "PACKYARD_RECEIVE_QUEUE": self.receive_queue,
             "PACKYARD_FSCK": self.fsck,
             "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
             "PACKYARD_FSCK_BIG_FILE_THRESHOLD": str(self.fsck_big_file_threshold),

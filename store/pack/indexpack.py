@@ -448,6 +448,27 @@ class IncomingPack:
             k = oids.find(oid, k + 1)
         return False
 
+    def object_directory(self) -> Path:
+        """The quarantine as an object directory git reads (a pre-receive hook's ``GIT_OBJECT_DIRECTORY`` and
+        ``GIT_QUARANTINE_PATH``, as git's tmp_objdir is): ``pack/pack-<checksum>.{pack,idx,rev}`` beside the
+        ``tmp_*`` files, hard links to them, made on the first call. Nothing is copied, and the links go with
+        the quarantine (:meth:`remove_quarantine`); the installed pack is the ``tmp_*`` files renamed."""
+        if self.quarantine is None or self.committed:
+            raise InvalidInputError("the incoming pack has no quarantine any more (committed or aborted)")
+        view = self.quarantine / "pack"
+        if not view.is_dir():
+            staging = Path(tempfile.mkdtemp(prefix="tmp_view_", dir=self.quarantine))
+            try:
+                for tmp, ext in ((self.tmp_pack, "pack"), (self.tmp_idx, "idx"), (self.tmp_rev, "rev")):
+                    self._writing = staging / f"{self.pack_name}.{ext}"
+                    os.link(tmp, self._writing)
+                os.rename(staging, view)    # all three names or none: git never sees an .idx without its .pack
+            except OSError as err:
+                shutil.rmtree(staging, ignore_errors=True)
+                raise WriteFailedError(f"cannot link the quarantined pack for git: {err.strerror}",
+                                       errno=err.errno, path=self._writing) from err
+        return self.quarantine
+
     # -- install -----------------------------------------------------------------
     def commit(self, ref_updates: Sequence[RefUpdate] = (), *, peak_rss_hint: int = 0,
                lease: Lease | None = None) -> IndexPackResult:

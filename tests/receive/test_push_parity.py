@@ -43,11 +43,27 @@ class Pair:
             git("config", "receive.advertisePushOptions", "true", git_dir=repo)
         self.pk = pk
         self.env: dict[str, str] = {}
+        self.stderrs: dict[bool, str] = {}
 
     def configure(self, git_config: dict[str, str], env: dict[str, str]) -> None:
         for key, value in git_config.items():
             git("config", "--add", key, value, git_dir=self.theirs)
         self.env.update(env)
+
+    def install_hooks(self, scripts: dict[str, str], where: Path) -> None:
+        """The same executables for both: git's through ``core.hooksPath``, packyard's through its settings."""
+        where.mkdir(exist_ok=True)
+        for name, body in scripts.items():
+            script = where / name
+            script.write_text(body)
+            script.chmod(0o755)
+            self.env[HOOK_SETTINGS[name]] = str(script)
+        git("config", "core.hooksPath", str(where), git_dir=self.theirs)
+
+    def hook_logs(self, ours: bool) -> dict[str, str]:
+        """What the hooks recorded (files they wrote in their working directory, the repository)."""
+        repo = self.ours if ours else self.theirs
+        return {p.name: p.read_text() for p in sorted(repo.glob("hook-*.log"))}
 
     def seed(self, client: Path, *refspecs: str) -> None:
         for repo in (self.ours, self.theirs):
@@ -59,11 +75,40 @@ class Pair:
         cmd = ["git", "push", "--porcelain", *(["--receive-pack", RECEIVE_PACK] if ours else []), str(repo), *args]
         proc = subprocess.run(cmd, cwd=client, env=env, capture_output=True, timeout=120)
         self.stderr = proc.stderr.decode()
+        self.stderrs[ours] = self.stderr
         return proc.returncode, proc.stdout.decode().replace(str(repo), "<repo>")
 
     def refs(self, ours: bool) -> str:
         repo = self.ours if ours else self.theirs
         return git("for-each-ref", "--format=%(objectname) %(refname)", git_dir=repo).decode()
+
+
+HOOK_SETTINGS = {"pre-receive": "PACKYARD_RECEIVE_PRE_RECEIVE_HOOK", "update": "PACKYARD_RECEIVE_UPDATE_HOOK",
+                 "post-receive": "PACKYARD_RECEIVE_POST_RECEIVE_HOOK"}
+
+# Hooks for the scenarios: sh scripts run in the repository (both servers' cwd), writing hook-*.log files there
+# for the test to compare, and "policy:" lines on stderr that git push prints as "remote: policy: ...".
+PRE_RECEIVE_REFUSES = """#!/bin/sh
+cat > hook-pre-receive.log
+echo "policy: pushes to this repository are frozen" >&2
+exit 1
+"""
+UPDATE_REFUSES_NEW = """#!/bin/sh
+echo "$1 $2 $3" >> hook-update.log
+case "$1" in refs/heads/new*) echo "policy: $1 may not be created"; exit 1;; esac
+"""
+RECORD_PRE_RECEIVE = """#!/bin/sh
+{ echo "options=${GIT_PUSH_OPTION_COUNT-unset} 0=${GIT_PUSH_OPTION_0-unset} 1=${GIT_PUSH_OPTION_1-unset}"
+  echo "quarantine=${GIT_QUARANTINE_PATH:+set}"; cat; } > hook-pre-receive.log
+"""
+RECORD_UPDATE = """#!/bin/sh
+echo "$1 $2 $3 options=${GIT_PUSH_OPTION_COUNT-unset} quarantine=${GIT_QUARANTINE_PATH:+set}" >> hook-update.log
+"""
+RECORD_POST_RECEIVE = """#!/bin/sh
+{ echo "options=${GIT_PUSH_OPTION_COUNT-unset} 0=${GIT_PUSH_OPTION_0-unset}"
+  echo "quarantine=${GIT_QUARANTINE_PATH:+set}"; cat; } > hook-post-receive.log
+echo "policy: post-receive saw $(wc -l < hook-post-receive.log) lines"
+"""
 
 
 def _rewind(client: Path) -> None:
@@ -95,23 +140,56 @@ SCENARIOS = {
     "a hidden ref": (("main",), None, ("HEAD:refs/keep-around/x", "feature"), {"receive.hideRefs": "refs/keep-around"},
                      {"PACKYARD_RECEIVE_HIDE_REFS": "refs/keep-around"}),
     "a funny ref name": ((), None, ("HEAD:refs/heads/a..b",), {}, {}),
+    # policy hooks (6th field: the scripts, the same for both servers)
+    "pre-receive refuses": (("HEAD~1:refs/heads/main",), None, ("main", "v1"), {}, {},
+                            {"pre-receive": PRE_RECEIVE_REFUSES, "post-receive": RECORD_POST_RECEIVE}),
+    "update hook refuses one ref of two": (
+        ("HEAD~1:refs/heads/main",), None, ("main", "HEAD:refs/heads/new"), {}, {},
+        {"update": UPDATE_REFUSES_NEW, "post-receive": RECORD_POST_RECEIVE}),
+    "update hook refuses two refs of four, one denied before": (   # git's error lines and the hooks' output interleave
+        ("main",), _rewind, ("--force", "main", "HEAD:refs/heads/new", "HEAD:refs/heads/ok", "HEAD:refs/heads/new2"),
+        {"receive.denyNonFastForwards": "true"}, {"PACKYARD_RECEIVE_DENY_NON_FAST_FORWARDS": "1"},
+        {"update": UPDATE_REFUSES_NEW, "post-receive": RECORD_POST_RECEIVE}),
+    "update hook refuses one ref, atomic": (
+        ("HEAD~1:refs/heads/main",), None, ("--atomic", "main", "HEAD:refs/heads/new"), {}, {},
+        {"update": UPDATE_REFUSES_NEW, "post-receive": RECORD_POST_RECEIVE}),
+    "a slow pre-receive, keepalives meanwhile": (   # packyard sends one every 0.2 s of silence; git's client skips them
+        ("HEAD~1:refs/heads/main",), None, ("main",), {}, {"PACKYARD_RECEIVE_KEEPALIVE": "0.2"},
+        {"pre-receive": '#!/bin/sh\nsleep 1\necho "policy: awake"\n', "post-receive": RECORD_POST_RECEIVE}),
+    "hooks see git's stdin, arguments and environment": (
+        ("main", "feature"), _rewind,
+        ("-o", "ci.skip", "-o", "two words", "--force", "main", "HEAD:refs/heads/new", "v1",
+         "HEAD:refs/keep-around/x", ":refs/heads/feature"),
+        {"receive.denyNonFastForwards": "true", "receive.hideRefs": "refs/keep-around"},
+        {"PACKYARD_RECEIVE_DENY_NON_FAST_FORWARDS": "1", "PACKYARD_RECEIVE_HIDE_REFS": "refs/keep-around"},
+        {"pre-receive": RECORD_PRE_RECEIVE, "update": RECORD_UPDATE, "post-receive": RECORD_POST_RECEIVE}),
 }
 
 
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_git_push_parity(scenario: str, client: Path, store_root: Path, tmp_path: Path, pk) -> None:  # type: ignore[no-untyped-def]
-    seed, prepare, args, git_config, env = SCENARIOS[scenario]
+    seed, prepare, args, git_config, env, *more = SCENARIOS[scenario]
+    hooks: dict[str, str] = more[0] if more else {}
     pair = Pair(store_root, tmp_path, pk)
     pair.configure(git_config, env)
     if seed:
         pair.seed(client, *seed)
     if prepare is not None:
         prepare(client)
+    if hooks:
+        pair.install_hooks(hooks, tmp_path / "hooks")
     theirs = pair.push(client, *args, ours=False)
     ours = pair.push(client, *args, ours=True)
     assert ours == theirs, pair.stderr
     assert pair.refs(True) == pair.refs(False)
     git("fsck", "--full", "--strict", git_dir=pair.ours)
+    if hooks:   # the hooks saw the same stdin, arguments and environment, and their output reached the client
+        assert pair.hook_logs(True) == pair.hook_logs(False)
+        assert pair.hook_logs(False), "the hooks recorded nothing"
+        said = {side: [line for line in text.splitlines() if line.startswith("remote: ")]
+                for side, text in pair.stderrs.items()}
+        assert said[True] == said[False], pair.stderrs    # the hooks' output and git's error lines, in order
+        assert any(line.startswith("remote: policy: ") for line in said[False]), pair.stderrs
 
 
 def test_a_thousand_refs(client: Path, store_root: Path, tmp_path: Path, pk) -> None:  # type: ignore[no-untyped-def]

@@ -157,3 +157,51 @@ def test_a_push_no_worker_takes_in_time_is_refused(client: Path, store_root: Pat
     rc, out = _push(pk, client, repo, "main", ours=True, PACKYARD_RECEIVE_QUEUE_WAIT="0")
     assert rc != 0 and "refs/heads/main" in out and "[remote rejected]" in out, out
     assert git("for-each-ref", git_dir=repo) == b""
+
+
+def test_hooks_run_on_the_worker_as_git_runs_them(client: Path, store_root: Path, tmp_path: Path, pk, settings,
+                                                  celery_worker) -> None:
+    """A worker of its own (queue ``push-hooks``) whose settings name the hooks: the pushes queued there run
+    git's pre-receive (quarantine), update and post-receive; the same porcelain output, refs and hook records
+    as ``git receive-pack`` with the same scripts through ``core.hooksPath``, and the hooks' lines reach the
+    client (after the job, before the report)."""
+    import dataclasses
+    import os
+
+    from test_push_parity import RECORD_POST_RECEIVE, RECORD_PRE_RECEIVE, UPDATE_REFUSES_NEW
+
+    where = tmp_path / "hooks"
+    where.mkdir()
+    scripts = {"pre-receive": RECORD_PRE_RECEIVE, "update": UPDATE_REFUSES_NEW, "post-receive": RECORD_POST_RECEIVE}
+    for name, body in scripts.items():
+        (where / name).write_text(body)
+        (where / name).chmod(0o755)
+    hooked = dataclasses.replace(settings, receive_pre_receive_hook=where / "pre-receive",
+                                 receive_update_hook=where / "update", receive_post_receive_hook=where / "post-receive")
+    worker = pk.WorkerProcess(hooked, f"hooks-{os.getpid()}@%h", tmp_path / "hooks-worker.log", queues=("push-hooks",))
+    try:
+        worker.wait_ready()
+        ours, theirs = store_root / "hooked.git", tmp_path / "theirs.git"
+        for repo in (ours, theirs):
+            git("init", "-q", "--bare", str(repo))
+            git("config", "receive.advertisePushOptions", "true", git_dir=repo)
+        git("config", "core.hooksPath", str(where), git_dir=theirs)
+        args = ("-o", "ci.skip", "main", "HEAD:refs/heads/new-branch", "v1")
+        got = {}
+        for side, repo in (("theirs", theirs), ("ours", ours)):
+            cmd = ["git", "push", "--porcelain", *(["--receive-pack", RECEIVE_PACK] if side == "ours" else []),
+                   str(repo), *args]
+            proc = subprocess.run(cmd, cwd=client, env=_env(pk, PACKYARD_RECEIVE_QUEUE="push-hooks"),
+                                  capture_output=True, timeout=180)
+            got[side] = (proc.returncode, proc.stdout.decode().replace(str(repo), "R"), proc.stderr.decode())
+        assert got["ours"][:2] == got["theirs"][:2], got
+        assert _refs(ours) == _refs(theirs)
+        logs = {side: {p.name: p.read_text() for p in sorted(repo.glob("hook-*.log"))}
+                for side, repo in (("ours", ours), ("theirs", theirs))}
+        assert logs["ours"] == logs["theirs"] and "hook-post-receive.log" in logs["ours"], logs
+        said = {side: sorted(ln for ln in got[side][2].splitlines() if ln.startswith("remote: policy: "))
+                for side in got}
+        assert said["ours"] == said["theirs"] and said["ours"], got
+        assert any(rec.get("task") == "packyard.receive_pack" for rec in worker.log_lines())   # it ran there
+    finally:
+        worker.stop()

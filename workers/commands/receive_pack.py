@@ -7,6 +7,11 @@ git's rules are applied to each command (:mod:`packyard.workers.receive.refrules
 are in place, as git's receive-pack applies them after ``tmp_objdir_migrate``) and the commands that
 pass move in ONE ref transaction fenced by the lease's token. With ``atomic`` any failure fails all.
 Returns each command's verdict (git's ``error_string``) for the report.
+
+With ``hooks`` (:mod:`packyard.workers.receive.hooks`), git's order (``execute_commands``): the pre-receive runs
+after the connectivity check, before the lease and the install, with the quarantine readable by git; the
+update hook runs for each ref once git's rules pass, under the lease after the install (git: after
+``tmp_objdir_migrate``). The post-receive is the session's, after the report.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from packyard.store.pack.indexpack import IncomingPack
 from packyard.store.progress import Progress
 from packyard.store.refs import RefUpdate
 from packyard.workers.commands.index_pack import LockFactory, index_pack_counters
+from packyard.workers.receive.hooks import Hooks
 from packyard.workers.receive.refrules import ZERO_HEX, Command, Rules, judge, reject_hidden, stale_reason
 from packyard.workers.repos import open_repository
 
@@ -67,7 +73,8 @@ def _type_of(objects: Any):  # type: ignore[no-untyped-def]
 
 def receive_pack(repo: str | Path, pack: BinaryIO | None, commands: Sequence[Command], *, atomic: bool = False,
                  rules: Rules | None = None, fsck: FsckOptions | None = None, max_pack_bytes: int | None = None,
-                 progress: Progress | None = None, lock: LockFactory | None = None) -> dict[str, Any]:
+                 progress: Progress | None = None, lock: LockFactory | None = None,
+                 hooks: Hooks | None = None) -> dict[str, Any]:
     """Apply one push. ``commands`` get their ``error`` set (None: the ref moved). ``pack``: the client's
     pack stream (None for a delete-only push). Returns ``{"unpack": None | error, "pack": ..., "counters"}``;
     a bad pack is ``unpack`` (git: "index-pack abnormal exit") with every command "unpacker error", and
@@ -93,6 +100,8 @@ def receive_pack(repo: str | Path, pack: BinaryIO | None, commands: Sequence[Com
                 oid = bytes.fromhex(cmd.new)
                 if not ((incoming is not None and incoming.contains(oid)) or r.objects.has(oid)):
                     cmd.error = "missing necessary objects"
+        if hooks is not None and not _pre_receive(hooks, r, incoming, commands):
+            return out          # refused: the quarantine goes, nothing installed, no ref moved
         if all(cmd.error is not None for cmd in commands):
             return out          # nothing to do: the quarantine goes, as git's does
         with (lock() if lock is not None else nullcontext()) as lease:
@@ -100,11 +109,28 @@ def receive_pack(repo: str | Path, pack: BinaryIO | None, commands: Sequence[Com
                 result = incoming.commit((), lease=lease)
                 out["pack"] = result.pack_name
                 out["counters"] = index_pack_counters(result)
-            _apply(r, commands, atomic=atomic, rules=rules, lease=lease)
+            _apply(r, commands, atomic=atomic, rules=rules, lease=lease, hooks=hooks)
     return out
 
 
-def _apply(r: Any, commands: Sequence[Command], *, atomic: bool, rules: Rules, lease: Any) -> None:
+def _pre_receive(hooks: Hooks, r: Any, incoming: IncomingPack | None, commands: Sequence[Command]) -> bool:
+    """git's pre-receive step: every command on stdin (the refused ones too, as git feeds them), the
+    quarantine as git's object directory; False (every command refused) when the hook says no."""
+    hooks.bind(r.path, r.objects.path, list(r.alternates.paths))
+    hooks.quarantine = incoming.object_directory() if incoming is not None and hooks.wants_quarantine else None
+    try:
+        if hooks.pre_receive(commands):
+            return True
+    finally:
+        hooks.quarantine = None     # the update hook runs after the install: no quarantine (git's tmp_objdir NULL)
+    for cmd in commands:
+        if cmd.error is None:
+            cmd.error = "pre-receive hook declined"
+    return False
+
+
+def _apply(r: Any, commands: Sequence[Command], *, atomic: bool, rules: Rules, lease: Any,
+           hooks: Hooks | None = None) -> None:
     """git's update() for each command, then one transaction of the ones that pass."""
     from packyard.store.lease import check as check_lease
     from packyard.store.lease import token_of
@@ -120,6 +146,9 @@ def _apply(r: Any, commands: Sequence[Command], *, atomic: bool, rules: Rules, l
     live = [c for c in commands if c.error is None]
     for cmd in live:
         judge(cmd, rules, is_ancestor)
+        if cmd.error is None and hooks is not None and not hooks.update(cmd):
+            cmd.messages.append(f"hook declined to update {cmd.name}")
+            cmd.error = "hook declined"
         if cmd.error is not None and atomic:
             break
     if atomic and any(c.error is not None for c in live):
@@ -143,6 +172,7 @@ def _apply(r: Any, commands: Sequence[Command], *, atomic: bool, rules: Rules, l
             continue
         if cmd.is_delete and current(cmd.name) is None:
             cmd.messages.append("warning: deleting a non-existent ref")
+            cmd.did_not_exist = True
             continue
         moving.append(cmd)
     updates = [RefUpdate(c.name, None if c.old == ZERO_HEX else bytes.fromhex(c.old),
@@ -158,28 +188,40 @@ def _apply(r: Any, commands: Sequence[Command], *, atomic: bool, rules: Rules, l
             cmd.error = "atomic transaction failed" if atomic else "failed to update ref"
 
 
-def push_job(repo: str | Path, pack: BinaryIO | None, commands: Sequence[dict[str, str]], *, atomic: bool = False,
-             push_options: Sequence[str] = (), lock: LockFactory | None = None,
+def commands_from(params: Sequence[dict[str, str]]) -> list[Command]:
+    """The job's ``commands`` param (``Command.as_param``'s spelling) as commands."""
+    return [Command(c["old"], c["new"], c["ref"].encode("utf-8", "surrogateescape")) for c in params]
+
+
+def push_job(repo: str | Path, pack: BinaryIO | None, commands: Sequence[Command], *, atomic: bool = False,
+             push_options: Sequence[str] = (), lock: LockFactory | None = None, hooks: Hooks | None = None,
              progress: Progress | None = None) -> dict[str, Any]:
     """One push as a job, the same whether the receiving process runs it (PACKYARD_RECEIVE_MODE=process) or a
     worker does (``packyard.receive_pack``): :func:`receive_pack` with the server's rules, fsck and pack limit
-    (this process's settings: a message cannot change them), ``commands`` as the job's params spell them.
-    Returns the verdicts for the report (``commands``: each one's ``error`` and ``messages``, in order),
-    ``unpack`` / ``unpack_detail``, ``refs`` (name -> "ok" or the error) and the job row's counters."""
+    (this process's settings: a message cannot change them) and ``hooks``. ``commands`` get their verdicts.
+    Returns ``unpack`` / ``unpack_detail``, the verdicts for the report (``commands``: each one's ``error`` and
+    ``messages``, in order), ``refs`` (name -> "ok" or the error) and the job row's counters."""
     from packyard.workers.receive.session import rules_from
     from packyard.workers.settings import get_settings
 
     s = get_settings()
-    cmds = [Command(c["old"], c["new"], c["ref"].encode("utf-8", "surrogateescape")) for c in commands]
-    result = receive_pack(repo, pack, cmds, atomic=atomic, rules=rules_from(s), fsck=s.fsck_options,
-                          max_pack_bytes=s.max_pack_bytes, progress=progress, lock=lock)
-    counters = dict(result["counters"])
-    counters["refs_moved"] = sum(c.error is None for c in cmds)
-    counters["refs_refused"] = sum(c.error is not None for c in cmds)
+    result = receive_pack(repo, pack, commands, atomic=atomic, rules=rules_from(s), fsck=s.fsck_options,
+                          max_pack_bytes=s.max_pack_bytes, progress=progress, lock=lock, hooks=hooks)
     return {"repo": result["repo"], "unpack": result["unpack"], "unpack_detail": result.get("unpack_detail"),
             "pack": result["pack"], "push_options": len(push_options),
-            "commands": [{"ref": c.name, "error": c.error, "messages": list(c.messages)} for c in cmds],
-            "refs": {c.name: c.error or "ok" for c in cmds}, "counters": counters}
+            "commands": [{"ref": c.name, "error": c.error, "messages": list(c.messages)} for c in commands],
+            "refs": {c.name: c.error or "ok" for c in commands},
+            "counters": push_counters(result["counters"], commands, hooks)}
+
+
+def push_counters(counters: dict[str, Any], commands: Sequence[Command], hooks: Hooks | None) -> dict[str, Any]:
+    """The job row's counters: the ingest's, the refs moved and refused, the hooks' runs."""
+    out = dict(counters)
+    out["refs_moved"] = sum(c.error is None for c in commands)
+    out["refs_refused"] = sum(c.error is not None for c in commands)
+    if hooks is not None:
+        out.update(hooks.counters())
+    return out
 
 
 class PushUnpackFailed(InvalidInputError):

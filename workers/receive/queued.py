@@ -18,6 +18,7 @@ ref``) or never ran reports as git's receive-pack reports a failed transaction; 
 """
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from pathlib import Path
@@ -56,18 +57,25 @@ def spool(stream: Any, incoming: Path, max_bytes: int) -> Path:
     return path
 
 
+def _no_keepalive() -> None:
+    return None
+
+
 def _fail_all(req: Request, error: str) -> None:
     for cmd in req.commands:
         if cmd.error is None:
             cmd.error = error
 
 
-def run_push_queued(path: str, req: Request, stdin: Any, s: Any,
-                    keepalive: Callable[[], None]) -> tuple[str | None, list[str]]:
-    """The push as a ``packyard.receive_pack`` job; (unpack error or None, extra lines for the client)."""
+Outcome = tuple[str | None, list[str], bytes]
+
+
+def run_push_queued(path: str, req: Request, stdin: Any, s: Any, keepalive: Callable[[], None]) -> Outcome:
+    """The push as a ``packyard.receive_pack`` job; (unpack error or None, extra lines for the client, the
+    hooks' output as the worker collected it: pre-receive, update and post-receive, sent before the report)."""
     if req.shallow:
         _fail_all(req, "shallow update not allowed")
-        return None, []
+        return None, [], b""
     delete_only = all(c.is_delete for c in req.commands)
     spooled: Path | None = None
     try:
@@ -76,7 +84,7 @@ def run_push_queued(path: str, req: Request, stdin: Any, s: Any,
                 spooled = spool(stdin, s.incoming_path, s.max_pack_bytes)
             except StoreError as err:
                 _fail_all(req, "unpacker error")
-                return "index-pack abnormal exit", [f"fatal: {type(err).__name__}: {err}"]
+                return "index-pack abnormal exit", [f"fatal: {type(err).__name__}: {err}"], b""
         kwargs = {"repo": path, "commands": [c.as_param() for c in req.commands], "push_options": req.push_options,
                   "atomic": "atomic" in req.features, "pack": spooled.name if spooled is not None else None}
         return _wait(req, kwargs, s, keepalive)
@@ -85,14 +93,17 @@ def run_push_queued(path: str, req: Request, stdin: Any, s: Any,
             spooled.unlink(missing_ok=True)
 
 
-def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], None]) -> tuple[str | None, list[str]]:
+def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], None]) -> Outcome:
     from packyard.workers.app import app
 
     task_id = f"receive-{uuid.uuid4()}"
     sent = time.monotonic()
-    result = app.send_task(TASK, kwargs=kwargs, task_id=task_id, expires=max(s.receive_queue_wait, 0.001))
+    result = app.send_task(TASK, kwargs=kwargs, task_id=task_id, expires=max(s.receive_queue_wait, 0.001),
+                           queue=s.receive_queue or None)
     _soft, hard = s.time_limit_for(TASK)
-    interval = max(0.05, s.receive_keepalive)
+    interval = max(0.05, s.receive_keepalive) if s.receive_keepalive > 0 else 5.0   # (0: no keepalives)
+    if s.receive_keepalive <= 0:
+        keepalive = _no_keepalive
     next_keepalive = sent + interval
     started = False
     poll = 0.005
@@ -109,10 +120,10 @@ def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], 
                 _fail_all(req, "failed to update ref")
                 return None, [f"error: no worker took the push (job {task_id}) within {s.receive_queue_wait:g} s "
                               "(PACKYARD_RECEIVE_QUEUE_WAIT); hosts without workers run pushes with "
-                              "PACKYARD_RECEIVE_MODE=process"]
+                              "PACKYARD_RECEIVE_MODE=process"], b""
             if now - sent > s.receive_queue_wait + hard + 60:
                 _fail_all(req, "failed to update ref")
-                return None, [f"error: the push's job {task_id} did not finish within its time limit"]
+                return None, [f"error: the push's job {task_id} did not finish within its time limit"], b""
         time.sleep(min(poll, max(0.0, next_keepalive - now)))
         poll = min(poll * 1.5, 0.05)
     value = result.get(propagate=False, timeout=30)
@@ -120,13 +131,13 @@ def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], 
         for cmd, verdict in zip(req.commands, value["commands"]):
             cmd.error = verdict["error"]
             cmd.messages.extend(verdict["messages"])
-        return None, []
+        return None, [], base64.b64decode(value.get("hook_output") or "")
     text = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else str(value)
     if type(value).__name__ == "PushUnpackFailed":
         _fail_all(req, "unpacker error")
-        return "index-pack abnormal exit", [f"fatal: {str(value).split(UNPACK_PREFIX, 1)[-1]}"]
+        return "index-pack abnormal exit", [f"fatal: {str(value).split(UNPACK_PREFIX, 1)[-1]}"], b""
     _fail_all(req, "failed to update ref")
-    return None, [f"error: {text} (job {task_id})"]
+    return None, [f"error: {text} (job {task_id})"], b""
 
 
 __all__ = ["SPOOL_PREFIX", "run_push_queued", "spool"]

@@ -105,6 +105,7 @@ class Command:
     ref: bytes
     error: str | None = None
     messages: list[str] = field(default_factory=list)   # "error: ..." lines for side band 2
+    did_not_exist: bool = False   # git's cmd->did_not_exist: deleting a ref that was not there (no post-receive)
 
     @property
     def name(self) -> str:

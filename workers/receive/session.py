@@ -10,9 +10,10 @@ import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Callable
 
 from packyard.store.errors import StoreError
+from packyard.workers.receive.hooks import HookConfig, Hooks
 from packyard.workers.receive.packstream import PackStream
 from packyard.workers.receive.pktline import PktReader, ProtocolError, flush_pkt, pkt, sideband
 from packyard.workers.receive.refrules import Command, Rules, ref_is_hidden
@@ -20,6 +21,7 @@ from packyard.workers.receive.refrules import Command, Rules, ref_is_hidden
 CAPABILITIES = ("report-status", "report-status-v2", "delete-refs", "side-band-64k", "quiet", "atomic",
                 "ofs-delta", "push-options", "object-format=sha1")
 KIND = "packyard.receive_pack"
+KEEPALIVE = b"0005\x01"   # copy_to_sideband's: band 1, no data
 EXIT_FATAL = 128
 
 
@@ -188,44 +190,102 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
         return _fatal(stderr, str(err))
     if not req.commands:
         return 0
-    if s.receive_mode == "queue":
+    sink = _HookSink(req, stdout, stderr)
+    hooks: Hooks | None = None
+    if s.receive_mode == "queue":   # the worker runs the hooks too; their output comes back with the result
         from packyard.workers.receive.queued import run_push_queued
 
         def keepalive() -> None:   # git's "0005\1": an empty packet on band 1, only to side-band clients
             if req.sideband:
-                stdout.write(sideband(1, b""))
-                stdout.flush()
+                sink.keepalive()
 
-        unpack_error, extra = run_push_queued(path, req, pack, s, keepalive)
+        unpack_error, extra, hook_output = run_push_queued(path, req, pack, s, keepalive)
+        if hook_output:
+            sink.write(hook_output)
+        finish = _nothing
     else:
-        unpack_error, extra = run_push(path, req, rules, pack, s)
-    out = report(req, unpack_error)
-    notes = messages(req, extra)
+        hooks = Hooks(HookConfig.from_settings(s), emit=sink.write, before_run=sink.flush_messages,
+                      keepalive=sink.keepalive if req.sideband else None, push_options=req.push_options)
+        unpack_error, extra, finish = run_push(path, req, rules, pack, s, hooks=hooks)
+    try:
+        out = report(req, unpack_error)
+        notes = sink.take_messages(extra)
+        if req.sideband:
+            if notes:   # git's rp_error / rp_warning: sent whether or not the client asked for quiet
+                stdout.write(b"".join(sideband(2, line) for line in notes.splitlines(keepends=True)))
+            stdout.write(out)
+        else:
+            if notes:
+                stderr.write(notes)
+                stderr.flush()
+            stdout.write(out)
+        stdout.flush()
+        if hooks is not None:
+            hooks.post_receive(req.commands)   # git: after the report, its output still on side band 2, then the flush
+    finally:
+        finish()                               # the job row, with the post-receive's run, before the client is let go
     if req.sideband:
-        if notes and "quiet" not in req.features or notes and unpack_error:
-            stdout.write(b"".join(sideband(2, line) for line in notes.splitlines(keepends=True)))
-        stdout.write(out + flush_pkt())
-    else:
-        if notes:
-            stderr.write(notes)
-            stderr.flush()
-        stdout.write(out)
-    stdout.flush()
+        stdout.write(flush_pkt())
+        stdout.flush()
     return 0
 
 
-def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple[str | None, list[str]]:
+class _HookSink:
+    """Where the hooks' stdout and stderr go as they come: side band 2 with side-band-64k (``remote: ...`` in
+    git push's output), else this process's stderr, as git's receive-pack sends them."""
+
+    def __init__(self, req: Request, stdout: BinaryIO, stderr: BinaryIO) -> None:
+        self.req, self.stdout, self.stderr = req, stdout, stderr
+
+    def write(self, data: bytes, *, lines: bool = False) -> None:
+        if self.req.sideband:
+            chunks = data.splitlines(keepends=True) if lines else [data]
+            self.stdout.write(b"".join(sideband(2, chunk) for chunk in chunks))
+            self.stdout.flush()
+        else:
+            self.stderr.write(data)
+            self.stderr.flush()
+
+    def keepalive(self) -> None:
+        """git's keepalive while a hook is silent: an empty packet on side band 1."""
+        self.stdout.write(KEEPALIVE)
+        self.stdout.flush()
+
+    def take_messages(self, extra: list[str]) -> bytes:
+        """:func:`messages` not sent yet, taken off the commands (each is sent once)."""
+        notes = messages(self.req, extra)
+        for cmd in self.req.commands:
+            cmd.messages.clear()
+        return notes
+
+    def flush_messages(self) -> None:
+        """Before a hook runs: the ``error:``/``warning:`` lines so far (git sends each as it happens, so they
+        come before the hook's output)."""
+        notes = self.take_messages([])
+        if notes:
+            self.write(notes, lines=True)
+
+
+def _nothing() -> None:
+    return None
+
+
+def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any,
+             hooks: Hooks | None = None) -> tuple[str | None, list[str], Callable[[], None]]:
     """The push as a recorded job in this process (PACKYARD_RECEIVE_MODE=process): one job row with the
-    commands and push options as its params, the verdicts as its counters; the job itself is the queued
-    mode's (commands/receive_pack.py's ``push_job``), so the row is the same either way."""
-    from packyard.workers.commands.receive_pack import push_job, unpack_failure
+    commands and push options as its params, the verdicts as its counters (and the hooks' runs: a hook
+    killed at its time limit is named in ``hook_timeout``); the job itself is the queued mode's
+    (commands/receive_pack.py's ``push_job``), so the row is the same either way. Returns (unpack error,
+    messages, finish): ``finish()`` records a push that went through once the post-receive has run (a failed
+    one is recorded already, and ``finish`` does nothing)."""
+    from packyard.workers.commands.receive_pack import push_counters, push_job, unpack_failure
     from packyard.workers.records import task_runs as recording
 
     extra: list[str] = []
     if req.shallow:
         for cmd in req.commands:
             cmd.error = "shallow update not allowed"
-        return None, extra
+        return None, extra, _nothing
     task_id = f"receive-{uuid.uuid4()}"
     params = [c.as_param() for c in req.commands]
     kwargs = {"repo": path, "commands": params, "push_options": req.push_options, "atomic": "atomic" in req.features}
@@ -233,26 +293,27 @@ def run_push(path: str, req: Request, rules: Rules, stdin: Any, s: Any) -> tuple
     recording.job_started(task_id, KIND, (), kwargs, os.uname().nodename)
     delete_only = all(c.is_delete for c in req.commands)
     try:
-        result = push_job(path, None if delete_only else stdin, params, atomic="atomic" in req.features,
-                          push_options=req.push_options, lock=_lock(path, s))
+        result = push_job(path, None if delete_only else stdin, req.commands, atomic="atomic" in req.features,
+                          push_options=req.push_options, lock=_lock(path, s), hooks=hooks)
     except Exception as exc:   # the lease, the records: every command fails, as git's failed transaction does
         recording.job_finished(task_id, KIND, (), kwargs, started, exc=exc)
         for cmd in req.commands:
             if cmd.error is None:
                 cmd.error = "failed to update ref"
-        return None, [f"error: {type(exc).__name__}: {exc}"]
+        return None, [f"error: {type(exc).__name__}: {exc}"], _nothing
     except BaseException as exc:
         recording.job_finished(task_id, KIND, (), kwargs, started, exc=exc)
         raise
-    for cmd, verdict in zip(req.commands, result["commands"]):
-        cmd.error = verdict["error"]
-        cmd.messages.extend(verdict["messages"])
     if result["unpack"] is not None:
         extra.append(f"fatal: {result['unpack_detail']}")
         recording.job_finished(task_id, KIND, (), kwargs, started, exc=unpack_failure(result))
-    else:
-        recording.job_finished(task_id, KIND, (), kwargs, started, result=result)
-    return result["unpack"], extra
+        return result["unpack"], extra, _nothing
+
+    def finish() -> None:
+        recording.job_finished(task_id, KIND, (), kwargs, started,
+                               result={**result, "counters": push_counters(result["counters"], req.commands, hooks),
+                                       "refs": {c.name: c.error or "ok" for c in req.commands}})
+    return None, extra, finish
 
 
 def _lock(path: str, s: Any):  # type: ignore[no-untyped-def]

@@ -21,10 +21,22 @@ from packyard.workers.tasks.base import PackyardTask
 def receive_pack(self: PackyardTask, repo: str, commands: list[dict], pack: str | None = None,
                  push_options: list[str] | None = None, atomic: bool = False) -> dict[str, Any]:
     """Ingest the push's pack and apply its commands (git receive-pack's rules); the verdicts for the report."""
+    import base64
+
+    from packyard.workers.receive.hooks import HookConfig, Hooks
+    from packyard.workers.settings import get_settings
+
     self.progress("push taken", 0)   # the waiting client sees PROGRESS: a worker has it
     f: BinaryIO | None = pack        # type: ignore[assignment]  # opened by the task boundary (None: deletes only)
-    result = self.call(command.push_job, repo, f, commands, atomic=atomic, push_options=push_options or [],
-                       lock=lambda: self.repo_lock(repo))
+    output = bytearray()             # the hooks' output, for the client's side band 2 once the job is done
+    hooks = Hooks(HookConfig.from_settings(get_settings()), emit=lambda data, **_: output.extend(data),
+                  push_options=push_options or [])
+    cmds = command.commands_from(commands)
+    result = self.call(command.push_job, repo, f, cmds, atomic=atomic, push_options=push_options or [],
+                       lock=lambda: self.repo_lock(repo), hooks=hooks)
     if result["unpack"] is not None:
         raise command.unpack_failure(result)
+    hooks.post_receive(cmds)         # its outcome is only recorded, as git's
+    result["counters"] = command.push_counters(result["counters"], cmds, hooks)
+    result["hook_output"] = base64.b64encode(bytes(output)).decode("ascii")
     return result
