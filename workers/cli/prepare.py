@@ -15,7 +15,6 @@ def is_default_sqlite(s: Settings) -> bool:
 def prepare_embedded(s: Settings, migrate: bool = True):  # type: ignore[no-untyped-def]
     """Start/reuse the embedded Redis (if configured) and migrate the embedded SQLite database."""
     from packyard.workers.embedded import REAP_ENV, ensure_private_dir, ensure_redis
-    from packyard.workers.records import upgrade_database
 
     ensure_private_dir(s.state_dir)
     server = ensure_redis(s)
@@ -24,6 +23,8 @@ def prepare_embedded(s: Settings, migrate: bool = True):  # type: ignore[no-unty
         # on to be reaped there (workers/embedded.py: adopt_from_env).
         os.environ[REAP_ENV] = str(server.process.pid)
     if migrate and is_default_sqlite(s):
+        from packyard.workers.records import upgrade_database  # (SQLAlchemy: only for a command that migrates)
+
         upgrade_database(s)
     return server
 

@@ -93,9 +93,30 @@ def run_push_queued(path: str, req: Request, stdin: Any, s: Any, keepalive: Call
             spooled.unlink(missing_ok=True)
 
 
-def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], None]) -> Outcome:
-    from packyard.workers.app import app
+def sender(s: Any) -> Any:
+    """A Celery app that only publishes and reads results, with the workers' broker, backend and serializers
+    (workers/app.py's celery_config). Not the service's app: importing that one loads the records (SQLAlchemy,
+    ~0.5 s) to write the queued job row, which a receiving process started per push cannot afford; the worker
+    writes the row when it starts the job."""
+    from celery import Celery
 
+    app = Celery("packyard", set_as_current=False)
+    app.conf.update(broker_url=s.broker_url, result_backend=s.broker_url,
+                    broker_transport_options={"visibility_timeout": s.visibility_timeout},
+                    task_serializer="json", result_serializer="json", accept_content=["json"],
+                    result_accept_content=["json"], timezone="UTC", enable_utc=True, task_send_sent_event=True)
+    return app
+
+
+def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], None]) -> Outcome:
+    from packyard.workers.broker import check_message_size
+
+    try:
+        check_message_size(s, TASK, (), kwargs)
+    except StoreError as err:   # 10,000 commands with long names: more than the broker takes
+        _fail_all(req, "failed to update ref")
+        return None, [f"error: {type(err).__name__}: {err}"], b""
+    app = sender(s)
     task_id = f"receive-{uuid.uuid4()}"
     sent = time.monotonic()
     result = app.send_task(TASK, kwargs=kwargs, task_id=task_id, expires=max(s.receive_queue_wait, 0.001),
@@ -125,7 +146,7 @@ def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], 
                 _fail_all(req, "failed to update ref")
                 return None, [f"error: the push's job {task_id} did not finish within its time limit"], b""
         time.sleep(min(poll, max(0.0, next_keepalive - now)))
-        poll = min(poll * 1.5, 0.05)
+        poll = min(poll * 1.5, 0.01)
     value = result.get(propagate=False, timeout=30)
     if result.successful():
         for cmd, verdict in zip(req.commands, value["commands"]):

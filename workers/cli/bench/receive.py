@@ -4,7 +4,11 @@ real ``git push --receive-pack=...`` from a client repository, side by side.
 Two rows, each with a fresh target repository per side and per round, rounds alternating who goes first:
 
 * ``full`` -- a push of all of git-v2.0.0 (the corpus pack, as a client repository) into an empty repository;
-* ``ten`` -- a push of 10 new commits onto a repository that holds git-v2.0.0 (copies of one target).
+* ``ten`` -- a push of 10 new commits onto a repository that holds git-v2.0.0 (copies of one target);
+* ``queued`` -- the same 10-commit push over smart HTTP to a running ``packyard http`` whose pushes go through
+  the queue to an idle ``packyard worker`` (PACKYARD_RECEIVE_MODE=queue, the default), and, beside it, the same
+  server in process mode: the end-to-end time a frontend sees from a long-running receiving process (no
+  Python start per push), against git's ``receive-pack`` over stdio (git has no long-running server).
 
 The time is the whole ``git push`` (the client's pack-objects included, the same on both sides); the peak RSS
 is the server's alone (``/usr/bin/time`` wraps the receive-pack command). packyard runs the push in process
@@ -34,7 +38,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--pack", default=None, help="source pack (default: the corpus git-v2.0.0.pack)")
     p.add_argument("--dir", default=None, help="work directory (default: a temp dir under /tmp)")
     p.add_argument("--commits", type=int, default=10, help="commits in the small push (default 10)")
-    p.add_argument("--row", action="append", choices=("full", "ten"), default=None,
+    p.add_argument("--row", action="append", choices=("full", "ten", "queued"), default=None,
                    help="run only these rows (repeatable; default: both)")
     p.set_defaults(func=run)
 
@@ -80,6 +84,60 @@ def _row(name: str, client: Path, root: Path, template: Path | None, runs: int, 
     return rows
 
 
+def _http_servers(work: Path, env: dict[str, str]) -> tuple[list[subprocess.Popen[bytes]], dict[str, str]]:
+    """A worker, and a ``packyard http`` per mode (queue, process); their URLs by mode."""
+    from packyard.workers.cli.children import ping_workers
+
+    procs: list[subprocess.Popen[bytes]] = []
+    log = open(work / "servers.log", "ab")
+    procs.append(subprocess.Popen([*common.packyard_entry(), "worker"], env=env, stdout=log, stderr=log))
+    deadline = time.monotonic() + 120
+    for name in ("PACKYARD_STATE_DIR", "PACKYARD_REDIS_URL", "PACKYARD_DATABASE_URL"):   # this process pings
+        if name in env:
+            os.environ[name] = env[name]
+        else:
+            os.environ.pop(name, None)
+    while not ping_workers(timeout=0.5):
+        if time.monotonic() > deadline or procs[0].poll() is not None:
+            raise SystemExit(f"the bench's worker did not start (see {work / 'servers.log'})")
+    urls = {}
+    for mode in ("queue", "process"):
+        proc = subprocess.Popen([*common.packyard_entry(), "http", "--listen", "127.0.0.1:0"],
+                                env={**env, "PACKYARD_RECEIVE_MODE": mode}, stdout=subprocess.PIPE, stderr=log)
+        procs.append(proc)
+        assert proc.stdout is not None
+        line = proc.stdout.readline().decode()
+        urls[mode] = "http://" + line.split("http://", 1)[1].split()[0].rstrip("/") if "http://" in line else ""
+        if not urls[mode]:
+            raise SystemExit(f"packyard http did not say where it listens: {line!r}")
+    return procs, urls
+
+
+def _http_row(client: Path, root: Path, template: Path, runs: int, env: dict[str, str], work: Path,
+              urls: dict[str, str]) -> dict[str, list[float]]:
+    """The 10-commit push over HTTP (queue, process) and git's over stdio, fresh targets, alternating."""
+    rows: dict[str, list[float]] = {"queue": [], "process": [], "git": [], "stdio-queue": []}
+    stdio = shlex.join([*common.packyard_entry(), "receive-pack"])
+    for rnd in range(runs):
+        order = ("git", "queue", "process", "stdio-queue")
+        for side in order if rnd % 2 == 0 else reversed(order):
+            target = _target(root / f"http-{side}-{rnd}.git", template)
+            url = str(target) if side in ("git", "stdio-queue") else f"{urls[side]}/bench/{target.name}"
+            extra = [f"--receive-pack={stdio}"] if side == "stdio-queue" else []
+            t0 = time.perf_counter()
+            proc = subprocess.run(["git", "--git-dir", str(client), "push", "-q", *extra, url,
+                                   "refs/heads/main:refs/heads/main"],
+                                  env={**env, "PACKYARD_RECEIVE_MODE": "queue"}, capture_output=True)
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                raise SystemExit(f"push to {url} ({side}) failed: {proc.stderr.decode(errors='replace')}")
+            rows[side].append(wall)
+            print(f"  queued round {rnd + 1} {side:8} wall {wall:7.3f}s", flush=True)
+            tip = common.git("rev-parse", "refs/heads/main", git_dir=target)
+            assert tip == common.git("rev-parse", "refs/heads/main", git_dir=client), (side, target)
+    return rows
+
+
 def _report(name: str, rows: dict[str, list[tuple[float, int]]]) -> None:
     p, g = rows["packyard"], rows["git"]
     common.print_wall_rss(name, ([w for w, _ in p], [w for w, _ in g]), ([r for _, r in p], [r for _, r in g]),
@@ -96,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
     root.mkdir()
     env = child_env()
     env.update({"PACKYARD_STORAGE_ROOTS": f"bench={root}", "PACKYARD_STATE_DIR": str(work / "state"),
-                "GIT_TERMINAL_PROMPT": "0"})
+                "GIT_TERMINAL_PROMPT": "0", "PACKYARD_RECEIVE_MODE": "process"})   # (the stdio rows: in process)
     env.pop("PACKYARD_REDIS_URL", None)
     env.pop("PACKYARD_DATABASE_URL", None)
     print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, {args.runs} rounds per row alternating "
@@ -106,14 +164,33 @@ def run(args: argparse.Namespace) -> int:
         results = {}
         if "full" in rows:
             results["full"] = _row("full", client, root, None, args.runs, env, work)
-        if "ten" in rows:
+        http: dict[str, list[float]] = {}
+        if "ten" in rows or "queued" in rows:
             template = _target(root / "template.git", None)
             common.git("--git-dir", str(client), "push", "-q", str(template), "refs/heads/main:refs/heads/main")
             _own_commits(client, "pusher", args.commits)
-            results["ten"] = _row(f"{args.commits}-commits", client, root, template, args.runs, env, work)
+            if "ten" in rows:
+                results["ten"] = _row(f"{args.commits}-commits", client, root, template, args.runs, env, work)
+            if "queued" in rows:
+                procs, urls = _http_servers(work, {**env, "PACKYARD_RECEIVE_MODE": "queue"})
+                try:
+                    http = _http_row(client, root, template, args.runs, env, work, urls)
+                finally:
+                    for proc in reversed(procs):
+                        proc.terminate()
+                    for proc in procs:
+                        proc.wait(timeout=60)
         print()
         for name, r in results.items():
             _report(name, r)
+        if http:
+            import statistics
+
+            g = statistics.median(http["git"])
+            for side, label in (("queue", "HTTP, queue mode"), ("process", "HTTP, process mode"),
+                                ("stdio-queue", "stdio, queue mode")):
+                m = statistics.median(http[side])
+                print(f"queued: {label + ', wall (median) s':34} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
         return 0
     finally:
         if not args.dir:
