@@ -8,9 +8,13 @@ full backup (``full=True``), so the manifest holds several chains; the others ar
 is a failed job of the run (``backups_failed``).
 
 The frontend's refs after every landed push are kept (:meth:`BackupRace.saw_refs`): every state the served
-repository's refs really passed through. After the workers are done, :meth:`BackupRace.check` reads the
-manifest and restores EVERY entry (``workers/commands/backup.py``'s ``restore``, in process, into a fresh
-directory under the run's scratch dir), then asks git about the restored repository:
+repository's refs really passed through. Later backups' retention (PACKYARD_BACKUP_KEEP_FULL) expires the
+older chains during the run, so when a backup job lands the harness keeps what the manifest holds then
+(:meth:`BackupRace.keep`): each new entry, and a hard link (or a copy) of its bundle in the run's scratch
+dir. After the workers are done, :meth:`BackupRace.check` restores EVERY backup written
+(``workers/commands/backup.py``'s ``restore``, in process, into a fresh directory under the scratch dir): an
+entry the manifest still holds from the backup directory itself (retention left its chain whole), an expired
+one from the kept copies. Then it asks git about each restored repository:
 
 a. its refs (``git for-each-ref``, and HEAD: ``git symbolic-ref`` or the detached id) must equal the entry's
    recorded ``refs`` and ``head`` exactly, and the recorded refs must be one of the states the frontend saw
@@ -19,8 +23,9 @@ b. ``git fsck --full --strict`` must pass (on at most :data:`FSCK_AT_MOST` entri
    and the newest; the refs are compared for all);
 c. Gitaly's checksum computed from ``git show-ref --head``'s own lines must be the entry's ``checksum``.
 
-Each written entry must be in the manifest at the end or among the ids a later backup's retention expired
-(PACKYARD_BACKUP_KEEP_FULL); one that is neither is a mismatch. A restore that raises counts as a mismatch too.
+An entry still in the manifest must be the entry as it was kept (its bundle's SHA-256 is checked by the
+restore); an entry that left the manifest must be among the ids a later backup's retention reported expired;
+a job's entry the manifest never showed is a mismatch, and so is a restore that raises.
 """
 from __future__ import annotations
 
@@ -52,6 +57,16 @@ class BackupRace:
     unchanged: int = 0
     expired: set[str] = field(default_factory=set)
     states: list[dict[str, str]] = field(default_factory=list)
+    backup_dir: Path | None = None                         # the served repository's (:meth:`start`)
+    kept_dir: Path | None = None                           # the kept bundles and their manifest
+    kept: dict[str, Any] = field(default_factory=dict)     # id -> BackupEntry, every entry seen, in order
+
+    def start(self, settings: Settings, served: Path, scratch: Path) -> None:
+        from packyard.workers.commands.backup import backup_dir_for
+
+        self.backup_dir = backup_dir_for(served, settings)
+        self.kept_dir = scratch / "backups-kept"
+        self.kept_dir.mkdir(parents=True, exist_ok=True)
 
     def kwargs(self, repo: Path, wait: float) -> dict[str, Any]:
         """The next backup job's kwargs (every FULL_EVERY-th asks for a full backup, the first one included)."""
@@ -72,36 +87,65 @@ class BackupRace:
             self.kinds[str(result.get("kind"))] = self.kinds.get(str(result.get("kind")), 0) + 1
             self.expired.update(str(e) for e in result.get("expired") or ())
             summary.backups += 1
+            self.keep()
         elif outcome == "unchanged":
             self.unchanged += 1
             summary.backups_unchanged += 1
         else:
             summary.failures.append(f"backup: unexpected outcome {outcome!r}: {str(result)[:300]}")
 
-    def check(self, settings: Settings, served: Path, scratch: Path, summary: RaceSummary, say: Say) -> None:
-        """Restore every manifest entry of ``served`` under ``scratch`` and compare it (see the module doc)."""
+    def keep(self) -> None:
+        """The manifest's entries not kept yet, and their bundles (linked, or copied across filesystems):
+        called as each backup job lands, before the next one's retention can expire them."""
         from packyard.store.backup.manifest import load_manifest
-        from packyard.workers.commands.backup import backup_dir_for
 
-        backup_dir = backup_dir_for(served, settings)
-        manifest = load_manifest(backup_dir)
+        assert self.backup_dir is not None and self.kept_dir is not None
+        for entry in load_manifest(self.backup_dir).entries:
+            if entry.id in self.kept:
+                continue
+            src, dst = self.backup_dir / entry.file, self.kept_dir / entry.file
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copyfile(src, dst)
+            self.kept[entry.id] = entry
+
+    def check(self, served: Path, scratch: Path, summary: RaceSummary, say: Say) -> None:
+        """Restore every backup of ``served`` written in the run under ``scratch`` and compare it (see the
+        module doc)."""
+        from packyard.store.backup.manifest import Manifest, load_manifest, save_manifest
+
+        assert self.backup_dir is not None and self.kept_dir is not None
+        manifest = load_manifest(self.backup_dir)
+        save_manifest(self.kept_dir, Manifest(tuple(self.kept.values())))
         summary.backups_expired = len(self.expired)
-        ids = {e.id for e in manifest.entries}
+        live = {e.id: e for e in manifest.entries}
         for entry_id in self.written:
-            if entry_id not in ids and entry_id not in self.expired:
-                self._mismatch(summary, f"backup {entry_id} was written but is neither in the manifest nor expired")
+            if entry_id not in self.kept:
+                self._mismatch(summary, f"backup {entry_id} was written but the manifest never held it")
+        for entry_id in self.kept:
+            if entry_id not in live and entry_id not in self.expired:
+                self._mismatch(summary, f"backup {entry_id} left the manifest but no retention expired it")
+        for entry_id in live:
+            if entry_id not in self.kept:
+                self._mismatch(summary, f"backup {entry_id} is in the manifest but no job of the run wrote it")
         states = [sorted(s.items()) for s in self.states]
-        n = len(manifest.entries)
+        entries = list(self.kept.values())
+        n = len(entries)
         fsck_at = {round(k * (n - 1) / max(1, FSCK_AT_MOST - 1)) for k in range(FSCK_AT_MOST)} if n else set()
         root = scratch / "restores"
         root.mkdir(parents=True, exist_ok=True)
-        for i, entry in enumerate(manifest.entries):   # (bounded: the manifest's entries, MAX_ENTRIES at most)
+        for i, entry in enumerate(entries):   # (bounded: the entries the run's jobs wrote)
             target = root / f"{i:04d}.git"
+            source = self.backup_dir if entry.id in live else self.kept_dir
             try:
-                problems = self._check_one(served, backup_dir, entry, target, states, fsck=i in fsck_at)
+                if entry.id in live and live[entry.id].sha256 != entry.sha256:
+                    raise ValueError(f"the manifest's entry changed since it was written: {live[entry.id]}")
+                problems = self._check_one(served, source, entry, target, states, fsck=i in fsck_at)
             except Exception as err:   # a failed restore is a mismatch, whatever raised
                 problems = [f"restore failed: {type(err).__name__}: {err}"[:400]]
             summary.restores_checked += 1
+            summary.restores_from_kept += int(source == self.kept_dir)
             summary.restores_fscked += int(i in fsck_at and not problems)
             for p in problems:
                 self._mismatch(summary, f"backup {entry.id} ({entry.kind}): {p}")
@@ -109,7 +153,8 @@ class BackupRace:
         say(f"backups: {summary.backups} written ({self.kinds.get('full', 0)} full, "
             f"{self.kinds.get('incremental', 0)} incremental), {summary.backups_unchanged} unchanged, "
             f"{summary.backups_expired} expired by retention; {summary.restores_checked} restored and compared "
-            f"({summary.restores_fscked} fscked): {summary.restore_mismatches} mismatches")
+            f"({summary.restores_from_kept} from kept copies, {summary.restores_fscked} fscked): "
+            f"{summary.restore_mismatches} mismatches")
 
     @staticmethod
     def _mismatch(summary: RaceSummary, what: str) -> None:

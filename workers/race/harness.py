@@ -156,6 +156,7 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
         say(f"built {repo}: {shape['objects']} objects in one pack dated a day back, {shape['topics']} topic "
             f"branches; {options.readers} readers ({options.mode}), seed {seed}")
         if backups is not None:
+            backups.start(settings, repo, scratch)
             backups.saw_refs(fe.expected_refs())
         _race(settings, options, app, fe, summary, say, progress, nfsim, backups)
         if nfsim is not None:
@@ -168,7 +169,7 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
             check_routing(settings, summary, say)
         _final_check(settings, fe, summary)
         if backups is not None:   # the workers are done: restore every backup the manifest holds
-            backups.check(settings, fe.served, scratch, summary, say)
+            backups.check(fe.served, scratch, summary, say)
         summary.pushed_ids = list(fe.pushed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

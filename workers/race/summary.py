@@ -90,6 +90,7 @@ class RaceSummary:
     backups_expired: int = 0    # entries a later backup's retention expired (not restorable at the end)
     restores_checked: int = 0   # manifest entries restored and compared at the end
     restores_fscked: int = 0    # of those, restored repositories git fsck --full --strict passed
+    restores_from_kept: int = 0  # of those, entries retention expired, restored from the harness's kept copies
     restore_mismatches: int = 0
     restore_examples: list[str] = field(default_factory=list)   # the first mismatches, said
 
@@ -128,6 +129,7 @@ class RaceSummary:
             out.update(backups=self.backups, backups_unchanged=self.backups_unchanged,
                        backups_failed=self.backups_failed, backups_expired=self.backups_expired,
                        restores_checked=self.restores_checked, restores_fscked=self.restores_fscked,
+                       restores_from_kept=self.restores_from_kept,
                        restore_mismatches=self.restore_mismatches)
         for host, c in sorted(self.nfsim.items()):
             for k in ("estale", "kept_reads", "metadata_calls"):
@@ -175,7 +177,8 @@ class RaceSummary:
                 f"  backups   {self.backups} written every {self.backup_every:g} s "
                 f"({self.backups_unchanged} unchanged, {self.backups_failed} failed, "
                 f"{self.backups_expired} expired by retention); "
-                f"{self.restores_checked} restored, refs and checksum compared ({self.restores_fscked} fscked): "
+                f"{self.restores_checked} restored ({self.restores_from_kept} from kept copies), refs and checksum "
+                f"compared ({self.restores_fscked} fscked): "
                 f"{self.restore_mismatches} mismatches")
         if self.hosts > 1:
             lines.extend(self._render_hosts())
