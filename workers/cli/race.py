@@ -11,6 +11,9 @@ With an embedded Redis (no PACKYARD_REDIS_URL) it starts one and a worker (2 pre
 for the run, with R's directory added to the storage roots; otherwise it uses the configured
 Redis and workers, and R must lie inside PACKYARD_STORAGE_ROOTS.
 
+``--backup-every T`` queues a ``packyard.backup`` every T seconds too; afterwards every backup written is
+restored and must hold the refs, HEAD and checksum it recorded (:mod:`packyard.workers.race.backups`).
+
 The negative controls (``--unsafe-dir-cache``, ``--unsafe-delete``) must FAIL: they prove the
 harness can see a lost read.
 """

@@ -87,7 +87,10 @@ class BackupRace:
             self.kinds[str(result.get("kind"))] = self.kinds.get(str(result.get("kind")), 0) + 1
             self.expired.update(str(e) for e in result.get("expired") or ())
             summary.backups += 1
-            self.keep()
+            try:
+                self.keep()
+            except Exception as err:   # (BackupChainError, OSError): that backup cannot be checked: a mismatch
+                self._mismatch(summary, f"backup {result['entry']}: could not keep it: {type(err).__name__}: {err}")
         elif outcome == "unchanged":
             self.unchanged += 1
             summary.backups_unchanged += 1

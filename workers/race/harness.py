@@ -168,8 +168,11 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
         if options.hosts > 1:
             check_routing(settings, summary, say)
         _final_check(settings, fe, summary)
-        if backups is not None:   # the workers are done: restore every backup the manifest holds
-            backups.check(fe.served, scratch, summary, say)
+        if backups is not None:   # the workers are done: restore every backup the run wrote
+            try:
+                backups.check(fe.served, scratch, summary, say)
+            except Exception as err:   # (an unreadable manifest, a full disk): the run fails, with its job row
+                summary.failures.append(f"the backup check: {type(err).__name__}: {err}"[:400])
         summary.pushed_ids = list(fe.pushed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
