@@ -11,6 +11,9 @@ With an embedded Redis (no PACKYARD_REDIS_URL) it starts one and a worker (2 pre
 for the run, with R's directory added to the storage roots; otherwise it uses the configured
 Redis and workers, and R must lie inside PACKYARD_STORAGE_ROOTS.
 
+``--backup-every T`` queues a ``packyard.backup`` every T seconds too; afterwards every backup written is
+restored and must hold the refs, HEAD and checksum it recorded (:mod:`packyard.workers.race.backups`).
+
 The negative controls (``--unsafe-dir-cache``, ``--unsafe-delete``) must FAIL: they prove the
 harness can see a lost read.
 """
@@ -80,6 +83,11 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     p.add_argument("--nfsim-trust-listing", action="store_true",
                    help="NEGATIVE CONTROL (with --hosts 2): host B's mount reuses cached directory listings for "
                         "3 s without revalidating them on opendir; the run must report lost reads")
+    p.add_argument("--backup-every", type=float, default=0.0, metavar="T",
+                   help="queue a packyard.backup of the repository every T seconds among the repacks and pushes "
+                        "(every third a full one); afterwards every backup in its manifest is restored, and its "
+                        "refs, HEAD and checksum must be those it recorded (git fsck --full on three of them); "
+                        "exit 1 on a mismatch or a failed backup (default 0: no backups)")
     p.add_argument("--cloners", type=int, default=1, metavar="N",
                    help="clone readers (git clone --no-local through upload-pack, then git fsck) beside the "
                         "readers (default 1; 0: none)")
@@ -130,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
     if args.nfsim_trust_listing and args.hosts != 2:
         print("packyard race: --nfsim-trust-listing needs --hosts 2", file=sys.stderr)
         return 2
+    if args.backup_every < 0 or (args.backup_every and args.pool):
+        print("packyard race: --backup-every must not be negative, and is not for --pool", file=sys.stderr)
+        return 2
     if args.unsafe_pool_prune and not args.pool:
         print("packyard race: --unsafe-pool-prune needs --pool", file=sys.stderr)
         return 2
@@ -140,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     options = RaceOptions(repo=repo, readers=args.readers, duration=args.duration, repack_every=args.repack_every,
                           ingest_every=args.ingest_every, seed=args.seed, unsafe_dir_cache=args.unsafe_dir_cache,
                           unsafe_delete=args.unsafe_delete, expire=args.expire, reader_rate=args.reader_rate,
-                          cloners=args.cloners)
+                          cloners=args.cloners, backup_every=args.backup_every)
     return _run(args, options, repo)
 
 
@@ -210,7 +221,7 @@ def _two_hosts(args: argparse.Namespace, repo: Path) -> int:
                               expire=args.expire, reader_rate=args.reader_rate, hosts=2,
                               reader_repo=b.mountpoint / repo.name, nfsim_trust_listing=args.nfsim_trust_listing,
                               cloners=args.cloners, host_b_queue=f"race-{os.getpid()}-host-b",
-                              phases=args.phases, aim_threads=args.aim_threads)
+                              phases=args.phases, aim_threads=args.aim_threads, backup_every=args.backup_every)
         rc = _run(args, options, a.mountpoint / repo.name, nfsim=lambda: {"A": a.counters(), "B": b.counters()})
         counts = {"host A": a.counters(), "host B": b.counters()}
     for host, c in counts.items():

@@ -12,9 +12,11 @@ yet, inside a storage root. Step by step:
    ``ingest_every`` seconds (index_pack, unpack_objects, write_objects, a real ``git push`` in turn, one at a time;
    the first push and every ``rewrite_every``-th after it a force push of a topic while topics
    remain), all through the queue with ``app.send_task`` as a frontend would, except the ``git push``, which
-   runs ``packyard receive-pack`` in its own process on this host (:mod:`.gitpush`);
+   runs ``packyard receive-pack`` in its own process on this host (:mod:`.gitpush`); with ``backup_every``, a
+   ``packyard.backup`` every ``backup_every`` seconds too, one at a time (:mod:`.backups`);
 4. let the in-flight jobs finish, give the readers one more look at the refs, stop them;
-5. the final check: a fresh Repository reads every object the pushes carried (a miss is lost);
+5. the final check: a fresh Repository reads every object the pushes carried (a miss is lost); with
+   backups, every manifest entry restored and compared with what it recorded (:meth:`.backups.BackupRace.check`);
 6. the summary, the ``packyard.race`` job row (counters), the ``race_events`` rows (written in
    batches as the readers report them).
 
@@ -58,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from packyard.store.progress import Progress
+from packyard.workers.race.backups import BackupRace
 from packyard.workers.race.clones import CLONE_FAILED, Cloner, CloneTotals, overlapping
 from packyard.workers.race.gitpush import GitPushRun
 from packyard.workers.race.hosts import Hosts, Phase, check_routing
@@ -135,7 +138,10 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
     run_id = str(uuid.uuid4())
     repo = Path(options.repo).expanduser().absolute()
     summary = RaceSummary(run_id=run_id, repo=str(repo), mode=options.mode, seed=seed, readers=options.readers,
-                          hosts=options.hosts)
+                          hosts=options.hosts, backup_every=options.backup_every)
+    backups = BackupRace(options.backup_every) if options.backup_every > 0 else None
+    if backups is not None:
+        _no_old_backups(settings, repo)
     started = datetime.now(UTC)
     scratch = settings.state_dir / "race" / run_id[:8]
     incoming = settings.incoming_path / f"race-{run_id[:8]}"
@@ -149,7 +155,10 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
         registry.register(settings, repo, enabled=False)   # the harness's own: out of nightly maintenance
         say(f"built {repo}: {shape['objects']} objects in one pack dated a day back, {shape['topics']} topic "
             f"branches; {options.readers} readers ({options.mode}), seed {seed}")
-        _race(settings, options, app, fe, summary, say, progress, nfsim)
+        if backups is not None:
+            backups.start(settings, repo, scratch)
+            backups.saw_refs(fe.expected_refs())
+        _race(settings, options, app, fe, summary, say, progress, nfsim, backups)
         if nfsim is not None:
             try:
                 kinds = ("estale", "kept_reads", "metadata_calls", "readdir", "readdir_hits")
@@ -159,6 +168,11 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
         if options.hosts > 1:
             check_routing(settings, summary, say)
         _final_check(settings, fe, summary)
+        if backups is not None:   # the workers are done: restore every backup the run wrote
+            try:
+                backups.check(fe.served, scratch, summary, say)
+            except Exception as err:   # (an unreadable manifest, a full disk): the run fails, with its job row
+                summary.failures.append(f"the backup check: {type(err).__name__}: {err}"[:400])
         summary.pushed_ids = list(fe.pushed)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -170,7 +184,8 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
                    params={"mode": options.mode, "readers": options.readers, "duration": options.duration,
                            "repack_every": options.repack_every, "ingest_every": options.ingest_every,
                            "seed": seed, "expire": options.expire, "hosts": options.hosts,
-                           "phases": summary.phases, "aim_threads": options.aim_threads},
+                           "phases": summary.phases, "aim_threads": options.aim_threads,
+                           "backup_every": options.backup_every},
                    counters=summary.counters(), error=error, hostname=f"race@{socket.gethostname()}",
                    pid=os.getpid())
     except Exception as err:
@@ -178,8 +193,19 @@ def run_race(settings: Settings, options: RaceOptions, app: Any, *, say: Say = p
     return summary
 
 
+def _no_old_backups(settings: Settings, repo: Path) -> None:
+    """--backup-every: the new repository's backup directory must hold no manifest yet (an old run's chain
+    would be built on, and its entries restored as this run's)."""
+    from packyard.workers.commands.backup import backup_dir_for
+
+    old = backup_dir_for(repo, settings) / "manifest.json"
+    if old.exists():
+        raise FileExistsError(f"{old} exists: backups of an earlier repository at {repo}; remove that directory "
+                              "or name a new path")
+
+
 def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary, say: Say,
-          progress: Progress | None, nfsim: NfsimCounters | None = None) -> None:
+          progress: Progress | None, nfsim: NfsimCounters | None = None, backups: BackupRace | None = None) -> None:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     stop = ctx.Event()
@@ -213,7 +239,7 @@ def _race(settings: Settings, options: RaceOptions, app: Any, fe: Frontend, summ
             c.start()
         say(f"readers ready (pids {', '.join(str(p.pid) for p in procs)}), {len(cloners)} clone reader(s); "
             f"racing for {options.duration:.0f} s")
-        _schedule(options, app, fe, summary, say, progress, sink, repacks, hosts, settings.as_env())
+        _schedule(options, app, fe, summary, say, progress, sink, repacks, hosts, settings.as_env(), backups)
         time.sleep(0.5)   # one more look at the refs for every reader (they re-sample every 0.2 s)
     finally:
         for c in cloners:
@@ -273,13 +299,14 @@ class _InFlight:
     mode: str | None = None
     sent: float = 0.0
     n: int = -1   # a repack's number (its aim's)
+    backup: bool = False
 
 
 def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary, say: Say,
               progress: Progress | None, sink: _EventSink, repacks: list[tuple[float, float]],
-              hosts: Hosts, push_env: dict[str, str]) -> None:
-    """Queue repacks and pushes on their timers, phase by phase, until the duration is over; wait for the last
-    ones. Each repack job's (sent, seen ended) monotonic interval is appended to ``repacks``; each phase's
+              hosts: Hosts, push_env: dict[str, str], backups: BackupRace | None = None) -> None:
+    """Queue repacks, pushes (and backups) on their timers, phase by phase, until the duration is over; wait for
+    the last ones. Each repack job's (sent, seen ended) monotonic interval is appended to ``repacks``; each phase's
     record to ``summary.phases`` (--hosts 2). ``push_env``: the settings a real ``git push``'s receive-pack runs
     with (this run's, so its lease and job row are the workers')."""
     preserve_for = max(3600.0, options.duration * 2 + 600.0)   # longer than any reader's view is old
@@ -301,8 +328,10 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
         # a loaded machine), until each has run once: at most three times as long.
         hard_end = start + 3 * per
         next_repack, next_push = start + min(options.repack_every, 1.0), start
+        next_backup = start + min(options.backup_every, 1.5)
         repack: _InFlight | None = None
         push: _InFlight | None = None
+        backup: _InFlight | None = None
         aimed: list[str] = []
         while True:
             now = time.monotonic()
@@ -333,13 +362,18 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
                 if not isinstance(res, GitPushRun):   # (routed by no queue: --hosts 2 checks queued jobs' hosts)
                     phase.push_jobs.append(res.id)
                 next_push = now + options.ingest_every
-            for slot in ("repack", "push"):
-                job = repack if slot == "repack" else push
+            if running and backups is not None and backup is None and now >= next_backup:
+                res = app.send_task("packyard.backup", queue=hosts.queue(repack_host),
+                                    kwargs=backups.kwargs(fe.served, options.job_timeout))
+                backup = _InFlight(res, f"backup {res.id[:8]}", sent=now, backup=True)
+                next_backup = now + options.backup_every
+            for slot in ("repack", "push", "backup"):
+                job = {"repack": repack, "push": push, "backup": backup}[slot]
                 if job is None:
                     continue
                 if job.result.ready():
-                    _landed(job, fe, summary)
-                    if job.result.successful():
+                    _landed(job, fe, summary, backups)
+                    if job.result.successful() and not job.backup:
                         if job.mode is not None:
                             phase.repacks[job.mode] += 1
                         else:
@@ -348,6 +382,7 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
                                 loose.update(dict.fromkeys(job.push.objects))
                 elif now - job.sent > options.job_timeout:
                     summary.failures.append(f"{job.what}: no result after {options.job_timeout:.0f} s")
+                    summary.backups_failed += int(job.backup)
                     if isinstance(job.result, GitPushRun):
                         job.result.kill()
                 else:
@@ -360,8 +395,10 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
                             loose.pop(oid, None)
                         aimed = []
                     repack = None
-                else:
+                elif slot == "push":
                     push = None
+                else:
+                    backup = None
             if now - last_report >= 5.0 and running:
                 last_report = now
                 say(f"{now - t0:5.0f} s: {sum(sink.lookups.values()):,} lookups, {sum(summary.repacks.values())} "
@@ -369,7 +406,7 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
                     " ".join(f"{k}={v}" for k, v in sink.seen.items()))
             if progress:
                 progress("racing", int(min(now - t0, options.duration)), int(options.duration))
-            if not running and repack is None and push is None:
+            if not running and repack is None and push is None and backup is None:
                 break
             if summary.failures and not running and k == len(plan):
                 break   # (the run is failed: its last jobs are not waited for; a phase's always land before the next)
@@ -384,16 +421,23 @@ def _schedule(options: RaceOptions, app: Any, fe: Frontend, summary: RaceSummary
     summary.duration = time.monotonic() - t0
 
 
-def _landed(job: _InFlight, fe: Frontend, summary: RaceSummary) -> None:
+def _landed(job: _InFlight, fe: Frontend, summary: RaceSummary, backups: BackupRace | None = None) -> None:
     res = job.result
     if not res.successful():
         summary.failures.append(f"{job.what}: {type(res.result).__name__}: {res.result}"[:400])
+        summary.backups_failed += int(job.backup)
+        return
+    if job.backup:
+        assert backups is not None
+        backups.landed(res.result, summary)
         return
     if job.mode is not None:
         summary.repacks[job.mode] += 1
         return
     assert job.push is not None
     fe.landed(job.push)
+    if backups is not None:   # a state the served refs passed through: a backup's snapshot must be one of them
+        backups.saw_refs(fe.expected_refs())
     summary.ingests[job.push.kind] += 1
     summary.pushed_objects += len(job.push.objects)
 

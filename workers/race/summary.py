@@ -42,6 +42,7 @@ class RaceOptions:
     clone_pause: float = 0.2         # seconds between one clone reader's clones
     phases: int = 2                  # --hosts 2: phase 1 repacks on A (reads, pushes on B), phase 2 the reverse, ...
     aim_threads: int = 0             # --hosts 2: threads per reader of aimed cold reads (see .readers.AimedReads)
+    backup_every: float = 0.0        # seconds between packyard.backup jobs (0: none); each restored after (.backups)
 
     @property
     def mode(self) -> str:
@@ -82,6 +83,16 @@ class RaceSummary:
     aimed_reads: int = 0
     aimed_estale: int = 0
     aimed_gone: int = 0
+    backup_every: float = 0.0   # (the run's option: the backup lines are shown when it is on)
+    backups: int = 0            # backup jobs that wrote an entry
+    backups_unchanged: int = 0  # backup jobs that found the newest entry's refs (nothing written)
+    backups_failed: int = 0     # backup jobs that ended FAILURE (also in ``failures``)
+    backups_expired: int = 0    # entries a later backup's retention expired (not restorable at the end)
+    restores_checked: int = 0   # manifest entries restored and compared at the end
+    restores_fscked: int = 0    # of those, restored repositories git fsck --full --strict passed
+    restores_from_kept: int = 0  # of those, entries retention expired, restored from the harness's kept copies
+    restore_mismatches: int = 0
+    restore_examples: list[str] = field(default_factory=list)   # the first mismatches, said
 
     @property
     def lost(self) -> int:
@@ -102,7 +113,8 @@ class RaceSummary:
 
     @property
     def ok(self) -> bool:
-        return self.lost == 0 and self.clones_failed == 0 and not self.failures and not self.reader_errors
+        return self.lost == 0 and self.clones_failed == 0 and not self.failures and not self.reader_errors and \
+            self.restore_mismatches == 0 and self.backups_failed == 0
 
     def counters(self) -> dict[str, Any]:
         out = {"lookups": self.lookups, "repacks": sum(self.repacks.values()), "ingests": sum(self.ingests.values()),
@@ -113,6 +125,12 @@ class RaceSummary:
                "failures": len(self.failures), "readers": self.readers, "duration_s": round(self.duration, 1),
                "estale_store": self.estale_store, "aims": self.aims, "aimed_reads": self.aimed_reads,
                "aimed_estale": self.aimed_estale, "aimed_gone": self.aimed_gone}
+        if self.backup_every:
+            out.update(backups=self.backups, backups_unchanged=self.backups_unchanged,
+                       backups_failed=self.backups_failed, backups_expired=self.backups_expired,
+                       restores_checked=self.restores_checked, restores_fscked=self.restores_fscked,
+                       restores_from_kept=self.restores_from_kept,
+                       restore_mismatches=self.restore_mismatches)
         for host, c in sorted(self.nfsim.items()):
             for k in ("estale", "kept_reads", "metadata_calls"):
                 out[f"nfsim_{k}_host_{host.lower()}"] = int(c.get(k, 0))
@@ -154,6 +172,14 @@ class RaceSummary:
             f"({self.clones['clones_bitmap']:,} served through a bitmap, {self.clones['clones_during_repack']:,} "
             f"during a repack): {self.clones_failed:,} failed",
         ]
+        if self.backup_every:
+            lines.append(
+                f"  backups   {self.backups} written every {self.backup_every:g} s "
+                f"({self.backups_unchanged} unchanged, {self.backups_failed} failed, "
+                f"{self.backups_expired} expired by retention); "
+                f"{self.restores_checked} restored ({self.restores_from_kept} from kept copies), refs and checksum "
+                f"compared ({self.restores_fscked} fscked): "
+                f"{self.restore_mismatches} mismatches")
         if self.hosts > 1:
             lines.extend(self._render_hosts())
         shown: set[str] = set()
@@ -166,17 +192,22 @@ class RaceSummary:
                          f"{ex.get('error', '')[:140]}")
         for ex in self.clone_examples[:3]:
             lines.append(f"      clone failed ({ex.get('op')}, {ex.get('step')}): {str(ex.get('error', ''))[:200]}")
+        for m in self.restore_examples[:3]:
+            lines.append(f"      restore mismatch: {m[:200]}")
         for f in self.failures[:5]:
             lines.append(f"  job failed: {f}")
         for e in self.reader_errors[:5]:
             lines.append(f"  reader error: {e}")
         if self.ok:
             verdict = "PASS: no lost reads" + ("" if self.recovered else " (but no miss was recovered: no race?)") + \
-                (f", no failed clone of {self.clones['clones']}" if self.clones["clones"] else "")
+                (f", no failed clone of {self.clones['clones']}" if self.clones["clones"] else "") + \
+                (f", every one of {self.restores_checked} backups restored to its recorded refs"
+                 if self.backup_every else "")
         else:
             verdict = "FAIL: " + ", ".join(filter(None, (
                 f"{self.lost} lost reads" if self.lost else "",
                 f"{self.clones_failed} failed clones" if self.clones_failed else "",
+                f"{self.restore_mismatches} restore mismatches" if self.restore_mismatches else "",
                 f"{len(self.failures)} failed jobs" if self.failures
                 else "", f"{len(self.reader_errors)} reader errors" if self.reader_errors else "")))
         lines.append(f"  verdict   {verdict}")
