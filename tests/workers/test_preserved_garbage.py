@@ -3,7 +3,8 @@
 git reads no objects from it, fsck and gc are silent about it, but `git count-objects -v` counts the
 directory itself as one piece of garbage (builtin/count-objects.c: every name in objects/pack that is not a
 pack file is "garbage found") from the first packyard repack on. Kept where it is (store/objdir.py and the
-expiry read it there); README "Operating safely" quotes git's words, pinned here."""
+expiry read it there); docs/operating.md (which README's "Operating safely" points to) quotes git's words,
+pinned here."""
 from __future__ import annotations
 
 import re
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from gitutil import ROOT, git
 
-README = ROOT / "README.md"
+OPERATING = ROOT / "docs" / "operating.md"
 
 
 def _history(tmp_path: Path) -> Path:
@@ -60,8 +61,8 @@ def test_git_reports_the_preserved_dir_as_one_garbage_entry(tmp_path, pk):
     assert gc.returncode == 0 and gc.stderr == "", gc.stderr
     assert preserved.is_dir()
 
-    # README "Operating safely" quotes git's exact words.
-    section = README.read_text().split("## Operating safely", 1)[1].split("\n## ", 1)[0]
+    # docs/operating.md quotes git's exact words (the README's "Operating safely" points there).
+    section = OPERATING.read_text().split("**`git count-objects -v` reports preserved packs", 1)[1].split("\n* ", 1)[0]
     quoted = warnings.replace(str(bare), "<repo>").strip()
     assert f"`{quoted}`" in section, quoted
     assert re.search(r"`garbage: 1`.*`size-garbage`", section, re.S)
