@@ -205,3 +205,48 @@ def test_hooks_run_on_the_worker_as_git_runs_them(client: Path, store_root: Path
         assert any(rec.get("task") == "packyard.receive_pack" for rec in worker.log_lines())   # it ran there
     finally:
         worker.stop()
+
+
+def test_a_queued_push_over_http_streams_keepalives_then_the_report(client: Path, store_root: Path, tmp_path: Path,
+                                                                    pk, settings, celery_worker) -> None:
+    """``packyard http`` in queue mode: the response is streamed, so the keepalives written while the job waits
+    (for a lease the test holds) reach the HTTP client before the report, as git http-backend streams
+    receive-pack's output; then a real ``git push http://`` lands."""
+    import http.client
+    import time
+
+    from httputil import PackyardHttp
+
+    from packyard.workers.locks import redis_client, repo_lock
+
+    repo = store_root / "http-keepalive.git"
+    git("init", "-q", "--bare", str(repo))
+    tip = git("rev-parse", "HEAD", cwd=client).decode().strip()
+    pack = git("pack-objects", "-q", "--stdout", "--revs", cwd=client, input=b"HEAD\n")
+    line = f"{'0' * 40} {tip} refs/heads/main\0report-status side-band-64k\n".encode()
+    body = b"%04x" % (len(line) + 4) + line + b"0000" + pack
+    server = PackyardHttp(_env(pk, PACKYARD_RECEIVE_KEEPALIVE="0.1"), tmp_path / "http.log")
+    try:
+        host, port = server.url.removeprefix("http://").split(":")
+        rel = repo.relative_to(pk.storage_root)
+        with repo_lock(redis_client(settings), str(repo.resolve()), ttl=30):
+            conn = http.client.HTTPConnection(host, int(port), timeout=120)
+            conn.request("POST", f"/default/{rel}/git-receive-pack", body=body,
+                         headers={"Content-Type": "application/x-git-receive-pack-request"})
+            response = conn.getresponse()
+            assert response.status == 200
+            head = response.read1(64)                 # arrives while the job still waits for the lease
+            pk.wait_until(lambda: _started_push(settings, repo), 60, what="the push's job to start")
+            time.sleep(0.3)
+        rest = response.read()
+        conn.close()
+        assert head.startswith(b"0005\x01"), head
+        assert b"unpack ok" in rest and b"ok refs/heads/main" in rest, rest[-200:]
+        assert git("rev-parse", "refs/heads/main", git_dir=repo).decode().strip() == tip
+        _commit(client, "over-http.txt", "pushed over http\n")
+        proc = subprocess.run(["git", "push", "-q", f"{server.url}/default/{rel}", "main"], cwd=client,
+                              env=_env(pk), capture_output=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert git("rev-parse", "refs/heads/main", git_dir=repo) == git("rev-parse", "HEAD", cwd=client)
+    finally:
+        server.close()

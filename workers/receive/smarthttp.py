@@ -26,7 +26,7 @@ import subprocess
 import sys
 import threading
 import zlib
-from typing import Any, BinaryIO, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, cast
 from urllib.parse import parse_qs
 
 from packyard.store.errors import InvalidInputError, StoreError
@@ -240,18 +240,29 @@ class GitHttp:
         return [body]
 
     def _receive_rpc(self, git_dir: str, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        """The push, streamed: the exchange runs in a thread writing into a :class:`_Pipe`, and the response
+        sends what it writes as it comes (the keepalives of a queued push or a silent hook, the hooks'
+        side band 2, the report). Refused before any report (a bad pkt-line, chunk or gzip): 400 with the
+        reason, as nothing was sent yet."""
         from packyard.workers.receive.session import exchange, rules_from
 
         body = request_body(environ)
-        out = io.BytesIO()
+        pipe = _Pipe()
         err = io.BytesIO()
-        status = exchange(git_dir, git_dir, body, body, out, err, rules_from(self.settings), self.settings)
-        if status != 0 and not out.getvalue():   # refused before any report (a bad pkt-line, chunk or gzip)
-            return _plain(start_response, "400 Bad Request", err.getvalue().decode("utf-8", "replace").strip())
-        if err.getvalue():   # what git's receive-pack writes to stderr: the web server's error log
-            environ["wsgi.errors"].write(err.getvalue().decode("utf-8", "replace"))
-        start_response("200 OK", [*NO_CACHE, ("Content-Type", "application/x-git-receive-pack-result")])
-        return [out.getvalue()]
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["status"] = exchange(git_dir, git_dir, body, body, cast(BinaryIO, pipe), err,
+                                             rules_from(self.settings), self.settings)
+            except BaseException as exc:   # handed to the response, which raises it in the server's thread
+                outcome["error"] = exc
+            finally:
+                pipe.close()
+
+        worker = threading.Thread(target=run, daemon=True, name="receive-pack-exchange")
+        worker.start()
+        return _report_stream(pipe, worker, outcome, err, environ, start_response)
 
     def _upload(self, git_dir: str, environ: dict[str, Any], start_response: StartResponse, *,
                 advertise: bool) -> Iterable[bytes]:
@@ -272,6 +283,52 @@ class GitHttp:
         if advertise and "version=2" not in protocol.split(":"):
             head = b"001e# service=git-upload-pack\n0000"
         return _stream(proc, feeder, head)
+
+
+class _Pipe:
+    """The exchange's stdout as a stream of chunks from its thread to the response (each ``flush`` passes on
+    what was written since; ``close`` ends it)."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.chunks: queue.Queue[bytes | None] = queue.Queue()
+        self.pending = bytearray()
+
+    def write(self, data: bytes) -> int:
+        self.pending += data
+        return len(data)
+
+    def flush(self) -> None:
+        if self.pending:
+            self.chunks.put(bytes(self.pending))
+            self.pending.clear()
+
+    def close(self) -> None:
+        self.flush()
+        self.chunks.put(None)
+
+
+def _report_stream(pipe: _Pipe, worker: threading.Thread, outcome: dict[str, Any], err: io.BytesIO,
+                   environ: dict[str, Any], start_response: StartResponse) -> Iterator[bytes]:
+    first = pipe.chunks.get()
+    if first is None:
+        worker.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        if outcome.get("status", 0) != 0:   # refused before any report (a bad pkt-line, chunk or gzip)
+            yield from _plain(start_response, "400 Bad Request", err.getvalue().decode("utf-8", "replace").strip())
+            return
+    start_response("200 OK", [*NO_CACHE, ("Content-Type", "application/x-git-receive-pack-result")])
+    chunk = first
+    while chunk is not None:
+        yield chunk
+        chunk = pipe.chunks.get()
+    worker.join()
+    if err.getvalue():   # what git's receive-pack writes to stderr: the web server's error log
+        environ["wsgi.errors"].write(err.getvalue().decode("utf-8", "replace"))
+    if "error" in outcome:
+        raise outcome["error"]
 
 
 def _feed(body: BinaryIO, proc: subprocess.Popen[bytes]) -> None:
