@@ -1,6 +1,7 @@
 """Fixtures for the tests with real worker processes (the session's fixtures are in tests/conftest.py)."""
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import pytest
@@ -36,5 +37,9 @@ def nfsim_hosts(tmp_path: Path):
 
     mount.backing = backing  # type: ignore[attr-defined]
     yield mount
+    # A test's store objects (packs it has open or mapped on a mount) often sit in reference cycles, a raised
+    # error's traceback among them; until they are collected the lazily unmounted daemon keeps serving them and
+    # Mount.close waits out its 20 s before killing it.
+    gc.collect()
     for m in reversed(mounts):
         m.close()
