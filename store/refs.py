@@ -46,6 +46,10 @@ REF_TMP_DIR = leftover_names.REF_TMP_DIR
 PACKED_REFS = "packed-refs"
 PACKED_REFS_LOCK = "packed-refs.lock"
 PACKED_REFS_LOCK_WAIT = 1.0
+#: How long a ref update waits for a ``<ref>.lock`` another writer holds: git's ``core.filesRefLockTimeout``
+#: default (100 ms). pack-refs prunes each loose ref under that lock for a moment; a push meeting it must wait,
+#: as git's does, not fail with "failed to update ref".
+REF_LOCK_WAIT = 0.1
 REF_TMP_PREFIX = leftover_names.REF_TMP_PREFIX
 #: Opens of a ref file or ``packed-refs`` that answered ESTALE, at most. Over NFS a file replaced by a rename
 #: through another host (every ref update and ``pack-refs`` replaces, never rewrites) answers ESTALE to a
@@ -282,7 +286,7 @@ class RefStore:
         path = self.git_dir / name
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            claim = lockfile.acquire(path.with_name(path.name + ".lock"), f"ref {name}",
+            claim = lockfile.acquire(path.with_name(path.name + ".lock"), f"ref {name}", wait=REF_LOCK_WAIT,
                                      stale_after=self.stale_lock_seconds)
         except (NotADirectoryError, IsADirectoryError, FileExistsError) as err:
             raise RefUpdateError(f"ref {name} conflicts with an existing ref", path=path) from err

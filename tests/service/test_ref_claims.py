@@ -154,3 +154,45 @@ def test_worker_killed_inside_a_ref_update_then_its_job_and_another_ref_succeed_
         assert any(line.get("event") == "job.started" and line.get("attempt") == 2 for line in lines)
     finally:
         worker.stop()
+
+
+def test_a_ref_lock_held_for_a_moment_is_waited_for_as_git_waits(repo, monkeypatch):
+    """pack-refs prunes each loose ref under its ``<ref>.lock`` for a moment. A ref update meeting that lock waits
+    (git's ``core.filesRefLockTimeout``, 100 ms by default) instead of failing the push with "failed to update
+    ref", as a two-host race once saw. The wait is widened here so that a loaded machine cannot make it flaky;
+    git, given the same timeout, waits out the same lock."""
+    import threading
+    import time
+
+    from packyard.store import refs as refs_module
+
+    assert refs_module.REF_LOCK_WAIT == 0.1           # git's default
+    monkeypatch.setattr(refs_module, "REF_LOCK_WAIT", 10.0)
+    r = Repository.open(repo)
+    main, parent = oid(repo, "main"), oid(repo, "main~1")
+    lock = repo / "refs/heads/main.lock"
+
+    def hold_then_release(value: str) -> threading.Thread:
+        lock.write_text(value + "\n")                  # as git's writer holds it: a claim we cannot judge
+        t = threading.Thread(target=lambda: (time.sleep(0.5), lock.unlink()))
+        t.start()
+        return t
+
+    t = hold_then_release(main)
+    started = time.monotonic()
+    r.refs.update([RefUpdate("refs/heads/main", bytes.fromhex(main), bytes.fromhex(parent))])
+    assert time.monotonic() - started >= 0.4         # it waited for the holder, then moved the ref
+    t.join()
+    assert oid(repo, "main") == parent and not lock.exists()
+
+    t = hold_then_release(parent)                      # git with the same timeout: the same verdict
+    git("-c", "core.filesRefLockTimeout=10000", "update-ref", "refs/heads/main", main, parent, git_dir=repo)
+    t.join()
+    assert oid(repo, "main") == main
+
+    monkeypatch.setattr(refs_module, "REF_LOCK_WAIT", 0.1)
+    lock.write_text(main + "\n")                       # a holder that stays: refused after the wait, nothing moved
+    before = snapshot_tree(repo)
+    with pytest.raises(LockContendedError, match="ref refs/heads/main is locked by another writer"):
+        r.refs.update([RefUpdate("refs/heads/main", bytes.fromhex(main), bytes.fromhex(parent))])
+    assert snapshot_tree(repo) == before
