@@ -46,6 +46,9 @@ _OVERRIDES = {
     # Pushes run in the receiving process unless a test asks for the queue (tests/receive/test_push_queued.py):
     # the parity tables give each scenario's receive-pack its own server settings, which a shared worker has not.
     "PACKYARD_RECEIVE_MODE": "process",
+    # ... in `packyard receive-pack` itself: a `packyard http` a test starts would otherwise take the stdio pushes
+    # of the session (with its settings, not the test's); tests/receive/test_push_handoff.py names a socket.
+    "PACKYARD_RECEIVE_SOCKET": "off",
 }
 os.environ.update(_OVERRIDES)
 STORAGE_ROOT = SESSION_DIR / "repos"

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Literal, Mapping, TypeVar
 
+from packyard.workers import envpaths
+
 if TYPE_CHECKING:
     from packyard.store.flush import FlushPolicy
     from packyard.store.fsck import FsckOptions
@@ -105,6 +107,14 @@ def _hook_path(env: Mapping[str, str], name: str) -> Path | None:
     if not path.is_absolute():
         raise SettingsError(f"{name} must be an absolute path, got {raw!r}")
     return path
+
+
+def _receive_socket(env: Mapping[str, str]) -> Path | None:
+    try:
+        raw = envpaths.receive_socket(env)
+    except ValueError as err:
+        raise SettingsError(str(err)) from None
+    return Path(raw) if raw is not None else None
 
 
 def _storage_roots(env: Mapping[str, str], state_dir: Path) -> tuple[tuple[str, Path], ...]:
@@ -239,6 +249,9 @@ class Settings:
     receive_mode: str = "queue"
     receive_queue_wait: float = 60.0               # PACKYARD_RECEIVE_QUEUE_WAIT: seconds for a worker to start the job
     receive_queue: str = ""                        # PACKYARD_RECEIVE_QUEUE: the queue of push jobs ("": the default)
+    # PACKYARD_RECEIVE_SOCKET: the unix socket where a running ``packyard http`` takes over stdio pushes from
+    # ``packyard receive-pack`` (default <state dir>/receive.sock; "off": never); docs/receive.md
+    receive_socket: Path | None = None
     fsck: str = ""                     # PACKYARD_FSCK, git's ``id=severity,...`` syntax
     fsck_skiplist: Path | None = None  # PACKYARD_FSCK_SKIPLIST
     fsck_big_file_threshold: int = FSCK_BIG_FILE_THRESHOLD   # PACKYARD_FSCK_BIG_FILE_THRESHOLD
@@ -405,7 +418,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
-        state_dir = Path(env.get("PACKYARD_STATE_DIR") or (Path.cwd() / ".state")).expanduser().resolve()
+        state_dir = Path(envpaths.state_dir(env))
         redis_url = env.get("PACKYARD_REDIS_URL", "").strip()
         embedded = not redis_url
         if embedded:
@@ -479,6 +492,7 @@ class Settings:
             receive_mode=_choice(env, "PACKYARD_RECEIVE_MODE", ("queue", "process")),
             receive_queue_wait=_float(env, "PACKYARD_RECEIVE_QUEUE_WAIT", 60.0),
             receive_queue=env.get("PACKYARD_RECEIVE_QUEUE", "").strip(),
+            receive_socket=_receive_socket(env),
             fsck=env.get("PACKYARD_FSCK", "").strip(),
             fsck_skiplist=(Path(env["PACKYARD_FSCK_SKIPLIST"].strip()).expanduser().resolve()
                            if env.get("PACKYARD_FSCK_SKIPLIST", "").strip() else None),
@@ -585,6 +599,7 @@ class Settings:
             "PACKYARD_RECEIVE_MODE": self.receive_mode,
             "PACKYARD_RECEIVE_QUEUE_WAIT": str(self.receive_queue_wait),
             "PACKYARD_RECEIVE_QUEUE": self.receive_queue,
+            "PACKYARD_RECEIVE_SOCKET": str(self.receive_socket) if self.receive_socket else "off",
             "PACKYARD_FSCK": self.fsck,
             "PACKYARD_FSCK_SKIPLIST": str(self.fsck_skiplist) if self.fsck_skiplist else "",
             "PACKYARD_FSCK_BIG_FILE_THRESHOLD": str(self.fsck_big_file_threshold),

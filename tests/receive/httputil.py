@@ -75,6 +75,13 @@ class PackyardHttp:
             self.close()
             raise AssertionError(f"packyard http did not start: {line!r}, {log.read_text()[-2000:]}")
         self.url = line.split()[-1].rstrip("/")
+        self.socket: str | None = None
+        if env.get("PACKYARD_RECEIVE_SOCKET", "off") != "off":   # its second line: where it takes stdio pushes
+            line = self.proc.stdout.readline().decode()   # printed right after the first (maybe read with it)
+            if not line.startswith("taking stdio pushes on unix:"):
+                self.close()
+                raise AssertionError(f"packyard http takes no stdio pushes: {line!r}, {log.read_text()[-2000:]}")
+            self.socket = line.strip().split("unix:", 1)[1]
 
     def close(self) -> None:
         if self.proc.poll() is None:

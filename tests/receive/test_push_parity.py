@@ -3,10 +3,13 @@ identical repositories, one served by each; the same ``--porcelain`` output, exi
 Plus byte-level parity of the report for raw requests (a stale old value), and the job row."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
@@ -68,6 +71,16 @@ class Pair:
     def seed(self, client: Path, *refspecs: str) -> None:
         for repo in (self.ours, self.theirs):
             git("push", "-q", str(repo), *refspecs, cwd=client)
+
+    def hand_to_server(self, sock: Path, log: Path) -> Any:
+        """From now on ``packyard receive-pack`` hands its pushes to a ``packyard http`` with these settings
+        (docs/receive.md, PACKYARD_RECEIVE_SOCKET): the server's settings are the ones the push gets."""
+        from httputil import PackyardHttp
+
+        self.env["PACKYARD_RECEIVE_SOCKET"] = str(sock)
+        server = PackyardHttp({**self.pk.cli_env(**self.env), **GIT_ENV}, log)
+        assert server.socket == str(sock)
+        return server
 
     def push(self, client: Path, *args: str, ours: bool) -> tuple[int, str]:
         repo = self.ours if ours else self.theirs
@@ -166,8 +179,20 @@ SCENARIOS = {
 }
 
 
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A directory with a short path (a unix socket's path is at most 107 bytes; tmp_path's may be longer)."""
+    path = Path(tempfile.mkdtemp(prefix="pky-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("via", ["process", "server"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_git_push_parity(scenario: str, client: Path, store_root: Path, tmp_path: Path, pk) -> None:  # type: ignore[no-untyped-def]
+def test_git_push_parity(scenario: str, via: str, client: Path, store_root: Path, tmp_path: Path, pk,  # type: ignore[no-untyped-def]
+                         short_dir: Path) -> None:
+    """Each scenario twice: in ``packyard receive-pack``'s own process, and handed by it to a running
+    ``packyard http`` (its stdin, stdout and stderr passed over the receive socket): git cannot tell."""
     seed, prepare, args, git_config, env, *more = SCENARIOS[scenario]
     hooks: dict[str, str] = more[0] if more else {}
     pair = Pair(store_root, tmp_path, pk)
@@ -179,7 +204,10 @@ def test_git_push_parity(scenario: str, client: Path, store_root: Path, tmp_path
     if hooks:
         pair.install_hooks(hooks, tmp_path / "hooks")
     theirs = pair.push(client, *args, ours=False)
-    ours = pair.push(client, *args, ours=True)
+    with contextlib.ExitStack() as stack:
+        if via == "server":
+            stack.callback(pair.hand_to_server(short_dir / "receive.sock", tmp_path / "http.log").close)
+        ours = pair.push(client, *args, ours=True)
     assert ours == theirs, pair.stderr
     assert pair.refs(True) == pair.refs(False)
     git("fsck", "--full", "--strict", git_dir=pair.ours)

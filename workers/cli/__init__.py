@@ -95,10 +95,6 @@ def main(argv: list[str] | None = None) -> int:
     stderr naming the variable or the file, and a non-zero exit status; never a traceback."""
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
-    from packyard.workers.cli.failures import CommandFailed
-    from packyard.workers.cli.lease import EXIT_BUSY, LeaseBusy
-    from packyard.workers.settings import SettingsError
-
     try:
         if getattr(args, "logs", True):
             # Commands that run in this process and only print a result (set_defaults(logs=False))
@@ -108,18 +104,30 @@ def main(argv: list[str] | None = None) -> int:
 
             plog.configure_from_settings(get_settings())
         return int(args.func(args) or 0)
-    except LeaseBusy:
-        return EXIT_BUSY  # already reported on stderr
-    except CommandFailed:
-        return 1  # already reported on stderr by failures.call_store
-    except SettingsError as err:
-        print(f"packyard {args.command}: configuration error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        print(f"packyard {args.command}: {describe_os_error(err)}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as err:
+        return _failed(args, err)
+
+
+def _failed(args: argparse.Namespace, err: Exception) -> int:
+    """The exit status for a command's error (its classes imported only now: ``packyard receive-pack`` handing
+    its push to a server must not pay for the settings' import), or the error raised again."""
+    from packyard.workers.cli.failures import CommandFailed
+    from packyard.workers.cli.lease import EXIT_BUSY, LeaseBusy
+    from packyard.workers.settings import SettingsError
+
+    if isinstance(err, LeaseBusy):
+        return EXIT_BUSY  # already reported on stderr
+    if isinstance(err, CommandFailed):
+        return 1  # already reported on stderr by failures.call_store
+    if isinstance(err, SettingsError):
+        print(f"packyard {args.command}: configuration error: {err}", file=sys.stderr)
+        return 2
+    if isinstance(err, OSError):
+        print(f"packyard {args.command}: {describe_os_error(err)}", file=sys.stderr)
+        return 1
+    raise err
 
 
 def describe_os_error(err: OSError) -> str:

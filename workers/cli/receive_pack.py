@@ -22,6 +22,19 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    import os
+
+    from packyard.workers import envpaths
+    from packyard.workers.receive.handoff import hand_over
+
+    try:
+        sock = envpaths.receive_socket(os.environ)
+    except ValueError:
+        sock = None           # (the settings below say what is wrong with it)
+    handed = hand_over(sock, args.repo, advertise_refs=args.advertise_refs,
+                       stateless=args.stateless_rpc)   # a running `packyard http` takes it: nothing more imported
+    if handed is not None:
+        return handed
     from packyard.workers.cli.prepare import prepare_embedded
     from packyard.workers.receive.session import serve
     from packyard.workers.settings import get_settings

@@ -5,6 +5,9 @@ import argparse
 import ipaddress
 import sys
 
+#: seconds a stopping server waits for the stdio pushes it is running
+DRAIN_SECONDS = 30.0
+
 
 def _listen(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
@@ -44,12 +47,40 @@ def run(args: argparse.Namespace) -> int:
         return 2
     s = get_settings()
     prepare_embedded(s)
+    handoff = None
+    refused = ""
+    if s.receive_socket is not None:   # stdio pushes (`packyard receive-pack`) handed to this process
+        import logging
+
+        from packyard.workers.receive.handoff import HandoffServer
+
+        handoff = HandoffServer(s.receive_socket, logging.getLogger("packyard.http"))
+        if handoff.bind():
+            handoff.serve_in_thread()
+        else:
+            refused, handoff = handoff.refused, None
 
     def ready(h: str, p: int) -> None:
         print(f"listening on http://{h}:{p}/", flush=True)
+        if handoff is not None:
+            print(f"taking stdio pushes on unix:{handoff.path}", flush=True)
+        elif s.receive_socket is not None:
+            print(f"not taking stdio pushes on unix:{s.receive_socket}: {refused}", flush=True)
 
+    import signal
+
+    def stop(_signum: int, _frame: object) -> None:   # a service manager's stop: the same as Ctrl-C
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         serve_forever(host, port, GitHttp(s), ready=ready)
     except KeyboardInterrupt:
         return 0
+    finally:
+        if handoff is not None:   # no new stdio pushes; those running may finish (bounded)
+            left = handoff.close(drain=DRAIN_SECONDS)
+            if left:
+                print(f"packyard http: {left} stdio pushes still running after {DRAIN_SECONDS:g} s were cut off",
+                      file=sys.stderr)
     return 0

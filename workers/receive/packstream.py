@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import select
 
-from packyard.workers.receive.pktline import ClientSilent
+from packyard.workers.receive.pktline import ClientSilent, readable
 
 __all__ = ["ClientSilent", "PackStream"]
 
@@ -45,13 +44,11 @@ class PackStream:
     def read(self, n: int = 1 << 20) -> bytes:
         if self.ended:
             return b""
-        ready, _, _ = select.select([self.fd], [], [], 0)
-        if not ready:
+        if not readable(self.fd, 0):
             if self._complete():
                 self.ended = True
                 return b""
-            ready, _, _ = select.select([self.fd], [], [], self.idle_timeout)
-            if not ready:
+            if not readable(self.fd, self.idle_timeout):
                 raise ClientSilent(f"the client sent nothing for {self.idle_timeout:g} s inside its pack",
                                    path=self.where, offset=self.total)
         chunk = os.read(self.fd, n)

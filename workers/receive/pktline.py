@@ -33,6 +33,14 @@ class ClientGone(ProtocolError):
     """The input ended where a packet was expected (git: ``the remote end hung up unexpectedly``)."""
 
 
+def readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` has input (or its end) within ``timeout`` seconds. poll, not select: a server holding many
+    descriptors (``packyard http`` taking pushes over its socket, docs/receive.md) may get one above 1023."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
 def pkt(data: bytes) -> bytes:
     """One packet holding ``data`` (at most LARGE_PACKET_DATA_MAX bytes)."""
     if len(data) > LARGE_PACKET_DATA_MAX:
@@ -69,8 +77,7 @@ class PktReader:
     def _wait(self, what: str) -> None:
         if self.idle_timeout is None:
             return
-        ready, _, _ = select.select([self.stream.fileno()], [], [], self.idle_timeout)
-        if not ready:
+        if not readable(self.stream.fileno(), self.idle_timeout):
             raise ClientSilent(f"the client sent nothing for {self.idle_timeout:g} s (waiting for {what})",
                                path=self.where, offset=self.offset)
 

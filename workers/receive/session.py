@@ -155,8 +155,9 @@ def _fatal(stderr: BinaryIO, text: str) -> int:
 
 
 def serve(repo_arg: str, in_fd: int, stdout: BinaryIO, stderr: BinaryIO, *,
-          advertise_only: bool = False, stateless: bool = False) -> int:
-    """Run ``packyard receive-pack REPO`` on these streams; returns the exit status."""
+          advertise_only: bool = False, stateless: bool = False, git_protocol: str | None = None) -> int:
+    """Run ``packyard receive-pack REPO`` on these streams; returns the exit status. ``git_protocol``: the
+    client's GIT_PROTOCOL (default: this process's environment's)."""
     from packyard.workers.settings import get_settings
 
     s = get_settings()
@@ -165,7 +166,9 @@ def serve(repo_arg: str, in_fd: int, stdout: BinaryIO, stderr: BinaryIO, *,
     except StoreError as err:
         return _fatal(stderr, f"'{repo_arg}' does not appear to be a git repository ({err})")
     rules = rules_from(s)
-    version1 = "version=1" in os.environ.get("GIT_PROTOCOL", "").split(":")
+    if git_protocol is None:
+        git_protocol = os.environ.get("GIT_PROTOCOL", "")
+    version1 = "version=1" in git_protocol.split(":")
     if advertise_only or not stateless:
         stdout.write(advertisement(repo, rules, version1=version1))
         stdout.flush()

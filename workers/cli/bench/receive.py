@@ -8,7 +8,9 @@ Two rows, each with a fresh target repository per side and per round, rounds alt
 * ``queued`` -- the same 10-commit push over smart HTTP to a running ``packyard http`` whose pushes go through
   the queue to an idle ``packyard worker`` (PACKYARD_RECEIVE_MODE=queue, the default), and, beside it, the same
   server in process mode: the end-to-end time a frontend sees from a long-running receiving process (no
-  Python start per push), against git's ``receive-pack`` over stdio (git has no long-running server).
+  Python start per push), against git's ``receive-pack`` over stdio (git has no long-running server); and the
+  push over stdio handed by ``packyard receive-pack`` to each of those servers (PACKYARD_RECEIVE_SOCKET), and
+  over stdio in queue mode with no server running.
 
 The time is the whole ``git push`` (the client's pack-objects included, the same on both sides); the peak RSS
 is the server's alone (``/usr/bin/time`` wraps the receive-pack command). packyard runs the push in process
@@ -103,7 +105,9 @@ def _http_servers(work: Path, env: dict[str, str]) -> tuple[list[subprocess.Pope
     urls = {}
     for mode in ("queue", "process"):
         proc = subprocess.Popen([*common.packyard_entry(), "http", "--listen", "127.0.0.1:0"],
-                                env={**env, "PACKYARD_RECEIVE_MODE": mode}, stdout=subprocess.PIPE, stderr=log)
+                                env={**env, "PACKYARD_RECEIVE_MODE": mode,
+                                     "PACKYARD_RECEIVE_SOCKET": str(work / f"{mode}.sock")},
+                                stdout=subprocess.PIPE, stderr=log)
         procs.append(proc)
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
@@ -115,24 +119,29 @@ def _http_servers(work: Path, env: dict[str, str]) -> tuple[list[subprocess.Pope
 
 def _http_row(client: Path, root: Path, template: Path, runs: int, env: dict[str, str], work: Path,
               urls: dict[str, str]) -> dict[str, list[float]]:
-    """The 10-commit push over HTTP (queue, process) and git's over stdio, fresh targets, alternating."""
-    rows: dict[str, list[float]] = {"queue": [], "process": [], "git": [], "stdio-queue": []}
+    """The 10-commit push over HTTP (queue, process), over stdio handed to those servers (``handed-queue``,
+    ``handed-process``: ``packyard receive-pack`` passing its streams to the server's PACKYARD_RECEIVE_SOCKET), over
+    stdio in queue mode with no server (``stdio-queue``), and git's over stdio; fresh targets, alternating."""
+    order = ("git", "queue", "process", "handed-queue", "handed-process", "stdio-queue")
+    rows: dict[str, list[float]] = {side: [] for side in order}
     stdio = shlex.join([*common.packyard_entry(), "receive-pack"])
     for rnd in range(runs):
-        order = ("git", "queue", "process", "stdio-queue")
         for side in order if rnd % 2 == 0 else reversed(order):
             target = _target(root / f"http-{side}-{rnd}.git", template)
-            url = str(target) if side in ("git", "stdio-queue") else f"{urls[side]}/bench/{target.name}"
-            extra = [f"--receive-pack={stdio}"] if side == "stdio-queue" else []
+            over_stdio = side in ("git", "stdio-queue", "handed-queue", "handed-process")
+            url = str(target) if over_stdio else f"{urls[side]}/bench/{target.name}"
+            extra = [f"--receive-pack={stdio}"] if over_stdio and side != "git" else []
+            sock = str(work / f"{side.removeprefix('handed-')}.sock") if side.startswith("handed-") else "off"
             t0 = time.perf_counter()
             proc = subprocess.run(["git", "--git-dir", str(client), "push", "-q", *extra, url,
                                    "refs/heads/main:refs/heads/main"],
-                                  env={**env, "PACKYARD_RECEIVE_MODE": "queue"}, capture_output=True)
+                                  env={**env, "PACKYARD_RECEIVE_MODE": "queue", "PACKYARD_RECEIVE_SOCKET": sock},
+                                  capture_output=True)
             wall = time.perf_counter() - t0
             if proc.returncode != 0:
                 raise SystemExit(f"push to {url} ({side}) failed: {proc.stderr.decode(errors='replace')}")
             rows[side].append(wall)
-            print(f"  queued round {rnd + 1} {side:8} wall {wall:7.3f}s", flush=True)
+            print(f"  queued round {rnd + 1} {side:14} wall {wall:7.3f}s", flush=True)
             tip = common.git("rev-parse", "refs/heads/main", git_dir=target)
             assert tip == common.git("rev-parse", "refs/heads/main", git_dir=client), (side, target)
     return rows
@@ -154,7 +163,8 @@ def run(args: argparse.Namespace) -> int:
     root.mkdir()
     env = child_env()
     env.update({"PACKYARD_STORAGE_ROOTS": f"bench={root}", "PACKYARD_STATE_DIR": str(work / "state"),
-                "GIT_TERMINAL_PROMPT": "0", "PACKYARD_RECEIVE_MODE": "process"})   # (the stdio rows: in process)
+                "GIT_TERMINAL_PROMPT": "0", "PACKYARD_RECEIVE_MODE": "process",   # (the stdio rows: in process,
+                "PACKYARD_RECEIVE_SOCKET": "off"})                                 # in receive-pack's own process)
     env.pop("PACKYARD_REDIS_URL", None)
     env.pop("PACKYARD_DATABASE_URL", None)
     print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}, {args.runs} rounds per row alternating "
@@ -188,9 +198,11 @@ def run(args: argparse.Namespace) -> int:
 
             g = statistics.median(http["git"])
             for side, label in (("queue", "HTTP, queue mode"), ("process", "HTTP, process mode"),
-                                ("stdio-queue", "stdio, queue mode")):
+                                ("handed-queue", "stdio to the server, queue mode"),
+                                ("handed-process", "stdio to the server, process mode"),
+                                ("stdio-queue", "stdio, queue mode, no server")):
                 m = statistics.median(http[side])
-                print(f"queued: {label + ', wall (median) s':34} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
+                print(f"queued: {label + ', wall (median) s':48} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
         return 0
     finally:
         if not args.dir:
