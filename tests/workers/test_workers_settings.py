@@ -214,3 +214,25 @@ def test_worker_refuses_to_start_with_a_visibility_timeout_below_a_hard_limit(tm
     assert proc.returncode != 0
     assert "PACKYARD_VISIBILITY_TIMEOUT (60 s) must be greater than the largest hard time limit" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_get_settings_follows_every_change_of_what_it_reads(tmp_path, monkeypatch):
+    """get_settings reuses its last result only while the cwd and every PACKYARD_* variable are the same."""
+    from packyard.workers.settings import get_settings
+
+    monkeypatch.delenv("PACKYARD_STATE_DIR", raising=False)
+    monkeypatch.setenv("PACKYARD_MAX_PACK_BYTES", "1000")
+    first = get_settings()
+    assert get_settings() is first and first.max_pack_bytes == 1000
+    monkeypatch.setenv("PACKYARD_MAX_PACK_BYTES", "2000")
+    assert get_settings().max_pack_bytes == 2000
+    monkeypatch.setenv("PACKYARD_RECEIVE_MODE", "queue")
+    monkeypatch.setenv("PACKYARD_RECEIVE_MODE", "process")          # set again to a different value
+    assert get_settings().receive_mode == "process"
+    for where in (tmp_path / "a", tmp_path / "b"):                  # the default state dir is the cwd's
+        where.mkdir()
+        monkeypatch.chdir(where)
+        assert get_settings().state_dir == where.resolve() / ".state"
+    before = get_settings()
+    monkeypatch.setenv("PACKYARD_NEW_ONE", "x")                     # a variable that was not there before
+    assert get_settings() is not before                             # is read again

@@ -6,6 +6,7 @@ the ``error:`` lines on side band 2. Exit status as git's: 0 once a report is se
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 import uuid
@@ -25,7 +26,9 @@ KEEPALIVE = b"0005\x01"   # copy_to_sideband's: band 1, no data
 EXIT_FATAL = 128
 
 
+@functools.lru_cache(maxsize=None)
 def agent() -> str:
+    """``packyard/<version>``, read once per process (the package's metadata: 1 ms a read)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
