@@ -60,6 +60,7 @@ from packyard.store import owner as store_owner
 from packyard.store.errors import LockLostError
 from packyard.store.lease import Lease as StoreLease
 from packyard.workers.records.models import LockEventKind
+from packyard.workers.redisconn import redis_client
 from packyard.workers.settings import Settings
 
 KEY_PREFIX = "packyard:lock:"
@@ -185,10 +186,6 @@ def fence_floor(repo: str | Path, kind: LeaseKind = LeaseKind.REPO) -> int:
         return store_fence.recorded_token(git_dir, kind.fence_kind)
     except (NotADirectoryError, PermissionError):
         return 0
-
-
-def redis_client(settings: Settings) -> redis.Redis:
-    return redis.Redis.from_url(settings.redis_py_url, socket_timeout=10, socket_connect_timeout=10)
 
 
 def db_event_recorder(settings: Settings | str) -> OnEvent:

@@ -250,3 +250,99 @@ def test_a_queued_push_over_http_streams_keepalives_then_the_report(client: Path
         assert git("rev-parse", "refs/heads/main", git_dir=repo) == git("rev-parse", "HEAD", cwd=client)
     finally:
         server.close()
+
+
+def test_a_queued_push_streams_the_hooks_output_as_it_comes(client: Path, store_root: Path, tmp_path: Path, pk,
+                                                            settings, celery_worker) -> None:
+    """The pre-receive on the worker says a line, then works for 2 s: the line reaches the side-band client
+    while the hook still runs (before the hook's last step, before the ref moves), then the report; the line
+    comes once."""
+    import dataclasses
+    import os
+    import select
+    import time
+
+    hook = tmp_path / "pre-receive"
+    hook.write_text('#!/bin/sh\necho "policy: checking your push"\nsleep 2\ntouch hook-done\n')
+    hook.chmod(0o755)
+    hooked = dataclasses.replace(settings, receive_pre_receive_hook=hook)
+    worker = pk.WorkerProcess(hooked, f"stream-{os.getpid()}@%h", tmp_path / "stream-worker.log",
+                              queues=("push-stream",))
+    try:
+        worker.wait_ready()
+        repo = store_root / "streamed.git"
+        git("init", "-q", "--bare", str(repo))
+        tip = git("rev-parse", "HEAD", cwd=client).decode().strip()
+        pack = git("pack-objects", "-q", "--stdout", "--revs", cwd=client, input=b"HEAD\n")
+        line = f"{'0' * 40} {tip} refs/heads/main\0report-status side-band-64k\n".encode()
+        request = b"%04x" % (len(line) + 4) + line + b"0000" + pack
+        proc = subprocess.Popen(["packyard", "receive-pack", str(repo)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=_env(pk, PACKYARD_RECEIVE_QUEUE="push-stream"))
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(request)
+        proc.stdin.close()
+        proc.stdin = None
+        out = b""
+        deadline = time.monotonic() + 60
+        while b"\x02policy: checking your push\n" not in out and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1)
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                out += chunk
+        assert b"\x02policy: checking your push\n" in out, out[-200:]
+        assert not (repo / "hook-done").exists(), "the line came only after the hook was done"
+        assert git("for-each-ref", git_dir=repo) == b""
+        rest, err = proc.communicate(timeout=120)
+        out += rest
+        assert proc.returncode == 0, err
+        assert out.count(b"policy: checking your push") == 1, out
+        assert out.index(b"policy: checking") < out.index(b"unpack ok")
+        assert (repo / "hook-done").exists()
+        assert git("rev-parse", "refs/heads/main", git_dir=repo).decode().strip() == tip
+    finally:
+        worker.stop()
+
+
+def test_hook_output_reaches_the_client_once_whatever_the_list_delivered(settings, redis_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """HookOutput with the session's real Redis: what the list delivered is not sent again; what it did not
+    deliver (the list gone, Redis unreachable, a first attempt's output before a redelivered job's) comes from
+    the job's result."""
+    import uuid
+
+    import redis
+
+    from packyard.workers.receive.queued import HookOutput
+
+    def pair(client=None):  # type: ignore[no-untyped-def]
+        task = f"receive-{uuid.uuid4()}"
+        worker, reader = HookOutput.open(settings, task), HookOutput.open(settings, task)
+        if client is not None:
+            worker.client = reader.client = client
+        return worker, reader
+
+    got: list[bytes] = []
+    worker, reader = pair()
+    worker.append(b"one\n")
+    worker.append(b"two\n")
+    reader.read_new(got.append)
+    worker.append(b"three\n")
+    assert got == [b"one\n", b"two\n"]
+    assert reader.rest(b"one\ntwo\nthree\n") == b"three\n"          # the rest from the result, nothing twice
+    assert reader.client.exists(reader.key) == 0                      # the list goes with the push
+    worker, reader = pair()
+    worker.append(b"first attempt\n")
+    reader.read_new(got.append)
+    assert reader.rest(b"second attempt\n") == b"second attempt\n"    # not its beginning: all of it
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    dead = redis.Redis(unix_socket_path=str(tmp_path / "nothing.sock"), socket_timeout=1, socket_connect_timeout=1,
+                       retry=Retry(NoBackoff(), 0))
+    worker, reader = pair(dead)
+    worker.append(b"lost\n")
+    reader.read_new(got.append)
+    assert worker.broken and reader.broken
+    assert reader.rest(b"lost\n") == b"lost\n"                        # all of it from the result

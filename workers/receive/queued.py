@@ -8,7 +8,9 @@
    after the client was told it failed;
 3. ``wait``: the job's result, polled; every PACKYARD_RECEIVE_KEEPALIVE seconds a keepalive packet goes to a
    client that reads side band 64k (git's ``0005\\1``, what receive-pack sends while its hooks and checks
-   run), so a proxy or the client's own timeout does not hang up on a long ingest. Bounded: the queue wait,
+   run), so a proxy or the client's own timeout does not hang up on a long ingest. Meanwhile the hooks' output
+   comes as the worker's hooks write it (:class:`HookOutput`: the worker appends it to a Redis list, read here
+   at each poll), so a client sees a slow pre-receive's lines as git's client would. Bounded: the queue wait,
    then the job's hard time limit (PACKYARD_TIME_LIMITS ``receive_pack``) and a minute;
 4. the verdicts copied onto the request's commands (the report is written as in process mode), the spooled
    file removed.
@@ -61,6 +63,66 @@ def _no_keepalive() -> None:
     return None
 
 
+class HookOutput:
+    """A queued push's hooks' output on its way from the worker to the receiving process, as it comes: a Redis
+    list per job (``packyard:receive:<job id>:output``) the worker appends each chunk to and the receiving process
+    reads from its last position at each poll. Best effort both ways: the job's result carries the whole output
+    too (``hook_output``), and :meth:`rest` gives what the list did not deliver (a Redis error, an expired list),
+    so the client gets every byte once in the usual case, and never loses one."""
+
+    def __init__(self, client: Any, task_id: str, ttl: float) -> None:
+        self.client = client
+        self.key = f"packyard:receive:{task_id}:output"
+        self.ttl = max(1, int(ttl))
+        self.sent = bytearray()     # (receiving side) what reached the client so far
+        self._count = 0             # (receiving side) chunks read
+        self.broken = False
+
+    @classmethod
+    def open(cls, s: Any, task_id: str) -> "HookOutput":
+        from packyard.workers.redisconn import redis_client
+
+        _soft, hard = s.time_limit_for(TASK)
+        return cls(redis_client(s), task_id, s.receive_queue_wait + hard + 120)
+
+    def append(self, data: bytes) -> None:
+        """(worker) One chunk, as a hook wrote it."""
+        if self.broken or not data:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.rpush(self.key, bytes(data))
+            pipe.expire(self.key, self.ttl)
+            pipe.execute()
+        except Exception:   # redis.RedisError, OSError: the result still carries it
+            self.broken = True
+
+    def read_new(self, emit: Callable[[bytes], None]) -> None:
+        """(receiving process) The chunks appended since the last read, to ``emit``."""
+        if self.broken:
+            return
+        try:
+            chunks = self.client.lrange(self.key, self._count, -1)
+        except Exception:
+            self.broken = True
+            return
+        for chunk in chunks:
+            self._count += 1
+            self.sent += chunk
+            emit(chunk)
+
+    def rest(self, whole: bytes) -> bytes:
+        """(receiving process) Once the job is done: the part of its ``whole`` output the list did not deliver
+        (all of it if what came is not its beginning: a redelivered job's first attempt), and the list goes."""
+        try:
+            self.client.delete(self.key)
+        except Exception:
+            pass
+        if whole.startswith(self.sent):
+            return whole[len(self.sent):]
+        return whole
+
+
 def _fail_all(req: Request, error: str) -> None:
     for cmd in req.commands:
         if cmd.error is None:
@@ -70,9 +132,11 @@ def _fail_all(req: Request, error: str) -> None:
 Outcome = tuple[str | None, list[str], bytes]
 
 
-def run_push_queued(path: str, req: Request, stdin: Any, s: Any, keepalive: Callable[[], None]) -> Outcome:
+def run_push_queued(path: str, req: Request, stdin: Any, s: Any, keepalive: Callable[[], None],
+                    emit: Callable[[bytes], None] | None = None) -> Outcome:
     """The push as a ``packyard.receive_pack`` job; (unpack error or None, extra lines for the client, the
-    hooks' output as the worker collected it: pre-receive, update and post-receive, sent before the report)."""
+    hooks' output not yet given to ``emit``: pre-receive, update and post-receive, sent before the report).
+    ``emit``: where the hooks' output goes as the worker's hooks write it (None: all of it comes back at the end)."""
     if req.shallow:
         _fail_all(req, "shallow update not allowed")
         return None, [], b""
@@ -87,7 +151,7 @@ def run_push_queued(path: str, req: Request, stdin: Any, s: Any, keepalive: Call
                 return "index-pack abnormal exit", [f"fatal: {type(err).__name__}: {err}"], b""
         kwargs = {"repo": path, "commands": [c.as_param() for c in req.commands], "push_options": req.push_options,
                   "atomic": "atomic" in req.features, "pack": spooled.name if spooled is not None else None}
-        return _wait(req, kwargs, s, keepalive)
+        return _wait(req, kwargs, s, keepalive, emit)
     finally:
         if spooled is not None:
             spooled.unlink(missing_ok=True)
@@ -108,7 +172,8 @@ def sender(s: Any) -> Any:
     return app
 
 
-def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], None]) -> Outcome:
+def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], None],
+          emit: Callable[[bytes], None] | None) -> Outcome:
     from packyard.workers.broker import check_message_size
 
     try:
@@ -119,6 +184,7 @@ def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], 
     app = sender(s)
     task_id = f"receive-{uuid.uuid4()}"
     sent = time.monotonic()
+    output = HookOutput.open(s, task_id) if emit is not None else None
     result = app.send_task(TASK, kwargs=kwargs, task_id=task_id, expires=max(s.receive_queue_wait, 0.001),
                            queue=s.receive_queue or None)
     _soft, hard = s.time_limit_for(TASK)
@@ -131,6 +197,8 @@ def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], 
     # The result is polled (one GET from the result backend each time, ~0.3 ms): Celery's own get(timeout=)
     # waits at least a second on Redis, far longer than a keepalive interval or a small push.
     while not result.ready():
+        if output is not None and emit is not None:
+            output.read_new(emit)
         now = time.monotonic()
         if now >= next_keepalive:
             keepalive()
@@ -152,7 +220,13 @@ def _wait(req: Request, kwargs: dict[str, Any], s: Any, keepalive: Callable[[], 
         for cmd, verdict in zip(req.commands, value["commands"]):
             cmd.error = verdict["error"]
             cmd.messages.extend(verdict["messages"])
-        return None, [], base64.b64decode(value.get("hook_output") or "")
+        whole = base64.b64decode(value.get("hook_output") or "")
+        if output is not None and emit is not None:
+            output.read_new(emit)    # (the last chunks, appended before the result)
+            return None, [], output.rest(whole)
+        return None, [], whole
+    if output is not None:
+        output.rest(b"")
     text = f"{type(value).__name__}: {value}" if isinstance(value, BaseException) else str(value)
     if type(value).__name__ == "PushUnpackFailed":
         _fail_all(req, "unpacker error")

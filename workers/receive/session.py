@@ -26,7 +26,7 @@ KEEPALIVE = b"0005\x01"   # copy_to_sideband's: band 1, no data
 EXIT_FATAL = 128
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def agent() -> str:
     """``packyard/<version>``, read once per process (the package's metadata: 1 ms a read)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -205,7 +205,7 @@ def exchange(path: str, repo_arg: str, stream: BinaryIO, pack: Any, stdout: Bina
             if req.sideband:
                 sink.keepalive()
 
-        unpack_error, extra, hook_output = run_push_queued(path, req, pack, s, keepalive)
+        unpack_error, extra, hook_output = run_push_queued(path, req, pack, s, keepalive, emit=sink.write)
         if hook_output:
             sink.write(hook_output)
         finish = _nothing
