@@ -164,7 +164,7 @@ def test_hooks_run_on_the_worker_as_git_runs_them(client: Path, store_root: Path
     """A worker of its own (queue ``push-hooks``) whose settings name the hooks: the pushes queued there run
     git's pre-receive (quarantine), update and post-receive; the same porcelain output, refs and hook records
     as ``git receive-pack`` with the same scripts through ``core.hooksPath``, and the hooks' lines reach the
-    client (after the job, before the report)."""
+    client (as they come, before the report)."""
     import dataclasses
     import os
 
