@@ -63,8 +63,9 @@ class ThinBases:
             hint = " (the base exists in the repository: thin pack, use fix_thin)" if ref_base[i] in existing else ""
             raise ObjectMissingError(f"delta base missing{hint}; {len(unresolved)} unresolved deltas",
                                      oid=ref_base[i], path=where, offset=e.offsets[i])
-        existing.learn(ref_base.values())
         if fork and nproc > 1:
+            # All at once needs every base's existence first: one lookup for each the snapshot lacks.
+            existing.learn(ref_base.values())
             added = self._fix_thin_parallel(e, oids, rtypes, candidates, ref_base, unresolved, existing,
                                             stats_all, trailer_off, progress, nproc)
             if added is not None:
@@ -85,7 +86,12 @@ class ThinBases:
                 continue
             base_oid = ref_base[i]
             if base_oid not in existing:
-                continue
+                # git reads the base (repo_read_object_file: a miss re-prepares the packs) only when its
+                # delta is still unresolved at its turn, as here: a base that an appended base's subtree
+                # produces (most of a thin push's REF bases) is never looked up in the repository.
+                existing.learn((base_oid,))
+                if base_oid not in existing:
+                    continue
             write_off, btype, data = self._append_base(e, oids, rtypes, base_oid, write_off)
             added += 1
             # Resolve everything hanging off this base now (may resolve later candidates too).

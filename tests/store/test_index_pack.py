@@ -330,6 +330,33 @@ def test_thin_base_also_produced_by_a_thin_delta_matches_git(tmp_path, monkeypat
     assert result.idx_path.read_bytes() == (theirs / "objects" / "pack" / f"pack-{checksum}.idx").read_bytes()
 
 
+def test_thin_base_produced_in_the_pack_is_not_looked_up_in_the_repository(tmp_path):
+    """d1 (base X, in the repository) yields Y; d2's base is Y, which only resolving d1 produces. git reads a
+    REF_DELTA's base from the repository only when the delta is still unresolved at its turn (d2 is not: X's
+    subtree resolved it), so nothing re-lists the repository's packs for Y (a miss there would)."""
+    x_data = b"base object X\n" * 3
+    y_data, z_data = b"object Y, made by d1\n", b"object Z, made by d2\n"
+    base = tmp_path / "base.git"
+    git("init", "-q", "--bare", str(base))
+    x = bytes.fromhex(git("hash-object", "-w", "--stdin", git_dir=base, input=x_data).decode().strip())
+    y = hash_object(ObjectType.BLOB, y_data)
+    d1 = delta_insert(len(x_data), y_data)
+    d2 = delta_insert(len(y_data), z_data)
+    pack = build_pack([entry_header(7, len(d1)) + x + zlib.compress(d1),
+                       entry_header(7, len(d2)) + y + zlib.compress(d2)])
+    ours, theirs = tmp_path / "ours.git", tmp_path / "theirs.git"
+    shutil.copytree(base, ours)
+    shutil.copytree(base, theirs)
+    repo = Repository.open(ours)
+    result = index_pack(repo, _write(tmp_path / "t.pack", pack), fix_thin=True, processes=1)
+    assert result.thin_bases_added == 1
+    assert repo.objects.packs.rescans == 1   # the snapshot's listing; no lookup of Y re-listed objects/pack
+    assert repo.objects.counters.snapshot_misses_found == 0
+    checksum = git("index-pack", "--stdin", "--fix-thin", git_dir=theirs, input=pack).decode().split()[-1]
+    assert result.checksum == checksum
+    assert result.pack_path.read_bytes() == (theirs / "objects" / "pack" / f"pack-{checksum}.pack").read_bytes()
+
+
 def test_thin_pack_without_fix_thin_is_refused(tmp_path, thin_case):
     old, thin, _ofs = thin_case
     ours = tmp_path / "ours.git"
