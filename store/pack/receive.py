@@ -27,7 +27,7 @@ from ..errors import InvalidInputError, LimitExceededError, PackFormatError
 from ..fsck import FsckChecker, FsckOptions, FsckState
 from ..objects import OFS_DELTA, REF_DELTA, ZERO_OID
 from ..progress import Progress
-from .format import PACK_HEADER_SIZE, decode_entry_header, parse_pack_header
+from .format import PACK_HEADER_SIZE, decode_delta_header, decode_entry_header, parse_pack_header
 from .resolve import TYPE_HEADER
 
 READ_CHUNK = 1 << 20            # bytes read from the source per call
@@ -113,6 +113,9 @@ class Entries:
         self.ref_first: dict[bytes, int] = {}   # REF base id -> first child index
         self.deltas = 0
         self.ref_deltas = 0
+        #: what the deltas' headers say resolving them produces (bytes to apply and hash): the work estimate
+        #: the choice to fork resolvers is made on (a delta inflated piecewise adds its own size instead)
+        self.result_bytes = 0
 
     def __len__(self) -> int:
         return len(self.types)
@@ -330,6 +333,7 @@ class Receiver:
                             fsck.check_received(typ, out, oid, size, where=where, offset=start)
                     else:
                         oids += zero_oid
+                        e.result_bytes += delta_result_size(out)
                     self.bpos = end
                     done = True
                 elif len(out) > size:
@@ -347,6 +351,7 @@ class Receiver:
                         fsck.check_received(typ, body, oid, size, where=where, offset=start)
                 else:
                     oids += zero_oid
+                    e.result_bytes += size
             i += 1
             if progress is not None and i % step == 0:
                 progress("receiving", i, count)
@@ -402,6 +407,15 @@ class Receiver:
         if h is None:
             return crc, None, None, None
         return crc, h.digest(), h2.digest(), (b"".join(pieces) if pieces is not None else None)
+
+
+def delta_result_size(delta: bytes) -> int:
+    """The target size a delta's header declares; 0 when it is unreadable (resolving the delta reports that,
+    at its offset, in the order git reports errors: the receive phase does not)."""
+    try:
+        return decode_delta_header(delta)[1]
+    except PackFormatError:
+        return 0
 
 
 # --------------------------------------------------------------------------------------

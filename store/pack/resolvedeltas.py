@@ -1,7 +1,7 @@
 """index-pack's phase 2, resolve: every delta of the received pack resolved to its object id and type.
 
 Depth-first from each base, holding only the current chain of inflated objects
-(:meth:`Resolver.resolve_tree`). With enough deltas (:data:`.indexpack.FORK_MIN_DELTAS`; the caller
+(:meth:`Resolver.resolve_tree`). With enough work (:func:`.indexpack.resolve_work`; the caller
 decides) the bases are shared out to forked worker processes (:func:`run_workers`, on the protocol of
 :mod:`packyard.store.forked`) that read the quarantined pack with pread and write the object ids and types
 into shared anonymous mmaps; collisions and ``--strict`` state come back over a pipe. The thin phase

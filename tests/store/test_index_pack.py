@@ -441,6 +441,29 @@ def test_delta_result_size_mismatch(tmp_path):
     assert err.offset == 12 + len(first)
 
 
+@pytest.mark.parametrize("produced, forked", [(2_000, False), (30_000, True)])
+def test_fork_choice_counts_the_bytes_deltas_produce(tmp_path, monkeypatch, produced, forked):
+    """The same four deltas are resolved in forked processes when they produce enough bytes (resolve_work:
+    each delta once, plus once per DELTA_WORK_BYTES its header declares), in-process when they do not; the
+    index is git's either way."""
+    import packyard.store.pack.indexpack as ip
+
+    monkeypatch.setattr(ip, "FORK_MIN_DELTAS", 100)
+    monkeypatch.setattr(ip, "DELTA_WORK_BYTES", 1000)
+    entries = []
+    for k in range(4):   # four bases, each with one OFS child that produces ``produced`` bytes
+        base = BLOB + bytes([k])
+        e_base = full_entry(3, base)
+        body = b"".join(b"child %d line %d\n" % (k, n) for n in range(produced))[:produced]
+        delta = delta_insert(len(base), body)
+        entries += [e_base, entry_header(6, len(delta)) + ofs_bytes(len(e_base)) + zlib.compress(delta)]
+    pack = _write(tmp_path / "t.pack", build_pack(entries))
+    result = index_pack(fresh_repo(tmp_path), pack, processes=2)
+    assert result.deltas == 4 and result.workers == (2 if forked else 1)
+    _checksum, idx, _rev = git_index(pack, tmp_path / "git")
+    assert result.idx_path.read_bytes() == idx
+
+
 def test_bad_delta_reported_from_forked_resolver(tmp_path, monkeypatch):
     import packyard.store.pack.indexpack as ip
 
