@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
 
@@ -100,6 +99,8 @@ def each(fn: Callable[[T], R], items: Iterable[T], *, where: str | Path | None =
 def _pooled(calls: list[Callable[[], R]], threads: int, kind: str) -> list[R]:
     """The calls in a fresh pool of ``threads``; their results in order once all have ended, or the first
     exception (in the calls' order)."""
+    from concurrent.futures import ThreadPoolExecutor   # (only on a shared filesystem: ~5 ms of imports, logging's)
+
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"packyard-{kind}-{os.getpid()}") as pool:
         futures = [pool.submit(call) for call in calls]
     out: list[R] = []

@@ -25,7 +25,6 @@ import enum
 import errno
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +104,7 @@ def _remove_judged(path: str, judged: os.stat_result, owner: Owner | None) -> bo
     """Rename the claim aside, check it is the file judged (inode, mtime, owner record), unlink it; a claim
     someone else created meanwhile is linked back (why: two breakers never remove a fresh claim).
     True: removed; False: another claim was there (given back); None: it was gone already."""
-    aside = f"{path}.broken-{os.getpid()}-{uuid.uuid4().hex[:8]}.lock"
+    aside = f"{path}.broken-{os.getpid()}-{os.urandom(4).hex()}.lock"
     try:
         os.rename(path, aside)
     except FileNotFoundError:
@@ -197,7 +196,7 @@ class OwnerRecord:
 
 def _write_side_file(path: Path, me: Owner, mode: int) -> Path:
     """The owner record in a unique file next to the claim (why: the claim appears with its record)."""
-    side = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.lock")
+    side = path.with_name(f"{path.name}.{os.urandom(6).hex()}.lock")
     fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         os.write(fd, me.encode())

@@ -25,7 +25,6 @@ import enum
 import hashlib
 import json
 import os
-import socket
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -55,7 +54,7 @@ def _read_pid_namespace() -> int | None:
 
 
 _BOOT_ID = _read_boot_id()
-_HOST = socket.gethostname()
+_HOST = os.uname().nodename   # what socket.gethostname() returns (gethostname(2) is uname's nodename)
 _PIDNS = _read_pid_namespace()
 
 

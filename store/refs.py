@@ -20,7 +20,6 @@ from __future__ import annotations
 import errno
 import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -298,7 +297,7 @@ class RefStore:
         rename that publishes it must never expose a ref file whose content is not on disk)."""
         tmp_dir = self.git_dir / REF_TMP_DIR
         tmp_dir.mkdir(parents=True, exist_ok=True)
-        tmp = tmp_dir / f"{REF_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        tmp = tmp_dir / f"{REF_TMP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.write(fd, new.hex().encode() + b"\n")
@@ -345,7 +344,7 @@ class RefStore:
                 return
             tmp_dir = self.git_dir / REF_TMP_DIR
             tmp_dir.mkdir(parents=True, exist_ok=True)
-            tmp = tmp_dir / f"{leftover_names.PACKED_REFS_TMP_PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
+            tmp = tmp_dir / f"{leftover_names.PACKED_REFS_TMP_PREFIX}{os.getpid()}-{os.urandom(6).hex()}"
             durable.publish_file(tmp, path, data, mode=0o644, counters=counters, what="packed-refs")
             durable.fsync_dir(self.git_dir, counters)
         finally:

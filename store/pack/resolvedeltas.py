@@ -27,7 +27,7 @@ from functools import partial
 from typing import Any, Sequence
 
 from ..errors import PackFormatError, StoreError
-from ..forked import child_main, kill_and_reap, read_outcome
+from ..forked import PipeLock, child_main, kill_and_reap, read_outcome
 from ..fsck import FsckOptions, FsckState
 from ..progress import Progress
 from .receive import Entries, ExistingIds, Stats, make_checker, strong_digest
@@ -191,9 +191,7 @@ def _resolve_share(res: "Resolver", roots: list[int], slot: int, batch: int,
 def run_workers(res: Resolver, roots: list[int], nproc: int, progress: Progress | None,
                  total_deltas: int, progress_base: int = 0) -> tuple[list[Stats], int]:
     """Fork ``nproc`` workers over ``roots``; returns their stats and the max RSS among them (bytes)."""
-    import multiprocessing
-
-    lock = multiprocessing.get_context("fork").Lock()
+    lock = PipeLock()
     batch = max(1, min(32, len(roots) // (nproc * 64) or 1))
     children: dict[int, tuple[int, int]] = {}   # pid -> (read fd, slot)
     results: dict[int, bytearray] = {}
@@ -252,3 +250,4 @@ def run_workers(res: Resolver, roots: list[int], nproc: int, progress: Progress 
                 os.close(rfd)
             except OSError:
                 pass
+        lock.close()
