@@ -166,8 +166,16 @@ class PackFile:
         return read_idx_tables(self.idx_path, data)
 
     def find_offset(self, oid: bytes) -> int | None:
+        index = self.index
+        # The fan-out table first (as git's bsearch_pack bounds its search): a pack holding no id that starts
+        # with this byte answers at once. Most probes are such misses -- a lookup tries every pack of a fork
+        # and of its pool, newest (smallest) first -- and dulwich's miss (a bisect, then KeyError) costs ~1 us.
+        fan = index._fan_out_table
+        first = oid[0]
+        if fan[first] == (fan[first - 1] if first else 0) and len(oid) == 20:
+            return None
         try:
-            return self.index.object_offset(oid)
+            return index.object_offset(oid)
         except KeyError:
             return None
 

@@ -94,3 +94,35 @@ def test_idx_naming_a_64_bit_offset_without_the_table_is_refused(packed_repo):
     with pytest.raises(PackFormatError) as err:
         read_idx_tables(idx, bytes(data))
     assert err.value.offset == off_at and str(idx) in str(err.value)
+
+
+def test_find_offset_agrees_with_the_idx_tables_for_hits_and_misses(tmp_path):
+    """find_offset answers a miss from the fan-out table when no id starts with that byte: for every first byte
+    (a pack this small leaves most buckets empty), an absent id is None and every present id has its offset."""
+    from packyard.store.pack.packdir import PackFile
+
+    bare = tmp_path / "r.git"
+    git("init", "-q", "--bare", str(bare))
+    oids = git("hash-object", "-w", "--stdin-paths", git_dir=bare,
+               input="\n".join(str(_write(tmp_path / f"f{k}", f"blob {k}\n")) for k in range(20)).encode())
+    assert len(oids.split()) == 20
+    git("pack-objects", "-q", str(bare / "objects" / "pack" / "pack"), git_dir=bare, input=oids)
+    (idx,) = (bare / "objects" / "pack").glob("*.idx")
+    pack = PackFile(idx)
+    tables = pack.tables()
+    present = {tables.oid(i): tables.offsets[i] for i in range(tables.count)}
+    assert {pack.find_offset(oid) for oid in present} == set(present.values())
+    assert all(pack.find_offset(oid) == off for oid, off in present.items())
+    firsts = {oid[0] for oid in present}
+    assert len(firsts) < 256          # some buckets are empty: the fan-out answers those
+    for b in range(256):
+        probe = bytes([b]) + b"\xff" * 19
+        assert probe in present or pack.find_offset(probe) is None
+        probe = bytes([b]) + b"\x00" * 19
+        assert probe in present or pack.find_offset(probe) is None
+    pack.close()
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
