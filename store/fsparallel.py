@@ -99,7 +99,7 @@ def each(fn: Callable[[T], R], items: Iterable[T], *, where: str | Path | None =
 def _pooled(calls: list[Callable[[], R]], threads: int, kind: str) -> list[R]:
     """The calls in a fresh pool of ``threads``; their results in order once all have ended, or the first
     exception (in the calls' order)."""
-    from concurrent.futures import ThreadPoolExecutor   # (only on a shared filesystem: ~5 ms of imports, logging's)
+    from concurrent.futures import ThreadPoolExecutor  # (only on a shared filesystem: ~5 ms of imports, logging's)
 
     with ThreadPoolExecutor(max_workers=threads, thread_name_prefix=f"packyard-{kind}-{os.getpid()}") as pool:
         futures = [pool.submit(call) for call in calls]

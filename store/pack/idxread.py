@@ -1,18 +1,23 @@
-"""Reading a whole ``.idx`` v2 at once: every id, CRC32 and offset as compact arrays.
+"""Reading a ``.idx`` v2: one object's offset (:class:`IdxV2`, mapped), or every id, CRC32 and offset at once.
 
-Lookups of one object go through dulwich's mmapped index (binary search in C). Jobs that
-visit every entry of a pack -- repack copying entries, verification -- want the tables
-themselves: this reads them with a handful of C-level conversions (no per-entry Python
-objects) and checks the file's own trailer checksum.
+Lookups of one object go through :func:`open_idx`: a v2 idx (what git writes) is mapped and searched here, the
+fan-out table first, then a binary search of its ids; a v1 idx goes to dulwich's reader (imported only then:
+~8 ms of imports that an index-pack process would otherwise pay at start). Jobs that visit every entry of a
+pack -- repack copying entries, verification -- want the tables themselves: :func:`read_idx_tables` reads
+them with a handful of C-level conversions (no per-entry Python objects) and checks the file's own trailer
+checksum.
 """
 from __future__ import annotations
 
 import hashlib
+import mmap
+import os
 import struct
 import sys
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator, cast
 
 from ..errors import PackFormatError
 from .idxwrite import IDX_MAGIC
@@ -90,4 +95,143 @@ def read_idx_tables(path: str | Path, data: bytes | None = None) -> IdxTables:
     return IdxTables(count=n, oids=oids, crcs=crcs, offsets=offsets, pack_checksum=data[n_bytes - 40:n_bytes - 20])
 
 
-__all__ = ["IdxTables", "read_idx_tables"]
+_NAMES_AT = 8 + 1024        # a v2 idx: magic, version, fan-out, then the ids
+
+
+class IdxV2:
+    """A version 2 ``.idx``, mapped read-only: the lookup of one id (:meth:`find`) and what a pack's checks
+    read (count, entries, trailer checksums). The interface :class:`.packdir.PackFile` uses, which
+    :class:`DulwichIdx` gives a v1 idx too."""
+
+    def __init__(self, path: str | Path, data: Any) -> None:
+        self.path = path
+        self.contents = data
+        size = len(data)
+        if size < _NAMES_AT or data[:4] != IDX_MAGIC:
+            raise PackFormatError("not a version 2 pack index (bad magic or truncated)", path=path, offset=0)
+        (version,) = struct.unpack_from(">I", data, 4)
+        if version != 2:
+            raise PackFormatError(f"unsupported pack index version {version}", path=path, offset=4)
+        self.fan_out = struct.unpack_from(">256I", data, 8)
+        n = self.count = self.fan_out[255]
+        self._crc_at = _NAMES_AT + 20 * n
+        self._off_at = self._crc_at + 4 * n
+        self._large_at = self._off_at + 4 * n
+        if size < self._large_at + 40:
+            raise PackFormatError(f"pack index truncated: {n} objects need more than {size} bytes", path=path)
+
+    def __len__(self) -> int:
+        return self.count
+
+    def find(self, oid: bytes) -> int | None:
+        """The pack offset of ``oid`` (20 bytes), or None: a binary search within its fan-out bucket."""
+        first = oid[0]
+        lo = self.fan_out[first - 1] if first else 0
+        hi = self.fan_out[first]
+        data = self.contents
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            at = _NAMES_AT + 20 * mid
+            name = data[at:at + 20]
+            if name < oid:
+                lo = mid + 1
+            elif name == oid:
+                return self.offset_at(mid)
+            else:
+                hi = mid
+        return None
+
+    def offset_at(self, i: int) -> int:
+        (off,) = struct.unpack_from(">I", self.contents, self._off_at + 4 * i)
+        if off & 0x80000000:
+            at = self._large_at + 8 * (off & 0x7FFFFFFF)
+            if at + 8 > len(self.contents) - 40:
+                raise PackFormatError(f"pack index names large offset #{off & 0x7FFFFFFF} past its table",
+                                      path=self.path, offset=self._off_at + 4 * i)
+            (off,) = struct.unpack_from(">Q", self.contents, at)
+        return off
+
+    def iterentries(self) -> Iterator[tuple[bytes, int, int]]:
+        """(id, pack offset, CRC32) of every entry, in id order."""
+        data = self.contents
+        for i in range(self.count):
+            at = _NAMES_AT + 20 * i
+            (crc,) = struct.unpack_from(">I", data, self._crc_at + 4 * i)
+            yield data[at:at + 20], self.offset_at(i), crc
+
+    def calculate_checksum(self) -> bytes:
+        with memoryview(self.contents) as view:
+            return hashlib.sha1(view[:-20]).digest()
+
+    def get_stored_checksum(self) -> bytes:
+        return bytes(self.contents[-20:])
+
+    def get_pack_checksum(self) -> bytes:
+        return bytes(self.contents[-40:-20])
+
+    def close(self) -> None:
+        close = getattr(self.contents, "close", None)
+        if close is not None:
+            close()
+
+
+class DulwichIdx:
+    """A v1 idx (no magic: git's format before 1.5.2) through dulwich's reader, with :class:`IdxV2`'s interface."""
+
+    def __init__(self, path: str | Path) -> None:
+        from dulwich.object_format import SHA1
+        from dulwich.pack import load_pack_index
+
+        # (its mapped bytes and fan-out table are private fields of dulwich's reader)
+        self._index = cast(Any, load_pack_index(path, SHA1))
+        self.contents = self._index._contents
+        self.fan_out = tuple(self._index._fan_out_table)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def find(self, oid: bytes) -> int | None:
+        try:
+            return int(self._index.object_offset(oid))
+        except KeyError:
+            return None
+
+    def iterentries(self) -> Iterator[tuple[bytes, int, int | None]]:
+        """(id, pack offset, None: a v1 idx has no CRC32s) of every entry, in id order."""
+        for sha, offset, crc in self._index.iterentries():
+            yield bytes(sha), offset, crc
+
+    def calculate_checksum(self) -> bytes:
+        return bytes(self._index.calculate_checksum())
+
+    def get_stored_checksum(self) -> bytes:
+        return bytes(self._index.get_stored_checksum())
+
+    def get_pack_checksum(self) -> bytes:
+        return bytes(self._index.get_pack_checksum())
+
+    def close(self) -> None:
+        self._index.close()
+
+
+def open_idx(path: str | Path) -> IdxV2 | DulwichIdx:
+    """The idx at ``path``, mapped (OSError if it is gone; PackFormatError if it is not an idx)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        if size < 4:
+            raise PackFormatError(f"pack index truncated: {size} bytes", path=path, offset=0)
+        data = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    if data[:4] != IDX_MAGIC:
+        data.close()
+        return DulwichIdx(path)
+    try:
+        return IdxV2(path, data)
+    except BaseException:
+        data.close()
+        raise
+
+
+__all__ = ["DulwichIdx", "IdxTables", "IdxV2", "open_idx", "read_idx_tables"]

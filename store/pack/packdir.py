@@ -32,11 +32,8 @@ from ..errors import CorruptObjectError, ObjectMissingError, PackFormatError
 from ..objects import ObjectType, hash_object
 from .entries import read_header
 from .format import PACK_HEADER_SIZE, PACK_TRAILER_SIZE, decode_delta_header, parse_pack_header
-from .idxread import IdxTables, read_idx_tables
+from .idxread import IdxTables, open_idx, read_idx_tables
 from .resolve import MAX_DELTA_CHAIN, resolve_chain
-
-# dulwich's idx reader is imported where a pack is first opened, not here: a bulk write into a
-# repository it never reads a pack of should not pay ~15 ms of imports per process.
 
 #: Errors that mean "this pack's files are gone" (repacked away; ESTALE: deleted on the NFS server).
 GONE_ERRNOS = frozenset({errno.ENOENT, errno.ESTALE})
@@ -48,7 +45,7 @@ def is_gone(err: OSError) -> bool:
 
 
 class PackFile:
-    """One installed pack and its idx, opened lazily (idx mmapped by dulwich, pack mmapped here)."""
+    """One installed pack and its idx, opened lazily (idx and pack mmapped: :func:`.idxread.open_idx`)."""
 
     def __init__(self, idx_path: Path) -> None:
         self.idx_path = idx_path
@@ -71,12 +68,10 @@ class PackFile:
             with self._lock:
                 if self._index is None:
                     try:
-                        from dulwich.object_format import SHA1
-                        from dulwich.pack import load_pack_index
-                        self._index = load_pack_index(self.idx_path, SHA1)
-                    except OSError:
+                        self._index = open_idx(self.idx_path)
+                    except (OSError, PackFormatError):
                         raise
-                    except Exception as err:  # dulwich raises assorted errors on bad idx files
+                    except Exception as err:  # dulwich (a v1 idx) raises assorted errors on bad idx files
                         raise PackFormatError(f"cannot read pack index: {err}", path=self.idx_path) from err
         return self._index
 
@@ -162,22 +157,19 @@ class PackFile:
     def tables(self) -> IdxTables:
         """Every id, CRC and offset of the idx as arrays (read whole; for jobs visiting every entry), from the
         idx's map when :attr:`index` has it open (no second open of the file)."""
-        data = getattr(self._index, "_contents", None) if self._index is not None else None
+        data = self._index.contents if self._index is not None else None
         return read_idx_tables(self.idx_path, data)
 
     def find_offset(self, oid: bytes) -> int | None:
         index = self.index
         # The fan-out table first (as git's bsearch_pack bounds its search): a pack holding no id that starts
         # with this byte answers at once. Most probes are such misses -- a lookup tries every pack of a fork
-        # and of its pool, newest (smallest) first -- and dulwich's miss (a bisect, then KeyError) costs ~1 us.
-        fan = index._fan_out_table
+        # and of its pool, newest (smallest) first.
+        fan = index.fan_out
         first = oid[0]
-        if fan[first] == (fan[first - 1] if first else 0) and len(oid) == 20:
+        if fan[first] == (fan[first - 1] if first else 0):
             return None
-        try:
-            return index.object_offset(oid)
-        except KeyError:
-            return None
+        return index.find(oid)
 
     def __contains__(self, oid: bytes) -> bool:
         return self.find_offset(oid) is not None
@@ -187,11 +179,11 @@ class PackFile:
 
     def iter_ids(self) -> Iterator[bytes]:
         for sha, _offset, _crc in self.index.iterentries():
-            yield bytes(sha)
+            yield sha
 
     def iter_entries(self) -> Iterator[tuple[bytes, int]]:
         for sha, offset, _crc in self.index.iterentries():
-            yield bytes(sha), offset
+            yield sha, offset
 
     # -- reading -----------------------------------------------------------
     def read_at(self, offset: int, resolve_ref=None) -> tuple[ObjectType, bytes]:

@@ -126,3 +126,51 @@ def test_find_offset_agrees_with_the_idx_tables_for_hits_and_misses(tmp_path):
 def _write(path, text):
     path.write_text(text)
     return path
+
+
+@pytest.mark.parametrize("version", ["2", "2-large", "1"])
+def test_idx_reader_agrees_with_the_tables_and_git(tmp_path, version):
+    """open_idx: a v2 idx (with 64-bit offsets too) is searched here, a v1 idx through dulwich; both give
+    every id's offset, the entries in id order and git's checksums, and None for an id not there."""
+    import os
+
+    from packyard.store.pack.idxread import DulwichIdx, IdxV2, open_idx, read_idx_tables
+
+    bare = make_worktree_repo(tmp_path, commits=3, files_per_commit=3)
+    git("repack", "-a", "-d", "-q", git_dir=bare)
+    (pack,) = (bare / "objects" / "pack").glob("*.pack")
+    extra = {"2": ["--index-version=2"], "2-large": ["--index-version=2,0"], "1": ["--index-version=1"]}[version]
+    idx = tmp_path / "x.idx"
+    git("index-pack", *extra, "-o", str(idx), str(pack))
+    index = open_idx(idx)
+    assert isinstance(index, DulwichIdx if version == "1" else IdxV2)
+    expected = {line.split()[1]: int(line.split()[0]) for line in    # git's reading: "<offset> <id> ..."
+                git("show-index", input=idx.read_bytes()).decode().splitlines()}
+    if version != "1":
+        tables = read_idx_tables(idx)
+        assert expected == {tables.oid(i).hex(): tables.offsets[i] for i in range(tables.count)}
+    entries = list(index.iterentries())
+    assert [(sha.hex(), off) for sha, off, _crc in entries] == sorted(expected.items())
+    assert len(index) == len(expected)
+    assert all(index.find(bytes.fromhex(h)) == off for h, off in expected.items())
+    for _ in range(200):
+        probe = os.urandom(20)
+        assert probe.hex() in expected or index.find(probe) is None
+    data = idx.read_bytes()
+    assert index.get_stored_checksum() == index.calculate_checksum() == data[-20:]
+    assert index.get_pack_checksum() == pack.read_bytes()[-20:]
+    index.close()
+
+
+def test_truncated_idx_is_a_format_error(tmp_path):
+    from packyard.store.errors import PackFormatError
+    from packyard.store.pack.idxread import open_idx
+
+    bare = make_worktree_repo(tmp_path, commits=2, files_per_commit=2)
+    git("repack", "-a", "-d", "-q", git_dir=bare)
+    (idx,) = (bare / "objects" / "pack").glob("*.idx")
+    cut = tmp_path / "cut.idx"
+    for size in (0, 3, 8 + 1024, len(idx.read_bytes()) - 41):
+        cut.write_bytes(idx.read_bytes()[:size])
+        with pytest.raises(PackFormatError):
+            open_idx(cut)

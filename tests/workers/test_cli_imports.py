@@ -154,3 +154,26 @@ def test_lazy_package_names_are_the_modules() -> None:
             assert getattr(pkg, name) is getattr(importlib.import_module(f"{pkg.__name__}.{module}"), name)
         with pytest.raises(AttributeError):
             pkg.no_such_name  # type: ignore[attr-defined]  # noqa: B018
+
+
+#: what ``packyard index-pack`` needs none of on a local disk (each was a few ms of every push's start-up):
+#: dulwich's pack module (the idx is read by store/pack/idxread.py), multiprocessing (the forked resolvers share
+#: a PipeLock), concurrent.futures (fsparallel's pool: shared filesystems only), socket, uuid.
+INDEX_PACK_UNUSED = ("dulwich.pack", "multiprocessing", "concurrent.futures", "socket", "uuid", "logging")
+
+
+def test_index_pack_imports_only_what_it_uses(tmp_path: Path) -> None:
+    repo = tmp_path / "r.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(repo)], check=True)
+    src = tmp_path / "src.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(src)], check=True)
+    blob = subprocess.run(["git", "--git-dir", str(src), "hash-object", "-w", "--stdin"], input=b"hello\n",
+                          capture_output=True, check=True).stdout
+    pack = tmp_path / "p.pack"
+    pack.write_bytes(subprocess.run(["git", "--git-dir", str(src), "pack-objects", "--stdout", "-q"], input=blob,
+                                    capture_output=True, check=True).stdout)
+    names, out = imported(["index-pack", "--repo", str(repo), "--strict", "--json", "--no-progress", str(pack)],
+                          tmp_path / "state")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "packyard.store.pack.indexpack" in names
+    assert sorted(n for n in names if any(n == u or n.startswith(u + ".") for u in INDEX_PACK_UNUSED)) == []
