@@ -204,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
                 m = statistics.median(http[side])
                 print(f"queued: {label + ', wall (median) s':48} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
         return 0
-    finally:
+    finally:   # the embedded Redis the pushes started under the bench's state dir goes with it (was left running)
+        subprocess.run([*common.packyard_entry(), "down", "--force"], env=env, capture_output=True, timeout=60)
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
