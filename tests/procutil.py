@@ -1,5 +1,6 @@
-"""Process helpers shared by the test folders: waiting for a condition, a pid that is surely dead, a queued
-task's outcome (the session's fixtures live in conftest.py; these are plain functions to import)."""
+"""Process helpers shared by the test folders: waiting for a condition, a pid that is surely dead, a call run as
+another user, a queued task's outcome (the session's fixtures live in conftest.py; these are plain functions to
+import)."""
 from __future__ import annotations
 
 import os
@@ -30,6 +31,30 @@ def spawn_python(script: str, *args: str, fault: str | None = None,
     child_env.update(env or {})
     return subprocess.Popen([sys.executable, "-c", script, *args], env=child_env, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
+
+
+def as_nobody(call: Callable[[], str]) -> str:
+    """``call()`` in a forked child running as nobody (uid and gid 65534, no groups); what it returned, or
+    ``child failed: <error>``. A fork of this process (already imported: the child need not reach the
+    interpreter or the checkout, which may live under a 0700 directory such as /root); needs root."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, run, report through the pipe, exit at once
+        try:
+            os.close(read_end)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(write_end, call().encode())
+        except BaseException as err:  # reported to the parent
+            os.write(write_end, f"child failed: {err!r}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        said = f.read().decode()
+    os.waitpid(pid, 0)
+    return said
 
 
 def stopped(pid: int) -> bool:

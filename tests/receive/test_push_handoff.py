@@ -20,6 +20,7 @@ import pytest
 from httputil import PackyardHttp
 
 from gitutil import GIT_ENV, git
+from procutil import as_nobody
 
 RECEIVE_PACK = "packyard receive-pack"
 
@@ -214,29 +215,14 @@ def test_another_user_can_neither_connect_nor_be_served(in_process_server) -> No
 
     server, log = in_process_server
 
-    def as_nobody() -> str:
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:   # the child: another account's receive-pack
-            try:
-                os.close(r)
-                os.setgid(65534)
-                os.setuid(65534)
-                result = hand_over(server.path, "default:x.git", advertise_refs=True, stateless=False)
-                os.write(w, repr(result).encode())
-            finally:
-                os._exit(0)
-        os.close(w)
-        with os.fdopen(r, "rb") as f:
-            out = f.read().decode()
-        os.waitpid(pid, 0)
-        return out
+    def hand_over_as_another_account() -> str:
+        return repr(hand_over(server.path, "default:x.git", advertise_refs=True, stateless=False))
 
-    assert as_nobody() == "None"        # the socket is 0600: it cannot connect, so it runs its push itself
-    assert not log.lines
+    assert as_nobody(hand_over_as_another_account) == "None"   # the socket is 0600: it cannot connect, so it
+    assert not log.lines                                       # runs its push itself
     os.chmod(server.path.parent, 0o755)
     os.chmod(server.path, 0o666)        # even if an operator opens it up, the server checks who connected
-    assert as_nobody() == "None"
+    assert as_nobody(hand_over_as_another_account) == "None"
     deadline = time.monotonic() + 30
     while not log.lines and time.monotonic() < deadline:
         threading.Event().wait(0.05)

@@ -23,6 +23,7 @@ from packyard.store import (
 )
 from packyard.store.objects import ObjectType, hash_object
 from packyard.store.verify import verify_repository
+from procutil import as_nobody
 
 
 def read_all_headers(path) -> dict[str, tuple[str, int]]:
@@ -445,28 +446,16 @@ def test_unreadable_repository_path():
         make_worktree_repo(locked)
         make_worktree_repo(open_)
         os.chmod(locked, 0o700)
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: drop to nobody, try both, report through the pipe, exit at once
+
+        def try_both() -> str:
+            Repository.open(open_ / "repo.git")
             try:
-                os.close(read_end)
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-                Repository.open(open_ / "repo.git")
-                try:
-                    Repository.open(locked / "repo.git")
-                    os.write(write_end, b"opened the locked one")
-                except NotARepositoryError as err:
-                    os.write(write_end, str(err).encode())
-            except BaseException as err:  # reported to the parent
-                os.write(write_end, f"child failed: {err!r}".encode())
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as f:
-            said = f.read().decode()
-        os.waitpid(pid, 0)
+                Repository.open(locked / "repo.git")
+                return "opened the locked one"
+            except NotARepositoryError as err:
+                return str(err)
+
+        said = as_nobody(try_both)
         assert "not accessible" in said and str(locked) in said, said
     finally:
         os.chmod(base / "locked", 0o755)
