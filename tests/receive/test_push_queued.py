@@ -32,6 +32,15 @@ def client(tmp_path: Path) -> Path:
     return work
 
 
+def _create_main(client: Path) -> tuple[str, bytes]:
+    """(the client's HEAD, a raw push request creating refs/heads/main at it for a side-band-64k client: the
+    command, a flush and the pack)."""
+    tip = git("rev-parse", "HEAD", cwd=client).decode().strip()
+    pack = git("pack-objects", "-q", "--stdout", "--revs", cwd=client, input=b"HEAD\n")
+    line = f"{'0' * 40} {tip} refs/heads/main\0report-status side-band-64k\n".encode()
+    return tip, b"%04x" % (len(line) + 4) + line + b"0000" + pack
+
+
 def _env(pk, **extra: str) -> dict[str, str]:
     return {**pk.cli_env(PACKYARD_RECEIVE_MODE="queue", **extra), **GIT_ENV}
 
@@ -116,10 +125,7 @@ def test_a_waiting_side_band_client_gets_keepalives(client: Path, store_root: Pa
 
     repo = store_root / "keepalive.git"
     git("init", "-q", "--bare", str(repo))
-    tip = git("rev-parse", "HEAD", cwd=client).decode().strip()
-    pack = git("pack-objects", "-q", "--stdout", "--revs", cwd=client, input=b"HEAD\n")
-    line = f"{'0' * 40} {tip} refs/heads/main\0report-status side-band-64k\n".encode()
-    request = b"%04x" % (len(line) + 4) + line + b"0000" + pack
+    tip, request = _create_main(client)
     with repo_lock(redis_client(settings), str(repo.resolve()), ttl=30):
         proc = subprocess.Popen(["packyard", "receive-pack", str(repo)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -221,10 +227,7 @@ def test_a_queued_push_over_http_streams_keepalives_then_the_report(client: Path
 
     repo = store_root / "http-keepalive.git"
     git("init", "-q", "--bare", str(repo))
-    tip = git("rev-parse", "HEAD", cwd=client).decode().strip()
-    pack = git("pack-objects", "-q", "--stdout", "--revs", cwd=client, input=b"HEAD\n")
-    line = f"{'0' * 40} {tip} refs/heads/main\0report-status side-band-64k\n".encode()
-    body = b"%04x" % (len(line) + 4) + line + b"0000" + pack
+    tip, body = _create_main(client)
     server = PackyardHttp(_env(pk, PACKYARD_RECEIVE_KEEPALIVE="0.1"), tmp_path / "http.log")
     try:
         host, port = server.url.removeprefix("http://").split(":")
@@ -272,10 +275,7 @@ def test_a_queued_push_streams_the_hooks_output_as_it_comes(client: Path, store_
         worker.wait_ready()
         repo = store_root / "streamed.git"
         git("init", "-q", "--bare", str(repo))
-        tip = git("rev-parse", "HEAD", cwd=client).decode().strip()
-        pack = git("pack-objects", "-q", "--stdout", "--revs", cwd=client, input=b"HEAD\n")
-        line = f"{'0' * 40} {tip} refs/heads/main\0report-status side-band-64k\n".encode()
-        request = b"%04x" % (len(line) + 4) + line + b"0000" + pack
+        tip, request = _create_main(client)
         proc = subprocess.Popen(["packyard", "receive-pack", str(repo)], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=_env(pk, PACKYARD_RECEIVE_QUEUE="push-stream"))
