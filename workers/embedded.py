@@ -40,10 +40,8 @@ from typing import Iterator
 
 import redis
 
+from packyard.workers.envpaths import MAX_SOCKET_PATH
 from packyard.workers.settings import DEFAULT_MAX_MESSAGE_BYTES, SOCKET_NAME, Settings
-
-# sockaddr_un.sun_path is 108 bytes on Linux, including the terminating NUL.
-MAX_SOCKET_PATH = 107
 
 #: ``always``: the server fsyncs the AOF before it answers a write. What the broker holds is
 #: not a cache: job messages (a lost one is a job that silently never runs) and the lease

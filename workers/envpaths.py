@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 from typing import Mapping
 
-#: the longest path a unix socket can bind to (sun_path is 108 bytes with its NUL, on Linux)
+#: the longest path a unix socket can bind to (sun_path is 108 bytes with its NUL, on Linux): the receive socket's
+#: and the embedded Redis's (workers/embedded.py)
 MAX_SOCKET_PATH = 107
 RECEIVE_SOCKET_NAME = "receive.sock"
 

@@ -74,7 +74,7 @@ def hand_over(path: str | Path | None, repo: str, *, advertise_refs: bool, state
         sock.settimeout(HANDSHAKE_TIMEOUT)
         try:
             sock.connect(os.fspath(path))
-            if peer_uid(sock) != os.getuid() and peer_uid(sock) != 0:
+            if peer_uid(sock) not in (os.getuid(), 0):
                 return None    # not our server: our streams are not handed to another account
             header = json.dumps({"repo": repo, "advertise_refs": advertise_refs, "stateless": stateless,
                                  "git_protocol": os.environ.get("GIT_PROTOCOL", "")}).encode()

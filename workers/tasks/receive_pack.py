@@ -30,13 +30,14 @@ def receive_pack(self: PackyardTask, repo: str, commands: list[dict], pack: str 
     self.progress("push taken", 0)   # the waiting client sees PROGRESS: a worker has it
     f: BinaryIO | None = pack        # type: ignore[assignment]  # opened by the task boundary (None: deletes only)
     output = bytearray()             # the hooks' output: as it comes to the waiting client, and in the result
-    stream = HookOutput.open(get_settings(), self.request.id)
+    s = get_settings()
+    stream = HookOutput.open(s, self.request.id)
 
     def emit(data: bytes, **_: Any) -> None:
         output.extend(data)
         stream.append(data)
 
-    hooks = Hooks(HookConfig.from_settings(get_settings()), emit=emit, push_options=push_options or [])
+    hooks = Hooks(HookConfig.from_settings(s), emit=emit, push_options=push_options or [])
     cmds = command.commands_from(commands)
     result = self.call(command.push_job, repo, f, cmds, atomic=atomic, push_options=push_options or [],
                        lock=lambda: self.repo_lock(repo), hooks=hooks)
