@@ -81,6 +81,7 @@ class ThinBases:
         res.progress_base = e.deltas - len(unresolved)
         # Appended bases are roots: their id/type go into the local arrays; the deltas they resolve
         # are written by the resolver into the shared maps and copied back below.
+        looked_up: set[bytes] = set()
         for i in candidates:
             if res.rtypes[i]:
                 continue
@@ -88,7 +89,11 @@ class ThinBases:
             if base_oid not in existing:
                 # git reads the base (repo_read_object_file: a miss re-prepares the packs) only when its
                 # delta is still unresolved at its turn, as here: a base that an appended base's subtree
-                # produces (most of a thin push's REF bases) is never looked up in the repository.
+                # produces (most of a thin push's REF bases) is never looked up in the repository. Each
+                # distinct base once: many deltas against one missing base must not re-list once each.
+                if base_oid in looked_up:
+                    continue
+                looked_up.add(base_oid)
                 existing.learn((base_oid,))
                 if base_oid not in existing:
                     continue

@@ -357,6 +357,28 @@ def test_thin_base_produced_in_the_pack_is_not_looked_up_in_the_repository(tmp_p
     assert result.pack_path.read_bytes() == (theirs / "objects" / "pack" / f"pack-{checksum}.pack").read_bytes()
 
 
+def test_many_deltas_against_one_missing_base_look_it_up_once(tmp_path):
+    """300 REF_DELTAs against one base that is nowhere: the pack is refused naming the base, as git refuses
+    it, and the repository's packs are re-listed for that base once, not once per delta (a hostile pack
+    must not buy a re-listing per entry)."""
+    missing = hash_object(ObjectType.BLOB, b"a base nobody has\n")
+    entries = [entry_header(7, len(d)) + missing + zlib.compress(d)
+               for d in (delta_insert(len(b"a base nobody has\n"), f"object {i}\n".encode()) for i in range(300))]
+    pack = build_pack(entries)
+    ours, theirs = tmp_path / "ours.git", tmp_path / "theirs.git"
+    for repo in (ours, theirs):
+        git("init", "-q", "--bare", str(repo))
+    repo = Repository.open(ours)
+    with pytest.raises(ObjectMissingError) as err:
+        index_pack(repo, _write(tmp_path / "t.pack", pack), fix_thin=True, processes=1)
+    assert err.value.oid == missing.hex()
+    assert repo.objects.packs.rescans <= 2, repo.objects.packs.rescans   # the snapshot's, and one for the base
+    proc = subprocess.run(["git", "index-pack", "--stdin", "--fix-thin"], cwd=theirs, input=pack,
+                          capture_output=True, env={**os.environ, "GIT_DIR": str(theirs)})
+    assert proc.returncode != 0 and not list((theirs / "objects" / "pack").glob("*.pack"))
+    assert not list((ours / "objects" / "pack").glob("*.pack"))
+
+
 def test_thin_pack_without_fix_thin_is_refused(tmp_path, thin_case):
     old, thin, _ofs = thin_case
     ours = tmp_path / "ours.git"
