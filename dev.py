@@ -27,11 +27,11 @@ STAMP = VENV / ".packyard-installed"
 
 
 def _requirements_digest() -> str:
-    # Re-install only when the declared dependencies or the C extension's build inputs
+    # Re-install only when the declared dependencies or the C extensions' and programs' build inputs
     # change, so repeated runs are fast and an edited .c file is compiled again.
     h = hashlib.sha256()
     for path in [ROOT / "pyproject.toml", ROOT / "setup.py", *sorted(ROOT.glob("store/**/*.c")),
-                 *sorted(ROOT.glob("store/**/*.h"))]:
+                 *sorted(ROOT.glob("store/**/*.h")), *sorted(ROOT.glob("workers/**/*.c"))]:
         h.update(path.relative_to(ROOT).as_posix().encode() + b"\0")
         h.update(path.read_bytes() if path.exists() else b"")
     return h.hexdigest()

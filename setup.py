@@ -22,6 +22,13 @@ accessor each), and each has a pure-Python specification that gives the same byt
   Python's headers: libfuse3's (Debian's libfuse3-dev, found with pkg-config); without them it is left
   out, and a failed build of it does not fail the install (``optional``).
 
+One program besides: ``packyard-receive-pack`` (workers/receive/_handoff_client.c), the client of a stdio push
+handed to a running ``packyard http`` (workers/receive/handoff.py, whose ``hand_over`` is its specification and
+fallback). It is not an extension: it replaces the ~20 ms a Python interpreter takes to start with ~1 ms
+(docs/receive.md, Figures). build_ext links it into its build_temp, and install_scripts puts it beside the
+``packyard`` script (in the wheel's scripts, for ``pip install .`` and ``-e`` alike); without a compiler it is
+left out and ``packyard receive-pack`` does the same work.
+
 _packwrite, _bitmap and _bloom read objects through _walk's Packs and reader (its C API capsule, see
 store/maintenance/walk/_walk.h): without _walk they do not load either. PACKYARD_PURE_PYTHON=1 selects every
 fallback; PACKYARD_REQUIRE_C=1 (CI) makes store/native.py raise at import when an extension is missing.
@@ -30,6 +37,9 @@ import os
 import subprocess
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.install_scripts import install_scripts
+from setuptools.dist import Distribution
 
 WARNINGS = ["-Wall", "-Wextra", "-Wno-unused-parameter", "-Wno-missing-field-initializers"]
 WALK_H = ["store/maintenance/walk/_walk.h"]
@@ -57,7 +67,54 @@ def nfsim_extension() -> list[Extension]:
     )]
 
 
+#: programs (not extensions) -> their C sources: linked by build_ext, installed beside the `packyard` script
+PROGRAMS = {"packyard-receive-pack": ["workers/receive/_handoff_client.c"]}
+
+
+def _program_dir(cmd: build_ext) -> str:
+    return os.path.join(cmd.build_temp, "programs")
+
+
+class BuildExt(build_ext):
+    """The extensions, then PROGRAMS (a program that does not compile is left out, with a warning)."""
+
+    def run(self) -> None:
+        super().run()
+        from setuptools.errors import CompileError, LinkError
+
+        for name, sources in PROGRAMS.items():
+            try:
+                objects = self.compiler.compile(sources, output_dir=self.build_temp, extra_postargs=WARNINGS)
+                self.compiler.link_executable(objects, name, output_dir=_program_dir(self))
+            except (CompileError, LinkError) as err:
+                self.warn(f"{name} not built ({err}): packyard receive-pack does its work")
+
+
+class InstallScripts(install_scripts):
+    """The entry points' scripts, then the PROGRAMS build_ext linked, executable."""
+
+    def run(self) -> None:
+        super().run()
+        built = _program_dir(self.get_finalized_command("build_ext"))
+        for name in PROGRAMS:
+            if os.path.exists(os.path.join(built, name)):
+                self.mkpath(self.install_dir)
+                dest, _ = self.copy_file(os.path.join(built, name), os.path.join(self.install_dir, name))
+                os.chmod(dest, 0o755)
+                self.outfiles.append(dest)
+
+
+class WithPrograms(Distribution):
+    """install_scripts runs even though no script is listed (setuptools runs it only when one is)."""
+
+    def has_scripts(self) -> bool:
+        return True
+
+
 setup(
+    distclass=WithPrograms,
+    scripts=[],                # (none: has_scripts above is for PROGRAMS)
+    cmdclass={"build_ext": BuildExt, "install_scripts": InstallScripts},
     ext_modules=[
         Extension(
             "packyard.store.pack._delta",

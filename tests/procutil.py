@@ -78,3 +78,19 @@ def run_task(celery_app: Any, pk: Any, name: str, timeout: float = 120, **kwargs
     res = celery_app.send_task(name, kwargs=kwargs)
     value = res.get(timeout=timeout, propagate=False)
     return res, value, pk.job_row(res.id)
+
+
+def native_client_or_skip() -> str:
+    """The installed ``packyard-receive-pack`` (the C client of a stdio push handed to a server); the test is
+    skipped when it was not built (no compiler at install time), and fails instead under PACKYARD_REQUIRE_C=1
+    (CI: a program that did not build must not go unnoticed)."""
+    import pytest
+
+    from packyard.workers.receive.handoff import NATIVE_CLIENT, native_client
+
+    path = native_client()
+    if path is None:
+        if os.environ.get("PACKYARD_REQUIRE_C") == "1":
+            raise AssertionError(f"{NATIVE_CLIENT} was not installed beside {sys.executable} (PACKYARD_REQUIRE_C=1)")
+        pytest.skip(f"{NATIVE_CLIENT} was not built (no C compiler at install time)")
+    return path

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from gitutil import GIT_ENV, git
+from procutil import native_client_or_skip
 
 RECEIVE_PACK = "packyard receive-pack"
 
@@ -82,10 +83,10 @@ class Pair:
         assert server.socket == str(sock)
         return server
 
-    def push(self, client: Path, *args: str, ours: bool) -> tuple[int, str]:
+    def push(self, client: Path, *args: str, ours: bool, receive_pack: str = RECEIVE_PACK) -> tuple[int, str]:
         repo = self.ours if ours else self.theirs
         env = {**self.pk.cli_env(**self.env), **GIT_ENV}
-        cmd = ["git", "push", "--porcelain", *(["--receive-pack", RECEIVE_PACK] if ours else []), str(repo), *args]
+        cmd = ["git", "push", "--porcelain", *(["--receive-pack", receive_pack] if ours else []), str(repo), *args]
         proc = subprocess.run(cmd, cwd=client, env=env, capture_output=True, timeout=120)
         self.stderr = proc.stderr.decode()
         self.stderrs[ours] = self.stderr
@@ -187,12 +188,14 @@ def short_dir() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.mark.parametrize("via", ["process", "server"])
+@pytest.mark.parametrize("via", ["process", "server", "native"])
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_git_push_parity(scenario: str, via: str, client: Path, store_root: Path, tmp_path: Path, pk,  # type: ignore[no-untyped-def]
                          short_dir: Path) -> None:
-    """Each scenario twice: in ``packyard receive-pack``'s own process, and handed by it to a running
-    ``packyard http`` (its stdin, stdout and stderr passed over the receive socket): git cannot tell."""
+    """Each scenario three times: in ``packyard receive-pack``'s own process; handed by it to a running
+    ``packyard http`` (its stdin, stdout and stderr passed over the receive socket); and handed there by the C
+    client, ``packyard-receive-pack`` (what a frontend runs): git cannot tell."""
+    receive_pack = native_client_or_skip() if via == "native" else RECEIVE_PACK
     seed, prepare, args, git_config, env, *more = SCENARIOS[scenario]
     hooks: dict[str, str] = more[0] if more else {}
     pair = Pair(store_root, tmp_path, pk)
@@ -205,9 +208,9 @@ def test_git_push_parity(scenario: str, via: str, client: Path, store_root: Path
         pair.install_hooks(hooks, tmp_path / "hooks")
     theirs = pair.push(client, *args, ours=False)
     with contextlib.ExitStack() as stack:
-        if via == "server":
+        if via in ("server", "native"):
             stack.callback(pair.hand_to_server(short_dir / "receive.sock", tmp_path / "http.log").close)
-        ours = pair.push(client, *args, ours=True)
+        ours = pair.push(client, *args, ours=True, receive_pack=receive_pack)
     assert ours == theirs, pair.stderr
     assert pair.refs(True) == pair.refs(False)
     git("fsck", "--full", "--strict", git_dir=pair.ours)
