@@ -8,9 +8,9 @@ Two rows, each with a fresh target repository per side and per round, rounds alt
 * ``queued`` -- the same 10-commit push over smart HTTP to a running ``packyard http`` whose pushes go through
   the queue to an idle ``packyard worker`` (PACKYARD_RECEIVE_MODE=queue, the default), and, beside it, the same
   server in process mode: the end-to-end time a frontend sees from a long-running receiving process (no
-  Python start per push), against git's ``receive-pack`` over stdio (git has no long-running server); and the
-  push over stdio handed by ``packyard receive-pack`` to each of those servers (PACKYARD_RECEIVE_SOCKET), and
-  over stdio in queue mode with no server running.
+  Python start per push), against git's ``receive-pack`` over stdio (git has no long-running server); the
+  push over stdio handed to each of those servers (PACKYARD_RECEIVE_SOCKET) by ``packyard receive-pack`` and by
+  its C client ``packyard-receive-pack`` (when it was built), and over stdio in queue mode with no server.
 
 The time is the whole ``git push`` (the client's pack-objects included, the same on both sides); the peak RSS
 is the server's alone (``/usr/bin/time`` wraps the receive-pack command). packyard runs the push in process
@@ -120,18 +120,25 @@ def _http_servers(work: Path, env: dict[str, str]) -> tuple[list[subprocess.Pope
 def _http_row(client: Path, root: Path, template: Path, runs: int, env: dict[str, str], work: Path,
               urls: dict[str, str]) -> dict[str, list[float]]:
     """The 10-commit push over HTTP (queue, process), over stdio handed to those servers (``handed-queue``,
-    ``handed-process``: ``packyard receive-pack`` passing its streams to the server's PACKYARD_RECEIVE_SOCKET), over
-    stdio in queue mode with no server (``stdio-queue``), and git's over stdio; fresh targets, alternating."""
-    order = ("git", "queue", "process", "handed-queue", "handed-process", "stdio-queue")
+    ``handed-process``: ``packyard receive-pack`` passing its streams to the server's PACKYARD_RECEIVE_SOCKET; and
+    ``native-queue``, ``native-process``: the same by its C client), over stdio in queue mode with no server
+    (``stdio-queue``), and git's over stdio; fresh targets, alternating."""
+    from packyard.workers.receive.handoff import native_client
+
+    native = native_client()
+    order = ("git", "queue", "process", "handed-queue", "handed-process",
+             *(("native-queue", "native-process") if native else ()), "stdio-queue")
     rows: dict[str, list[float]] = {side: [] for side in order}
     stdio = shlex.join([*common.packyard_entry(), "receive-pack"])
     for rnd in range(runs):
         for side in order if rnd % 2 == 0 else reversed(order):
             target = _target(root / f"http-{side}-{rnd}.git", template)
-            over_stdio = side in ("git", "stdio-queue", "handed-queue", "handed-process")
+            over_stdio = side == "git" or side == "stdio-queue" or side.startswith(("handed-", "native-"))
             url = str(target) if over_stdio else f"{urls[side]}/bench/{target.name}"
-            extra = [f"--receive-pack={stdio}"] if over_stdio and side != "git" else []
-            sock = str(work / f"{side.removeprefix('handed-')}.sock") if side.startswith("handed-") else "off"
+            extra = [f"--receive-pack={native if side.startswith('native-') else stdio}"] \
+                if over_stdio and side != "git" else []
+            handed = side.startswith(("handed-", "native-"))
+            sock = str(work / f"{side.split('-', 1)[1]}.sock") if handed else "off"
             t0 = time.perf_counter()
             proc = subprocess.run(["git", "--git-dir", str(client), "push", "-q", *extra, url,
                                    "refs/heads/main:refs/heads/main"],
@@ -200,9 +207,14 @@ def run(args: argparse.Namespace) -> int:
             for side, label in (("queue", "HTTP, queue mode"), ("process", "HTTP, process mode"),
                                 ("handed-queue", "stdio to the server, queue mode"),
                                 ("handed-process", "stdio to the server, process mode"),
+                                ("native-queue", "C client to the server, queue mode"),
+                                ("native-process", "C client to the server, process mode"),
                                 ("stdio-queue", "stdio, queue mode, no server")):
+                if side not in http:
+                    print(f"queued: {label}: packyard-receive-pack was not built (no C compiler at install)")
+                    continue
                 m = statistics.median(http[side])
-                print(f"queued: {label + ', wall (median) s':48} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
+                print(f"queued: {label + ', wall (median) s':52} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
         return 0
     finally:   # the embedded Redis the pushes started under the bench's state dir goes with it (was left running)
         subprocess.run([*common.packyard_entry(), "down", "--force"], env=env, capture_output=True, timeout=60)
