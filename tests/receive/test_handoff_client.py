@@ -67,6 +67,12 @@ class Capture:
                     conn.sendall(message)
 
     def close(self) -> None:
+        """Stop the thread first (shutdown wakes its accept), then close: a socket closed under a blocked or
+        starting accept frees its descriptor number while the thread still uses it, and the next socket this
+        process opens (another test's server) gets that number and has its connections taken."""
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the capturing socket's thread did not stop"
         self.sock.close()
         self.path.unlink(missing_ok=True)
 
