@@ -10,10 +10,8 @@ import shutil
 import socket
 import struct
 import subprocess
-import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -21,13 +19,6 @@ from gitutil import git
 from procutil import as_nobody, native_client_or_skip, wait_until
 
 PYTHON_CLIENT = ["packyard", "receive-pack"]
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pky-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -23,13 +22,6 @@ from gitutil import GIT_ENV, git
 from procutil import as_nobody
 
 RECEIVE_PACK = "packyard receive-pack"
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    path = Path(tempfile.mkdtemp(prefix="pky-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

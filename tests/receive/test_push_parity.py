@@ -7,9 +7,8 @@ import contextlib
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -178,14 +177,6 @@ SCENARIOS = {
         {"PACKYARD_RECEIVE_DENY_NON_FAST_FORWARDS": "1", "PACKYARD_RECEIVE_HIDE_REFS": "refs/keep-around"},
         {"pre-receive": RECORD_PRE_RECEIVE, "update": RECORD_UPDATE, "post-receive": RECORD_POST_RECEIVE}),
 }
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """A directory with a short path (a unix socket's path is at most 107 bytes; tmp_path's may be longer)."""
-    path = Path(tempfile.mkdtemp(prefix="pky-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.mark.parametrize("via", ["process", "server", "native"])
