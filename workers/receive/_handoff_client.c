@@ -31,6 +31,7 @@
 #define HANDSHAKE_TIMEOUT_S 10        /* handoff.HANDSHAKE_TIMEOUT */
 #define MAX_HEADER 16384              /* handoff.MAX_HEADER */
 
+static int saved_argc;
 static char **saved_argv;
 
 /* Run the Python `packyard receive-pack` with this program's arguments: the `packyard` beside this
@@ -38,14 +39,11 @@ static char **saved_argv;
  * (busy, or not this user's): the Python must not ask it again. */
 static void run_python(int skip_socket) {
     char self[PATH_MAX], script[PATH_MAX + 16];
-    int n = saved_argv[0] ? 1 : 0;
-    int argc = 0;
-    while (saved_argv[argc]) argc++;
-    char **args = calloc((size_t)argc + 2, sizeof(char *));
+    char **args = calloc((size_t)saved_argc + 2, sizeof(char *));
     if (!args) { perror("packyard-receive-pack"); exit(128); }
     args[0] = "packyard";
     args[1] = "receive-pack";
-    for (int i = n; i < argc; i++) args[i + 1] = saved_argv[i];
+    for (int i = 1; i < saved_argc; i++) args[i + 1] = saved_argv[i];
     if (skip_socket) setenv("PACKYARD_RECEIVE_SOCKET", "off", 1);
     ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
     if (len > 0) {
@@ -151,6 +149,7 @@ static int read_line(int fd, char *buf, size_t size) {
 }
 
 int main(int argc, char **argv) {
+    saved_argc = argc;
     saved_argv = argv;
     const char *repo = NULL;
     int advertise = 0, stateless = 0, positional_only = 0;

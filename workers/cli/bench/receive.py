@@ -133,11 +133,11 @@ def _http_row(client: Path, root: Path, template: Path, runs: int, env: dict[str
     for rnd in range(runs):
         for side in order if rnd % 2 == 0 else reversed(order):
             target = _target(root / f"http-{side}-{rnd}.git", template)
-            over_stdio = side == "git" or side == "stdio-queue" or side.startswith(("handed-", "native-"))
+            handed = side.startswith(("handed-", "native-"))     # (to the server of the mode after the dash)
+            over_stdio = handed or side in ("git", "stdio-queue")
             url = str(target) if over_stdio else f"{urls[side]}/bench/{target.name}"
             extra = [f"--receive-pack={native if side.startswith('native-') else stdio}"] \
                 if over_stdio and side != "git" else []
-            handed = side.startswith(("handed-", "native-"))
             sock = str(work / f"{side.split('-', 1)[1]}.sock") if handed else "off"
             t0 = time.perf_counter()
             proc = subprocess.run(["git", "--git-dir", str(client), "push", "-q", *extra, url,
@@ -203,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         if http:
             import statistics
 
+            from packyard.workers.receive.handoff import NATIVE_CLIENT
+
             g = statistics.median(http["git"])
             for side, label in (("queue", "HTTP, queue mode"), ("process", "HTTP, process mode"),
                                 ("handed-queue", "stdio to the server, queue mode"),
@@ -211,10 +213,10 @@ def run(args: argparse.Namespace) -> int:
                                 ("native-process", "C client to the server, process mode"),
                                 ("stdio-queue", "stdio, queue mode, no server")):
                 if side not in http:
-                    print(f"queued: {label}: packyard-receive-pack was not built (no C compiler at install)")
+                    print(f"queued: {label}: {NATIVE_CLIENT} was not built (no C compiler at install)")
                     continue
                 m = statistics.median(http[side])
-                print(f"queued: {label + ', wall (median) s':52} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
+                print(f"queued: {label + ', wall (median) s':53} {m:8.3f}  git stdio {g:8.3f}  {m / g:6.2f}x")
         return 0
     finally:   # the embedded Redis the pushes started under the bench's state dir goes with it (was left running)
         subprocess.run([*common.packyard_entry(), "down", "--force"], env=env, capture_output=True, timeout=60)
