@@ -60,3 +60,24 @@ def refs(repo: Path) -> dict[str, str]:
     out = git("for-each-ref", "--format=%(refname) %(objectname)", git_dir=repo).decode().splitlines()
     pairs = [line.split(" ", 1) for line in out]
     return {pair[0]: pair[1] for pair in pairs}
+
+
+def pack_offsets(repo: Path) -> dict[str, int]:
+    """object -> its offset in the repository's one pack (git verify-pack -v)."""
+    (idx,) = (repo / "objects" / "pack").glob("*.idx")
+    out = {}
+    for line in git("verify-pack", "-v", str(idx)).decode().splitlines():
+        f = line.split()
+        if len(f) >= 5 and len(f[0]) == 40 and f[1] in ("commit", "tree", "blob", "tag"):
+            out[f[0]] = int(f[4])
+    return out
+
+
+def written_first(repo: Path, ids: set[str]) -> bool:
+    """Whether every object of ``ids`` comes before every other object in the repository's one pack (git's
+    layer 0 under pack.islandCore); both parts must be there."""
+    offsets = pack_offsets(repo)
+    inside = [o for oid, o in offsets.items() if oid in ids]
+    outside = [o for oid, o in offsets.items() if oid not in ids]
+    assert inside and outside
+    return max(inside) < min(outside)

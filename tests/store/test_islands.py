@@ -15,6 +15,7 @@ from packyard.store.maintenance.repack.islands import IslandOptions, island_of, 
 from packyard.store.maintenance.repack.options import RepackOptions
 from packyard.store.maintenance.repack.run import repack
 from packyard.store.repo import Repository
+from poolutil import written_first
 
 
 def _text(seed: int, lines: int = 400) -> str:
@@ -140,25 +141,6 @@ def test_a_new_search_respects_islands_too(network: Path) -> None:
     fsck(network)
 
 
-def _offsets(pool: Path) -> dict[str, int]:
-    """object -> its offset in the repository's one pack (git verify-pack -v)."""
-    (idx,) = (pool / "objects" / "pack").glob("*.idx")
-    out = {}
-    for line in git("verify-pack", "-v", str(idx)).decode().splitlines():
-        f = line.split()
-        if len(f) >= 5 and len(f[0]) == 40 and f[1] in ("commit", "tree", "blob", "tag"):
-            out[f[0]] = int(f[4])
-    return out
-
-
-def _core_written_first(pool: Path, core: set[str]) -> bool:
-    offsets = _offsets(pool)
-    inside = [o for oid, o in offsets.items() if oid in core]
-    outside = [o for oid, o in offsets.items() if oid not in core]
-    assert inside and outside
-    return max(inside) < min(outside)
-
-
 def test_the_core_island_is_written_first_as_git_writes_it(network: Path, tmp_path: Path) -> None:
     """pack.islandCore: git writes the core island's objects before every other (its layer 0); so do we, and
     without a core neither pack has that order here (the control: the property is not an accident)."""
@@ -166,16 +148,16 @@ def test_the_core_island_is_written_first_as_git_writes_it(network: Path, tmp_pa
     theirs = tmp_path / "theirs.git"
     git("clone", "-q", "--bare", "--mirror", "--no-local", str(network), str(theirs))
     git("-c", f"pack.island={ISLAND_REGEX}", "repack", "-adiq", git_dir=theirs)
-    assert not _core_written_first(theirs, core)
+    assert not written_first(theirs, core)
     git("-c", f"pack.island={ISLAND_REGEX}", "-c", "pack.islandCore=b", "repack", "-adiq", git_dir=theirs)
-    assert _core_written_first(theirs, core)
+    assert written_first(theirs, core)
 
     before = sorted(git("rev-list", "--objects", "--all", git_dir=network).decode().splitlines())
     repack(Repository.open(network), RepackOptions(islands=IslandOptions((ISLAND_REGEX,)), bitmap=False))
-    assert not _core_written_first(network, core)
+    assert not written_first(network, core)
     result = repack(Repository.open(network), RepackOptions(islands=IslandOptions((ISLAND_REGEX,), core="b")))
     assert result.counters.bitmap_commits > 0
-    assert _core_written_first(network, core)
+    assert written_first(network, core)
     assert _cross_island(network) == []
     fsck(network)
     git("rev-list", "--test-bitmap", "refs/virtual/b/heads/main", git_dir=network)

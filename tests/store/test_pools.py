@@ -4,6 +4,7 @@ after each step, count-objects for the sizes (every step killed at every fault p
 test_pools_faults.py)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -12,7 +13,15 @@ import pytest
 
 from gitutil import GIT_ENV, fsck, git
 from packyard.store.errors import InvalidInputError
-from packyard.store.maintenance.pool.layout import MARKER, member_key, read_members
+from packyard.store.maintenance.pool.layout import (
+    ISLAND_REGEX,
+    MARKER,
+    fetch_key,
+    member_key,
+    read_marker,
+    read_members,
+    source_key,
+)
 from packyard.store.maintenance.pool.lifecycle import (
     PoolStep,
     create_pool,
@@ -22,10 +31,11 @@ from packyard.store.maintenance.pool.lifecycle import (
     link_member,
     repack_pool,
 )
+from packyard.store.maintenance.repack.islands import IslandOptions
 from packyard.store.maintenance.repack.options import POOL_MARKER, RepackOptions
 from packyard.store.maintenance.repack.run import repack
 from packyard.store.repo import Repository
-from poolutil import commit, count_objects, make_fork, make_source, objects, pack_bytes, refs
+from poolutil import commit, count_objects, make_fork, make_source, objects, pack_bytes, refs, written_first
 
 
 @pytest.fixture
@@ -160,3 +170,75 @@ def test_link_refuses_a_repository_that_is_not_a_pool_and_a_second_pool(network)
         link_member(pool_a, pool_b)
     with pytest.raises(InvalidInputError, match="has objects or refs"):
         create_pool(forks[1], Repository.open(source))
+
+
+def _linked_network(tmp: Path, *, key: str | None = None) -> tuple[Path, Path, list[Path]]:
+    """(pool, source, forks): the pool made from the source (under ``key``), both forks linked and fetched, so
+    the pool holds three namespaces and the forks' commits are its newest."""
+    source, _work = make_source(tmp)
+    forks = [make_fork(tmp, source, f"fork{i}") for i in range(2)]
+    pool_dir = tmp / "pool.git"
+    create_pool(pool_dir, Repository.open(source), key=key)
+    pool = Repository.open(pool_dir)
+    for fork in forks:
+        link_member(Repository.open(fork), pool)
+        fetch_into_pool(pool, Repository.open(fork))
+    return pool_dir, source, forks
+
+
+def test_the_pool_repack_writes_its_sources_island_first_as_git_with_that_island_core(tmp_path: Path) -> None:
+    """No core named: the pool's repack makes the source's island the core (its objects first, its tip
+    bitmapped), as git's ``repack -adi`` does given ``pack.islandCore`` = the source's key; git without a core
+    writes the forks' newer commits first (the control), and a core named in the options wins."""
+    pool_dir, source, forks = _linked_network(tmp_path, key="upstream")
+    core = {line.split()[0] for line in
+            git("rev-list", "--objects", "--glob=refs/virtual/upstream/*", git_dir=pool_dir).decode().splitlines()}
+    theirs = tmp_path / "theirs.git"
+    git("clone", "-q", "--bare", "--mirror", "--no-local", str(pool_dir), str(theirs))
+    island = f"pack.island={ISLAND_REGEX}"
+    git("-c", island, "repack", "-adiq", git_dir=theirs)
+    assert not written_first(theirs, core)
+    git("-c", island, "-c", "pack.islandCore=upstream", "repack", "-adiq", git_dir=theirs)
+    assert written_first(theirs, core)
+
+    before = objects(pool_dir)
+    result = repack_pool(Repository.open(pool_dir), RepackOptions())
+    assert result.counters.bitmap_commits > 0
+    assert written_first(pool_dir, core)
+    assert objects(pool_dir) == before
+    git("rev-list", "--test-bitmap", "refs/virtual/upstream/heads/main", git_dir=pool_dir)
+    for repo in (pool_dir, source, *forks):
+        fsck(repo)
+
+    fork_key = member_key(forks[1])
+    named = {line.split()[0] for line in
+             git("rev-list", "--objects", f"--glob=refs/virtual/{fork_key}/*", git_dir=pool_dir).decode().splitlines()}
+    repack_pool(Repository.open(pool_dir), RepackOptions(islands=IslandOptions((), core=fork_key)))
+    assert written_first(pool_dir, named) and not written_first(pool_dir, core)
+
+
+def test_a_pool_keeps_its_sources_key(tmp_path: Path) -> None:
+    """The key a pool was made with is in its marker: a fetch from the source that names none writes that
+    namespace again, making the pool again with another key is refused, and a marker written before the key
+    was kept falls back to the source's default key."""
+    pool_dir, source, _forks = _linked_network(tmp_path, key="upstream")
+    assert json.loads((pool_dir / MARKER).read_text())["key"] == "upstream"
+    assert source_key(read_marker(pool_dir)) == "upstream"
+    assert fetch_key(pool_dir, source) == "upstream"
+    assert fetch_key(pool_dir, source, "other") == "other"
+    assert fetch_key(pool_dir, _forks[0]) == member_key(_forks[0])
+    names = set(refs(pool_dir))
+    assert fetch_into_pool(Repository.open(pool_dir), Repository.open(source)).step is PoolStep.ALREADY
+    assert set(refs(pool_dir)) == names and not any(member_key(source) in n for n in names)
+    with pytest.raises(InvalidInputError, match="made with the key 'upstream'"):
+        create_pool(pool_dir, Repository.open(source), key="another")
+    assert create_pool(pool_dir, Repository.open(source)).step is PoolStep.ALREADY
+
+    marker = json.loads((pool_dir / MARKER).read_text())
+    del marker["key"]
+    (pool_dir / MARKER).chmod(0o644)
+    (pool_dir / MARKER).write_text(json.dumps(marker))
+    assert source_key(read_marker(pool_dir)) == member_key(source)
+    assert source_key({}) is None
+    with pytest.raises(InvalidInputError, match="key"):
+        source_key({"key": "../x"})

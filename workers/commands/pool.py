@@ -20,7 +20,14 @@ from packyard.store import leftovers as lo
 from packyard.store.errors import InvalidInputError
 from packyard.store.lease import Lease
 from packyard.store.maintenance.pool import lifecycle
-from packyard.store.maintenance.pool.layout import is_pool, member_key, read_marker, read_members
+from packyard.store.maintenance.pool.layout import (
+    fetch_key,
+    is_pool,
+    member_key,
+    read_marker,
+    read_members,
+    source_key,
+)
 from packyard.store.maintenance.repack.options import RepackOptions
 from packyard.store.maintenance.serving.bitmap import BitmapOptions
 from packyard.store.progress import Progress
@@ -50,7 +57,7 @@ def create(repo: str | Path, source: str | Path, *, key: str | None = None, leas
     from packyard.workers.records.pools import record_fetched
 
     record_fetched(settings, pool.path, src.path)
-    return _result("create", pool.path, result, source=str(src.path), key=key or member_key(src.path))
+    return _result("create", pool.path, result, source=str(src.path), key=fetch_key(pool.path, src.path, key))
 
 
 def fetch(repo: str | Path, source: str | Path | None = None, *, key: str | None = None,
@@ -67,7 +74,7 @@ def fetch(repo: str | Path, source: str | Path | None = None, *, key: str | None
     from packyard.workers.records.pools import record_fetched
 
     record_fetched(settings, pool.path, src.path if source is None else None)
-    return _result("fetch", pool.path, result, source=str(src.path), key=key or member_key(src.path))
+    return _result("fetch", pool.path, result, source=str(src.path), key=fetch_key(pool.path, src.path, key))
 
 
 def _repack_options() -> RepackOptions:
@@ -143,7 +150,8 @@ def describe(repo: str | Path) -> dict[str, Any]:
     pool = Repository.open(repo)
     if not is_pool(pool.path):
         raise InvalidInputError("not an object pool (no packyard/pool marker)", path=pool.path)
-    return {"pool": str(pool.path), "source": read_marker(pool.path).get("source"),
+    marker = read_marker(pool.path)
+    return {"pool": str(pool.path), "source": marker.get("source"), "source_key": source_key(marker),
             "members": [str(m) for m in read_members(pool.path)]}
 
 

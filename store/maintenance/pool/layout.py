@@ -1,7 +1,9 @@
 """A pool on disk: its marker, its members file, its ref namespaces.
 
-* ``packyard/pool`` (JSON: the source it was created from, when): written when the pool is created; a
-  repository without it is not a pool, and ``link`` refuses to make anything borrow from it;
+* ``packyard/pool`` (JSON: the source it was created from, its namespace key, when): written when the pool is
+  created; a repository without it is not a pool, and ``link`` refuses to make anything borrow from it. The
+  source's island is the pool's island core (:func:`source_key`); a marker written before the key was kept
+  names the source only, whose default key is :func:`member_key` of its path;
 * ``packyard/members``: the git dir of every member, one resolved absolute path a line. It is the pool's own
   record, kept beside its objects, so that the pool's repack protects what its members reach even when the
   records database is unavailable (the database mirrors it for ``pool list`` and ``status``). A member is
@@ -64,10 +66,35 @@ def read_marker(git_dir: Path) -> dict:
     return data
 
 
-def write_marker(git_dir: Path, source: Path, counters: durable.DurabilityCounters | None = None) -> None:
+def write_marker(git_dir: Path, source: Path, key: str, counters: durable.DurabilityCounters | None = None) -> None:
     (git_dir / MARKER).parent.mkdir(exist_ok=True)
-    data = json.dumps({"source": str(source), "created": int(time.time())}, sort_keys=True).encode() + b"\n"
+    data = json.dumps({"source": str(source), "key": check_key(key), "created": int(time.time())},
+                      sort_keys=True).encode() + b"\n"
     durable.write_file_durably(git_dir / MARKER, data, mode=0o644, counters=counters)
+
+
+def source_key(marker: dict) -> str | None:
+    """The namespace key of the source the pool was made from: the marker's ``key``, else (a marker written
+    before it kept one) :func:`member_key` of its ``source``; None when the marker names neither."""
+    key = marker.get("key")
+    if isinstance(key, str):
+        return check_key(key)
+    source = marker.get("source")
+    return member_key(Path(source)) if isinstance(source, str) and source else None
+
+
+def fetch_key(git_dir: Path, source: Path, key: str | None = None) -> str:
+    """The namespace key a fetch of ``source`` into the pool ``git_dir`` writes: ``key`` when named; the
+    marker's key when ``source`` is the repository the pool was made from (so a pool made with ``--key`` keeps
+    its source's refs in one namespace); else :func:`member_key` of ``source``."""
+    if key is not None:
+        return check_key(key)
+    marker = read_marker(git_dir)
+    if os.path.realpath(marker.get("source") or "") == os.path.realpath(source):
+        made_from = source_key(marker)
+        if made_from is not None:
+            return made_from
+    return member_key(source)
 
 
 def read_members(git_dir: Path) -> tuple[Path, ...]:
@@ -95,5 +122,5 @@ def write_members(git_dir: Path, members: tuple[Path, ...] | list[Path],
                                mode=0o644, counters=counters)
 
 
-__all__ = ["ISLAND_REGEX", "MARKER", "MEMBERS", "NAMESPACE", "check_key", "is_pool", "member_key", "namespace",
-           "read_marker", "read_members", "write_marker", "write_members"]
+__all__ = ["ISLAND_REGEX", "MARKER", "MEMBERS", "NAMESPACE", "check_key", "fetch_key", "is_pool", "member_key",
+           "namespace", "read_marker", "read_members", "source_key", "write_marker", "write_members"]

@@ -56,11 +56,13 @@ from ..walk.reach import walk
 from ..walk.tips import read_tips
 from .layout import (
     ISLAND_REGEX,
+    fetch_key,
     is_pool,
     member_key,
     namespace,
     read_marker,
     read_members,
+    source_key,
     write_marker,
     write_members,
 )
@@ -117,15 +119,18 @@ def create_pool(pool_dir: Path, source, *, key: str | None = None, lease: Lease 
     if pool_dir.exists() and any(pool_dir.iterdir()):
         existing = Repository.open(pool_dir)
         if is_pool(existing.path):
-            if Path(read_marker(existing.path).get("source", "")) != Path(source.path):
-                raise InvalidInputError(f"a pool already exists here, made from {read_marker(existing.path)['source']}",
+            marker = read_marker(existing.path)
+            if Path(marker.get("source", "")) != Path(source.path):
+                raise InvalidInputError(f"a pool already exists here, made from {marker['source']}", path=pool_dir)
+            if key is not None and source_key(marker) != key:
+                raise InvalidInputError(f"a pool already exists here, made with the key {source_key(marker)!r}",
                                         path=pool_dir)
         elif existing.refs.as_dict() or existing.objects.snapshot().packs or any(existing.objects.iter_ids()):
             raise InvalidInputError("refusing to make a pool over a repository that has objects or refs",
                                     path=pool_dir)
     pool = Repository.init(pool_dir)
     if not is_pool(pool.path):
-        write_marker(pool.path, source.path)
+        write_marker(pool.path, source.path, key or member_key(source.path))
     fault_point("pool.create.after_marker")
     return fetch_into_pool(pool, source, key=key, lease=lease, progress=progress)
 
@@ -133,9 +138,10 @@ def create_pool(pool_dir: Path, source, *, key: str | None = None, lease: Lease 
 def fetch_into_pool(pool, source, *, key: str | None = None, lease: Lease | None = None,
                     progress: Progress | None = None) -> PoolResult:
     """Bring ``source``'s new objects into ``pool`` and set its refs under ``refs/virtual/<key>/`` (``key``:
-    :func:`~.layout.member_key` of the source by default)."""
+    :func:`~.layout.fetch_key`: the key the pool was made with for its source, :func:`~.layout.member_key` of
+    any other member)."""
     _require_pool(pool)
-    ns = namespace(key or member_key(source.path))
+    ns = namespace(fetch_key(pool.path, source.path, key))
     tips = _refs_to_share(source)
     result = PoolResult()
     result.copied = copy_missing(tips, source, pool, progress=progress, lease=lease, fault_prefix="pool.fetch")
@@ -277,14 +283,21 @@ def repack_pool(pool, options: RepackOptions | None = None, *, progress: Progres
     """The pool's repack: a full one keeps, as young, everything its members reach (:mod:`.members`), and makes
     its deltas within delta islands, one per member namespace (``refs/virtual/<key>/``, as git's ``repack -adi``
     with ``pack.island=refs/virtual/([^/]+)/``), unless the options name other islands (options naming only a
-    core island, ``pack.islandCore``, keep the member namespaces: the core is then a member's key)."""
+    core island, ``pack.islandCore``, keep the member namespaces: the core is then a member's key).
+
+    With the member namespaces and no core named, the core is the source's island (:func:`~.layout.source_key`),
+    as a fork network's root is GitHub's ``pack.islandCore``: its objects are written first and its refs get
+    bitmaps. Every fork reaches much of that history, so a clone's bitmap starts with whole words of it, which
+    git sends with no per-object check (``reuse_partial_packfile_from_bitmap``); with the forks' newest commits
+    first, as git's recency order puts them, every object is checked one by one."""
     import dataclasses
 
     _require_pool(pool)
     options = options or RepackOptions()
     islands = options.islands
     if islands is None or not islands.regexes:
-        islands = IslandOptions((ISLAND_REGEX,), core=islands.core if islands is not None else None)
+        core = islands.core if islands is not None else None
+        islands = IslandOptions((ISLAND_REGEX,), core=core if core is not None else source_key(read_marker(pool.path)))
     options = dataclasses.replace(options, keep_reached=lambda known: members_reach(Path(pool.path), known),
                                   islands=islands)
     return repack(pool, options, progress=progress, lease=lease)
