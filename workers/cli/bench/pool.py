@@ -12,8 +12,9 @@ Input: git-v2.0.0 (the corpus pack) as the source, and ``--forks`` forks of it (
   ``packyard repack --no-commit-graph --no-pack-refs`` vs ``git repack -a -d -l`` (the same alternates), each on
   its own fresh copy per round, rounds alternating who goes first.
 * ``pool-repack`` -- a full repack of the pool holding every fork's refs in its namespace, with delta islands:
-  ``packyard repack`` (its pool repack: islands ``refs/virtual/([^/]+)/``, and what every member reaches kept) vs
-  ``git -c pack.island='refs/virtual/([^/]+)/' repack -a -d -i``; pack bytes side by side. Checked by ``git fsck``.
+  ``packyard repack`` (its pool repack: islands ``refs/virtual/([^/]+)/``, the source's island the core, and
+  what every member reaches kept) vs ``git -c pack.island='refs/virtual/([^/]+)/' -c pack.islandCore=<the
+  source's key> repack -a -d -i``; pack bytes side by side. Checked by ``git fsck``.
 * ``thin-push`` -- a thin push to a linked fork: ``--push`` commits that each change the source's ``Makefile``
   (so blobs and trees are deltas against bases only the pool holds), packed by ``git pack-objects --thin``, then
   ingested by ``packyard index-pack --fix-thin --strict`` vs ``git index-pack --stdin --fix-thin --strict`` (as
@@ -147,6 +148,17 @@ def _network(work: Path, src: Path, forks: int, own: int) -> tuple[Path, list[Pa
     return pool, ours, theirs
 
 
+def _core(pool: Path) -> str:
+    """The island core packyard's pool repack takes when none is named: the source's namespace key (git is
+    given the same ``pack.islandCore``, so both sides do the same work)."""
+    from packyard.store.maintenance.pool.layout import read_marker, source_key
+
+    key = source_key(read_marker(pool))
+    if key is None:
+        raise SystemExit(f"the pool {pool} names no source")
+    return key
+
+
 def _disk(src: Path, pool: Path, ours: list[Path], theirs: list[Path]) -> None:
     one = _objects_bytes(src)
     mine = _objects_bytes(pool) + sum(_objects_bytes(f) for f in ours)
@@ -275,8 +287,8 @@ def run(args: argparse.Namespace) -> int:
         pool_repack = {
             "packyard": common.packyard_entry() + ["repack", "--repo", "{repo}", "--json", "--no-progress",
                                                    "--no-commit-graph", "--no-pack-refs"],
-            "git": ["git", "-c", f"pack.island={ISLAND_REGEX}", "--git-dir", "{repo}", "repack", "-a", "-d", "-i",
-                    "-q"]}
+            "git": ["git", "-c", f"pack.island={ISLAND_REGEX}", "-c", f"pack.islandCore={_core(pool)}",
+                    "--git-dir", "{repo}", "repack", "-a", "-d", "-i", "-q"]}
         if "pool-repack" in rows:
             results["pool-repack"] = _timed("pool-repack", pool, pool_repack, args.runs,
                                             work)
