@@ -11,6 +11,9 @@
  * sort_unique20(ids) -> bytes              sorted, each id once
  * difference20(a, b) -> bytes              ids of sorted-unique a not in sorted-unique b
  * select20(ids, types, t) -> bytes         the ids whose byte in types is t (ids[20*i:20*i+20], types[i])
+ * idx_find(idx, oid, lo, hi) -> int        the position of oid among a v2 .idx's ids lo..hi-1 (its fan-out
+ *                                          bucket), or -1: store/pack/idxread.py's IdxV2.find is the Python
+ *                                          (tests/store/test_idxread.py compares them)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -260,11 +263,45 @@ static PyObject *select20(PyObject *self, PyObject *args)
     return out;
 }
 
+/* The ids of a v2 .idx start after its 8-byte header and 256-entry fan-out table. */
+#define IDX_NAMES_AT (8 + 4 * 256)
+
+static PyObject *idx_find(PyObject *self, PyObject *args)
+{
+    Py_buffer idx, oid;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*y*nn", &idx, &oid, &lo, &hi))
+        return NULL;
+    if (lo < 0 || (hi > lo && IDX_NAMES_AT + 20 * hi > idx.len)) {
+        PyBuffer_Release(&idx); PyBuffer_Release(&oid);
+        PyErr_SetString(PyExc_ValueError, "idx_find: the range of ids is not inside the index");
+        return NULL;
+    }
+    if (oid.len != 20)   /* (no id of another length is in an index) */
+        lo = hi;
+    const unsigned char *names = (const unsigned char *)idx.buf + IDX_NAMES_AT, *want = oid.buf;
+    Py_ssize_t found = -1;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + ((hi - lo) >> 1);
+        int c = memcmp(names + 20 * mid, want, 20);
+        if (c < 0)
+            lo = mid + 1;
+        else if (c == 0) {
+            found = mid;
+            break;
+        } else
+            hi = mid;
+    }
+    PyBuffer_Release(&idx); PyBuffer_Release(&oid);
+    return PyLong_FromSsize_t(found);
+}
+
 static PyMethodDef methods[] = {
     {"tree_scan", tree_scan, METH_VARARGS, "Fast path of fsck_tree for a clean tree: None or (blobs, trees, [(name, id, is_link)] of special names)."},
     {"sort_unique20", sort_unique20, METH_VARARGS, "Packed 20-byte ids sorted, each once."},
     {"difference20", difference20, METH_VARARGS, "Ids of sorted-unique a that are not in sorted-unique b."},
     {"select20", select20, METH_VARARGS, "The ids whose type byte is t."},
+    {"idx_find", idx_find, METH_VARARGS, "The position of a 20-byte id among a v2 .idx's ids lo..hi-1, or -1."},
     {NULL, NULL, 0, NULL}
 };
 

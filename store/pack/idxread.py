@@ -1,11 +1,12 @@
 """Reading a ``.idx`` v2: one object's offset (:class:`IdxV2`, mapped), or every id, CRC32 and offset at once.
 
-Lookups of one object go through :func:`open_idx`: a v2 idx (what git writes) is mapped and searched here, the
-fan-out table first, then a binary search of its ids; a v1 idx goes to dulwich's reader (imported only then:
-~8 ms of imports that an index-pack process would otherwise pay at start). Jobs that visit every entry of a
-pack -- repack copying entries, verification -- want the tables themselves: :func:`read_idx_tables` reads
-them with a handful of C-level conversions (no per-entry Python objects) and checks the file's own trailer
-checksum.
+Lookups of one object go through :func:`open_idx`: a v2 idx (what git writes) is mapped and searched here,
+the fan-out table first, then a binary search of its ids (in C when built: ~0.2 us a miss in a 165k-object
+idx instead of 1.9 us; a thin push to a fork probes its pool's packs for every object it receives). A v1 idx
+goes to dulwich's reader (imported only then: ~8 ms of imports that an index-pack process would otherwise
+pay at start). Jobs that visit every entry of a pack -- repack copying entries, verification -- want the
+tables themselves: :func:`read_idx_tables` reads them with a handful of C-level conversions (no per-entry
+Python objects) and checks the file's own trailer checksum.
 """
 from __future__ import annotations
 
@@ -19,8 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, cast
 
+from .. import native
 from ..errors import PackFormatError
 from .idxwrite import IDX_MAGIC
+
+#: The id search in C (``store/fsck/_fsck.c``: with the id-set helpers the connectivity check uses), or None.
+_C = native.fsck()
 
 _LITTLE = sys.byteorder == "little"
 
@@ -112,8 +117,12 @@ class IdxV2:
         (version,) = struct.unpack_from(">I", data, 4)
         if version != 2:
             raise PackFormatError(f"unsupported pack index version {version}", path=path, offset=4)
-        self.fan_out = struct.unpack_from(">256I", data, 8)
-        n = self.count = self.fan_out[255]
+        self.fan_out = fan = struct.unpack_from(">256I", data, 8)
+        for b in range(255):   # (as git's check_packed_git_idx: every bucket then lies inside the id table)
+            if fan[b] > fan[b + 1]:
+                raise PackFormatError("non-monotonic index: the fan-out table decreases", path=path,
+                                      offset=8 + 4 * (b + 1))
+        n = self.count = fan[255]
         self._crc_at = _NAMES_AT + 20 * n
         self._off_at = self._crc_at + 4 * n
         self._large_at = self._off_at + 4 * n
@@ -124,10 +133,22 @@ class IdxV2:
         return self.count
 
     def find(self, oid: bytes) -> int | None:
-        """The pack offset of ``oid`` (20 bytes), or None: a binary search within its fan-out bucket."""
+        """The pack offset of ``oid`` (20 bytes), or None: a binary search within its fan-out bucket, in C
+        (``_fsck.idx_find``) when built; :meth:`find_py` is its specification."""
         first = oid[0]
         lo = self.fan_out[first - 1] if first else 0
         hi = self.fan_out[first]
+        if _C is None:
+            return self._search(oid, lo, hi)
+        i = _C.idx_find(self.contents, oid, lo, hi)
+        return None if i < 0 else self.offset_at(i)
+
+    def find_py(self, oid: bytes) -> int | None:
+        """:meth:`find` in Python (the fallback, and what tests compare the C with)."""
+        first = oid[0]
+        return self._search(oid, self.fan_out[first - 1] if first else 0, self.fan_out[first])
+
+    def _search(self, oid: bytes, lo: int, hi: int) -> int | None:
         data = self.contents
         while lo < hi:
             mid = (lo + hi) >> 1

@@ -2,11 +2,13 @@
 process, and the lookup rules when a repack moves packs away (snapshot fallback, preserved/)."""
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 
 import pytest
 
-from gitutil import CORPUS, batch_check_all, git, make_worktree_repo, repo_from_corpus
+from gitutil import CORPUS, GIT_ENV, batch_check_all, git, make_worktree_repo, repo_from_corpus
 from packyard.store import Location, ObjectMissingError, Repository
 from packyard.store.objects import from_hex
 from packyard.store.pack import cache as cache_mod
@@ -132,8 +134,6 @@ def _write(path, text):
 def test_idx_reader_agrees_with_the_tables_and_git(tmp_path, version):
     """open_idx: a v2 idx (with 64-bit offsets too) is searched here, a v1 idx through dulwich; both give
     every id's offset, the entries in id order and git's checksums, and None for an id not there."""
-    import os
-
     from packyard.store.pack.idxread import DulwichIdx, IdxV2, open_idx, read_idx_tables
 
     bare = make_worktree_repo(tmp_path, commits=3, files_per_commit=3)
@@ -156,6 +156,11 @@ def test_idx_reader_agrees_with_the_tables_and_git(tmp_path, version):
     for _ in range(200):
         probe = os.urandom(20)
         assert probe.hex() in expected or index.find(probe) is None
+    if version != "1":   # the C search and its Python specification: hits, misses beside each id, short ids
+        probes = [bytes.fromhex(h) for h in expected]
+        probes += [bytes([*oid[:19], (oid[19] + d) % 256]) for oid in probes for d in (1, 255)]
+        probes += [b"\0" * 20, b"\xff" * 20, probes[0][:19], probes[0] + b"\0", os.urandom(20)]
+        assert [index.find(o) for o in probes] == [index.find_py(o) for o in probes]
     data = idx.read_bytes()
     assert index.get_stored_checksum() == index.calculate_checksum() == data[-20:]
     assert index.get_pack_checksum() == pack.read_bytes()[-20:]
@@ -174,3 +179,29 @@ def test_truncated_idx_is_a_format_error(tmp_path):
         cut.write_bytes(idx.read_bytes()[:size])
         with pytest.raises(PackFormatError):
             open_idx(cut)
+
+
+def test_an_idx_whose_fan_out_decreases_is_refused_as_git_refuses_it(tmp_path):
+    """git's check_packed_git_idx says "non-monotonic index"; so does the reader, naming the entry (the C
+    search then never sees a bucket outside the id table). Checked with git on the same file."""
+    import struct
+
+    from packyard.store.errors import PackFormatError
+    from packyard.store.pack.idxread import open_idx
+
+    bare = make_worktree_repo(tmp_path, commits=2, files_per_commit=2)
+    git("repack", "-a", "-d", "-q", git_dir=bare)
+    (idx,) = (bare / "objects" / "pack").glob("*.idx")
+    data = bytearray(idx.read_bytes())
+    fan = struct.unpack_from(">256I", data, 8)
+    b = next(i for i in range(255) if fan[i] > 0)
+    struct.pack_into(">I", data, 8 + 4 * b, fan[255] + 5)   # a bucket past the table, and a decrease after it
+    idx.chmod(0o644)
+    idx.write_bytes(bytes(data))
+    with pytest.raises(PackFormatError, match="non-monotonic") as err:
+        open_idx(idx)
+    assert err.value.offset == 8 + 4 * (b + 1)
+    env = {**os.environ, **GIT_ENV}
+    out = subprocess.run(["git", "--git-dir", str(bare), "cat-file", "--batch-all-objects", "--batch-check"],
+                         env=env, capture_output=True)
+    assert b"non-monotonic index" in out.stderr
