@@ -196,7 +196,6 @@ def advance_listing(pack_dir: Path, *more: Path) -> None:
     Only where other hosts' clients cache listings: a network or FUSE mount (or a filesystem fstatfs
     cannot name). On a local filesystem the kernel's directory cache is coherent, and the wait would
     only delay every push. (A writer on the NFS server's own disk is not covered: mount the export.)"""
-    import secrets
     import time
 
     from .fsparallel import is_shared, together
@@ -204,6 +203,9 @@ def advance_listing(pack_dir: Path, *more: Path) -> None:
 
     if not is_shared(str(pack_dir)):
         return
+    # (imported only here: ~2 ms of imports, random's among them, that a push to a local disk need not pay)
+    import secrets
+
     time.sleep(LISTING_TICK)
 
     def change(directory: Path) -> None:

@@ -6,6 +6,8 @@ A command module::
         p = subparsers.add_parser("name", help="one line", description="more")
         add_repo_arg(p)                   # cli/args.py; every command acting on a repository: --repo PATH
         p.set_defaults(func=run)          # logs=False: runs in-process, prints only; logging not configured
+                                          # exit_at_once=True: a one-shot command; the program ends without
+                                          # the interpreter's teardown (entry(), exit_at_once())
 
     def run(args) -> int: ...            # exit status
 
@@ -93,6 +95,43 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Configuration errors and OS errors (a missing file, a full disk) are one line on
     stderr naming the variable or the file, and a non-zero exit status; never a traceback."""
+    return _run(argv)[0]
+
+
+def entry() -> int:
+    """The ``packyard`` program (pyproject's script): :func:`main`, then, for a command that sets
+    ``exit_at_once`` (the one-shot ingest commands git's receive-pack would run per push), :func:`exit_at_once`."""
+    status, args = _run(None)
+    if getattr(args, "exit_at_once", False):
+        exit_at_once(status)
+    return status
+
+
+def exit_at_once(status: int) -> None:
+    """End the process now, as the interpreter's exit would but without tearing down every module and object
+    (~13 ms of a 0.2 s thin push to a fork, measured: the command has closed its files, and the pages go
+    with the process). What a normal exit does that matters still happens: the atexit handlers run (logging's
+    among them) and stdout and stderr are flushed. Returns without exiting -- the interpreter's exit then
+    runs -- when a thread other than this one is alive (exit joins it) or a flush fails (exit reports it)."""
+    import atexit
+    import os
+
+    threading = sys.modules.get("threading")
+    if threading is not None and threading.active_count() > 1:
+        return
+    run_handlers = getattr(atexit, "_run_exitfuncs", None)
+    if run_handlers is None:
+        return
+    run_handlers()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(status & 0xFF)
+
+
+def _run(argv: list[str] | None) -> tuple[int, argparse.Namespace]:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None).parse_args(argv)
     try:
@@ -103,11 +142,11 @@ def main(argv: list[str] | None = None) -> int:
             from packyard.workers.settings import get_settings
 
             plog.configure_from_settings(get_settings())
-        return int(args.func(args) or 0)
+        return int(args.func(args) or 0), args
     except KeyboardInterrupt:
-        return 130
+        return 130, args
     except Exception as err:
-        return _failed(args, err)
+        return _failed(args, err), args
 
 
 def _failed(args: argparse.Namespace, err: Exception) -> int:
@@ -141,4 +180,4 @@ def describe_os_error(err: OSError) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

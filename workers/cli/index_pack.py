@@ -39,7 +39,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
                    help="hold the repository's Redis lease around install + ref updates")
     p.add_argument("--json", action="store_true", help="print the result with counters as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bars even on a terminal")
-    p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
+    p.set_defaults(func=run, logs=False, exit_at_once=True)   # in this process, prints its result; one-shot
 
 
 def run(args: argparse.Namespace) -> int:

@@ -25,7 +25,7 @@ def register(subparsers) -> None:  # type: ignore[no-untyped-def]
     add_fsck_args(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-progress", action="store_true")
-    p.set_defaults(func=run, logs=False)   # runs in this process and prints its result; no log lines
+    p.set_defaults(func=run, logs=False, exit_at_once=True)   # in this process, prints its result; one-shot
 
 
 def run(args: argparse.Namespace) -> int:

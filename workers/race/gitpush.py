@@ -33,11 +33,11 @@ class GitPushFailed(RuntimeError):
 
 def receive_pack_command() -> str:
     """What git runs on the server side: the installed ``packyard`` script next to this Python, else this
-    Python running the CLI's main (a checkout without the script on PATH)."""
+    Python running the CLI's entry (a checkout without the script on PATH)."""
     script = Path(sys.executable).parent / "packyard"
     if script.exists():
         return f"{shlex.quote(str(script))} receive-pack"
-    code = "import sys; from packyard.workers.cli import main; sys.exit(main())"
+    code = "import sys; from packyard.workers.cli import entry; sys.exit(entry())"
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(code)} receive-pack"
 
 

@@ -56,13 +56,13 @@ def bench_repo(bench: str, repo_arg: str | None, corpus_name: str, dest: Path, a
 
 
 def packyard_entry() -> list[str]:
-    """The command a user runs: the installed ``packyard`` script next to this Python, else the same main()."""
+    """The command a user runs: the installed ``packyard`` script next to this Python, else the same entry()."""
     import sys
 
     script = Path(sys.executable).parent / "packyard"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "import sys; from packyard.workers.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from packyard.workers.cli import entry; sys.exit(entry())"]
 
 
 def corpus_bench_start(bench: str, pack_arg: str | None, time_binary: str, work_arg: str | None
