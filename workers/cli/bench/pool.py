@@ -1,7 +1,7 @@
 """packyard bench pool: a fork network in an object pool, packyard vs git doing the same work, side by side.
 
 Input: git-v2.0.0 (the corpus pack) as the source, and ``--forks`` forks of it (default 20), each with
-``--own`` commits of its own (default 10, written by ``git fast-import``). Four rows:
+``--own`` commits of its own (default 10, written by ``git fast-import``). Six rows:
 
 * ``disk`` -- the network's objects on disk after linking and maintenance: packyard (``pool create`` from the
   source, ``pool link`` of every fork: alternates, then a local-only repack) vs git (``git clone --bare
@@ -20,6 +20,10 @@ Input: git-v2.0.0 (the corpus pack) as the source, and ``--forks`` forks of it (
   ingested by ``packyard index-pack --fix-thin --strict`` vs ``git index-pack --stdin --fix-thin --strict`` (as
   receive-pack runs it), each into its own fresh copy of the fork with the same alternates. Checked by
   ``git fsck`` of both copies (the completed pack's bases read from the pool).
+* ``thin-push-warm`` -- the same ingest as a worker runs it: the library call (``index_pack(fix_thin=True,
+  strict=True)``, workers/commands/index_pack.py) in this process, its imports done by one untimed call, vs the
+  same ``git index-pack`` process, each into its own fresh copy. The difference from ``thin-push`` is the CLI
+  process's start (the interpreter and its imports), which a push handed to a running worker does not pay.
 * ``clone`` -- a clone of one fork served from each side's island-repacked pool: the pool repacked once per side
   (untimed, as in ``pool-repack``), a copy of the first fork borrowing from it, then the ``git pack-objects``
   that ``upload-pack`` runs for a clone (``--revs --all --thin --stdout --delta-base-offset``) timed on each.
@@ -33,6 +37,7 @@ import argparse
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import time
 from pathlib import Path
@@ -46,9 +51,10 @@ from packyard.workers.cli.bench.repack import (
     fresh_copies,
     measured,
     pack_sizes,
+    warm,
 )
 
-ROWS = ("disk", "fork-repack", "pool-repack", "thin-push", "clone")
+ROWS = ("disk", "fork-repack", "pool-repack", "thin-push", "thin-push-warm", "clone")
 #: git's summary line of a pack it wrote (builtin/pack-objects.c, printed with progress on).
 TOTAL_RE = re.compile(rb"Total (\d+) \(delta (\d+)\), reused (\d+) \(delta (\d+)\)"
                       rb"(?:, pack-reused (\d+))?")
@@ -170,18 +176,58 @@ def _disk(src: Path, pool: Path, ours: list[Path], theirs: list[Path]) -> None:
           f"({git_side / one:.3f}x one); {len(ours)} full copies would be {len(ours) + 1:.0f}x")
 
 
+def _warm_inputs(repo: Path) -> None:
+    """:func:`~.repack.warm` of ``repo`` and of the objects it borrows (its alternates), right before its timed
+    run: every round of both sides starts with its input in the page cache."""
+    warm(repo)
+    alternates = repo / "objects" / "info" / "alternates"
+    if alternates.exists():
+        for line in alternates.read_text().splitlines():
+            if line.strip() and not line.startswith("#"):
+                warm((repo / "objects" / line.strip()).resolve())
+
+
 def _timed(name: str, template: Path, commands: dict[str, list[str]], runs: int, work: Path) -> dict[str, list]:
     env = child_env()
     copies = fresh_copies(template, template.parent, name, runs)   # (beside the pool: relative alternates hold)
     rows: dict[str, list] = {"git": [], "packyard": []}
     for rnd, side in alternating(runs):
         repo = copies[side, rnd]
+        _warm_inputs(repo)
         cmd = [a.replace("{repo}", str(repo)) for a in commands[side]]
         wall, rss, _out = measured(cmd, env, work / "rss.txt")
         size = sum(pack_sizes(repo))
         rows[side].append({"wall": wall, "rss": rss, "bytes": size})
         print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  peak RSS {rss / 2**20:7.1f} MiB  "
               f"packs {size / 1e6:7.2f} MB", flush=True)
+    common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["packyard", runs - 1])
+    common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["git", runs - 1])
+    for repo in copies.values():
+        shutil.rmtree(repo)
+    return rows
+
+
+def _timed_warm(name: str, template: Path, pack: Path, git_cmd: list[str], runs: int) -> dict[str, list]:
+    """The ``thin-push-warm`` row (module docstring): the library call in this process vs git's process."""
+    from packyard.workers.commands.index_pack import index_pack
+
+    env = child_env()
+    copies = fresh_copies(template, template.parent, name, runs + 1)
+    index_pack(copies["packyard", runs], pack, fix_thin=True, strict=True)   # untimed: the imports, once
+    rows: dict[str, list] = {"git": [], "packyard": []}
+    for rnd, side in alternating(runs):
+        repo = copies[side, rnd]
+        _warm_inputs(repo)
+        t0 = time.perf_counter()
+        if side == "git":
+            subprocess.run([a.replace("{repo}", str(repo)) for a in git_cmd], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+        else:
+            index_pack(repo, pack, fix_thin=True, strict=True)
+        wall = time.perf_counter() - t0
+        rows[side].append({"wall": wall, "bytes": sum(pack_sizes(repo))})
+        print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  packs {rows[side][-1]['bytes'] / 1e6:7.2f} MB",
+              flush=True)
     common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["packyard", runs - 1])
     common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["git", runs - 1])
     for repo in copies.values():
@@ -220,6 +266,7 @@ def _clone(src: Path, pool: Path, ours: list[Path], repack: dict[str, list[str]]
     rows: dict[str, list] = {"git": [], "packyard": []}
     out = work / "clone.pack"
     for rnd, side in alternating(runs):
+        _warm_inputs(forks[side])
         cmd = ["git", "--git-dir", str(forks[side]), "pack-objects", "--revs", "--all", "--thin", "--stdout",
                "--delta-base-offset", "--progress"]
         with open(out, "wb") as fout:
@@ -254,8 +301,13 @@ def _clone(src: Path, pool: Path, ours: list[Path], repack: dict[str, list[str]]
 
 def _report(name: str, rows: dict[str, list]) -> None:
     g, p = rows["git"], rows["packyard"]
-    common.print_wall_rss(name, ([r["wall"] for r in p], [r["wall"] for r in g]),
-                          ([r["rss"] for r in p], [r["rss"] for r in g]))
+    if "rss" not in p[0]:   # (a library call: this process's RSS is the bench's own)
+        wp, wg = statistics.median(r["wall"] for r in p), statistics.median(r["wall"] for r in g)
+        print(f"{name}: {'':22} {'packyard':>10} {'git':>10} {'ratio':>7}")
+        print(f"{name}: {'wall time (median) s':22} {wp:10.3f} {wg:10.3f} {wp / wg:6.2f}x")
+    else:
+        common.print_wall_rss(name, ([r["wall"] for r in p], [r["wall"] for r in g]),
+                              ([r["rss"] for r in p], [r["rss"] for r in g]))
     print(f"{name}: {'pack bytes':22} {p[-1]['bytes']:10} {g[-1]['bytes']:10} {p[-1]['bytes'] / g[-1]['bytes']:6.3f}x")
 
 
@@ -292,15 +344,18 @@ def run(args: argparse.Namespace) -> int:
         if "pool-repack" in rows:
             results["pool-repack"] = _timed("pool-repack", pool, pool_repack, args.runs,
                                             work)
-        if "thin-push" in rows:
+        if "thin-push" in rows or "thin-push-warm" in rows:
             pack = _thin_pack(ours[0], work, args.push)
             print(f"  thin-push: {args.push} commits, a {pack.stat().st_size / 1e3:.1f} kB thin pack", flush=True)
             ours_cmd = common.packyard_entry() + ["index-pack", "--repo", "{repo}", "--fix-thin", "--strict",
                                                   "--json", "--no-progress", str(pack)]
             git_cmd = ["sh", "-c", 'exec git --git-dir "$0" index-pack --stdin --fix-thin --strict < "$1"', "{repo}",
                        str(pack)]
-            results["thin-push"] = _timed("thin-push", ours[0], {"packyard": ours_cmd, "git": git_cmd}, args.runs,
-                                          work)
+            if "thin-push" in rows:
+                results["thin-push"] = _timed("thin-push", ours[0], {"packyard": ours_cmd, "git": git_cmd},
+                                              args.runs, work)
+            if "thin-push-warm" in rows:
+                results["thin-push-warm"] = _timed_warm("thin-push-warm", ours[0], pack, git_cmd, args.runs)
         if "clone" in rows:
             results["clone"] = _clone(src, pool, ours, pool_repack, args.runs, work)
         print()
