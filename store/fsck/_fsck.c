@@ -13,7 +13,7 @@
  * select20(ids, types, t) -> bytes         the ids whose byte in types is t (ids[20*i:20*i+20], types[i])
  * idx_find(idx, oid, lo, hi) -> int        the position of oid among a v2 .idx's ids lo..hi-1 (its fan-out
  *                                          bucket), or -1: store/pack/idxread.py's IdxV2.find is the Python
- *                                          (tests/store/test_idxread.py compares them)
+ *                                          (tests/store/test_pack_read.py compares them)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

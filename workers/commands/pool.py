@@ -21,7 +21,6 @@ from packyard.store.errors import InvalidInputError
 from packyard.store.lease import Lease
 from packyard.store.maintenance.pool import lifecycle
 from packyard.store.maintenance.pool.layout import (
-    fetch_key,
     is_pool,
     member_key,
     read_marker,
@@ -57,7 +56,7 @@ def create(repo: str | Path, source: str | Path, *, key: str | None = None, leas
     from packyard.workers.records.pools import record_fetched
 
     record_fetched(settings, pool.path, src.path)
-    return _result("create", pool.path, result, source=str(src.path), key=fetch_key(pool.path, src.path, key))
+    return _result("create", pool.path, result, source=str(src.path), key=result.key)
 
 
 def fetch(repo: str | Path, source: str | Path | None = None, *, key: str | None = None,
@@ -74,7 +73,7 @@ def fetch(repo: str | Path, source: str | Path | None = None, *, key: str | None
     from packyard.workers.records.pools import record_fetched
 
     record_fetched(settings, pool.path, src.path if source is None else None)
-    return _result("fetch", pool.path, result, source=str(src.path), key=fetch_key(pool.path, src.path, key))
+    return _result("fetch", pool.path, result, source=str(src.path), key=result.key)
 
 
 def _repack_options() -> RepackOptions:

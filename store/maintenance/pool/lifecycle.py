@@ -84,6 +84,7 @@ class PoolResult:
     refs_updated: int = 0
     repack: RepackResult | None = None
     counters: dict[str, int] = field(default_factory=dict)
+    key: str | None = None        # create, fetch: the namespace key the refs were written under
 
     def as_counters(self) -> dict[str, object]:
         out: dict[str, object] = {"step": self.step.value, "refs_updated": self.refs_updated, **self.counters}
@@ -141,9 +142,10 @@ def fetch_into_pool(pool, source, *, key: str | None = None, lease: Lease | None
     :func:`~.layout.fetch_key`: the key the pool was made with for its source, :func:`~.layout.member_key` of
     any other member)."""
     _require_pool(pool)
-    ns = namespace(fetch_key(pool.path, source.path, key))
+    used = fetch_key(pool.path, source.path, key)
+    ns = namespace(used)
     tips = _refs_to_share(source)
-    result = PoolResult()
+    result = PoolResult(key=used)
     result.copied = copy_missing(tips, source, pool, progress=progress, lease=lease, fault_prefix="pool.fetch")
     fault_point("pool.fetch.after_copy")
     current = pool.refs.as_dict()

@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Callable
 
 from packyard.workers.cli.bench import common
 from packyard.workers.cli.bench.repack import (
@@ -187,52 +188,58 @@ def _warm_inputs(repo: Path) -> None:
                 warm((repo / "objects" / line.strip()).resolve())
 
 
-def _timed(name: str, template: Path, commands: dict[str, list[str]], runs: int, work: Path) -> dict[str, list]:
-    env = child_env()
+def _rounds(name: str, template: Path, runs: int, run_side: Callable[[str, Path], dict]) -> dict[str, list]:
+    """The timed rows' rounds: a fresh copy of ``template`` per side and round, its input read in first, then
+    ``run_side(side, copy)`` (its ``wall``, and ``rss`` when it ran as a process of its own); the last
+    copies checked by ``git fsck``."""
     copies = fresh_copies(template, template.parent, name, runs)   # (beside the pool: relative alternates hold)
     rows: dict[str, list] = {"git": [], "packyard": []}
     for rnd, side in alternating(runs):
         repo = copies[side, rnd]
         _warm_inputs(repo)
-        cmd = [a.replace("{repo}", str(repo)) for a in commands[side]]
-        wall, rss, _out = measured(cmd, env, work / "rss.txt")
-        size = sum(pack_sizes(repo))
-        rows[side].append({"wall": wall, "rss": rss, "bytes": size})
-        print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  peak RSS {rss / 2**20:7.1f} MiB  "
-              f"packs {size / 1e6:7.2f} MB", flush=True)
-    common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["packyard", runs - 1])
-    common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["git", runs - 1])
-    for repo in copies.values():
-        shutil.rmtree(repo)
-    return rows
-
-
-def _timed_warm(name: str, template: Path, pack: Path, git_cmd: list[str], runs: int) -> dict[str, list]:
-    """The ``thin-push-warm`` row (module docstring): the library call in this process vs git's process."""
-    from packyard.workers.commands.index_pack import index_pack
-
-    env = child_env()
-    copies = fresh_copies(template, template.parent, name, runs + 1)
-    index_pack(copies["packyard", runs], pack, fix_thin=True, strict=True)   # untimed: the imports, once
-    rows: dict[str, list] = {"git": [], "packyard": []}
-    for rnd, side in alternating(runs):
-        repo = copies[side, rnd]
-        _warm_inputs(repo)
-        t0 = time.perf_counter()
-        if side == "git":
-            subprocess.run([a.replace("{repo}", str(repo)) for a in git_cmd], env=env, check=True,
-                           stdout=subprocess.DEVNULL)
-        else:
-            index_pack(repo, pack, fix_thin=True, strict=True)
-        wall = time.perf_counter() - t0
-        rows[side].append({"wall": wall, "bytes": sum(pack_sizes(repo))})
-        print(f"  {name} round {rnd + 1} {side:8} wall {wall:7.3f}s  packs {rows[side][-1]['bytes'] / 1e6:7.2f} MB",
+        row = run_side(side, repo)
+        row["bytes"] = sum(pack_sizes(repo))
+        rows[side].append(row)
+        rss = f"  peak RSS {row['rss'] / 2**20:7.1f} MiB" if "rss" in row else ""
+        print(f"  {name} round {rnd + 1} {side:8} wall {row['wall']:7.3f}s{rss}  packs {row['bytes'] / 1e6:7.2f} MB",
               flush=True)
     common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["packyard", runs - 1])
     common.git("fsck", "--no-progress", "--no-dangling", git_dir=copies["git", runs - 1])
     for repo in copies.values():
         shutil.rmtree(repo)
     return rows
+
+
+def _timed(name: str, template: Path, commands: dict[str, list[str]], runs: int, work: Path) -> dict[str, list]:
+    env = child_env()
+
+    def run_side(side: str, repo: Path) -> dict:
+        wall, rss, _out = measured([a.replace("{repo}", str(repo)) for a in commands[side]], env, work / "rss.txt")
+        return {"wall": wall, "rss": rss}
+
+    return _rounds(name, template, runs, run_side)
+
+
+def _timed_warm(name: str, template: Path, pack: Path, git_cmd: list[str], runs: int, work: Path
+                ) -> dict[str, list]:
+    """The ``thin-push-warm`` row (module docstring): the library call in this process vs git's process."""
+    from packyard.workers.commands.index_pack import index_pack
+
+    env = child_env()
+    scratch = template.with_name(f"{name}-imports.git")
+    shutil.copytree(template, scratch, copy_function=shutil.copy2)
+    index_pack(scratch, pack, fix_thin=True, strict=True)   # untimed: the imports, once
+    shutil.rmtree(scratch)
+
+    def run_side(side: str, repo: Path) -> dict:
+        if side == "git":
+            wall, rss, _out = measured([a.replace("{repo}", str(repo)) for a in git_cmd], env, work / "rss.txt")
+            return {"wall": wall, "rss": rss}
+        t0 = time.perf_counter()
+        index_pack(repo, pack, fix_thin=True, strict=True)
+        return {"wall": time.perf_counter() - t0}
+
+    return _rounds(name, template, runs, run_side)
 
 
 def _other_forks_objects(src: Path, forks: list[Path]) -> set[bytes]:
@@ -355,7 +362,8 @@ def run(args: argparse.Namespace) -> int:
                 results["thin-push"] = _timed("thin-push", ours[0], {"packyard": ours_cmd, "git": git_cmd},
                                               args.runs, work)
             if "thin-push-warm" in rows:
-                results["thin-push-warm"] = _timed_warm("thin-push-warm", ours[0], pack, git_cmd, args.runs)
+                results["thin-push-warm"] = _timed_warm("thin-push-warm", ours[0], pack, git_cmd, args.runs,
+                                                        work)
         if "clone" in rows:
             results["clone"] = _clone(src, pool, ours, pool_repack, args.runs, work)
         print()
